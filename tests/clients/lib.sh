@@ -1,0 +1,266 @@
+# Shared helpers for the client tests: Debian's unmodified ibverbs-utils
+# binaries run over softverbs through `softverbs run`.  Sourced by the
+# scripts in this folder; CTest sets SV_TOOL to build/bin/softverbs.
+#
+# Every process a test starts runs under timeout(1), which makes itself a
+# process-group leader: cleanup kills that whole group, and the group id also
+# tells our own pingpong server apart from a stranger's listener on the same
+# TCP port.  The whole script stays inside SV_BUDGET seconds so that it ends,
+# and cleans up, before CTest's TIMEOUT (60 s) would kill it.
+
+set -u
+
+SV_TOOL=${SV_TOOL:-}
+SV_BUDGET=${SV_BUDGET:-50}
+SV_T0=$SECONDS
+SV_WORK=$(mktemp -d "${TMPDIR:-/tmp}/sv-clients.XXXXXX")
+SV_PGIDS=()      # process groups (timeout pids) to kill on exit
+SV_NETNS=()      # network namespaces to delete on exit
+
+sv_log()  { echo "-- $*"; }
+sv_skip() { echo "SKIP: $*"; exit 77; }
+
+# Print everything the started programs wrote, then fail.
+sv_fail() {
+	echo "FAIL: $*"
+	local f
+	for f in "$SV_WORK"/*.out; do
+		[ -e "$f" ] || continue
+		echo "==== $(basename "$f" .out) ===="
+		cat "$f"
+	done
+	exit 1
+}
+
+sv_left() { echo $((SV_BUDGET - (SECONDS - SV_T0))); }
+
+sv_cleanup() {
+	local rc=$? g ns
+	trap - EXIT
+	for g in "${SV_PGIDS[@]}"; do
+		kill -TERM -- "-$g" 2>/dev/null
+	done
+	for g in "${SV_PGIDS[@]}"; do
+		for _ in 1 2 3 4 5 6 7 8 9 10; do
+			kill -0 -- "-$g" 2>/dev/null || break
+			sleep 0.1
+		done
+		kill -KILL -- "-$g" 2>/dev/null
+	done
+	for ns in "${SV_NETNS[@]}"; do
+		ip netns del "$ns" 2>/dev/null
+	done
+	rm -rf "$SV_WORK"
+	exit "$rc"
+}
+trap sv_cleanup EXIT
+trap 'exit 130' INT TERM HUP
+
+# sv_require PROGRAM...: the programs must exist (skip otherwise), and so must
+# the softverbs tool (fail otherwise: it is part of this build).
+sv_require() {
+	local p
+	for p in "$@"; do
+		command -v "$p" >/dev/null 2>&1 || sv_skip "$p not installed (Debian ibverbs-utils)"
+	done
+	[ -n "$SV_TOOL" ] && [ -x "$SV_TOOL" ] ||
+		sv_fail "softverbs tool not found (SV_TOOL='$SV_TOOL'); run 'make' first"
+}
+
+# sv_in NS CMD...: run CMD in network namespace NS ("" = this one).
+sv_in() {
+	local ns=$1; shift
+	if [ -n "$ns" ]; then
+		ip netns exec "$ns" "$@"
+	else
+		"$@"
+	fi
+}
+
+# sv_run_bg NAME SECS NS PROGRAM ARGS...: start PROGRAM over softverbs in the
+# background, output in $SV_WORK/NAME.out; sets SV_PID (also its pgid).
+sv_run_bg() {
+	local name=$1 secs=$2 ns=$3 prog=$4; shift 4
+	local path; path=$(command -v "$prog")
+	# The output file starts with the command line, for failure reports.
+	echo "\$ ${ns:+ip netns exec $ns }softverbs run -- $prog $*" >"$SV_WORK/$name.out"
+	if [ -n "$ns" ]; then
+		timeout -k 2 "$secs" ip netns exec "$ns" "$SV_TOOL" run -- "$path" "$@" \
+			>>"$SV_WORK/$name.out" 2>&1 &
+	else
+		timeout -k 2 "$secs" "$SV_TOOL" run -- "$path" "$@" \
+			>>"$SV_WORK/$name.out" 2>&1 &
+	fi
+	SV_PID=$!
+	SV_PGIDS+=("$SV_PID")
+}
+
+# sv_run NAME SECS NS PROGRAM ARGS...: the same in the foreground; returns the
+# program's exit status (124 when it ran out of time).
+sv_run() {
+	sv_run_bg "$@"
+	local rc=0
+	wait "$SV_PID" || rc=$?
+	return "$rc"
+}
+
+# sv_wait PID SECS: wait up to SECS for background PID; its exit status, or
+# 124 if it still runs (cleanup kills it).
+sv_wait() {
+	local deadline=$((SECONDS + $2))
+	while kill -0 "$1" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do
+		sleep 0.05
+	done
+	kill -0 "$1" 2>/dev/null && return 124
+	wait "$1"
+}
+
+# sv_pgid PID: process group of PID (empty if gone).
+sv_pgid() {
+	local stat
+	stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
+	stat=${stat##*) }           # comm may hold spaces; fields after it
+	local _state _ppid pgrp _rest
+	read -r _state _ppid pgrp _rest <<<"$stat"
+	echo "$pgrp"
+}
+
+# sv_port_free NS PORT: true if nothing listens on TCP PORT in NS.
+sv_port_free() {
+	[ -z "$(sv_in "$1" ss -Hltn "sport = :$2")" ]
+}
+
+# sv_free_port NS PORT: the first port from PORT on that nothing listens on.
+sv_free_port() {
+	local ns=$1 p=$2
+	while ! sv_port_free "$ns" "$p"; do
+		p=$((p + 1))
+	done
+	echo "$p"
+}
+
+# sv_wait_listen NS PORT PGID: wait until a process of group PGID (our server)
+# listens on TCP PORT.  Returns 1 if the group died first, 2 on timeout.
+sv_wait_listen() {
+	local ns=$1 port=$2 pgid=$3 pid
+	local deadline=$((SECONDS + 20))
+	while [ "$SECONDS" -lt "$deadline" ]; do
+		kill -0 "$pgid" 2>/dev/null || return 1
+		for pid in $(sv_in "$ns" ss -Hltnp "sport = :$port" |
+			grep -o 'pid=[0-9]*' | cut -d= -f2); do
+			[ "$(sv_pgid "$pid")" = "$pgid" ] && return 0
+		done
+		sleep 0.05
+	done
+	return 2
+}
+
+# sv_check_run NAME EXPECTED_BYTES: the "N bytes in S seconds" line that the
+# pingpongs print at the end must be there with N = EXPECTED_BYTES, the
+# "iters in" line too, and no "invalid data in page" (-c, --chk) report.
+sv_check_run() {
+	local name=$1 expect=$2 f="$SV_WORK/$1.out" bytes
+	bytes=$(sed -n 's/^\([0-9][0-9]*\) bytes in [0-9.]* seconds.*/\1/p' "$f")
+	[ -n "$bytes" ] || sv_fail "$name printed no 'bytes in ... seconds' line"
+	[ "$bytes" = "$expect" ] || sv_fail "$name moved $bytes bytes, expected $expect"
+	grep -q '^[0-9][0-9]* iters in ' "$f" || sv_fail "$name printed no 'iters in' line"
+	! grep -q 'invalid data' "$f" || sv_fail "$name: received data failed validation (-c)"
+	grep -m1 '^[0-9]* bytes in' "$f" | sed "s/^/   $name: /"
+}
+
+# sv_gid NAME: the local GID a pingpong printed ("local address: ... GID g").
+sv_gid() {
+	sed -n 's/^ *local address:.*GID \([^ ]*\).*/\1/p' "$SV_WORK/$1.out" | head -n1
+}
+
+# sv_pingpong PROGRAM SIZE ITERS PORT SRV_NS SRV_DEV CLI_NS CLI_DEV SRV_HOST [ARGS...]
+# One pingpong: server and client as separate processes, each with
+# `-d DEV -g 0 -c -s SIZE -n ITERS -p PORT ARGS`; both must exit 0 and both
+# must report SIZE*ITERS*2 bytes moved with validated data.
+sv_pingpong() {
+	local prog=$1 size=$2 iters=$3 port=$4 sns=$5 sdev=$6 cns=$7 cdev=$8 host=$9
+	shift 9
+	local common=(-g 0 -c -s "$size" -n "$iters" "$@")
+	local srv_rc cli_rc spid listening=0
+
+	for _ in 1 2 3; do
+		port=$(sv_free_port "$sns" "$port")
+		sv_log "server: $prog -d $sdev ${common[*]} -p $port ${sns:+(netns $sns)}"
+		sv_run_bg server "$(sv_left)" "$sns" "$prog" -d "$sdev" -p "$port" "${common[@]}"
+		spid=$SV_PID
+		local w=0
+		sv_wait_listen "$sns" "$port" "$spid" || w=$?
+		[ "$w" = 2 ] && sv_fail "server did not listen on port $port within 20 s"
+		if [ "$w" = 1 ]; then
+			# Lost a race for the port with another program: take the next.
+			if grep -q "Couldn't listen to port" "$SV_WORK/server.out"; then
+				port=$((port + 1))
+				continue
+			fi
+			wait "$spid"; srv_rc=$?
+			sv_fail "server exited ($srv_rc) before listening"
+		fi
+		listening=1
+		break
+	done
+	[ "$listening" = 1 ] || sv_fail "server could not listen on a TCP port"
+
+	for _ in 1 2 3; do
+		sv_log "client: $prog -d $cdev ${common[*]} -p $port $host ${cns:+(netns $cns)}"
+		cli_rc=0
+		sv_run client "$(($(sv_left) - 3))" "$cns" "$prog" -d "$cdev" -p "$port" \
+			"${common[@]}" "$host" || cli_rc=$?
+		if [ "$cli_rc" != 0 ] && grep -q "Couldn't connect to" "$SV_WORK/client.out" &&
+			kill -0 "$spid" 2>/dev/null; then
+			sleep 0.5
+			continue
+		fi
+		break
+	done
+
+	# The server ends right after the client; when the client failed, it
+	# may wait for messages that never come: give it a few seconds only.
+	srv_rc=0
+	sv_wait "$spid" "$([ "$cli_rc" = 0 ] && sv_left || echo 3)" || srv_rc=$?
+	[ "$cli_rc" = 124 ] && sv_fail "client timed out"
+	[ "$srv_rc" = 124 ] && sv_fail "server timed out"
+	[ "$cli_rc" = 0 ] || sv_fail "client exited $cli_rc"
+	[ "$srv_rc" = 0 ] || sv_fail "server exited $srv_rc"
+
+	local expect=$((size * iters * 2))
+	sv_check_run server "$expect"
+	sv_check_run client "$expect"
+	local g; g=$(sv_gid server)
+	[ -n "$g" ] && [ "$g" != "::" ] || sv_fail "server's GID index 0 is empty ('$g')"
+	sv_log "GIDs: server $g, client $(sv_gid client)"
+}
+
+# sv_netns_pair TAG NET: two fresh namespaces $SV_NS_A / $SV_NS_B joined by a
+# veth pair sva (10.211.NET.1/24, in A) <-> svb (10.211.NET.2/24, in B), lo up
+# in both.  The addresses exist only inside these namespaces.  Skips (77)
+# when not root or when namespaces/veth cannot be made here.
+sv_netns_pair() {
+	local tag=$1 net=$2
+	[ "$(id -u)" = 0 ] || sv_skip "network namespaces need root"
+	command -v ip >/dev/null 2>&1 || sv_skip "ip(8) not installed"
+	SV_NS_A="svt-$tag-$$-a"
+	SV_NS_B="svt-$tag-$$-b"
+	ip netns add "$SV_NS_A" 2>/dev/null || sv_skip "ip netns add failed here"
+	SV_NETNS+=("$SV_NS_A")
+	ip netns add "$SV_NS_B" || sv_fail "ip netns add $SV_NS_B"
+	SV_NETNS+=("$SV_NS_B")
+	ip -n "$SV_NS_A" link add sva type veth peer name svb netns "$SV_NS_B" 2>/dev/null ||
+		sv_skip "cannot create a veth pair here"
+	ip -n "$SV_NS_A" addr add "10.211.$net.1/24" dev sva &&
+		ip -n "$SV_NS_B" addr add "10.211.$net.2/24" dev svb &&
+		ip -n "$SV_NS_A" link set lo up && ip -n "$SV_NS_B" link set lo up &&
+		ip -n "$SV_NS_A" link set sva up && ip -n "$SV_NS_B" link set svb up ||
+		sv_fail "configuring the veth pair"
+	local deadline=$((SECONDS + 5))
+	until ip -n "$SV_NS_A" link show sva | grep -q LOWER_UP &&
+		ip -n "$SV_NS_B" link show svb | grep -q LOWER_UP; do
+		[ "$SECONDS" -lt "$deadline" ] || sv_fail "veth pair did not come up"
+		sleep 0.05
+	done
+	sv_log "netns $SV_NS_A (sva 10.211.$net.1) <-> $SV_NS_B (svb 10.211.$net.2)"
+}

@@ -1,0 +1,35 @@
+#!/bin/bash
+# pingpong.sh MODE PROGRAM SIZE ITERS PORT [ARGS...]
+#
+# Runs Debian's PROGRAM (ibv_rc/uc/ud/srq_pingpong) over softverbs as a
+# server and a client process with `-g 0 -c -s SIZE -n ITERS -p PORT ARGS`.
+#   MODE lo:    both on this host over device sv_lo, client connects to 127.0.0.1.
+#   MODE netns: server in one network namespace on sv_sva, client in another
+#               on sv_svb, joined by a veth pair (needs root, else skip 77).
+# PORT is the pingpong's own TCP port for exchanging QP numbers and GIDs.
+. "$(dirname "$0")/lib.sh"
+
+[ $# -ge 5 ] || sv_fail "usage: $0 lo|netns PROGRAM SIZE ITERS PORT [ARGS...]"
+mode=$1 prog=$2 size=$3 iters=$4 port=$5
+shift 5
+sv_require "$prog" ibv_devices
+
+case $mode in
+lo)
+	sv_pingpong "$prog" "$size" "$iters" "$port" "" sv_lo "" sv_lo 127.0.0.1 "$@"
+	;;
+netns)
+	sv_netns_pair "${prog#ibv_}-$size" $((port % 250))
+	# Each namespace must show its veth end as a device before anything else.
+	sv_run devices-a 10 "$SV_NS_A" ibv_devices || sv_fail "ibv_devices in $SV_NS_A"
+	grep -qw sv_sva "$SV_WORK/devices-a.out" || sv_fail "no device sv_sva in $SV_NS_A"
+	sv_run devices-b 10 "$SV_NS_B" ibv_devices || sv_fail "ibv_devices in $SV_NS_B"
+	grep -qw sv_svb "$SV_WORK/devices-b.out" || sv_fail "no device sv_svb in $SV_NS_B"
+	sv_pingpong "$prog" "$size" "$iters" "$port" "$SV_NS_A" sv_sva "$SV_NS_B" sv_svb \
+		"10.211.$((port % 250)).1" "$@"
+	;;
+*)
+	sv_fail "unknown mode '$mode'"
+	;;
+esac
+echo "PASS: $prog $mode size $size x $iters"
