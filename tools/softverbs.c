@@ -1,0 +1,439 @@
+/*
+ * softverbs - command-line front end.
+ *
+ *   softverbs run [--] PROGRAM [ARGS...]   run an unmodified verbs program on softverbs
+ *   softverbs devices                      what ibv_devices/ibv_devinfo would show
+ *   softverbs version
+ *   softverbs help
+ *
+ * "run" only arranges the dynamic linker's search path: softverbs' libraries
+ * live in <prefix>/lib next to this binary's <prefix>/bin, and putting that
+ * directory first in LD_LIBRARY_PATH makes the program load softverbs'
+ * libibverbs.so.1 instead of the system one. Nothing else about the program
+ * changes, which is the point: it is the same binary the user would run on RDMA
+ * hardware.
+ *
+ * "devices" goes through the public verbs API only, like any other client, so
+ * it also shows that the library answers the calls programs make first.
+ */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* dladdr(), RTLD_DEFAULT */
+#endif
+
+#include <dlfcn.h>
+#include <endian.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <infiniband/verbs.h>
+
+#ifndef SOFTVERBS_VERSION
+#define SOFTVERBS_VERSION "0.1.0"
+#endif
+
+/* Highest libibverbs ABI node that softverbs exports (see src/abi/libibverbs.map). */
+#define SOFTVERBS_ABI "IBVERBS_1.14"
+
+enum { EXIT_USAGE = 2, EXIT_EXEC_FAILED = 126, EXIT_NOT_FOUND = 127 };
+
+static const char usage_text[] =
+	"Usage: softverbs <command> [arguments]\n"
+	"\n"
+	"softverbs implements the RDMA verbs (libibverbs) in user space, over TCP,\n"
+	"so that unmodified verbs programs run on any Linux machine.\n"
+	"\n"
+	"Commands:\n"
+	"  run [--] PROGRAM [ARGS...]  run PROGRAM with softverbs' libibverbs.so.1 in place\n"
+	"                              of the system library (prepends softverbs' lib/\n"
+	"                              directory to LD_LIBRARY_PATH, then executes PROGRAM)\n"
+	"  devices                     list softverbs devices: node GUID, port state,\n"
+	"                              GID 0, MTU, link layer and device limits\n"
+	"  version                     print the softverbs version\n"
+	"  help                        print this help\n"
+	"\n"
+	"Devices: one per up network interface with an IPv4 address (loopback\n"
+	"included), named sv_<interface>, e.g. sv_lo. Each has one port, ACTIVE,\n"
+	"link layer Ethernet; GID index 0 identifies the endpoint of the process\n"
+	"that opened the device, so peers must address each other by GID index 0\n"
+	"(e.g. '-g 0' for the ibv_*_pingpong examples).\n"
+	"\n"
+	"Environment:\n"
+	"  SOFTVERBS_IFACES    comma-separated interface names that become devices\n"
+	"                      (default: every up interface with an IPv4 address)\n"
+	"  SOFTVERBS_PORT_MIN  lowest TCP port a device endpoint listens on\n"
+	"  SOFTVERBS_PORT_MAX  highest TCP port a device endpoint listens on\n"
+	"                      (default for both: an ephemeral port chosen by the kernel)\n"
+	"  SOFTVERBS_LOG       log level: error, warn, info or debug (default: warn)\n"
+	"\n"
+	"Examples:\n"
+	"  softverbs devices\n"
+	"  softverbs run -- ibv_devinfo\n"
+	"  softverbs run -- ibv_rc_pingpong -d sv_lo -g 0              # server\n"
+	"  softverbs run -- ibv_rc_pingpong -d sv_lo -g 0 127.0.0.1    # client\n";
+
+static void usage(FILE *out)
+{
+	fputs(usage_text, out);
+}
+
+/* Bad command line: say what is wrong, show the usage, exit status 2. */
+static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static int usage_error(const char *fmt, ...)
+{
+	va_list ap;
+
+	fprintf(stderr, "softverbs: ");
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "\n\n");
+	usage(stderr);
+	return EXIT_USAGE;
+}
+
+/* ---- run ---- */
+
+#if defined(__SANITIZE_ADDRESS__)
+#define SV_ASAN_BUILD 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SV_ASAN_BUILD 1
+#endif
+#endif
+
+/* Prepend entry to a ':'-separated list variable; never leaves an empty element. */
+static int prepend_env_list(const char *name, const char *entry)
+{
+	const char *old = getenv(name);
+	size_t len = strlen(entry) + (old ? strlen(old) : 0) + 2;
+	char *value = malloc(len);
+	int ret;
+
+	if (!value) {
+		errno = ENOMEM;
+		return -1;
+	}
+	if (old && *old)
+		snprintf(value, len, "%s:%s", entry, old);
+	else
+		snprintf(value, len, "%s", entry);
+	ret = setenv(name, value, 1);
+	free(value);
+	return ret;
+}
+
+#ifdef SV_ASAN_BUILD
+/*
+ * In a sanitizer build libibverbs.so.1 itself is instrumented, and the
+ * AddressSanitizer runtime refuses to start unless it is the first library of
+ * the process. The programs run here (ibv_devinfo, perftest, ...) are not
+ * instrumented, so preload the runtime this tool was linked with.
+ */
+static int preload_asan_runtime(void)
+{
+	Dl_info info;
+	void *sym = dlsym(RTLD_DEFAULT, "__asan_init");
+
+	if (!sym || !dladdr(sym, &info) || !info.dli_fname)
+		return 0;
+	const char *base = strrchr(info.dli_fname, '/');
+	base = base ? base + 1 : info.dli_fname;
+	/* A statically linked runtime lives in this executable: nothing to preload. */
+	if (strncmp(base, "libasan", 7) != 0 && strncmp(base, "libclang_rt.asan", 16) != 0)
+		return 0;
+	return prepend_env_list("LD_PRELOAD", info.dli_fname);
+}
+#endif
+
+/*
+ * Directory holding softverbs' libraries: <dir of this executable>/../lib,
+ * resolved to an absolute path so that the program may chdir freely.
+ */
+static int find_lib_dir(char *out, size_t out_size)
+{
+	char exe[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
+
+	if (n < 0) {
+		fprintf(stderr, "softverbs: cannot locate own executable: %s\n", strerror(errno));
+		return -1;
+	}
+	exe[n] = '\0';
+
+	char *slash = strrchr(exe, '/');
+	if (!slash) {
+		fprintf(stderr, "softverbs: unexpected executable path '%s'\n", exe);
+		return -1;
+	}
+	*slash = '\0';
+
+	char candidate[PATH_MAX + 8];
+	snprintf(candidate, sizeof(candidate), "%s/../lib", exe);
+
+	char resolved[PATH_MAX];
+	if (!realpath(candidate, resolved)) {
+		fprintf(stderr, "softverbs: library directory %s: %s\n", candidate, strerror(errno));
+		return -1;
+	}
+	if (strlen(resolved) >= out_size) {
+		fprintf(stderr, "softverbs: library directory path too long\n");
+		return -1;
+	}
+	strcpy(out, resolved);
+	return 0;
+}
+
+static int cmd_run(int argc, char **argv)
+{
+	int first = 0;
+
+	if (first < argc && strcmp(argv[first], "--") == 0)
+		first++;
+	if (first >= argc)
+		return usage_error("run: no PROGRAM given");
+
+	char lib_dir[PATH_MAX];
+	if (find_lib_dir(lib_dir, sizeof(lib_dir)) != 0)
+		return EXIT_EXEC_FAILED;
+
+	char probe[PATH_MAX + 32];
+	snprintf(probe, sizeof(probe), "%s/libibverbs.so.1", lib_dir);
+	if (access(probe, R_OK) != 0) {
+		fprintf(stderr, "softverbs: %s: %s (is the build complete?)\n", probe,
+			strerror(errno));
+		return EXIT_EXEC_FAILED;
+	}
+
+	/*
+	 * Ours first, the user's own entries after. (An empty element would mean
+	 * the current directory to the dynamic linker, hence the care in
+	 * prepend_env_list.)
+	 */
+	if (prepend_env_list("LD_LIBRARY_PATH", lib_dir) != 0) {
+		fprintf(stderr, "softverbs: setting LD_LIBRARY_PATH: %s\n", strerror(errno));
+		return EXIT_EXEC_FAILED;
+	}
+#ifdef SV_ASAN_BUILD
+	if (preload_asan_runtime() != 0) {
+		fprintf(stderr, "softverbs: setting LD_PRELOAD: %s\n", strerror(errno));
+		return EXIT_EXEC_FAILED;
+	}
+#endif
+
+	execvp(argv[first], &argv[first]);
+
+	/* Same exit codes as a shell: 127 not found, 126 found but not runnable. */
+	int err = errno;
+	fprintf(stderr, "softverbs: cannot run '%s': %s\n", argv[first], strerror(err));
+	return err == ENOENT ? EXIT_NOT_FOUND : EXIT_EXEC_FAILED;
+}
+
+/* ---- devices ---- */
+
+static const char *atomic_cap_str(enum ibv_atomic_cap cap)
+{
+	switch (cap) {
+	case IBV_ATOMIC_NONE:
+		return "none";
+	case IBV_ATOMIC_HCA:
+		return "HCA (atomic within this device)";
+	case IBV_ATOMIC_GLOB:
+		return "global";
+	}
+	return "unknown";
+}
+
+static const char *link_layer_str(uint8_t link_layer)
+{
+	switch (link_layer) {
+	case IBV_LINK_LAYER_UNSPECIFIED:
+		return "unspecified";
+	case IBV_LINK_LAYER_INFINIBAND:
+		return "InfiniBand";
+	case IBV_LINK_LAYER_ETHERNET:
+		return "Ethernet";
+	}
+	return "unknown";
+}
+
+static int mtu_bytes(enum ibv_mtu mtu)
+{
+	return mtu >= IBV_MTU_256 && mtu <= IBV_MTU_4096 ? 128 << mtu : -1;
+}
+
+static void print_guid(__be64 guid_be)
+{
+	uint64_t guid = be64toh(guid_be);
+
+	printf("%04x:%04x:%04x:%04x", (unsigned)(guid >> 48) & 0xffff,
+	       (unsigned)(guid >> 32) & 0xffff, (unsigned)(guid >> 16) & 0xffff,
+	       (unsigned)guid & 0xffff);
+}
+
+static void print_gid(const union ibv_gid *gid)
+{
+	for (int i = 0; i < 16; i += 2)
+		printf("%s%02x%02x", i ? ":" : "", gid->raw[i], gid->raw[i + 1]);
+}
+
+static int show_port(struct ibv_context *ctx, uint8_t port)
+{
+	struct ibv_port_attr pa;
+	union ibv_gid gid;
+	int ret;
+
+	memset(&pa, 0, sizeof(pa));
+	ret = ibv_query_port(ctx, port, &pa);
+	if (ret) {
+		printf("  port %u: ibv_query_port failed: %s\n", port, strerror(ret));
+		return -1;
+	}
+	printf("  port %u\n", port);
+	printf("    state             %s (%d)\n", ibv_port_state_str(pa.state), (int)pa.state);
+	printf("    active_mtu        %d (%d)\n", mtu_bytes(pa.active_mtu), (int)pa.active_mtu);
+	printf("    link_layer        %s\n", link_layer_str(pa.link_layer));
+	printf("    gid_tbl_len       %d\n", pa.gid_tbl_len);
+
+	if (ibv_query_gid(ctx, port, 0, &gid)) {
+		printf("    GID[0]            (ibv_query_gid failed: %s)\n", strerror(errno));
+		return -1;
+	}
+	printf("    GID[0]            ");
+	print_gid(&gid);
+	printf("\n");
+	return 0;
+}
+
+static int show_device(struct ibv_device *dev)
+{
+	const char *name = ibv_get_device_name(dev);
+	struct ibv_context *ctx = ibv_open_device(dev);
+	struct ibv_device_attr da;
+	int status = 0;
+
+	printf("%s\n", name ? name : "(unnamed)");
+	if (!ctx) {
+		printf("  ibv_open_device failed: %s\n", strerror(errno));
+		return -1;
+	}
+
+	memset(&da, 0, sizeof(da));
+	int ret = ibv_query_device(ctx, &da);
+	if (ret) {
+		printf("  ibv_query_device failed: %s\n", strerror(ret));
+		ibv_close_device(ctx);
+		return -1;
+	}
+
+	printf("  node_guid           ");
+	print_guid(ibv_get_device_guid(dev));
+	printf("\n");
+	printf("  node_type           %s\n", ibv_node_type_str(dev->node_type));
+	printf("  fw_ver              %s\n", da.fw_ver[0] ? da.fw_ver : "-");
+	printf("  phys_port_cnt       %u\n", da.phys_port_cnt);
+
+	for (uint8_t port = 1; port <= da.phys_port_cnt; port++)
+		if (show_port(ctx, port) != 0)
+			status = -1;
+
+	printf("  limits\n");
+	printf("    max_qp            %d\n", da.max_qp);
+	printf("    max_qp_wr         %d\n", da.max_qp_wr);
+	printf("    max_sge           %d\n", da.max_sge);
+	printf("    max_cq            %d\n", da.max_cq);
+	printf("    max_cqe           %d\n", da.max_cqe);
+	printf("    max_mr            %d\n", da.max_mr);
+	printf("    max_mr_size       %" PRIu64 "\n", (uint64_t)da.max_mr_size);
+	printf("    max_pd            %d\n", da.max_pd);
+	printf("    max_srq           %d\n", da.max_srq);
+	printf("    max_srq_wr        %d\n", da.max_srq_wr);
+	printf("    max_qp_rd_atom    %d\n", da.max_qp_rd_atom);
+	printf("    atomic_cap        %s\n", atomic_cap_str(da.atomic_cap));
+
+	ibv_close_device(ctx);
+	return status;
+}
+
+static int cmd_devices(int argc, char **argv)
+{
+	int num = 0;
+	struct ibv_device **list;
+	int status = 0;
+
+	if (argc > 0)
+		return usage_error("devices: unexpected argument '%s'", argv[0]);
+
+	list = ibv_get_device_list(&num);
+	if (!list) {
+		fprintf(stderr, "softverbs: ibv_get_device_list: %s\n", strerror(errno));
+		return 1;
+	}
+	if (num == 0) {
+		const char *ifaces = getenv("SOFTVERBS_IFACES");
+
+		fprintf(stderr, "softverbs: no devices (no up interface with an IPv4 address%s%s)\n",
+			ifaces ? " among SOFTVERBS_IFACES=" : "", ifaces ? ifaces : "");
+		ibv_free_device_list(list);
+		return 1;
+	}
+
+	for (int i = 0; i < num; i++) {
+		if (i)
+			printf("\n");
+		if (show_device(list[i]) != 0)
+			status = 1;
+	}
+	printf("\nGID[0] names the endpoint of the process that opened the device;\n"
+	       "each process that opens a device gets its own.\n");
+
+	ibv_free_device_list(list);
+	return status;
+}
+
+/* ---- version ---- */
+
+static int cmd_version(int argc, char **argv)
+{
+	if (argc > 0)
+		return usage_error("version: unexpected argument '%s'", argv[0]);
+
+	printf("softverbs %s (libibverbs ABI up to %s)\n", SOFTVERBS_VERSION, SOFTVERBS_ABI);
+
+	/* Which libibverbs.so.1 this process actually loaded, to catch a mixed-up setup. */
+	Dl_info info;
+	void *sym = dlsym(RTLD_DEFAULT, "ibv_get_device_list");
+	if (sym && dladdr(sym, &info) && info.dli_fname)
+		printf("libibverbs: %s\n", info.dli_fname);
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		usage(stderr);
+		return EXIT_USAGE;
+	}
+
+	const char *cmd = argv[1];
+	int sub_argc = argc - 2;
+	char **sub_argv = argv + 2;
+
+	if (strcmp(cmd, "run") == 0)
+		return cmd_run(sub_argc, sub_argv);
+	if (strcmp(cmd, "devices") == 0)
+		return cmd_devices(sub_argc, sub_argv);
+	if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0)
+		return cmd_version(sub_argc, sub_argv);
+	if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
+		usage(stdout);
+		return 0;
+	}
+	return usage_error("unknown command '%s'", cmd);
+}
