@@ -314,8 +314,8 @@ void svt_conn_default(struct svt_conn *c, enum ibv_qp_type type)
 	c->retry_cnt = 7;
 	c->rnr_retry = 7;
 	c->min_rnr_timer = 12;
-	c->max_rd_atomic = 16;
-	c->max_dest_rd_atomic = 16;
+	c->max_rd_atomic = 4;
+	c->max_dest_rd_atomic = 4;
 	c->qkey = 0x11111111;
 	c->sgid_index = 0;
 	c->hop_limit = 1;
@@ -348,72 +348,97 @@ static const struct svt_conn *conn_or_default(const struct svt_conn *c,
 	return buf;
 }
 
-int svt_qp_to_init(struct ibv_qp *qp, const struct svt_conn *c)
+int svt_init_attr(enum ibv_qp_type type, const struct svt_conn *c,
+		  struct ibv_qp_attr *a)
 {
 	struct svt_conn def;
-	struct ibv_qp_attr a;
 	int mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
 
-	c = conn_or_default(c, &def, qp->qp_type);
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_INIT;
-	a.pkey_index = c->pkey_index;
-	a.port_num = c->port_num;
-	if (qp->qp_type == IBV_QPT_UD) {
-		a.qkey = c->qkey;
+	c = conn_or_default(c, &def, type);
+	memset(a, 0, sizeof(*a));
+	a->qp_state = IBV_QPS_INIT;
+	a->pkey_index = c->pkey_index;
+	a->port_num = c->port_num;
+	if (type == IBV_QPT_UD) {
+		a->qkey = c->qkey;
 		mask |= IBV_QP_QKEY;
 	} else {
-		a.qp_access_flags = c->access;
+		a->qp_access_flags = c->access;
 		mask |= IBV_QP_ACCESS_FLAGS;
 	}
+	return mask;
+}
+
+int svt_rtr_attr(enum ibv_qp_type type, const struct svt_conn *c,
+		 const union ibv_gid *dgid, uint32_t dest_qpn,
+		 struct ibv_qp_attr *a)
+{
+	struct svt_conn def;
+	int mask = IBV_QP_STATE;
+
+	c = conn_or_default(c, &def, type);
+	memset(a, 0, sizeof(*a));
+	a->qp_state = IBV_QPS_RTR;
+	if (type != IBV_QPT_UD) {
+		svt_ah_attr(&a->ah_attr, dgid, c);
+		a->path_mtu = c->path_mtu;
+		a->dest_qp_num = dest_qpn;
+		a->rq_psn = c->rq_psn;
+		mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+			IBV_QP_RQ_PSN;
+		if (type == IBV_QPT_RC) {
+			a->max_dest_rd_atomic = c->max_dest_rd_atomic;
+			a->min_rnr_timer = c->min_rnr_timer;
+			mask |= IBV_QP_MAX_DEST_RD_ATOMIC |
+				IBV_QP_MIN_RNR_TIMER;
+		}
+	}
+	return mask;
+}
+
+int svt_rts_attr(enum ibv_qp_type type, const struct svt_conn *c,
+		 struct ibv_qp_attr *a)
+{
+	struct svt_conn def;
+	int mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
+
+	c = conn_or_default(c, &def, type);
+	memset(a, 0, sizeof(*a));
+	a->qp_state = IBV_QPS_RTS;
+	a->sq_psn = c->sq_psn;
+	if (type == IBV_QPT_RC) {
+		a->timeout = c->timeout;
+		a->retry_cnt = c->retry_cnt;
+		a->rnr_retry = c->rnr_retry;
+		a->max_rd_atomic = c->max_rd_atomic;
+		mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+			IBV_QP_MAX_QP_RD_ATOMIC;
+	}
+	return mask;
+}
+
+int svt_qp_to_init(struct ibv_qp *qp, const struct svt_conn *c)
+{
+	struct ibv_qp_attr a;
+	int mask = svt_init_attr(qp->qp_type, c, &a);
+
 	return ibv_modify_qp(qp, &a, mask);
 }
 
 int svt_qp_to_rtr(struct ibv_qp *qp, const struct svt_conn *c,
 		  const union ibv_gid *dgid, uint32_t dest_qpn)
 {
-	struct svt_conn def;
 	struct ibv_qp_attr a;
-	int mask = IBV_QP_STATE;
+	int mask = svt_rtr_attr(qp->qp_type, c, dgid, dest_qpn, &a);
 
-	c = conn_or_default(c, &def, qp->qp_type);
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTR;
-	if (qp->qp_type != IBV_QPT_UD) {
-		svt_ah_attr(&a.ah_attr, dgid, c);
-		a.path_mtu = c->path_mtu;
-		a.dest_qp_num = dest_qpn;
-		a.rq_psn = c->rq_psn;
-		mask |= IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-			IBV_QP_RQ_PSN;
-		if (qp->qp_type == IBV_QPT_RC) {
-			a.max_dest_rd_atomic = c->max_dest_rd_atomic;
-			a.min_rnr_timer = c->min_rnr_timer;
-			mask |= IBV_QP_MAX_DEST_RD_ATOMIC |
-				IBV_QP_MIN_RNR_TIMER;
-		}
-	}
 	return ibv_modify_qp(qp, &a, mask);
 }
 
 int svt_qp_to_rts(struct ibv_qp *qp, const struct svt_conn *c)
 {
-	struct svt_conn def;
 	struct ibv_qp_attr a;
-	int mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
+	int mask = svt_rts_attr(qp->qp_type, c, &a);
 
-	c = conn_or_default(c, &def, qp->qp_type);
-	memset(&a, 0, sizeof(a));
-	a.qp_state = IBV_QPS_RTS;
-	a.sq_psn = c->sq_psn;
-	if (qp->qp_type == IBV_QPT_RC) {
-		a.timeout = c->timeout;
-		a.retry_cnt = c->retry_cnt;
-		a.rnr_retry = c->rnr_retry;
-		a.max_rd_atomic = c->max_rd_atomic;
-		mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-			IBV_QP_MAX_QP_RD_ATOMIC;
-	}
 	return ibv_modify_qp(qp, &a, mask);
 }
 
@@ -443,6 +468,13 @@ void svt_qp_connect(struct ibv_qp *qp, const struct svt_conn *c,
 	if (rc)
 		SVT_FAIL("QP %u RTR->RTS failed: %d (%s)", qp->qp_num, rc,
 			 strerror(rc));
+}
+
+void svt_qp_link(struct ibv_qp *qa, const union ibv_gid *ga, struct ibv_qp *qb,
+		 const union ibv_gid *gb, const struct svt_conn *c)
+{
+	svt_qp_connect(qa, c, gb, qb->qp_num);
+	svt_qp_connect(qb, c, ga, qa->qp_num);
 }
 
 enum ibv_qp_state svt_qp_state(struct ibv_qp *qp)
@@ -480,8 +512,12 @@ static void side_create(struct svt_side *s, const struct svt_pair_opts *o)
 				   &s->gid));
 	s->pd = ibv_alloc_pd(s->ctx);
 	SVT_CHECK_PTR(s->pd);
-	s->send_cq = svt_create_cq(s->ctx, o->cqe, NULL);
-	s->recv_cq = o->separate_cqs ? svt_create_cq(s->ctx, o->cqe, NULL)
+	if (o->comp_channel) {
+		s->channel = ibv_create_comp_channel(s->ctx);
+		SVT_CHECK_PTR(s->channel);
+	}
+	s->send_cq = svt_create_cq(s->ctx, o->cqe, s->channel);
+	s->recv_cq = o->separate_cqs ? svt_create_cq(s->ctx, o->cqe, s->channel)
 				     : s->send_cq;
 	struct svt_qp_init qi = o->qp;
 	qi.type = o->type;
@@ -522,8 +558,7 @@ void svt_pair_create(struct svt_pair *p, enum ibv_qp_type type,
 
 void svt_pair_connect(struct svt_pair *p)
 {
-	svt_qp_connect(p->a.qp, &p->opts.conn, &p->b.gid, p->b.qp->qp_num);
-	svt_qp_connect(p->b.qp, &p->opts.conn, &p->a.gid, p->a.qp->qp_num);
+	svt_qp_link(p->a.qp, &p->a.gid, p->b.qp, &p->b.gid, &p->opts.conn);
 }
 
 static void side_destroy(struct svt_side *s)
@@ -539,6 +574,8 @@ static void side_destroy(struct svt_side *s)
 		SVT_CHECK_OK(ibv_destroy_cq(s->recv_cq));
 	if (s->send_cq)
 		SVT_CHECK_OK(ibv_destroy_cq(s->send_cq));
+	if (s->channel)
+		SVT_CHECK_OK(ibv_destroy_comp_channel(s->channel));
 	if (s->pd)
 		SVT_CHECK_OK(ibv_dealloc_pd(s->pd));
 	if (s->ctx)

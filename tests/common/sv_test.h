@@ -271,7 +271,7 @@ struct ibv_qp *svt_create_qp(struct ibv_pd *pd, struct ibv_cq *send_cq,
  *   port_num 1, pkey_index 0, access LOCAL_WRITE|REMOTE_WRITE|REMOTE_READ|
  *   REMOTE_ATOMIC (UC: without READ/ATOMIC), path_mtu IBV_MTU_4096,
  *   sq_psn 0x1000, rq_psn (= peer's sq_psn) 0x1000, timeout 14, retry_cnt 7,
- *   rnr_retry 7, min_rnr_timer 12, max_rd_atomic 16, max_dest_rd_atomic 16,
+ *   rnr_retry 7, min_rnr_timer 12, max_rd_atomic 4, max_dest_rd_atomic 4,
  *   qkey 0x11111111, sgid_index 0, hop_limit 1.
  * Override any field before calling the transition helpers.
  */
@@ -312,6 +312,19 @@ void svt_ah_attr(struct ibv_ah_attr *ah, const union ibv_gid *dgid,
  *   RTS : STATE|SQ_PSN [+TIMEOUT|RETRY_CNT|RNR_RETRY|MAX_QP_RD_ATOMIC for RC]
  */
 int svt_qp_to_init(struct ibv_qp *qp, const struct svt_conn *c);
+
+/*
+ * The attributes and mask the transitions above use, without calling
+ * ibv_modify_qp (to test variations of the mask). Each returns the mask.
+ * dgid may be NULL for UD.
+ */
+int svt_init_attr(enum ibv_qp_type type, const struct svt_conn *c,
+		  struct ibv_qp_attr *a);
+int svt_rtr_attr(enum ibv_qp_type type, const struct svt_conn *c,
+		 const union ibv_gid *dgid, uint32_t dest_qpn,
+		 struct ibv_qp_attr *a);
+int svt_rts_attr(enum ibv_qp_type type, const struct svt_conn *c,
+		 struct ibv_qp_attr *a);
 int svt_qp_to_rtr(struct ibv_qp *qp, const struct svt_conn *c,
 		  const union ibv_gid *dgid, uint32_t dest_qpn);
 int svt_qp_to_rts(struct ibv_qp *qp, const struct svt_conn *c);
@@ -324,6 +337,13 @@ int svt_qp_to_state(struct ibv_qp *qp, enum ibv_qp_state state);
  */
 void svt_qp_connect(struct ibv_qp *qp, const struct svt_conn *c,
 		    const union ibv_gid *dgid, uint32_t dest_qpn);
+
+/*
+ * Connect two QPs (of the same type) to each other: qa (on the context whose
+ * GID is *ga) <-> qb (GID *gb). c may be NULL (defaults for the type).
+ */
+void svt_qp_link(struct ibv_qp *qa, const union ibv_gid *ga, struct ibv_qp *qb,
+		 const union ibv_gid *gb, const struct svt_conn *c);
 
 /* ibv_query_qp for the current state (fails test on error). */
 enum ibv_qp_state svt_qp_state(struct ibv_qp *qp);
@@ -338,6 +358,7 @@ struct svt_side {
 	struct ibv_pd *pd;
 	union ibv_gid gid;
 	struct ibv_device_attr dev_attr;
+	struct ibv_comp_channel *channel; /* only with opts.comp_channel */
 	struct ibv_cq *send_cq;
 	struct ibv_cq *recv_cq; /* == send_cq unless opts.separate_cqs */
 	struct ibv_qp *qp;
@@ -353,6 +374,7 @@ struct svt_pair_opts {
 	size_t buf_len;            /* per side, default 64 KiB */
 	int cqe;                   /* default 256 */
 	bool separate_cqs;         /* send and recv CQ distinct, default false */
+	bool comp_channel;         /* CQs attached to a new completion channel */
 	unsigned int mr_access;    /* default SVT_ACCESS_ALL */
 	struct svt_qp_init qp;     /* default svt_qp_init_default(type) */
 	struct svt_conn conn;      /* default svt_conn_default(type) */
