@@ -146,12 +146,7 @@ void verbs_init_cq(struct ibv_cq *cq SV_UNUSED, struct ibv_context *context SV_U
 {
 }
 
-int ibv_query_gid_type(struct ibv_context *context SV_UNUSED, uint8_t port_num SV_UNUSED,
-		       unsigned int index SV_UNUSED, int *type SV_UNUSED)
-{
-	unsupported();
-	return -1;
-}
+/* ibv_query_gid_type is real: ibv_devinfo uses it (src/verbs/query.c). */
 
 int ibv_read_ibdev_sysfs_file(char *buf SV_UNUSED, size_t size SV_UNUSED,
 			      struct verbs_sysfs_dev *sysfs_dev SV_UNUSED,

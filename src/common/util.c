@@ -1,0 +1,86 @@
+/* Logging and environment configuration shared by every layer. */
+#include "common/util.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <pthread.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+static int log_level = -1;
+static pthread_once_t log_once = PTHREAD_ONCE_INIT;
+
+static void log_init(void)
+{
+	const char *v = getenv("SOFTVERBS_LOG");
+
+	log_level = SV_LOG_WARN;
+	if (!v)
+		return;
+	if (!strcasecmp(v, "error"))
+		log_level = SV_LOG_ERROR;
+	else if (!strcasecmp(v, "warn"))
+		log_level = SV_LOG_WARN;
+	else if (!strcasecmp(v, "info"))
+		log_level = SV_LOG_INFO;
+	else if (!strcasecmp(v, "debug"))
+		log_level = SV_LOG_DEBUG;
+}
+
+bool sv_log_enabled(enum sv_log_level level)
+{
+	pthread_once(&log_once, log_init);
+	return (int)level <= log_level;
+}
+
+void sv_log(enum sv_log_level level, const char *fmt, ...)
+{
+	static const char *names[] = { "error", "warn", "info", "debug" };
+	char buf[512];
+	va_list ap;
+	int n;
+
+	if (!sv_log_enabled(level))
+		return;
+	n = snprintf(buf, sizeof(buf), "softverbs[%d] %s: ", (int)getpid(),
+		     names[level]);
+	va_start(ap, fmt);
+	vsnprintf(buf + n, sizeof(buf) - (size_t)n, fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "%s\n", buf);
+}
+
+uint32_t sv_random_u32(void)
+{
+	uint32_t v;
+
+	if (getrandom(&v, sizeof(v), 0) == (ssize_t)sizeof(v))
+		return v;
+	return (uint32_t)sv_now_ns() * 2654435761u;
+}
+
+const char *sv_env_str(const char *name, const char *dflt)
+{
+	const char *v = getenv(name);
+
+	return (v && *v) ? v : dflt;
+}
+
+long sv_env_long(const char *name, long dflt)
+{
+	const char *v = getenv(name);
+	char *end;
+	long r;
+
+	if (!v || !*v)
+		return dflt;
+	r = strtol(v, &end, 0);
+	if (*end) {
+		sv_warn("ignoring %s=%s: not a number", name, v);
+		return dflt;
+	}
+	return r;
+}

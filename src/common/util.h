@@ -1,0 +1,88 @@
+/* Small shared helpers: logging, time, containers, PSN arithmetic. */
+#ifndef SV_UTIL_H
+#define SV_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+#include <time.h>
+
+#define SV_CONTAINER_OF(ptr, type, member) \
+	((type *)((char *)(ptr) - offsetof(type, member)))
+#define SV_MIN(a, b) ((a) < (b) ? (a) : (b))
+#define SV_MAX(a, b) ((a) > (b) ? (a) : (b))
+#define SV_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
+
+enum sv_log_level { SV_LOG_ERROR, SV_LOG_WARN, SV_LOG_INFO, SV_LOG_DEBUG };
+
+void sv_log(enum sv_log_level level, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+bool sv_log_enabled(enum sv_log_level level);
+
+#define sv_err(...) sv_log(SV_LOG_ERROR, __VA_ARGS__)
+#define sv_warn(...) sv_log(SV_LOG_WARN, __VA_ARGS__)
+#define sv_info(...) sv_log(SV_LOG_INFO, __VA_ARGS__)
+#define sv_dbg(...)                                   \
+	do {                                          \
+		if (sv_log_enabled(SV_LOG_DEBUG))     \
+			sv_log(SV_LOG_DEBUG, __VA_ARGS__); \
+	} while (0)
+
+static inline uint64_t sv_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* PSNs are 24-bit sequence numbers that wrap; compare them as such. */
+#define SV_PSN_MASK 0xffffffu
+static inline uint32_t sv_psn_add(uint32_t psn, uint32_t n)
+{
+	return (psn + n) & SV_PSN_MASK;
+}
+/* <0 if a is before b, 0 if equal, >0 if after (within half the space). */
+static inline int32_t sv_psn_cmp(uint32_t a, uint32_t b)
+{
+	return (int32_t)((a - b) << 8);
+}
+
+/* A random 32-bit value from getrandom(); never fails (falls back to time). */
+uint32_t sv_random_u32(void);
+
+/* Configuration from the environment (documented in README.md). */
+const char *sv_env_str(const char *name, const char *dflt);
+long sv_env_long(const char *name, long dflt);
+
+/* Intrusive doubly-linked list. */
+struct sv_list {
+	struct sv_list *next, *prev;
+};
+static inline void sv_list_init(struct sv_list *l)
+{
+	l->next = l->prev = l;
+}
+static inline bool sv_list_empty(const struct sv_list *l)
+{
+	return l->next == l;
+}
+static inline void sv_list_add_tail(struct sv_list *head, struct sv_list *n)
+{
+	n->prev = head->prev;
+	n->next = head;
+	head->prev->next = n;
+	head->prev = n;
+}
+static inline void sv_list_del(struct sv_list *n)
+{
+	n->prev->next = n->next;
+	n->next->prev = n->prev;
+	n->next = n->prev = n;
+}
+static inline bool sv_list_linked(const struct sv_list *n)
+{
+	return n->next != n;
+}
+
+#endif

@@ -1,0 +1,175 @@
+/*
+ * Completer: consumes what a responder sends back on an RC QP — ACKs, NAKs,
+ * RNR NAKs, READ responses and atomic acknowledgements — and turns them into
+ * finished WQEs, which the requester retires into completions in order.
+ * Runs in the engine thread with qp->lock held.
+ */
+#include "engine/engine.h"
+#include "engine/dma.h"
+
+#include <arpa/inet.h>
+#include <string.h>
+
+static bool is_rd_atomic(enum ibv_wr_opcode op)
+{
+	return op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP ||
+	       op == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
+
+/*
+ * Responses arrive in order, so a response for `psn` implicitly acknowledges
+ * every SEND/WRITE before it.  Returns the first unfinished WQE at or after
+ * psn's message, or NULL.
+ */
+static struct sv_send_wqe *ack_before(struct sv_qp *qp, uint32_t psn, bool inclusive)
+{
+	struct sv_sq *sq = &qp->sq;
+
+	for (uint32_t i = sq->head; i != sq->next; i++) {
+		struct sv_send_wqe *w = &sq->wqe[i & (sq->size - 1)];
+		int32_t c;
+
+		if (w->state == SV_WQE_DONE)
+			continue;
+		if (w->state != SV_WQE_SENT)
+			return NULL;
+		c = sv_psn_cmp(w->last_psn, psn);
+		if (c > 0 || (c == 0 && !inclusive) || is_rd_atomic(w->wr.opcode))
+			return w;
+		w->state = SV_WQE_DONE;
+		w->status = IBV_WC_SUCCESS;
+	}
+	return NULL;
+}
+
+static void progress_made(struct sv_qp *qp)
+{
+	struct sv_sq *sq = &qp->sq;
+	bool outstanding = false;
+
+	qp->retries_left = qp->attr.retry_cnt;
+	qp->rnr_retries_left = qp->attr.rnr_retry;
+	for (uint32_t i = sq->head; i != sq->next && !outstanding; i++)
+		outstanding = sq->wqe[i & (sq->size - 1)].state == SV_WQE_SENT;
+	if (!outstanding) {
+		__atomic_store_n(&qp->ack_deadline, 0, __ATOMIC_RELAXED);
+	} else {
+		uint64_t t = qp->attr.timeout ? sv_timeout_ns(qp->attr.timeout) : 1000000000ull;
+
+		__atomic_store_n(&qp->ack_deadline, sv_now_ns() + SV_MAX(t, 1000000ull),
+				 __ATOMIC_RELAXED);
+	}
+}
+
+static void finish(struct sv_qp *qp, struct sv_send_wqe *w, enum ibv_wc_status st)
+{
+	if (is_rd_atomic(w->wr.opcode) && qp->sq.rd_atomic_inflight)
+		qp->sq.rd_atomic_inflight--;
+	w->state = SV_WQE_DONE;
+	w->status = st;
+}
+
+static enum ibv_wc_status nak_status(uint8_t code)
+{
+	switch (code) {
+	case SV_NAK_INV_REQ:
+		return IBV_WC_REM_INV_REQ_ERR;
+	case SV_NAK_REM_ACCESS:
+		return IBV_WC_REM_ACCESS_ERR;
+	case SV_NAK_REM_OP:
+		return IBV_WC_REM_OP_ERR;
+	default:
+		return IBV_WC_BAD_RESP_ERR;
+	}
+}
+
+static void on_rnr_nak(struct sv_qp *qp, struct sv_send_wqe *w, uint32_t psn, uint8_t timer)
+{
+	if (qp->attr.rnr_retry != 7 && qp->rnr_retries_left == 0) {
+		finish(qp, w, IBV_WC_RNR_RETRY_EXC_ERR);
+		return;
+	}
+	if (qp->attr.rnr_retry != 7)
+		qp->rnr_retries_left--;
+	sv_requester_rewind(qp, psn);
+	/* the responder's timer code says how long to back off */
+	__atomic_store_n(&qp->rnr_until, sv_now_ns() + sv_rnr_timer_ns(timer), __ATOMIC_RELAXED);
+	__atomic_store_n(&qp->ack_deadline, 0, __ATOMIC_RELAXED);
+}
+
+void sv_completer_rx(struct sv_qp *qp, const struct sv_opcode_info *op, uint8_t *pkt, size_t len)
+{
+	const struct sv_bth *bth = (const void *)pkt;
+	uint32_t psn = ntohl(bth->psn) & SV_PSN_MASK;
+	uint8_t low = bth->opcode & 0x1f;
+	uint8_t syn = 0;
+	struct sv_send_wqe *w;
+
+	if (qp->ex.qp_base.qp_type != IBV_QPT_RC || (bth->opcode & 0xe0) != SV_OP_RC)
+		return;
+	if (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_SQD && qp->state != IBV_QPS_SQE)
+		return;
+	if (op->off_aeth) {
+		const struct sv_aeth *a = (const void *)(pkt + op->off_aeth);
+
+		syn = (uint8_t)(ntohl(a->syn_msn) >> 24);
+	}
+
+	if (low == SV_OP_ACK && (syn & SV_AETH_TYPE_MASK) != SV_AETH_ACK) {
+		/* a NAK names the PSN it refused; everything before it is done */
+		w = ack_before(qp, psn, false);
+		if (!w || sv_psn_cmp(w->first_psn, psn) > 0)
+			goto out; /* stale */
+		if ((syn & SV_AETH_TYPE_MASK) == SV_AETH_RNR_NAK)
+			on_rnr_nak(qp, w, psn, syn & 0x1f);
+		else if ((syn & SV_AETH_TYPE_MASK) == SV_AETH_NAK)
+			finish(qp, w, nak_status(syn & 0x1f));
+		progress_made(qp);
+		goto out;
+	}
+	if (low == SV_OP_ACK) {
+		ack_before(qp, psn, true);
+		progress_made(qp);
+		goto out;
+	}
+
+	w = ack_before(qp, psn, false);
+	if (!w || sv_psn_cmp(w->first_psn, psn) > 0 || sv_psn_cmp(w->last_psn, psn) < 0)
+		goto out; /* duplicate or stale response */
+
+	if (op->mask & SV_OPF_RDRESP) {
+		uint32_t k = (psn - w->first_psn) & SV_PSN_MASK;
+		uint64_t off = (uint64_t)k * qp->mtu;
+		uint32_t plen = (uint32_t)(len - op->hdr_len);
+
+		if (w->wr.opcode != IBV_WR_RDMA_READ || off + plen > w->length) {
+			finish(qp, w, IBV_WC_BAD_RESP_ERR);
+		} else {
+			enum sv_mem_err e = sv_sgl_copy_in(qp->ctx, qp->pd, w->sge, w->num_sge, off,
+							   pkt + op->hdr_len, plen);
+			if (e)
+				finish(qp, w, IBV_WC_LOC_PROT_ERR);
+			else if (op->mask & SV_OPF_LAST)
+				finish(qp, w, IBV_WC_SUCCESS);
+		}
+	} else if (low == SV_OP_ATOMIC_ACK) {
+		const struct sv_atmack *a = (const void *)(pkt + op->off_atmack);
+		uint64_t orig = be64toh(a->orig);
+
+		if (w->wr.opcode != IBV_WR_ATOMIC_CMP_AND_SWP &&
+		    w->wr.opcode != IBV_WR_ATOMIC_FETCH_AND_ADD) {
+			finish(qp, w, IBV_WC_BAD_RESP_ERR);
+		} else {
+			/* the original value lands in the WQE's (8-byte) local buffer */
+			enum sv_mem_err e = sv_sgl_copy_in(qp->ctx, qp->pd, w->sge, w->num_sge, 0,
+							   &orig, sizeof(orig));
+			finish(qp, w, e ? IBV_WC_LOC_PROT_ERR : IBV_WC_SUCCESS);
+		}
+	}
+	progress_made(qp);
+out:
+	sv_engine_timer_update(qp->ctx->eng, qp);
+	sv_requester_retire(qp);
+	if (qp->state == IBV_QPS_RTS)
+		sv_requester_run(qp); /* fences and the READ limit may have opened */
+}

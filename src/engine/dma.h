@@ -1,0 +1,35 @@
+/*
+ * Data movement between scatter/gather lists and packets.  Every byte that
+ * crosses an SGE goes through sv_mr_translate(), so key, PD, bounds and
+ * access flags are checked on every access, local or remote.
+ */
+#ifndef SV_DMA_H
+#define SV_DMA_H
+
+#include "verbs/objects.h"
+#include <sys/uio.h>
+
+/* Map an IBV_WC-style failure of a local SGE access. */
+enum ibv_wc_status sv_mem_err_to_local_status(enum sv_mem_err e);
+
+/* Check every SGE of a list (key, PD, bounds, access) without moving data. */
+enum sv_mem_err sv_sgl_check(struct sv_context *ctx, struct sv_pd *pd, const struct ibv_sge *sge,
+			     uint32_t nsge, unsigned int access);
+
+/*
+ * Describe bytes [off, off+len) of an SGE list as iovecs into local memory
+ * (the MR read lock must be held while they are used).  Returns the number
+ * of iovecs, or -1 with *err set.
+ */
+int sv_sgl_iov(struct sv_context *ctx, struct sv_pd *pd, const struct ibv_sge *sge, uint32_t nsge,
+	       uint64_t off, uint64_t len, unsigned int access, struct iovec *iov, int maxiov,
+	       enum sv_mem_err *err);
+
+/* Copy len bytes from src into an SGE list at byte offset off. */
+enum sv_mem_err sv_sgl_copy_in(struct sv_context *ctx, struct sv_pd *pd, const struct ibv_sge *sge,
+			       uint32_t nsge, uint64_t off, const void *src, uint64_t len);
+
+/* Total length of an SGE list. */
+uint64_t sv_sgl_len(const struct ibv_sge *sge, uint32_t nsge);
+
+#endif

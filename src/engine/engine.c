@@ -1,0 +1,579 @@
+/*
+ * The engine thread of one context: accepts connections, reads frames and
+ * dispatches them to the responder or completer, flushes output queues, runs
+ * deferred requester work and fires timers.  It sleeps in epoll_wait when
+ * there is nothing to do, so an idle context costs no CPU, and it serves
+ * one-sided operations without the application calling into the library.
+ */
+#include "engine/engine.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define RXBUF_CAP (256u << 10)
+
+/* epoll tags for the non-connection fds */
+static int tag_listen, tag_wake;
+
+static void conn_fail(struct sv_conn *conn);
+
+static struct sv_conn *conn_new(struct sv_engine *eng, int fd, bool outgoing)
+{
+	struct sv_conn *c = calloc(1, sizeof(*c));
+
+	if (!c)
+		return NULL;
+	c->rxbuf = malloc(RXBUF_CAP);
+	if (!c->rxbuf) {
+		free(c);
+		return NULL;
+	}
+	c->rx_cap = RXBUF_CAP;
+	c->eng = eng;
+	c->ops = &sv_tcp_ops;
+	c->fd = fd;
+	c->outgoing = outgoing;
+	atomic_init(&c->refcnt, 1); /* the engine's list reference */
+	atomic_init(&c->state, outgoing ? SV_CONN_CONNECTING : SV_CONN_UP);
+	pthread_mutex_init(&c->tx_lock, NULL);
+	sv_list_init(&c->link);
+	sv_list_init(&c->tx_waiters);
+	return c;
+}
+
+static int conn_arm(struct sv_conn *c, bool out)
+{
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP | (out ? EPOLLOUT : 0),
+				  .data.ptr = c };
+
+	return epoll_ctl(c->eng->epfd, EPOLL_CTL_MOD, c->fd, &ev);
+}
+
+static int conn_register(struct sv_engine *eng, struct sv_conn *c)
+{
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP | EPOLLOUT, .data.ptr = c };
+	struct sv_hello h = { .magic = htonl(SV_WIRE_MAGIC), .version = htons(SV_WIRE_VERSION) };
+	struct iovec iov = { &h, sizeof(h) };
+	int err;
+
+	memcpy(h.gid, eng->ctx->gid.raw, 16);
+	/* the HELLO goes first; EPOLLOUT is armed below, so it is only queued */
+	c->want_out = true;
+	err = sv_conn_send(c, &iov, 1);
+	if (err)
+		return err;
+	if (epoll_ctl(eng->epfd, EPOLL_CTL_ADD, c->fd, &ev))
+		return -errno;
+	pthread_mutex_lock(&eng->lock);
+	sv_list_add_tail(&eng->conns, &c->link);
+	pthread_mutex_unlock(&eng->lock);
+	return 0;
+}
+
+struct sv_conn *sv_engine_conn_to(struct sv_engine *eng, const struct sv_endpoint_addr *peer)
+{
+	struct sv_conn *c;
+	struct sv_list *l;
+
+	pthread_mutex_lock(&eng->lock);
+	for (l = eng->conns.next; l != &eng->conns; l = l->next) {
+		c = SV_CONTAINER_OF(l, struct sv_conn, link);
+		if (c->outgoing && atomic_load(&c->state) != SV_CONN_DEAD &&
+		    c->peer.ip.s_addr == peer->ip.s_addr && c->peer.port == peer->port) {
+			sv_conn_get(c);
+			pthread_mutex_unlock(&eng->lock);
+			return c;
+		}
+	}
+	pthread_mutex_unlock(&eng->lock);
+
+	c = conn_new(eng, -1, true);
+	if (!c)
+		return NULL;
+	c->peer = *peer;
+	if (c->ops->connect(c) || conn_register(eng, c)) {
+		/* an unreachable peer behaves like a dead link: packets vanish and
+		 * the requester's retry timer turns that into RETRY_EXC_ERR */
+		sv_dbg("connect to %s:%u failed", inet_ntoa(peer->ip), peer->port);
+		atomic_store(&c->state, SV_CONN_DEAD);
+		c->ops->close(c);
+		return c; /* only the caller's reference */
+	}
+	sv_conn_get(c); /* the caller's, beside the engine list's */
+	return c;
+}
+
+void sv_engine_want_output(struct sv_conn *conn)
+{
+	if (conn->fd >= 0)
+		conn_arm(conn, true);
+}
+
+static void wake(struct sv_engine *eng)
+{
+	uint64_t one = 1;
+	ssize_t r = write(eng->wake_fd, &one, sizeof(one));
+
+	(void)r;
+}
+
+void sv_engine_schedule(struct sv_engine *eng, struct sv_qp *qp)
+{
+	bool kick = false;
+
+	pthread_mutex_lock(&eng->lock);
+	if (!sv_list_linked(&qp->run_link) && !qp->destroyed) {
+		atomic_fetch_add(&qp->refcnt, 1);
+		sv_list_add_tail(&eng->run_qps, &qp->run_link);
+		kick = true;
+	}
+	pthread_mutex_unlock(&eng->lock);
+	if (kick)
+		wake(eng);
+}
+
+void sv_engine_timer_update(struct sv_engine *eng, struct sv_qp *qp)
+{
+	bool armed = qp->rnr_until || qp->ack_deadline;
+	bool kick = false;
+
+	pthread_mutex_lock(&eng->lock);
+	if (armed && !sv_list_linked(&qp->timer_link) && !qp->destroyed) {
+		sv_list_add_tail(&eng->timer_qps, &qp->timer_link);
+		kick = true; /* the engine may be sleeping without a deadline */
+	} else if (!armed && sv_list_linked(&qp->timer_link)) {
+		sv_list_del(&qp->timer_link);
+	}
+	pthread_mutex_unlock(&eng->lock);
+	if (kick)
+		wake(eng);
+}
+
+void sv_engine_forget_qp(struct sv_engine *eng, struct sv_qp *qp)
+{
+	pthread_mutex_lock(&eng->lock);
+	if (sv_list_linked(&qp->timer_link))
+		sv_list_del(&qp->timer_link);
+	if (sv_list_linked(&qp->run_link)) {
+		sv_list_del(&qp->run_link);
+		atomic_fetch_sub(&qp->refcnt, 1);
+	}
+	pthread_mutex_unlock(&eng->lock);
+	if (qp->conn) {
+		pthread_mutex_lock(&qp->conn->tx_lock);
+		if (sv_list_linked(&qp->txwait_link))
+			sv_list_del(&qp->txwait_link);
+		pthread_mutex_unlock(&qp->conn->tx_lock);
+	}
+}
+
+/* A connection broke or misbehaved: it is gone for good (engine thread). */
+static void conn_fail(struct sv_conn *conn)
+{
+	struct sv_engine *eng = conn->eng;
+	struct sv_list waiters;
+
+	atomic_store(&conn->state, SV_CONN_DEAD);
+	if (conn->fd >= 0)
+		epoll_ctl(eng->epfd, EPOLL_CTL_DEL, conn->fd, NULL);
+	pthread_mutex_lock(&conn->tx_lock);
+	conn->ops->close(conn);
+	sv_list_init(&waiters);
+	/* blocked QPs must not wait for room that never comes: rerun them */
+	while (!sv_list_empty(&conn->tx_waiters)) {
+		struct sv_qp *qp = SV_CONTAINER_OF(conn->tx_waiters.next, struct sv_qp, txwait_link);
+
+		sv_list_del(&qp->txwait_link);
+		sv_engine_schedule(eng, qp);
+	}
+	pthread_mutex_unlock(&conn->tx_lock);
+	pthread_mutex_lock(&eng->lock);
+	if (sv_list_linked(&conn->link)) {
+		sv_list_del(&conn->link);
+		pthread_mutex_unlock(&eng->lock);
+		sv_conn_put(conn); /* the list's reference */
+		return;
+	}
+	pthread_mutex_unlock(&eng->lock);
+}
+
+void sv_engine_conn_failed(struct sv_conn *conn)
+{
+	conn_fail(conn);
+}
+
+/* Engine thread: write queued output; wake QPs waiting for room. */
+static void conn_flush(struct sv_conn *c)
+{
+	struct iovec v[16];
+	int n;
+	ssize_t w;
+
+	pthread_mutex_lock(&c->tx_lock);
+	for (;;) {
+		struct sv_txbuf *b = c->txq_head;
+
+		n = 0;
+		for (; b && n < 16; b = b->next, n++) {
+			v[n].iov_base = b->data + b->off;
+			v[n].iov_len = b->len - b->off;
+		}
+		if (!n)
+			break;
+		w = c->ops->writev(c, v, n);
+		if (w < 0) {
+			pthread_mutex_unlock(&c->tx_lock);
+			conn_fail(c);
+			return;
+		}
+		if (w == 0)
+			break;
+		while (w > 0) {
+			b = c->txq_head;
+			size_t left = b->len - b->off;
+
+			if ((size_t)w >= left) {
+				w -= (ssize_t)left;
+				c->txq_head = b->next;
+				if (!c->txq_head)
+					c->txq_tail = NULL;
+				__atomic_store_n(&c->txq_bytes, c->txq_bytes - left, __ATOMIC_RELAXED);
+				free(b);
+			} else {
+				b->off += (size_t)w;
+				__atomic_store_n(&c->txq_bytes, c->txq_bytes - (size_t)w,
+						 __ATOMIC_RELAXED);
+				w = 0;
+			}
+		}
+	}
+	if (!c->txq_head && c->want_out) {
+		c->want_out = false;
+		conn_arm(c, false);
+	}
+	if (!sv_conn_congested(c)) {
+		while (!sv_list_empty(&c->tx_waiters)) {
+			struct sv_qp *qp =
+				SV_CONTAINER_OF(c->tx_waiters.next, struct sv_qp, txwait_link);
+
+			sv_list_del(&qp->txwait_link);
+			sv_engine_schedule(c->eng, qp);
+		}
+	}
+	pthread_mutex_unlock(&c->tx_lock);
+}
+
+static bool handle_hello(struct sv_conn *c, const uint8_t *f, size_t len)
+{
+	const struct sv_hello *h = (const void *)f;
+	union ibv_gid gid;
+
+	if (len != sizeof(*h) || ntohl(h->magic) != SV_WIRE_MAGIC ||
+	    ntohs(h->version) != SV_WIRE_VERSION) {
+		sv_warn("peer speaks another protocol (or version); closing connection");
+		return false;
+	}
+	memcpy(gid.raw, h->gid, 16);
+	memcpy(c->peer_gid, h->gid, 16);
+	if (!c->outgoing)
+		sv_gid_decode(&gid, &c->peer);
+	c->hello_seen = true;
+	return true;
+}
+
+void sv_engine_rx_frame(struct sv_conn *conn, uint8_t *f, size_t len)
+{
+	struct sv_context *ctx = conn->eng->ctx;
+	const struct sv_opcode_info *op;
+	const struct sv_bth *bth = (const void *)f;
+	struct sv_qp *qp;
+
+	if (!conn->hello_seen) {
+		if (!handle_hello(conn, f, len))
+			conn_fail(conn);
+		return;
+	}
+	if (len < sizeof(*bth) || !(op = sv_opcode_info(bth->opcode)) || len < op->hdr_len) {
+		sv_warn("malformed packet (len %zu); closing connection", len);
+		conn_fail(conn);
+		return;
+	}
+	qp = sv_qp_lookup(ctx, ntohl(bth->dqpn) & SV_PSN_MASK);
+	if (!qp)
+		return; /* no such QP: dropped, as a NIC drops it */
+	pthread_mutex_lock(&qp->lock);
+	if (op->mask & SV_OPF_REQUEST)
+		sv_responder_rx(qp, conn, op, f, len);
+	else
+		sv_completer_rx(qp, op, f, len);
+	pthread_mutex_unlock(&qp->lock);
+	sv_qp_put(qp);
+}
+
+/* Engine thread: read and dispatch what a connection has. */
+static void conn_input(struct sv_conn *c)
+{
+	for (int rounds = 0; rounds < 8; rounds++) {
+		ssize_t n = c->ops->read(c, c->rxbuf + c->rx_len, c->rx_cap - c->rx_len);
+		size_t off = 0;
+
+		if (n == 0 || (n < 0 && n != -EAGAIN && n != -EWOULDBLOCK && n != -EINTR)) {
+			conn_fail(c);
+			return;
+		}
+		if (n < 0)
+			return;
+		c->rx_len += (size_t)n;
+		while (c->rx_len - off >= 4) {
+			uint32_t flen;
+
+			memcpy(&flen, c->rxbuf + off, 4);
+			flen = ntohl(flen);
+			if (flen > SV_MAX_FRAME_LEN || flen == 0) {
+				sv_warn("bad frame length %u; closing connection", flen);
+				conn_fail(c);
+				return;
+			}
+			if (c->rx_len - off - 4 < flen)
+				break;
+			sv_engine_rx_frame(c, c->rxbuf + off + 4, flen);
+			if (atomic_load(&c->state) == SV_CONN_DEAD)
+				return;
+			off += 4 + flen;
+		}
+		memmove(c->rxbuf, c->rxbuf + off, c->rx_len - off);
+		c->rx_len -= off;
+		if ((size_t)n < c->rx_cap / 2)
+			return; /* drained for now */
+	}
+}
+
+static void conn_event(struct sv_conn *c, uint32_t events)
+{
+	if (atomic_load(&c->state) == SV_CONN_DEAD)
+		return;
+	if (atomic_load(&c->state) == SV_CONN_CONNECTING && (events & (EPOLLOUT | EPOLLERR | EPOLLHUP))) {
+		int err = 0;
+		socklen_t l = sizeof(err);
+
+		if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &l) || err) {
+			conn_fail(c);
+			return;
+		}
+		atomic_store(&c->state, SV_CONN_UP);
+	}
+	if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+		conn_input(c);
+		if (atomic_load(&c->state) == SV_CONN_DEAD)
+			return;
+	}
+	if (events & EPOLLOUT)
+		conn_flush(c);
+}
+
+static void accept_all(struct sv_engine *eng)
+{
+	for (;;) {
+		int fd = sv_tcp_accept(eng->listen_fd);
+		struct sv_conn *c;
+
+		if (fd < 0)
+			return;
+		c = conn_new(eng, fd, false);
+		if (!c) {
+			close(fd);
+			continue;
+		}
+		if (conn_register(eng, c))
+			sv_conn_put(c); /* closes fd */
+	}
+}
+
+static void run_deferred(struct sv_engine *eng)
+{
+	for (;;) {
+		struct sv_qp *qp;
+
+		pthread_mutex_lock(&eng->lock);
+		if (sv_list_empty(&eng->run_qps)) {
+			pthread_mutex_unlock(&eng->lock);
+			return;
+		}
+		qp = SV_CONTAINER_OF(eng->run_qps.next, struct sv_qp, run_link);
+		sv_list_del(&qp->run_link);
+		pthread_mutex_unlock(&eng->lock);
+		pthread_mutex_lock(&qp->lock);
+		if (!qp->destroyed)
+			sv_requester_run(qp);
+		pthread_mutex_unlock(&qp->lock);
+		sv_qp_put(qp);
+	}
+}
+
+/* Fire due timers; returns ms until the next one (-1: none). */
+static int run_timers(struct sv_engine *eng)
+{
+	uint64_t now = sv_now_ns(), next = UINT64_MAX;
+	struct sv_qp *due[64];
+	int ndue = 0;
+	struct sv_list *l;
+
+	pthread_mutex_lock(&eng->lock);
+	for (l = eng->timer_qps.next; l != &eng->timer_qps; l = l->next) {
+		struct sv_qp *qp = SV_CONTAINER_OF(l, struct sv_qp, timer_link);
+		uint64_t r = __atomic_load_n(&qp->rnr_until, __ATOMIC_RELAXED);
+		uint64_t a = __atomic_load_n(&qp->ack_deadline, __ATOMIC_RELAXED);
+		uint64_t d = (r && (!a || r < a)) ? r : a;
+
+		if (d && d <= now && ndue < (int)SV_ARRAY_SIZE(due)) {
+			atomic_fetch_add(&qp->refcnt, 1);
+			due[ndue++] = qp;
+		} else if (d && d < next) {
+			next = d;
+		}
+	}
+	pthread_mutex_unlock(&eng->lock);
+	for (int i = 0; i < ndue; i++) {
+		pthread_mutex_lock(&due[i]->lock);
+		if (!due[i]->destroyed)
+			sv_requester_timeout(due[i], now);
+		pthread_mutex_unlock(&due[i]->lock);
+		sv_qp_put(due[i]);
+	}
+	if (ndue)
+		return 0; /* recompute promptly */
+	if (next == UINT64_MAX)
+		return -1;
+	return (int)((next - now) / 1000000u) + 1;
+}
+
+static void *engine_main(void *arg)
+{
+	struct sv_engine *eng = arg;
+	struct epoll_event evs[64];
+	int timeout = -1;
+
+	while (!atomic_load(&eng->stop)) {
+		int n = epoll_wait(eng->epfd, evs, 64, timeout);
+
+		for (int i = 0; i < n; i++) {
+			void *p = evs[i].data.ptr;
+
+			if (p == &tag_wake) {
+				uint64_t v;
+				ssize_t r = read(eng->wake_fd, &v, sizeof(v));
+
+				(void)r;
+			} else if (p == &tag_listen) {
+				accept_all(eng);
+			} else {
+				struct sv_conn *c = p;
+
+				/* keep c alive even if it fails while we handle it */
+				sv_conn_get(c);
+				conn_event(c, evs[i].events);
+				sv_conn_put(c);
+			}
+		}
+		run_deferred(eng);
+		timeout = run_timers(eng);
+	}
+	return NULL;
+}
+
+int sv_engine_start(struct sv_context *ctx, struct in_addr ip)
+{
+	struct sv_engine *eng = calloc(1, sizeof(*eng));
+	struct epoll_event ev = { .events = EPOLLIN };
+	int fd, err;
+
+	if (!eng)
+		return ENOMEM;
+	eng->ctx = ctx;
+	eng->listen_fd = eng->wake_fd = eng->epfd = -1;
+	pthread_mutex_init(&eng->lock, NULL);
+	sv_list_init(&eng->conns);
+	sv_list_init(&eng->timer_qps);
+	sv_list_init(&eng->run_qps);
+	ctx->eng = eng;
+
+	eng->epfd = epoll_create1(EPOLL_CLOEXEC);
+	eng->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+	if (eng->epfd < 0 || eng->wake_fd < 0)
+		goto fail_errno;
+	fd = sv_tcp_listen(ip, &eng->port);
+	if (fd < 0) {
+		err = -fd;
+		sv_err("cannot listen on %s: %s", inet_ntoa(ip), strerror(err));
+		goto fail;
+	}
+	eng->listen_fd = fd;
+	ev.data.ptr = &tag_listen;
+	if (epoll_ctl(eng->epfd, EPOLL_CTL_ADD, eng->listen_fd, &ev))
+		goto fail_errno;
+	ev.data.ptr = &tag_wake;
+	if (epoll_ctl(eng->epfd, EPOLL_CTL_ADD, eng->wake_fd, &ev))
+		goto fail_errno;
+	sv_gid_encode(&ctx->gid, ip, eng->port);
+	err = pthread_create(&eng->thread, NULL, engine_main, eng);
+	if (err)
+		goto fail;
+	eng->thread_started = true;
+	return 0;
+
+fail_errno:
+	err = errno;
+fail:
+	sv_engine_stop(eng);
+	ctx->eng = NULL;
+	return err;
+}
+
+void sv_engine_stop(struct sv_engine *eng)
+{
+	if (!eng)
+		return;
+	atomic_store(&eng->stop, true);
+	if (eng->thread_started) {
+		wake(eng);
+		pthread_join(eng->thread, NULL);
+	}
+	while (!sv_list_empty(&eng->conns)) {
+		struct sv_conn *c = SV_CONTAINER_OF(eng->conns.next, struct sv_conn, link);
+
+		conn_fail(c);
+	}
+	if (eng->listen_fd >= 0)
+		close(eng->listen_fd);
+	if (eng->wake_fd >= 0)
+		close(eng->wake_fd);
+	if (eng->epfd >= 0)
+		close(eng->epfd);
+	pthread_mutex_destroy(&eng->lock);
+	free(eng);
+}
+
+/* ---- IBA timer encodings ---- */
+
+uint64_t sv_rnr_timer_ns(uint8_t code)
+{
+	/* microseconds for codes 0..31 (code 0 is the longest: 655.36 ms) */
+	static const uint32_t us[32] = {
+		655360, 10, 20, 30, 40, 60, 80, 120, 160, 240, 320, 480, 640, 960, 1280, 1920,
+		2560, 3840, 5120, 7680, 10240, 15360, 20480, 30720, 40960, 61440, 81920,
+		122880, 163840, 245760, 327680, 491520,
+	};
+	return (uint64_t)us[code & 31] * 1000u;
+}
+
+uint64_t sv_timeout_ns(uint8_t code)
+{
+	/* 4.096 us * 2^code; code 0 means "wait forever" (caller handles) */
+	return 4096ull << (code & 31);
+}

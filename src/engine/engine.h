@@ -1,0 +1,80 @@
+/*
+ * The software HCA of one context.  One engine thread per context waits on
+ * the context's listener and connections; it runs the responder (executes
+ * incoming requests against local memory) and the completer (turns ACKs and
+ * responses into completions), and drives timers (RNR back-off, transport
+ * retries).  The requester (turns send WQEs into packets) runs in whichever
+ * thread has work for it: the posting thread first, for latency, and the
+ * engine thread when a connection drains or a timer fires.
+ */
+#ifndef SV_ENGINE_H
+#define SV_ENGINE_H
+
+#include "verbs/objects.h"
+#include "engine/wire.h"
+#include "engine/opcode.h"
+
+struct sv_engine {
+	struct sv_context *ctx;
+	pthread_t thread;
+	bool thread_started;
+	int epfd;
+	int listen_fd;
+	int wake_fd; /* eventfd: doorbell */
+	uint16_t port;
+	atomic_bool stop;
+
+	pthread_mutex_t lock;      /* conns, timer_qps, run_qps */
+	struct sv_list conns;
+	struct sv_list timer_qps;
+	struct sv_list run_qps;
+};
+
+int sv_engine_start(struct sv_context *ctx, struct in_addr ip);
+void sv_engine_stop(struct sv_engine *eng);
+
+/* The (shared) outgoing connection to a peer endpoint, created on demand. */
+struct sv_conn *sv_engine_conn_to(struct sv_engine *eng, const struct sv_endpoint_addr *peer);
+/* Ask the engine thread to run the requester of qp (qp->lock held or not). */
+void sv_engine_schedule(struct sv_engine *eng, struct sv_qp *qp);
+/* qp->lock held: (re)arm or clear the QP's timers in the engine's list. */
+void sv_engine_timer_update(struct sv_engine *eng, struct sv_qp *qp);
+/* Forget a QP (destroy): removes it from timer/run/wait lists. */
+void sv_engine_forget_qp(struct sv_engine *eng, struct sv_qp *qp);
+
+/* Transport upcalls (engine thread). */
+void sv_engine_rx_frame(struct sv_conn *conn, uint8_t *frame, size_t len);
+void sv_engine_conn_failed(struct sv_conn *conn);
+/* Any thread, tx_lock held: the engine should flush conn when it has room. */
+void sv_engine_want_output(struct sv_conn *conn);
+
+/* ---- roles ---- */
+/* qp->lock held: send what the send queue and limits allow. */
+void sv_requester_run(struct sv_qp *qp);
+/* qp->lock held: rewind to the oldest unacked WQE (retry / RNR). */
+void sv_requester_rewind(struct sv_qp *qp, uint32_t to_psn);
+/* qp->lock held: complete and retire finished WQEs in order. */
+void sv_requester_retire(struct sv_qp *qp);
+/* qp->lock held: a timer of this QP expired. */
+void sv_requester_timeout(struct sv_qp *qp, uint64_t now);
+
+/* engine thread, qp->lock held: an incoming request packet */
+void sv_responder_rx(struct sv_qp *qp, struct sv_conn *conn,
+		     const struct sv_opcode_info *op, uint8_t *pkt, size_t len);
+/* UD requests name no QP context on the connection beyond dqpn. */
+/* engine thread, qp->lock held: an incoming response packet */
+void sv_completer_rx(struct sv_qp *qp, const struct sv_opcode_info *op, uint8_t *pkt,
+		     size_t len);
+
+/* Build and queue a response/ACK packet (helper shared by responder). */
+int sv_send_packet(struct sv_conn *conn, const void *hdr, size_t hdr_len,
+		   const struct iovec *payload, int npayload);
+
+/* Timer code tables (IBA): RNR NAK timer code -> ns; timeout code -> ns */
+uint64_t sv_rnr_timer_ns(uint8_t code);
+uint64_t sv_timeout_ns(uint8_t code);
+
+/* Connection of a QP (RC/UC), re-established after failure; qp->lock held. */
+struct sv_conn *sv_qp_conn(struct sv_qp *qp);
+
+#endif

@@ -1,0 +1,75 @@
+/*
+ * The opcode table: for every wire opcode, which extension headers follow the
+ * BTH, whether it carries payload, and where it sits in a message.  The
+ * requester, responder and completer consult this table instead of scattering
+ * per-opcode switches.  Opcode values are those of the InfiniBand transport
+ * (RC = 0x00.., UC = 0x20.., UD = 0x60..).
+ */
+#ifndef SV_OPCODE_H
+#define SV_OPCODE_H
+
+#include <stdint.h>
+#include <stddef.h>
+
+enum sv_opcode {
+	SV_OP_RC = 0x00,
+	SV_OP_UC = 0x20,
+	SV_OP_UD = 0x60,
+
+	/* low 5 bits, shared by RC/UC/UD */
+	SV_OP_SEND_FIRST = 0x00,
+	SV_OP_SEND_MIDDLE = 0x01,
+	SV_OP_SEND_LAST = 0x02,
+	SV_OP_SEND_LAST_IMM = 0x03,
+	SV_OP_SEND_ONLY = 0x04,
+	SV_OP_SEND_ONLY_IMM = 0x05,
+	SV_OP_WRITE_FIRST = 0x06,
+	SV_OP_WRITE_MIDDLE = 0x07,
+	SV_OP_WRITE_LAST = 0x08,
+	SV_OP_WRITE_LAST_IMM = 0x09,
+	SV_OP_WRITE_ONLY = 0x0a,
+	SV_OP_WRITE_ONLY_IMM = 0x0b,
+	SV_OP_READ_REQUEST = 0x0c,
+	SV_OP_READ_RESP_FIRST = 0x0d,
+	SV_OP_READ_RESP_MIDDLE = 0x0e,
+	SV_OP_READ_RESP_LAST = 0x0f,
+	SV_OP_READ_RESP_ONLY = 0x10,
+	SV_OP_ACK = 0x11,
+	SV_OP_ATOMIC_ACK = 0x12,
+	SV_OP_CMP_SWAP = 0x13,
+	SV_OP_FETCH_ADD = 0x14,
+};
+
+/* Header-presence and role flags. */
+enum {
+	SV_HDR_RETH = 1 << 0,
+	SV_HDR_AETH = 1 << 1,
+	SV_HDR_ATMETH = 1 << 2,
+	SV_HDR_ATMACK = 1 << 3,
+	SV_HDR_IMMDT = 1 << 4,
+	SV_HDR_DETH = 1 << 5,
+
+	SV_OPF_PAYLOAD = 1 << 8,  /* may carry payload */
+	SV_OPF_FIRST = 1 << 9,    /* first packet of a message */
+	SV_OPF_LAST = 1 << 10,    /* last packet of a message */
+	SV_OPF_REQUEST = 1 << 11, /* travels requester -> responder */
+	SV_OPF_SEND = 1 << 12,
+	SV_OPF_WRITE = 1 << 13,
+	SV_OPF_READ = 1 << 14,    /* read request */
+	SV_OPF_ATOMIC = 1 << 15,  /* atomic request */
+	SV_OPF_RESPONSE = 1 << 16,/* travels responder -> requester */
+	SV_OPF_RDRESP = 1 << 17,  /* read response */
+};
+
+struct sv_opcode_info {
+	const char *name;
+	uint32_t mask;   /* SV_HDR_* | SV_OPF_* */
+	uint8_t hdr_len; /* BTH + extension headers */
+	/* offsets of extension headers from packet start (0 = absent) */
+	uint8_t off_reth, off_aeth, off_atmeth, off_atmack, off_immdt, off_deth;
+};
+
+/* NULL for opcodes softverbs does not know (the packet is malformed). */
+const struct sv_opcode_info *sv_opcode_info(uint8_t opcode);
+
+#endif

@@ -1,0 +1,438 @@
+/*
+ * Requester: turns send WQEs into packets, one MTU-sized segment at a time,
+ * honouring fences, the outstanding READ/atomic limit, RNR back-off and
+ * connection back-pressure; retires finished WQEs into completions in order.
+ * All functions run with qp->lock held, from the posting thread or the
+ * engine thread.
+ */
+#include "engine/engine.h"
+#include "engine/dma.h"
+
+#include <arpa/inet.h>
+#include <string.h>
+
+/* Packets one requester pass may send before yielding to other QPs. */
+#define SV_REQ_BUDGET 16
+
+static bool is_rd_atomic(enum ibv_wr_opcode op)
+{
+	return op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP ||
+	       op == IBV_WR_ATOMIC_FETCH_AND_ADD;
+}
+
+static uint32_t wqe_npkts(const struct sv_qp *qp, const struct sv_send_wqe *w)
+{
+	if (w->wr.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w->wr.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)
+		return 1;
+	if (!w->length)
+		return 1;
+	return (w->length + qp->mtu - 1) / qp->mtu;
+}
+
+static uint8_t transport_base(const struct sv_qp *qp)
+{
+	switch (qp->ex.qp_base.qp_type) {
+	case IBV_QPT_UC:
+		return SV_OP_UC;
+	case IBV_QPT_UD:
+		return SV_OP_UD;
+	default:
+		return SV_OP_RC;
+	}
+}
+
+struct sv_conn *sv_qp_conn(struct sv_qp *qp)
+{
+	if (qp->conn && atomic_load(&qp->conn->state) != SV_CONN_DEAD)
+		return qp->conn;
+	if (qp->conn)
+		sv_conn_put(qp->conn);
+	qp->conn = sv_engine_conn_to(qp->ctx->eng, &qp->peer);
+	return qp->conn;
+}
+
+static struct sv_conn *ah_conn(struct sv_qp *qp, struct sv_ah *ah)
+{
+	struct sv_conn *c;
+
+	pthread_mutex_lock(&ah->lock);
+	if (!ah->conn || atomic_load(&ah->conn->state) == SV_CONN_DEAD) {
+		if (ah->conn)
+			sv_conn_put(ah->conn);
+		ah->conn = sv_engine_conn_to(qp->ctx->eng, &ah->peer);
+	}
+	c = ah->conn;
+	if (c)
+		sv_conn_get(c);
+	pthread_mutex_unlock(&ah->lock);
+	return c;
+}
+
+/* Validate a WQE's local buffers before its first packet. */
+static enum ibv_wc_status check_local(struct sv_qp *qp, struct sv_send_wqe *w)
+{
+	unsigned int access = 0;
+
+	if (w->inline_buf)
+		return IBV_WC_SUCCESS;
+	if (is_rd_atomic(w->wr.opcode))
+		access = IBV_ACCESS_LOCAL_WRITE; /* responses are written into them */
+	if (qp->ex.qp_base.qp_type == IBV_QPT_UD && w->length > qp->mtu)
+		return IBV_WC_LOC_LEN_ERR;
+	if (w->length > SV_MAX_MSG_SIZE)
+		return IBV_WC_LOC_LEN_ERR;
+	if ((w->wr.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
+	     w->wr.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) && w->length < 8)
+		return IBV_WC_LOC_LEN_ERR;
+	return sv_mem_err_to_local_status(sv_sgl_check(qp->ctx, qp->pd, w->sge, w->num_sge, access));
+}
+
+/* Build the headers of packet k of WQE w into hdr; returns header length. */
+static size_t build_headers(struct sv_qp *qp, struct sv_send_wqe *w, uint32_t k, uint32_t plen,
+			    uint8_t *hdr)
+{
+	bool first = k == 0, last = k + 1 == w->npkts;
+	uint8_t low;
+	const struct sv_opcode_info *op;
+	struct sv_bth *bth = (void *)hdr;
+	bool imm = w->wr.opcode == IBV_WR_SEND_WITH_IMM || w->wr.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
+	uint32_t dqpn;
+
+	(void)plen;
+	switch (w->wr.opcode) {
+	case IBV_WR_SEND:
+	case IBV_WR_SEND_WITH_IMM:
+		low = (first && last) ? (imm ? SV_OP_SEND_ONLY_IMM : SV_OP_SEND_ONLY)
+		      : first	      ? SV_OP_SEND_FIRST
+		      : last	      ? (imm ? SV_OP_SEND_LAST_IMM : SV_OP_SEND_LAST)
+				      : SV_OP_SEND_MIDDLE;
+		break;
+	case IBV_WR_RDMA_WRITE:
+	case IBV_WR_RDMA_WRITE_WITH_IMM:
+		low = (first && last) ? (imm ? SV_OP_WRITE_ONLY_IMM : SV_OP_WRITE_ONLY)
+		      : first	      ? SV_OP_WRITE_FIRST
+		      : last	      ? (imm ? SV_OP_WRITE_LAST_IMM : SV_OP_WRITE_LAST)
+				      : SV_OP_WRITE_MIDDLE;
+		break;
+	case IBV_WR_RDMA_READ:
+		low = SV_OP_READ_REQUEST;
+		break;
+	case IBV_WR_ATOMIC_CMP_AND_SWP:
+		low = SV_OP_CMP_SWAP;
+		break;
+	default:
+		low = SV_OP_FETCH_ADD;
+		break;
+	}
+	op = sv_opcode_info(transport_base(qp) | low);
+	dqpn = qp->ex.qp_base.qp_type == IBV_QPT_UD ? w->wr.wr.ud.remote_qpn : qp->attr.dest_qp_num;
+	memset(hdr, 0, op->hdr_len);
+	bth->opcode = transport_base(qp) | low;
+	bth->flags = 0;
+	if (last && (w->wr.send_flags & IBV_SEND_SOLICITED))
+		bth->flags |= SV_BTH_SE;
+	if (last && qp->ex.qp_base.qp_type == IBV_QPT_RC)
+		bth->flags |= SV_BTH_ACKREQ;
+	bth->pkey = 0xffff;
+	bth->dqpn = htonl(dqpn & SV_PSN_MASK);
+	bth->psn = htonl(sv_psn_add(w->first_psn, k));
+	if (op->off_deth) {
+		struct sv_deth *d = (void *)(hdr + op->off_deth);
+		uint32_t qkey = w->wr.wr.ud.remote_qkey;
+
+		/* a qkey with the high bit set means "use the QP's own" */
+		if (qkey & 0x80000000u)
+			qkey = qp->attr.qkey;
+		d->qkey = htonl(qkey);
+		d->sqpn = htonl(qp->ex.qp_base.qp_num);
+	}
+	if (op->off_reth) {
+		struct sv_reth *r = (void *)(hdr + op->off_reth);
+
+		r->va = htobe64(w->wr.wr.rdma.remote_addr);
+		r->rkey = htonl(w->wr.wr.rdma.rkey);
+		r->dma_len = htonl(w->length);
+	}
+	if (op->off_atmeth) {
+		struct sv_atmeth *a = (void *)(hdr + op->off_atmeth);
+
+		a->va = htobe64(w->wr.wr.atomic.remote_addr);
+		a->rkey = htonl(w->wr.wr.atomic.rkey);
+		if (w->wr.opcode == IBV_WR_ATOMIC_CMP_AND_SWP) {
+			a->swap_add = htobe64(w->wr.wr.atomic.swap);
+			a->compare = htobe64(w->wr.wr.atomic.compare_add);
+		} else {
+			a->swap_add = htobe64(w->wr.wr.atomic.compare_add);
+		}
+	}
+	if (op->off_immdt) {
+		struct sv_immdt *i = (void *)(hdr + op->off_immdt);
+
+		i->imm = w->wr.imm_data;
+	}
+	return op->hdr_len;
+}
+
+/* Send packet k of w; returns 0, or a local error status for the WQE. */
+static enum ibv_wc_status send_packet(struct sv_qp *qp, struct sv_conn *conn, struct sv_send_wqe *w,
+				      uint32_t k, uint32_t off, uint32_t plen)
+{
+	uint8_t hdr[SV_MAX_HDR_LEN];
+	struct iovec iov[SV_FRAME_MAX_IOV];
+	enum sv_mem_err e = SV_MEM_OK;
+	int n = 1;
+
+	iov[0].iov_base = hdr;
+	iov[0].iov_len = build_headers(qp, w, k, plen, hdr);
+	if (!plen) {
+		sv_conn_send(conn, iov, 1);
+		return IBV_WC_SUCCESS;
+	}
+	if (w->inline_buf) {
+		iov[1].iov_base = w->inline_buf + off;
+		iov[1].iov_len = plen;
+		sv_conn_send(conn, iov, 2);
+		return IBV_WC_SUCCESS;
+	}
+	sv_mr_read_lock(qp->ctx);
+	n = sv_sgl_iov(qp->ctx, qp->pd, w->sge, w->num_sge, off, plen, 0, iov + 1,
+		       SV_FRAME_MAX_IOV - 1, &e);
+	if (n >= 0)
+		sv_conn_send(conn, iov, n + 1); /* a dead conn drops it; the retry timer recovers */
+	sv_mr_read_unlock(qp->ctx);
+	return n < 0 ? sv_mem_err_to_local_status(e) : IBV_WC_SUCCESS;
+}
+
+static void arm_ack_timer(struct sv_qp *qp)
+{
+	uint64_t t = qp->attr.timeout ? sv_timeout_ns(qp->attr.timeout) : 1000000000ull;
+
+	/* below a millisecond the engine's tick cannot honour it anyway */
+	if (t < 1000000ull)
+		t = 1000000ull;
+	__atomic_store_n(&qp->ack_deadline, sv_now_ns() + t, __ATOMIC_RELAXED);
+}
+
+void sv_requester_run(struct sv_qp *qp)
+{
+	struct sv_sq *sq = &qp->sq;
+	enum ibv_qp_type qpt = qp->ex.qp_base.qp_type;
+	uint32_t max_rd = SV_MAX(1u, qp->attr.max_rd_atomic);
+	int budget = SV_REQ_BUDGET;
+	bool rescheduled = false;
+
+	if (qp->state != IBV_QPS_RTS || qp->rnr_until)
+		goto retire;
+	while (sq->next != sq->tail) {
+		struct sv_send_wqe *w = &sq->wqe[sq->next & (sq->size - 1)];
+		struct sv_conn *conn;
+		uint32_t k, plen;
+		enum ibv_wc_status st;
+
+		if (!sq->seg_off && w->state == SV_WQE_PENDING && !w->npkts) {
+			/* starting this WQE */
+			if ((w->wr.send_flags & IBV_SEND_FENCE) && sq->rd_atomic_inflight)
+				break;
+			if (is_rd_atomic(w->wr.opcode) && sq->rd_atomic_inflight >= max_rd)
+				break;
+			st = check_local(qp, w);
+			if (st != IBV_WC_SUCCESS) {
+				w->status = st;
+				w->state = SV_WQE_DONE;
+				sq->next++;
+				break; /* retire() moves the QP to ERR */
+			}
+			w->first_psn = sq->psn;
+			w->npkts = wqe_npkts(qp, w);
+			w->last_psn = sv_psn_add(w->first_psn, w->npkts - 1);
+		}
+		if (budget-- <= 0) {
+			sv_engine_schedule(qp->ctx->eng, qp); /* let other QPs have a turn */
+			rescheduled = true;
+			break;
+		}
+		conn = qpt == IBV_QPT_UD ? ah_conn(qp, w->ah) : sv_qp_conn(qp);
+		if (!conn)
+			break; /* out of memory: the retry timer tries again */
+		if (sv_conn_congested(conn)) {
+			pthread_mutex_lock(&conn->tx_lock);
+			if (!sv_list_linked(&qp->txwait_link) && qpt != IBV_QPT_UD)
+				sv_list_add_tail(&conn->tx_waiters, &qp->txwait_link);
+			pthread_mutex_unlock(&conn->tx_lock);
+			if (qpt == IBV_QPT_UD) {
+				sv_conn_put(conn);
+				sv_engine_schedule(qp->ctx->eng, qp);
+			}
+			rescheduled = true;
+			break;
+		}
+		k = sq->seg_off / qp->mtu;
+		if (w->wr.opcode == IBV_WR_RDMA_READ || is_rd_atomic(w->wr.opcode))
+			plen = 0; /* the request carries no payload */
+		else
+			plen = SV_MIN(qp->mtu, w->length - sq->seg_off);
+		st = send_packet(qp, conn, w, k, sq->seg_off, plen);
+		if (qpt == IBV_QPT_UD)
+			sv_conn_put(conn);
+		if (st != IBV_WC_SUCCESS) {
+			w->status = st;
+			w->state = SV_WQE_DONE;
+			sq->next++;
+			sq->seg_off = 0;
+			break;
+		}
+		sq->seg_off += plen;
+		if (plen && sq->seg_off < w->length)
+			continue; /* more segments of this message */
+		/* the whole WQE is out */
+		sq->psn = sv_psn_add(w->first_psn, w->npkts);
+		sq->seg_off = 0;
+		sq->next++;
+		if (qpt == IBV_QPT_RC) {
+			w->state = SV_WQE_SENT;
+			if (is_rd_atomic(w->wr.opcode))
+				sq->rd_atomic_inflight++;
+			if (!qp->ack_deadline)
+				arm_ack_timer(qp);
+		} else {
+			w->state = SV_WQE_DONE; /* UC/UD: complete once handed to the wire */
+			w->status = IBV_WC_SUCCESS;
+		}
+	}
+	(void)rescheduled;
+	sv_engine_timer_update(qp->ctx->eng, qp);
+retire:
+	sv_requester_retire(qp);
+}
+
+static enum ibv_wc_opcode wc_opcode(enum ibv_wr_opcode op)
+{
+	switch (op) {
+	case IBV_WR_RDMA_WRITE:
+	case IBV_WR_RDMA_WRITE_WITH_IMM:
+		return IBV_WC_RDMA_WRITE;
+	case IBV_WR_RDMA_READ:
+		return IBV_WC_RDMA_READ;
+	case IBV_WR_ATOMIC_CMP_AND_SWP:
+		return IBV_WC_COMP_SWAP;
+	case IBV_WR_ATOMIC_FETCH_AND_ADD:
+		return IBV_WC_FETCH_ADD;
+	default:
+		return IBV_WC_SEND;
+	}
+}
+
+static void sv_requester_complete(struct sv_qp *qp, struct sv_send_wqe *w, enum ibv_wc_status st)
+{
+	struct ibv_wc wc = {
+		.wr_id = w->wr.wr_id,
+		.status = st,
+		.opcode = wc_opcode(w->wr.opcode),
+		.qp_num = qp->ex.qp_base.qp_num,
+	};
+
+	if (st == IBV_WC_SUCCESS && !qp->sq_sig_all && !(w->wr.send_flags & IBV_SEND_SIGNALED))
+		return;
+	if (st == IBV_WC_SUCCESS && (w->wr.opcode == IBV_WR_RDMA_READ))
+		wc.byte_len = w->length;
+	else if (st == IBV_WC_SUCCESS && is_rd_atomic(w->wr.opcode))
+		wc.byte_len = 8;
+	if (st != IBV_WC_SUCCESS)
+		wc.vendor_err = st;
+	sv_cq_push(qp->scq, &wc, false);
+}
+
+void sv_requester_retire(struct sv_qp *qp)
+{
+	struct sv_sq *sq = &qp->sq;
+
+	while (sq->head != sq->next) {
+		struct sv_send_wqe *w = &sq->wqe[sq->head & (sq->size - 1)];
+
+		if (w->state != SV_WQE_DONE)
+			break;
+		sq->head++;
+		sv_requester_complete(qp, w, w->status);
+		if (w->status != IBV_WC_SUCCESS) {
+			sv_qp_enter_error(qp);
+			return;
+		}
+	}
+}
+
+void sv_requester_rewind(struct sv_qp *qp, uint32_t to_psn)
+{
+	struct sv_sq *sq = &qp->sq;
+	/* a partly sent WQE at sq->next is part of the window too */
+	uint32_t end = sq->next + (sq->seg_off ? 1 : 0);
+	uint32_t i, target = end;
+	uint32_t first_psn = 0;
+
+	sq->rd_atomic_inflight = 0;
+	for (i = sq->head; i != end; i++) {
+		struct sv_send_wqe *w = &sq->wqe[i & (sq->size - 1)];
+
+		if (w->state == SV_WQE_DONE)
+			continue;
+		if (target == end && sv_psn_cmp(w->last_psn, to_psn) >= 0) {
+			target = i;
+			first_psn = w->first_psn;
+		}
+		if (target != end) {
+			w->state = SV_WQE_PENDING;
+			w->npkts = 0; /* PSNs are reassigned identically on resend */
+		} else if (is_rd_atomic(w->wr.opcode)) {
+			sq->rd_atomic_inflight++;
+		}
+	}
+	if (target == end)
+		return;
+	sq->psn = first_psn;
+	sq->next = target;
+	sq->seg_off = 0;
+}
+
+void sv_requester_timeout(struct sv_qp *qp, uint64_t now)
+{
+	struct sv_sq *sq = &qp->sq;
+
+	if (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_SQD) {
+		qp->rnr_until = qp->ack_deadline = 0;
+		sv_engine_timer_update(qp->ctx->eng, qp);
+		return;
+	}
+	if (qp->rnr_until && now >= qp->rnr_until) {
+		__atomic_store_n(&qp->rnr_until, 0, __ATOMIC_RELAXED);
+		sv_requester_run(qp);
+	}
+	if (qp->ack_deadline && now >= qp->ack_deadline) {
+		struct sv_send_wqe *oldest = NULL;
+
+		for (uint32_t i = sq->head; i != sq->next; i++) {
+			struct sv_send_wqe *w = &sq->wqe[i & (sq->size - 1)];
+
+			if (w->state == SV_WQE_SENT) {
+				oldest = w;
+				break;
+			}
+		}
+		if (!oldest) {
+			__atomic_store_n(&qp->ack_deadline, 0, __ATOMIC_RELAXED);
+		} else if (qp->attr.timeout && qp->retries_left == 0) {
+			/* transport retries exhausted: the peer is gone */
+			oldest->status = IBV_WC_RETRY_EXC_ERR;
+			oldest->state = SV_WQE_DONE;
+			__atomic_store_n(&qp->ack_deadline, 0, __ATOMIC_RELAXED);
+			sv_requester_retire(qp);
+		} else {
+			if (qp->attr.timeout)
+				qp->retries_left--;
+			sv_dbg("qp %u: ack timeout, resending from psn %u", qp->ex.qp_base.qp_num,
+			       oldest->first_psn);
+			sv_requester_rewind(qp, oldest->first_psn);
+			arm_ack_timer(qp);
+			sv_requester_run(qp);
+		}
+	}
+	sv_engine_timer_update(qp->ctx->eng, qp);
+}

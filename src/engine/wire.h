@@ -1,0 +1,94 @@
+/*
+ * The softverbs wire format: InfiniBand-transport-like packets framed over a
+ * byte stream transport.  Every multi-byte field is big-endian (network order),
+ * as on an IB/RoCE wire, so captures read naturally and hosts of any
+ * endianness interoperate.
+ *
+ *   frame   := u32 frame_len (bytes after this field) | packet
+ *   packet  := BTH | extension headers (by opcode, see opcode.c) | payload
+ *
+ * The first frame in each direction of a connection is a HELLO (not a
+ * packet): it carries the protocol version and the sender endpoint's GID.
+ */
+#ifndef SV_WIRE_H
+#define SV_WIRE_H
+
+#include <stdint.h>
+
+#define SV_WIRE_MAGIC 0x53565242u /* "SVRB" */
+#define SV_WIRE_VERSION 1
+
+struct sv_hello {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t flags;
+	uint8_t gid[16]; /* the sending endpoint's GID (see device.c) */
+} __attribute__((packed));
+
+/* Base transport header. */
+struct sv_bth {
+	uint8_t opcode;
+	uint8_t flags; /* SV_BTH_SE, SV_BTH_ACKREQ */
+	uint16_t pkey;
+	uint32_t dqpn; /* destination QP number (24 bits used) */
+	uint32_t psn;  /* packet sequence number (24 bits used) */
+} __attribute__((packed));
+
+#define SV_BTH_SE 0x80     /* solicited event */
+#define SV_BTH_ACKREQ 0x40 /* requester wants an ACK for this packet */
+
+/* RDMA extended transport header: WRITE first/only and READ request. */
+struct sv_reth {
+	uint64_t va;
+	uint32_t rkey;
+	uint32_t dma_len;
+} __attribute__((packed));
+
+/* Atomic extended transport header. */
+struct sv_atmeth {
+	uint64_t va;
+	uint32_t rkey;
+	uint64_t swap_add;
+	uint64_t compare;
+} __attribute__((packed));
+
+/* ACK extended transport header: syndrome (8 bits) | MSN (24 bits). */
+struct sv_aeth {
+	uint32_t syn_msn;
+} __attribute__((packed));
+
+/* Atomic acknowledge: the value found in target memory before the op. */
+struct sv_atmack {
+	uint64_t orig;
+} __attribute__((packed));
+
+struct sv_immdt {
+	uint32_t imm; /* already big-endian in ibv_send_wr; copied verbatim */
+} __attribute__((packed));
+
+/* Datagram extended transport header (UD). */
+struct sv_deth {
+	uint32_t qkey;
+	uint32_t sqpn;
+} __attribute__((packed));
+
+/* AETH syndromes (IBA 9.7.5.2.x): top 3 bits select the kind. */
+#define SV_AETH_ACK 0x00      /* | credit count; we send "no credit info" */
+#define SV_AETH_RNR_NAK 0x20  /* | 5-bit RNR timer code */
+#define SV_AETH_NAK 0x60      /* | NAK code below */
+#define SV_AETH_TYPE_MASK 0xe0
+#define SV_NAK_PSN_SEQ 0
+#define SV_NAK_INV_REQ 1
+#define SV_NAK_REM_ACCESS 2
+#define SV_NAK_REM_OP 3
+
+/* Largest header stack any opcode carries, for fixed-size header buffers. */
+#define SV_MAX_HDR_LEN \
+	(sizeof(struct sv_bth) + sizeof(struct sv_atmeth) + sizeof(struct sv_deth) + \
+	 sizeof(struct sv_immdt) + sizeof(struct sv_reth) + sizeof(struct sv_aeth) + \
+	 sizeof(struct sv_atmack))
+
+/* Largest frame we accept: a max-MTU payload plus headers, with room. */
+#define SV_MAX_FRAME_LEN (4096 + 256)
+
+#endif

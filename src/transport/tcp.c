@@ -1,0 +1,128 @@
+/*
+ * The tcp transport: one stream socket per pair of endpoints, frames laid
+ * back to back.  Listeners bind only to their device's address (BRIEF §8).
+ */
+#include "transport/transport.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/tcp.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static void tcp_tune(int fd)
+{
+	int one = 1, buf = 4 << 20;
+
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
+	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
+}
+
+int sv_tcp_listen(struct in_addr ip, uint16_t *port_out)
+{
+	long pmin = sv_env_long("SOFTVERBS_PORT_MIN", 0);
+	long pmax = sv_env_long("SOFTVERBS_PORT_MAX", pmin ? pmin + 1000 : 0);
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr = ip };
+	socklen_t sl = sizeof(sa);
+	int fd, err = 0;
+
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	if (pmin > 0 && pmin <= 65535) {
+		/* configured range: take the first free port, starting at a random offset */
+		long span = (pmax >= pmin ? pmax - pmin + 1 : 1);
+		long start = (long)(sv_random_u32() % (uint32_t)span);
+
+		err = -EADDRINUSE;
+		for (long k = 0; k < span; k++) {
+			sa.sin_port = htons((uint16_t)(pmin + (start + k) % span));
+			if (!bind(fd, (struct sockaddr *)&sa, sizeof(sa))) {
+				err = 0;
+				break;
+			}
+		}
+	} else {
+		sa.sin_port = 0;
+		err = bind(fd, (struct sockaddr *)&sa, sizeof(sa)) ? -errno : 0;
+	}
+	if (!err && listen(fd, 512))
+		err = -errno;
+	if (!err && getsockname(fd, (struct sockaddr *)&sa, &sl))
+		err = -errno;
+	if (err) {
+		close(fd);
+		return err;
+	}
+	*port_out = ntohs(sa.sin_port);
+	return fd;
+}
+
+int sv_tcp_accept(int lfd)
+{
+	int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+	if (fd < 0)
+		return -errno;
+	tcp_tune(fd);
+	return fd;
+}
+
+static int tcp_connect(struct sv_conn *conn)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET,
+				  .sin_addr = conn->peer.ip,
+				  .sin_port = htons(conn->peer.port) };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return -errno;
+	tcp_tune(fd);
+	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) && errno != EINPROGRESS) {
+		int e = -errno;
+
+		close(fd);
+		return e;
+	}
+	conn->fd = fd;
+	return 0;
+}
+
+static ssize_t tcp_writev(struct sv_conn *conn, const struct iovec *iov, int iovcnt)
+{
+	struct msghdr mh = { .msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt };
+	ssize_t n = sendmsg(conn->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
+
+	if (n < 0)
+		return (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOTCONN) ? 0 : -errno;
+	return n;
+}
+
+static ssize_t tcp_read(struct sv_conn *conn, void *buf, size_t len)
+{
+	ssize_t n = recv(conn->fd, buf, len, MSG_DONTWAIT);
+
+	if (n < 0)
+		return -errno;
+	return n;
+}
+
+static void tcp_close(struct sv_conn *conn)
+{
+	if (conn->fd >= 0) {
+		/* the peer sees the endpoint vanish, like a link going down */
+		shutdown(conn->fd, SHUT_RDWR);
+		close(conn->fd);
+		conn->fd = -1;
+	}
+}
+
+const struct sv_transport_ops sv_tcp_ops = {
+	.name = "tcp",
+	.connect = tcp_connect,
+	.writev = tcp_writev,
+	.read = tcp_read,
+	.close = tcp_close,
+};

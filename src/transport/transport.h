@@ -1,0 +1,101 @@
+/*
+ * Transports carry frames between two endpoints.  The engine sees only this
+ * interface: open a connection to a peer endpoint, queue a frame on it, and
+ * receive frames through sv_engine_rx_frame().  The tcp transport is the one
+ * that exists; a same-host shared-memory transport is meant to slot in beside
+ * it behind the same calls.
+ */
+#ifndef SV_TRANSPORT_H
+#define SV_TRANSPORT_H
+
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "common/util.h"
+
+struct sv_engine;
+
+/* Where a peer endpoint listens: decoded from its GID (see device.c). */
+struct sv_endpoint_addr {
+	struct in_addr ip;
+	uint16_t port; /* host order */
+};
+
+enum sv_conn_state {
+	SV_CONN_CONNECTING,
+	SV_CONN_UP,
+	SV_CONN_DEAD,
+};
+
+/* A queued piece of outgoing bytes the socket did not take yet. */
+struct sv_txbuf {
+	struct sv_txbuf *next;
+	size_t len, off;
+	uint8_t data[];
+};
+
+struct sv_conn {
+	struct sv_engine *eng;
+	const struct sv_transport_ops *ops;
+	int fd;
+	_Atomic int state;     /* enum sv_conn_state */
+	atomic_int refcnt;
+	bool outgoing;         /* we initiated it (and keyed it by peer addr) */
+	bool hello_seen;       /* peer's HELLO arrived */
+	struct sv_endpoint_addr peer;
+	uint8_t peer_gid[16];  /* from the peer's HELLO */
+	struct sv_list link;   /* engine->conns */
+
+	pthread_mutex_t tx_lock;
+	struct sv_txbuf *txq_head, *txq_tail;
+	size_t txq_bytes;
+	bool want_out;         /* EPOLLOUT armed */
+	struct sv_list tx_waiters; /* QPs (sv_qp.txwait_link) waiting for room */
+
+	/* receive side (engine thread only) */
+	uint8_t *rxbuf;
+	size_t rx_len, rx_cap;
+};
+
+/* Most pieces one frame is gathered from: headers plus one per SGE piece. */
+#define SV_FRAME_MAX_IOV 40
+
+/* Stop feeding a connection once this many bytes are queued in user space. */
+#define SV_CONN_TXQ_HIGH (4u << 20)
+
+struct sv_transport_ops {
+	const char *name;
+	/* Start a connection to conn->peer; completes asynchronously. */
+	int (*connect)(struct sv_conn *conn);
+	/* Write as much as the kernel takes now; returns bytes or -errno. */
+	ssize_t (*writev)(struct sv_conn *conn, const struct iovec *iov, int iovcnt);
+	/* Read what is available; returns bytes, 0 on EOF, -errno. */
+	ssize_t (*read)(struct sv_conn *conn, void *buf, size_t len);
+	void (*close)(struct sv_conn *conn);
+};
+
+extern const struct sv_transport_ops sv_tcp_ops;
+
+/* TCP listener of one endpoint: binds to the device's address only. */
+int sv_tcp_listen(struct in_addr ip, uint16_t *port_out);
+/* Accept one connection; returns fd or -errno. */
+int sv_tcp_accept(int lfd);
+
+/*
+ * Queue one frame (the u32 length prefix is added here).  Never blocks:
+ * what the socket does not take now is copied and flushed by the engine.
+ * Returns 0, or -ENOTCONN when the connection is dead (the frame is dropped,
+ * exactly as a wire would drop it; the requester's retry timer recovers).
+ */
+int sv_conn_send(struct sv_conn *conn, const struct iovec *iov, int iovcnt);
+/* True while more than SV_CONN_TXQ_HIGH bytes wait in user space. */
+bool sv_conn_congested(struct sv_conn *conn);
+
+void sv_conn_get(struct sv_conn *conn);
+void sv_conn_put(struct sv_conn *conn);
+
+#endif

@@ -1,0 +1,78 @@
+/* Address handles (UD): the peer endpoint is decoded from the GID. */
+#include "verbs/objects.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
+{
+	struct sv_endpoint_addr peer;
+	struct sv_ah *ah;
+
+	if (!pd || !attr || !attr->is_global || attr->grh.sgid_index != 0 ||
+	    (attr->port_num && attr->port_num != 1) || !sv_gid_decode(&attr->grh.dgid, &peer)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	ah = calloc(1, sizeof(*ah));
+	if (!ah) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	ah->attr = *attr;
+	ah->peer = peer;
+	ah->pd = to_sv_pd(pd);
+	pthread_mutex_init(&ah->lock, NULL);
+	ah->ibah.context = pd->context;
+	ah->ibah.pd = pd;
+	atomic_fetch_add(&ah->pd->users, 1);
+	return &ah->ibah;
+}
+
+int ibv_destroy_ah(struct ibv_ah *ibah)
+{
+	struct sv_ah *ah = to_sv_ah(ibah);
+
+	if (ah->conn)
+		sv_conn_put(ah->conn);
+	atomic_fetch_sub(&ah->pd->users, 1);
+	pthread_mutex_destroy(&ah->lock);
+	free(ah);
+	return 0;
+}
+
+int ibv_init_ah_from_wc(struct ibv_context *context, uint8_t port_num, struct ibv_wc *wc,
+			struct ibv_grh *grh, struct ibv_ah_attr *ah_attr)
+{
+	(void)context;
+	if (!wc || !grh || !ah_attr || port_num != 1)
+		return -1;
+	memset(ah_attr, 0, sizeof(*ah_attr));
+	ah_attr->dlid = wc->slid;
+	ah_attr->sl = wc->sl;
+	ah_attr->src_path_bits = wc->dlid_path_bits;
+	ah_attr->port_num = port_num;
+	if (!(wc->wc_flags & IBV_WC_GRH))
+		return -1; /* RoCE-style addressing always needs the GRH */
+	ah_attr->is_global = 1;
+	/* reply to the sender: its GID is the GRH's source */
+	ah_attr->grh.dgid = grh->sgid;
+	ah_attr->grh.sgid_index = 0;
+	ah_attr->grh.hop_limit = 0xff;
+	ah_attr->grh.traffic_class = 0;
+	ah_attr->grh.flow_label = 0;
+	return 0;
+}
+
+struct ibv_ah *ibv_create_ah_from_wc(struct ibv_pd *pd, struct ibv_wc *wc, struct ibv_grh *grh,
+				     uint8_t port_num)
+{
+	struct ibv_ah_attr attr;
+
+	if (ibv_init_ah_from_wc(pd->context, port_num, wc, grh, &attr)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	return ibv_create_ah(pd, &attr);
+}

@@ -1,0 +1,276 @@
+/*
+ * Completion queues and completion channels.  A CQ is a ring of ibv_wc under
+ * a mutex.  A completion channel is a pipe: each event is the CQ pointer
+ * written to it, so the channel fd works with poll/select/epoll, blocks or
+ * not as the application sets O_NONBLOCK, and events are never lost.
+ */
+#include "verbs/objects.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *context)
+{
+	struct sv_comp_channel *ch = calloc(1, sizeof(*ch));
+	int p[2];
+
+	if (!ch) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	if (pipe2(p, O_CLOEXEC)) {
+		free(ch);
+		return NULL;
+	}
+	fcntl(p[1], F_SETFL, O_NONBLOCK);
+	ch->ibch.context = context;
+	ch->ibch.fd = p[0];
+	ch->ibch.refcnt = 0;
+	ch->wfd = p[1];
+	return &ch->ibch;
+}
+
+int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
+{
+	struct sv_comp_channel *ch = SV_CONTAINER_OF(channel, struct sv_comp_channel, ibch);
+
+	if (__atomic_load_n(&channel->refcnt, __ATOMIC_ACQUIRE))
+		return EBUSY;
+	close(channel->fd);
+	close(ch->wfd);
+	free(ch);
+	return 0;
+}
+
+int sv_poll_cq(struct ibv_cq *ibcq, int num, struct ibv_wc *wc);
+int sv_req_notify_cq(struct ibv_cq *ibcq, int solicited_only);
+void sv_cq_ex_init(struct sv_cq *cq, uint64_t wc_flags);
+
+static struct sv_cq *cq_create(struct ibv_context *context, int cqe, void *cq_context,
+			       struct ibv_comp_channel *channel, int comp_vector)
+{
+	struct sv_context *ctx = to_sv_ctx(context);
+	struct sv_cq *cq;
+
+	if (cqe < 1 || cqe > SV_MAX_CQE || comp_vector < 0 ||
+	    comp_vector >= context->num_comp_vectors) {
+		errno = EINVAL;
+		return NULL;
+	}
+	pthread_mutex_lock(&ctx->lock);
+	if (ctx->ncq >= SV_MAX_CQ) {
+		pthread_mutex_unlock(&ctx->lock);
+		errno = ENOMEM;
+		return NULL;
+	}
+	ctx->ncq++;
+	pthread_mutex_unlock(&ctx->lock);
+	cq = calloc(1, sizeof(*cq));
+	if (cq)
+		cq->ring = calloc((size_t)cqe + 1, sizeof(*cq->ring));
+	if (!cq || !cq->ring) {
+		if (cq)
+			free(cq);
+		pthread_mutex_lock(&ctx->lock);
+		ctx->ncq--;
+		pthread_mutex_unlock(&ctx->lock);
+		errno = ENOMEM;
+		return NULL;
+	}
+	cq->ctx = ctx;
+	cq->size = (uint32_t)cqe + 1;
+	pthread_mutex_init(&cq->lock, NULL);
+	cq->ex.context = context;
+	cq->ex.channel = channel;
+	cq->ex.cq_context = cq_context;
+	cq->ex.cqe = cqe;
+	pthread_mutex_init(&cq->ex.mutex, NULL);
+	pthread_cond_init(&cq->ex.cond, NULL);
+	if (channel)
+		__atomic_add_fetch(&channel->refcnt, 1, __ATOMIC_ACQ_REL);
+	return cq;
+}
+
+struct ibv_cq *ibv_create_cq(struct ibv_context *context, int cqe, void *cq_context,
+			     struct ibv_comp_channel *channel, int comp_vector)
+{
+	struct sv_cq *cq = cq_create(context, cqe, cq_context, channel, comp_vector);
+
+	if (!cq)
+		return NULL;
+	sv_cq_ex_init(cq, IBV_WC_STANDARD_FLAGS);
+	return (struct ibv_cq *)&cq->ex;
+}
+
+struct ibv_cq_ex *sv_create_cq_ex(struct ibv_context *context, struct ibv_cq_init_attr_ex *attr)
+{
+	struct sv_cq *cq;
+	const uint64_t supported = IBV_WC_STANDARD_FLAGS | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP |
+				   IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
+
+	if (attr->comp_mask & ~(uint32_t)(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD) ||
+	    (attr->wc_flags & ~supported)) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
+	    (attr->flags & ~(uint32_t)(IBV_CREATE_CQ_ATTR_SINGLE_THREADED |
+				       IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN))) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	cq = cq_create(context, (int)attr->cqe, attr->cq_context, attr->channel,
+		       (int)attr->comp_vector);
+	if (!cq)
+		return NULL;
+	sv_cq_ex_init(cq, attr->wc_flags);
+	return &cq->ex;
+}
+
+int ibv_destroy_cq(struct ibv_cq *ibcq)
+{
+	struct sv_cq *cq = to_sv_cq(ibcq);
+	struct sv_context *ctx = cq->ctx;
+
+	if (atomic_load(&cq->users))
+		return EBUSY;
+	/* like rdma-core: wait until every reported event was acknowledged */
+	pthread_mutex_lock(&cq->ex.mutex);
+	while (cq->ex.comp_events_completed != __atomic_load_n(&cq->events_reported, __ATOMIC_ACQUIRE))
+		pthread_cond_wait(&cq->ex.cond, &cq->ex.mutex);
+	pthread_mutex_unlock(&cq->ex.mutex);
+	if (cq->ex.channel)
+		__atomic_sub_fetch(&cq->ex.channel->refcnt, 1, __ATOMIC_ACQ_REL);
+	pthread_mutex_lock(&ctx->lock);
+	ctx->ncq--;
+	pthread_mutex_unlock(&ctx->lock);
+	pthread_mutex_destroy(&cq->lock);
+	free(cq->ring);
+	free(cq);
+	return 0;
+}
+
+int ibv_resize_cq(struct ibv_cq *ibcq, int cqe)
+{
+	struct sv_cq *cq = to_sv_cq(ibcq);
+	struct ibv_wc *ring;
+
+	if (cqe < 1 || cqe > SV_MAX_CQE)
+		return EINVAL;
+	pthread_mutex_lock(&cq->lock);
+	if ((uint32_t)cqe < cq->count) {
+		pthread_mutex_unlock(&cq->lock);
+		return EINVAL; /* would drop completions */
+	}
+	ring = calloc((size_t)cqe + 1, sizeof(*ring));
+	if (!ring) {
+		pthread_mutex_unlock(&cq->lock);
+		return ENOMEM;
+	}
+	for (uint32_t i = 0; i < cq->count; i++)
+		ring[i] = cq->ring[(cq->head + i) % cq->size];
+	free(cq->ring);
+	cq->ring = ring;
+	cq->head = 0;
+	cq->size = (uint32_t)cqe + 1;
+	ibcq->cqe = cqe;
+	pthread_mutex_unlock(&cq->lock);
+	return 0;
+}
+
+int sv_poll_cq(struct ibv_cq *ibcq, int num, struct ibv_wc *wc)
+{
+	struct sv_cq *cq = to_sv_cq(ibcq);
+	int n = 0;
+
+	if (num < 0)
+		return -EINVAL;
+	pthread_mutex_lock(&cq->lock);
+	while (n < num && cq->count) {
+		wc[n++] = cq->ring[cq->head];
+		cq->head = (cq->head + 1) % cq->size;
+		cq->count--;
+	}
+	pthread_mutex_unlock(&cq->lock);
+	return n;
+}
+
+int sv_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
+{
+	struct sv_cq *cq = to_sv_cq(ibcq);
+
+	if (!ibcq->channel)
+		return EINVAL;
+	pthread_mutex_lock(&cq->lock);
+	/* "next completion" wins over "solicited only" if both were asked */
+	if (!cq->armed || !solicited_only)
+		cq->solicited_only = solicited_only;
+	cq->armed = true;
+	pthread_mutex_unlock(&cq->lock);
+	return 0;
+}
+
+int sv_modify_cq(struct ibv_cq *cq, struct ibv_modify_cq_attr *attr)
+{
+	(void)cq;
+	if (!attr || attr->attr_mask & ~(uint32_t)IBV_CQ_ATTR_MODERATE)
+		return EINVAL;
+	return 0; /* moderation is a hint; completions are never delayed */
+}
+
+bool sv_cq_push(struct sv_cq *cq, const struct ibv_wc *wc, bool solicited)
+{
+	bool notify = false, overrun = false, stored = false;
+	struct ibv_comp_channel *ch = cq->ex.channel;
+
+	pthread_mutex_lock(&cq->lock);
+	if (cq->count == cq->size - 1) {
+		overrun = !cq->overrun;
+		cq->overrun = true;
+	} else {
+		cq->ring[(cq->head + cq->count) % cq->size] = *wc;
+		cq->count++;
+		stored = true;
+		if (cq->armed && (!cq->solicited_only || solicited || wc->status != IBV_WC_SUCCESS)) {
+			cq->armed = false;
+			notify = true;
+			__atomic_add_fetch(&cq->events_reported, 1, __ATOMIC_ACQ_REL);
+		}
+	}
+	pthread_mutex_unlock(&cq->lock);
+	if (notify) {
+		struct sv_comp_channel *sch = SV_CONTAINER_OF(ch, struct sv_comp_channel, ibch);
+		struct sv_cq *p = cq;
+		ssize_t r = write(sch->wfd, &p, sizeof(p));
+
+		(void)r; /* a pipe holds thousands of events; one per arm is written */
+	}
+	if (overrun) {
+		sv_err("CQ %p overrun: completion lost, CQ in error", (void *)cq);
+		sv_async_event(cq->ctx, IBV_EVENT_CQ_ERR, cq, 0);
+	}
+	return stored;
+}
+
+int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq, void **cq_context)
+{
+	struct sv_cq *p;
+	ssize_t r = read(channel->fd, &p, sizeof(p));
+
+	if (r != (ssize_t)sizeof(p))
+		return -1; /* errno from read: EAGAIN when the fd is non-blocking */
+	*cq = (struct ibv_cq *)&p->ex;
+	*cq_context = p->ex.cq_context;
+	return 0;
+}
+
+void ibv_ack_cq_events(struct ibv_cq *ibcq, unsigned int nevents)
+{
+	pthread_mutex_lock(&ibcq->mutex);
+	ibcq->comp_events_completed += nevents;
+	pthread_cond_signal(&ibcq->cond);
+	pthread_mutex_unlock(&ibcq->mutex);
+}

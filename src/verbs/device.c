@@ -1,0 +1,232 @@
+/*
+ * Devices and contexts.  A device is an up network interface with an IPv4
+ * address (loopback included); opening it creates an endpoint: a listener on
+ * that address and an engine thread.  GID index 0 names the endpoint:
+ *
+ *   fe80:0000:0000:0000:5356:PPPP:AABB:CCDD
+ *
+ * a link-local-style prefix, the marker 0x5356 ("SV"), the listener's TCP
+ * port PPPP and the IPv4 address AA.BB.CC.DD — so a peer given only
+ * (GID, QPN), which is what verbs programs exchange, can reach it.
+ */
+#include "verbs/objects.h"
+#include "engine/engine.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <ifaddrs.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static pthread_mutex_t devs_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct sv_device **devs;
+static int ndevs;
+
+void sv_gid_encode(union ibv_gid *gid, struct in_addr ip, uint16_t port)
+{
+	memset(gid, 0, sizeof(*gid));
+	gid->raw[0] = 0xfe;
+	gid->raw[1] = 0x80;
+	gid->raw[8] = 0x53;
+	gid->raw[9] = 0x56;
+	gid->raw[10] = (uint8_t)(port >> 8);
+	gid->raw[11] = (uint8_t)port;
+	memcpy(&gid->raw[12], &ip.s_addr, 4);
+}
+
+bool sv_gid_decode(const union ibv_gid *gid, struct sv_endpoint_addr *out)
+{
+	if (gid->raw[0] != 0xfe || gid->raw[1] != 0x80 || gid->raw[8] != 0x53 ||
+	    gid->raw[9] != 0x56)
+		return false;
+	out->port = (uint16_t)((gid->raw[10] << 8) | gid->raw[11]);
+	memcpy(&out->ip.s_addr, &gid->raw[12], 4);
+	return out->port != 0;
+}
+
+uint32_t sv_mtu_bytes(enum ibv_mtu mtu)
+{
+	return mtu >= IBV_MTU_256 && mtu <= IBV_MTU_4096 ? 128u << mtu : 0;
+}
+
+static bool iface_selected(const char *name)
+{
+	const char *list = sv_env_str("SOFTVERBS_IFACES", NULL);
+	size_t n = strlen(name);
+
+	if (!list)
+		return true;
+	for (const char *p = list; *p;) {
+		const char *e = strchr(p, ',');
+		size_t l = e ? (size_t)(e - p) : strlen(p);
+
+		if (l == n && !strncmp(p, name, n))
+			return true;
+		if (!e)
+			break;
+		p = e + 1;
+	}
+	return false;
+}
+
+static void scan_devices(void)
+{
+	struct ifaddrs *ifa, *i;
+
+	if (getifaddrs(&ifa))
+		return;
+	for (i = ifa; i; i = i->ifa_next) {
+		struct sockaddr_in *sin = (struct sockaddr_in *)i->ifa_addr;
+		struct sv_device *d, **nd;
+		bool known = false;
+
+		if (!sin || sin->sin_family != AF_INET || !(i->ifa_flags & IFF_UP))
+			continue;
+		if (!iface_selected(i->ifa_name) || strlen(i->ifa_name) + 4 > sizeof(d->ibdev.name))
+			continue;
+		for (int k = 0; k < ndevs; k++)
+			if (!strcmp(devs[k]->ifname, i->ifa_name))
+				known = true; /* first address of an interface wins */
+		if (known)
+			continue;
+		d = calloc(1, sizeof(*d));
+		nd = realloc(devs, sizeof(*devs) * (size_t)(ndevs + 1));
+		if (!d || !nd) {
+			free(d);
+			break;
+		}
+		devs = nd;
+		snprintf(d->ifname, sizeof(d->ifname), "%s", i->ifa_name);
+		d->ip = sin->sin_addr;
+		d->ifindex = (int)if_nametoindex(i->ifa_name);
+		d->index = ndevs;
+		/* node GUID: "SV" marker, interface index, IPv4 address */
+		{
+			uint8_t g[8] = { 0x53, 0x56, (uint8_t)(d->ifindex >> 8), (uint8_t)d->ifindex };
+
+			memcpy(g + 4, &d->ip.s_addr, 4);
+			memcpy(&d->guid, g, 8);
+		}
+		d->ibdev.node_type = IBV_NODE_CA;
+		d->ibdev.transport_type = IBV_TRANSPORT_IB;
+		snprintf(d->ibdev.name, sizeof(d->ibdev.name), "sv_%s", i->ifa_name);
+		snprintf(d->ibdev.dev_name, sizeof(d->ibdev.dev_name), "uverbs%d", d->index);
+		snprintf(d->ibdev.dev_path, sizeof(d->ibdev.dev_path),
+			 "/sys/class/infiniband_verbs/uverbs%d", d->index);
+		snprintf(d->ibdev.ibdev_path, sizeof(d->ibdev.ibdev_path),
+			 "/sys/class/infiniband/%s", d->ibdev.name);
+		devs[ndevs++] = d;
+	}
+	freeifaddrs(ifa);
+}
+
+struct ibv_device **ibv_get_device_list(int *num_devices)
+{
+	struct ibv_device **list;
+
+	pthread_mutex_lock(&devs_lock);
+	scan_devices(); /* devices are kept for the life of the process */
+	list = calloc((size_t)ndevs + 1, sizeof(*list));
+	if (list)
+		for (int i = 0; i < ndevs; i++)
+			list[i] = &devs[i]->ibdev;
+	if (num_devices)
+		*num_devices = list ? ndevs : 0;
+	pthread_mutex_unlock(&devs_lock);
+	if (!list)
+		errno = ENOMEM;
+	return list;
+}
+
+void ibv_free_device_list(struct ibv_device **list)
+{
+	free(list);
+}
+
+const char *ibv_get_device_name(struct ibv_device *device)
+{
+	return device ? device->name : NULL;
+}
+
+__be64 ibv_get_device_guid(struct ibv_device *device)
+{
+	return SV_CONTAINER_OF(device, struct sv_device, ibdev)->guid;
+}
+
+int ibv_get_device_index(struct ibv_device *device)
+{
+	return SV_CONTAINER_OF(device, struct sv_device, ibdev)->index;
+}
+
+void sv_context_fill_ops(struct sv_context *ctx);
+
+struct ibv_context *ibv_open_device(struct ibv_device *device)
+{
+	struct sv_device *dev = SV_CONTAINER_OF(device, struct sv_device, ibdev);
+	struct sv_context *ctx = calloc(1, sizeof(*ctx));
+	int pfd[2], err;
+
+	if (!ctx) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	ctx->dev = dev;
+	ctx->key_secret = sv_random_u32();
+	pthread_mutex_init(&ctx->lock, NULL);
+	pthread_rwlock_init(&ctx->mrs.lock, NULL);
+	if (pipe2(pfd, O_CLOEXEC)) {
+		err = errno;
+		goto fail;
+	}
+	/* the engine must never block posting an event */
+	fcntl(pfd[1], F_SETFL, O_NONBLOCK);
+	ctx->vctx.context.async_fd = pfd[0];
+	ctx->async_wfd = pfd[1];
+	ctx->vctx.context.device = device;
+	ctx->vctx.context.cmd_fd = -1;
+	ctx->vctx.context.num_comp_vectors = 1;
+	pthread_mutex_init(&ctx->vctx.context.mutex, NULL);
+	ctx->vctx.context.abi_compat = __VERBS_ABI_IS_EXTENDED;
+	ctx->vctx.sz = sizeof(ctx->vctx);
+	sv_context_fill_ops(ctx);
+	err = sv_engine_start(ctx, dev->ip);
+	if (err)
+		goto fail_pipe;
+	sv_info("opened %s: endpoint %s:%u", device->name, inet_ntoa(dev->ip), ctx->eng->port);
+	return &ctx->vctx.context;
+
+fail_pipe:
+	close(pfd[0]);
+	close(pfd[1]);
+fail:
+	pthread_rwlock_destroy(&ctx->mrs.lock);
+	pthread_mutex_destroy(&ctx->lock);
+	free(ctx);
+	errno = err;
+	return NULL;
+}
+
+int ibv_close_device(struct ibv_context *context)
+{
+	struct sv_context *ctx = to_sv_ctx(context);
+
+	sv_engine_stop(ctx->eng);
+	close(context->async_fd);
+	close(ctx->async_wfd);
+	free(ctx->qpt);
+	free(ctx->mrs.slots);
+	pthread_rwlock_destroy(&ctx->mrs.lock);
+	pthread_mutex_destroy(&ctx->lock);
+	free(ctx);
+	return 0;
+}
+
+struct ibv_context *ibv_import_device(int cmd_fd)
+{
+	(void)cmd_fd; /* there is no kernel command fd to share */
+	errno = EOPNOTSUPP;
+	return NULL;
+}

@@ -1,0 +1,288 @@
+/*
+ * Memory regions and the key table.  lkey == rkey (as in Soft-RoCE); a key is
+ * (slot << 8 | random tag) XOR a per-context secret, so keys are not
+ * predictable from registration order and a stale key fails the tag check.
+ * Registration checks that the range is mapped (mincore), so unmapped memory
+ * fails as it does with a real HCA's pinning.
+ */
+#include "verbs/objects.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#define VALID_ACCESS                                                                       \
+	(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |       \
+	 IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED |           \
+	 IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB | IBV_ACCESS_RELAXED_ORDERING)
+
+void sv_mr_read_lock(struct sv_context *ctx)
+{
+	pthread_rwlock_rdlock(&ctx->mrs.lock);
+}
+
+void sv_mr_read_unlock(struct sv_context *ctx)
+{
+	pthread_rwlock_unlock(&ctx->mrs.lock);
+}
+
+enum sv_mem_err sv_mr_translate(struct sv_context *ctx, uint32_t key, struct sv_pd *pd,
+				uint64_t iova, uint64_t len, unsigned int need_access,
+				uint8_t **ptr)
+{
+	uint32_t slot = (key ^ ctx->key_secret) >> 8;
+	struct sv_mr *mr;
+
+	if (slot >= ctx->mrs.nslots || !(mr = ctx->mrs.slots[slot]) || mr->ibmr.lkey != key)
+		return SV_MEM_BAD_KEY;
+	if (pd && mr->pd != pd)
+		return SV_MEM_BAD_PD;
+	if (need_access & ~mr->access)
+		return SV_MEM_ACCESS;
+	if (iova < mr->iova || len > mr->len || iova - mr->iova > mr->len - len)
+		return SV_MEM_BOUNDS;
+	*ptr = mr->vaddr + (iova - mr->iova);
+	return SV_MEM_OK;
+}
+
+static int check_access(unsigned int access)
+{
+	if (access & ~VALID_ACCESS)
+		return EINVAL;
+	/* remote write/atomic imply the HCA writes: local write is required */
+	if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
+	    !(access & IBV_ACCESS_LOCAL_WRITE))
+		return EINVAL;
+	if (access & (IBV_ACCESS_ON_DEMAND | IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED))
+		return EOPNOTSUPP;
+	return 0;
+}
+
+/* Is [addr, addr+len) entirely mapped in this process? */
+static bool range_mapped(void *addr, size_t len)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+	uintptr_t start = (uintptr_t)addr & ~((uintptr_t)pg - 1);
+	uintptr_t end = ((uintptr_t)addr + len + (uintptr_t)pg - 1) & ~((uintptr_t)pg - 1);
+	size_t npages = (end - start) / (size_t)pg;
+	unsigned char vec[256];
+
+	/* mincore fails with ENOMEM on any unmapped page; walk in chunks */
+	for (size_t off = 0; off < npages; off += sizeof(vec)) {
+		size_t n = SV_MIN(sizeof(vec), npages - off);
+
+		if (mincore((void *)(start + off * (size_t)pg), n * (size_t)pg, vec))
+			return false;
+	}
+	return true;
+}
+
+/* Insert into the key table (write lock held); returns slot or -1. */
+static int table_insert(struct sv_mr_table *t, struct sv_mr *mr)
+{
+	uint32_t i;
+
+	if (t->count >= SV_MAX_MR)
+		return -1;
+	for (i = t->free_hint; i < t->nslots; i++)
+		if (!t->slots[i])
+			break;
+	if (i == t->nslots) {
+		uint32_t n = t->nslots ? t->nslots * 2 : 64;
+		struct sv_mr **s = realloc(t->slots, sizeof(*s) * n);
+
+		if (!s)
+			return -1;
+		memset(s + t->nslots, 0, sizeof(*s) * (n - t->nslots));
+		i = t->nslots;
+		t->slots = s;
+		t->nslots = n;
+	}
+	t->slots[i] = mr;
+	t->free_hint = i + 1;
+	t->count++;
+	return (int)i;
+}
+
+static struct sv_mr *mr_create(struct ibv_pd *ibpd, void *addr, size_t length, uint64_t iova,
+			       unsigned int access)
+{
+	struct sv_context *ctx;
+	struct sv_mr *mr;
+	int slot, err;
+	uint32_t key;
+
+	if (!ibpd) {
+		errno = EINVAL;
+		return NULL;
+	}
+	ctx = to_sv_ctx(ibpd->context);
+	access &= ~(unsigned int)IBV_ACCESS_OPTIONAL_RANGE;
+	err = check_access(access);
+	if (!err && (!length || length > SV_MAX_MR_SIZE || (!addr && length)))
+		err = EINVAL;
+	if (!err && !range_mapped(addr, length))
+		err = EFAULT;
+	if (err) {
+		errno = err;
+		return NULL;
+	}
+	mr = calloc(1, sizeof(*mr));
+	if (!mr) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	mr->pd = to_sv_pd(ibpd);
+	mr->vaddr = addr;
+	mr->len = length;
+	mr->iova = iova;
+	mr->access = access;
+
+	pthread_rwlock_wrlock(&ctx->mrs.lock);
+	slot = table_insert(&ctx->mrs, mr);
+	if (slot < 0) {
+		pthread_rwlock_unlock(&ctx->mrs.lock);
+		free(mr);
+		errno = ENOMEM;
+		return NULL;
+	}
+	key = (((uint32_t)slot << 8) | (sv_random_u32() & 0xff)) ^ ctx->key_secret;
+	mr->slot = (uint32_t)slot;
+	mr->ibmr.context = ibpd->context;
+	mr->ibmr.pd = ibpd;
+	mr->ibmr.addr = addr;
+	mr->ibmr.length = length;
+	mr->ibmr.handle = (uint32_t)slot;
+	mr->ibmr.lkey = key;
+	mr->ibmr.rkey = key;
+	pthread_rwlock_unlock(&ctx->mrs.lock);
+	atomic_fetch_add(&mr->pd->users, 1);
+	return mr;
+}
+
+struct ibv_mr *(ibv_reg_mr)(struct ibv_pd *pd, void *addr, size_t length, int access)
+{
+	struct sv_mr *mr = mr_create(pd, addr, length, (uint64_t)(uintptr_t)addr, (unsigned)access);
+
+	return mr ? &mr->ibmr : NULL;
+}
+
+struct ibv_mr *ibv_reg_mr_iova2(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
+				unsigned int access)
+{
+	struct sv_mr *mr = mr_create(pd, addr, length, iova, access);
+
+	return mr ? &mr->ibmr : NULL;
+}
+
+struct ibv_mr *(ibv_reg_mr_iova)(struct ibv_pd *pd, void *addr, size_t length, uint64_t iova,
+				 int access)
+{
+	return ibv_reg_mr_iova2(pd, addr, length, iova, (unsigned int)access);
+}
+
+struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length, uint64_t iova,
+				 int fd, int access)
+{
+	(void)pd;
+	(void)offset;
+	(void)length;
+	(void)iova;
+	(void)fd;
+	(void)access;
+	errno = EOPNOTSUPP;
+	return NULL;
+}
+
+int ibv_dereg_mr(struct ibv_mr *ibmr)
+{
+	struct sv_mr *mr;
+	struct sv_context *ctx;
+
+	if (!ibmr)
+		return EINVAL;
+	mr = to_sv_mr(ibmr);
+	ctx = to_sv_ctx(ibmr->context);
+	/* the write lock waits out any engine access in progress */
+	pthread_rwlock_wrlock(&ctx->mrs.lock);
+	ctx->mrs.slots[mr->slot] = NULL;
+	if (mr->slot < ctx->mrs.free_hint)
+		ctx->mrs.free_hint = mr->slot;
+	ctx->mrs.count--;
+	pthread_rwlock_unlock(&ctx->mrs.lock);
+	atomic_fetch_sub(&mr->pd->users, 1);
+	free(mr);
+	return 0;
+}
+
+int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd, void *addr, size_t length,
+		 int access)
+{
+	struct sv_mr *mr;
+	struct sv_context *ctx;
+	struct sv_pd *npd;
+	unsigned int nacc;
+	void *naddr;
+	size_t nlen;
+
+	if (!ibmr || (flags & ~IBV_REREG_MR_FLAGS_SUPPORTED) || !flags)
+		return IBV_REREG_MR_ERR_INPUT;
+	mr = to_sv_mr(ibmr);
+	ctx = to_sv_ctx(ibmr->context);
+	npd = (flags & IBV_REREG_MR_CHANGE_PD) ? (pd ? to_sv_pd(pd) : NULL) : mr->pd;
+	nacc = (flags & IBV_REREG_MR_CHANGE_ACCESS) ? (unsigned int)access : mr->access;
+	naddr = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? addr : mr->vaddr;
+	nlen = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? length : mr->len;
+	if (!npd || check_access(nacc) || !nlen || !range_mapped(naddr, nlen))
+		return IBV_REREG_MR_ERR_INPUT;
+
+	pthread_rwlock_wrlock(&ctx->mrs.lock);
+	if (npd != mr->pd) {
+		atomic_fetch_sub(&mr->pd->users, 1);
+		atomic_fetch_add(&npd->users, 1);
+		mr->pd = npd;
+		ibmr->pd = &npd->ibpd;
+	}
+	mr->access = nacc;
+	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+		mr->vaddr = naddr;
+		mr->iova = (uint64_t)(uintptr_t)naddr;
+		mr->len = nlen;
+		ibmr->addr = naddr;
+		ibmr->length = nlen;
+	}
+	/* new keys: old ones must stop working */
+	ibmr->lkey = ibmr->rkey =
+		((mr->slot << 8) | ((((ibmr->lkey ^ ctx->key_secret) & 0xff) + 1 +
+				     (sv_random_u32() % 254)) & 0xff)) ^ ctx->key_secret;
+	pthread_rwlock_unlock(&ctx->mrs.lock);
+	return 0;
+}
+
+struct ibv_mr *ibv_import_mr(struct ibv_pd *pd, uint32_t mr_handle)
+{
+	(void)pd;
+	(void)mr_handle;
+	errno = EOPNOTSUPP;
+	return NULL;
+}
+
+void ibv_unimport_mr(struct ibv_mr *mr)
+{
+	(void)mr;
+}
+
+struct ibv_dm *ibv_import_dm(struct ibv_context *context, uint32_t dm_handle)
+{
+	(void)context;
+	(void)dm_handle;
+	errno = EOPNOTSUPP;
+	return NULL;
+}
+
+void ibv_unimport_dm(struct ibv_dm *dm)
+{
+	(void)dm;
+}

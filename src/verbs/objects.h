@@ -1,0 +1,299 @@
+/*
+ * The verbs objects.  Each embeds the rdma-core struct the application sees
+ * (struct verbs_context, ibv_pd, ibv_mr, ibv_cq_ex, ibv_qp_ex, ibv_srq, ibv_ah)
+ * and reaches its own state with container_of, the way rdma-core providers do.
+ */
+#ifndef SV_OBJECTS_H
+#define SV_OBJECTS_H
+
+#include <infiniband/verbs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/util.h"
+#include "transport/transport.h"
+
+/* ---- device limits: reported by query_device and enforced ---- */
+#define SV_MAX_QP 16384
+#define SV_MAX_QP_WR 16384
+#define SV_MAX_SGE 32
+#define SV_MAX_CQ 16384
+#define SV_MAX_CQE ((1 << 22) - 1)
+#define SV_MAX_MR 65536
+#define SV_MAX_MR_SIZE (1ull << 40)
+#define SV_MAX_PD 65536
+#define SV_MAX_QP_RD_ATOM 16
+#define SV_MAX_SRQ 8192
+#define SV_MAX_SRQ_WR 16384
+#define SV_MAX_AH 65536
+#define SV_MAX_INLINE 1024
+#define SV_MAX_MSG_SIZE (1u << 31)
+#define SV_PORT_MTU IBV_MTU_4096
+#define SV_VENDOR_ID 0x5356 /* "SV": not a registered OUI; honest placeholder */
+#define SV_FIRST_QPN 0x11   /* 0 and 1 are the IB special QPs */
+
+struct sv_engine;
+
+struct sv_device {
+	struct ibv_device ibdev;
+	char ifname[IF_NAMESIZE];
+	struct in_addr ip;
+	int ifindex;
+	uint64_t guid; /* network order */
+	int index;
+};
+
+/* key -> MR lookups for one context (lkey == rkey, as in Soft-RoCE) */
+struct sv_mr_table {
+	pthread_rwlock_t lock;
+	struct sv_mr **slots;
+	uint32_t nslots;
+	uint32_t free_hint;
+	uint32_t count;
+};
+
+struct sv_context {
+	struct verbs_context vctx; /* application sees &vctx.context */
+	struct sv_device *dev;
+	struct sv_engine *eng;
+	union ibv_gid gid; /* GID index 0: this context's endpoint */
+	uint32_t key_secret;
+
+	pthread_mutex_t lock; /* qp table, object counts */
+	struct sv_qp **qpt;   /* index = qpn - SV_FIRST_QPN */
+	uint32_t qpt_size;
+	uint32_t nqp, ncq, nsrq, npd, nah;
+
+	struct sv_mr_table mrs;
+	int async_wfd; /* write end of the async event pipe (read end: async_fd) */
+};
+
+static inline struct sv_context *to_sv_ctx(struct ibv_context *c)
+{
+	return SV_CONTAINER_OF(c, struct sv_context, vctx.context);
+}
+
+struct sv_pd {
+	struct ibv_pd ibpd;
+	atomic_int users; /* MRs, QPs, SRQs, AHs: dealloc fails with EBUSY */
+};
+static inline struct sv_pd *to_sv_pd(struct ibv_pd *p)
+{
+	return SV_CONTAINER_OF(p, struct sv_pd, ibpd);
+}
+
+struct sv_mr {
+	struct ibv_mr ibmr;
+	struct sv_pd *pd;
+	uint64_t iova;  /* the address peers and SGEs use */
+	uint8_t *vaddr; /* where it is in this process */
+	uint64_t len;
+	unsigned int access;
+	uint32_t slot;
+};
+static inline struct sv_mr *to_sv_mr(struct ibv_mr *m)
+{
+	return SV_CONTAINER_OF(m, struct sv_mr, ibmr);
+}
+
+struct sv_comp_channel {
+	struct ibv_comp_channel ibch; /* ibch.fd is the pipe's read end */
+	int wfd;
+};
+
+struct sv_cq {
+	struct ibv_cq_ex ex; /* ibv_cq is its prefix */
+	struct sv_context *ctx;
+	pthread_mutex_t lock;
+	struct ibv_wc *ring;
+	uint32_t size; /* slots = cqe + 1 */
+	uint32_t head, count;
+	bool armed, solicited_only;
+	bool overrun; /* reported once via IBV_EVENT_CQ_ERR */
+	atomic_int users;
+	uint32_t events_reported; /* comp events written to the channel */
+	/* extended polling state (ibv_start_poll ...) */
+	struct ibv_wc cur;
+	bool polling;
+};
+static inline struct sv_cq *to_sv_cq(struct ibv_cq *c)
+{
+	return SV_CONTAINER_OF((struct ibv_cq_ex *)c, struct sv_cq, ex);
+}
+
+struct sv_recv_wqe {
+	uint64_t wr_id;
+	uint32_t num_sge;
+	struct ibv_sge *sge; /* points into the queue's SGE pool */
+};
+
+/* A receive queue: the QP's own or an SRQ's. */
+struct sv_rq {
+	struct sv_recv_wqe *wqe;
+	struct ibv_sge *sge_pool;
+	uint32_t size, max_sge; /* size is the posted capacity (max_wr) */
+	uint32_t head, count;
+};
+
+struct sv_srq {
+	struct ibv_srq ibsrq;
+	struct sv_context *ctx;
+	struct sv_pd *pd;
+	pthread_mutex_t lock;
+	struct sv_rq rq;
+	uint32_t srq_limit; /* armed when nonzero */
+	atomic_int users;
+};
+static inline struct sv_srq *to_sv_srq(struct ibv_srq *s)
+{
+	return SV_CONTAINER_OF(s, struct sv_srq, ibsrq);
+}
+
+struct sv_ah {
+	struct ibv_ah ibah;
+	struct ibv_ah_attr attr;
+	struct sv_endpoint_addr peer;
+	struct sv_pd *pd;
+	pthread_mutex_t lock;
+	struct sv_conn *conn; /* cached connection to the peer endpoint */
+};
+static inline struct sv_ah *to_sv_ah(struct ibv_ah *a)
+{
+	return SV_CONTAINER_OF(a, struct sv_ah, ibah);
+}
+
+enum sv_wqe_state {
+	SV_WQE_PENDING, /* not (fully) sent */
+	SV_WQE_SENT,    /* all packets out, waiting for ACK/response */
+	SV_WQE_DONE,    /* completed, waiting to be retired in order */
+};
+
+struct sv_send_wqe {
+	struct ibv_send_wr wr; /* copy; sg_list/next unused */
+	struct ibv_sge *sge;   /* into the QP's send SGE pool */
+	uint32_t num_sge;
+	uint32_t length;       /* total payload bytes */
+	uint8_t *inline_buf;   /* into the QP's inline pool (IBV_SEND_INLINE) */
+	struct sv_ah *ah;      /* UD */
+	enum sv_wqe_state state;
+	enum ibv_wc_status status;
+	uint32_t first_psn, last_psn;
+	uint32_t npkts;
+	uint64_t atomic_orig;
+};
+
+/* Requester-side bookkeeping of one QP (sq indexes increase forever, mod 2^32). */
+struct sv_sq {
+	struct sv_send_wqe *wqe;
+	struct ibv_sge *sge_pool;
+	uint8_t *inline_pool;
+	uint32_t size;     /* ring slots (power of two) */
+	uint32_t max_wr;   /* posted capacity */
+	uint32_t head;     /* oldest not retired */
+	uint32_t next;     /* next to (re)transmit */
+	uint32_t tail;     /* next free */
+	uint32_t seg_off;  /* bytes of wqe[next] already sent */
+	uint32_t psn;      /* next PSN to use */
+	uint32_t rd_atomic_inflight;
+};
+
+struct sv_qp {
+	struct ibv_qp_ex ex; /* ibv_qp is its prefix */
+	struct sv_context *ctx;
+	struct sv_pd *pd;
+	struct sv_cq *scq, *rcq;
+	struct sv_srq *srq;
+	atomic_int refcnt;
+	bool destroyed;
+
+	pthread_mutex_t lock; /* everything below */
+	enum ibv_qp_state state;
+	struct ibv_qp_attr attr; /* current attributes, as query_qp reports */
+	struct ibv_qp_cap cap;
+	bool sq_sig_all;
+	uint32_t mtu; /* bytes */
+
+	struct sv_sq sq;
+	struct sv_rq rq;
+
+	struct sv_endpoint_addr peer; /* RC/UC: from ah_attr at RTR */
+	struct sv_conn *conn;         /* RC/UC */
+
+	/* timers (engine), deadlines in ns; 0 = not armed */
+	uint64_t rnr_until;      /* requester paused after an RNR NAK */
+	uint64_t ack_deadline;   /* oldest unacked WQE times out */
+	uint32_t retries_left, rnr_retries_left;
+	struct sv_list timer_link;  /* engine->timer_qps */
+	struct sv_list run_link;    /* engine->run_qps: requester has work */
+	struct sv_list txwait_link; /* conn->tx_waiters */
+
+	/* responder state */
+	uint32_t epsn;        /* expected PSN */
+	uint32_t msn;
+	uint32_t msg_first_psn;
+	bool resp_in_msg;     /* inside a multi-packet SEND/WRITE */
+	bool resp_drop_msg;   /* UC: drop until next FIRST/ONLY */
+	bool resp_have_rwqe;
+	struct sv_recv_wqe rwqe; /* receive WQE being filled */
+	struct ibv_sge rwqe_sge[SV_MAX_SGE];
+	uint32_t rwqe_off;
+	uint64_t wr_va;       /* RDMA WRITE in progress */
+	uint32_t wr_rkey, wr_left, wr_total;
+	/* atomic replay cache: duplicate atomics return the first result */
+	struct {
+		uint32_t psn;
+		uint64_t orig;
+		bool valid;
+	} atomic_cache[SV_MAX_QP_RD_ATOM];
+	uint32_t atomic_cache_next;
+	bool comm_est_sent;
+
+	struct sv_wr_batch *batch; /* ibv_wr_start() .. ibv_wr_complete() */
+};
+static inline struct sv_qp *to_sv_qp(struct ibv_qp *q)
+{
+	return SV_CONTAINER_OF((struct ibv_qp_ex *)q, struct sv_qp, ex);
+}
+
+/* ---- verbs-layer services used by the engine ---- */
+
+/* Look up a QP by number and take a reference (NULL if none). */
+struct sv_qp *sv_qp_lookup(struct sv_context *ctx, uint32_t qpn);
+void sv_qp_put(struct sv_qp *qp);
+/* qp->lock held: move to ERR, flush everything outstanding */
+void sv_qp_enter_error(struct sv_qp *qp);
+
+/* Add a completion; returns false on CQ overrun (reported asynchronously). */
+bool sv_cq_push(struct sv_cq *cq, const struct ibv_wc *wc, bool solicited);
+
+/* Post an async event (element is cq/qp/srq pointer or port number). */
+void sv_async_event(struct sv_context *ctx, enum ibv_event_type type, void *element,
+		    int port);
+
+/*
+ * Memory access: translate [iova, iova+len) under key into a local pointer
+ * after checking key, PD, bounds and access.  Returns 0 or an
+ * IBV_WC_* status-compatible error kind (see enum below).  Hold the table's
+ * read lock (sv_mr_read_lock) across the use of the pointer.
+ */
+enum sv_mem_err { SV_MEM_OK = 0, SV_MEM_BAD_KEY, SV_MEM_BAD_PD, SV_MEM_BOUNDS, SV_MEM_ACCESS };
+enum sv_mem_err sv_mr_translate(struct sv_context *ctx, uint32_t key, struct sv_pd *pd,
+				uint64_t iova, uint64_t len, unsigned int need_access,
+				uint8_t **ptr);
+void sv_mr_read_lock(struct sv_context *ctx);
+void sv_mr_read_unlock(struct sv_context *ctx);
+
+/* Pop one receive WQE from the SRQ or the QP's RQ into qp->rwqe. */
+bool sv_qp_take_recv(struct sv_qp *qp);
+
+uint32_t sv_mtu_bytes(enum ibv_mtu mtu);
+
+/* GID <-> endpoint address (format documented in docs/ARCHITECTURE.md) */
+void sv_gid_encode(union ibv_gid *gid, struct in_addr ip, uint16_t port);
+bool sv_gid_decode(const union ibv_gid *gid, struct sv_endpoint_addr *out);
+
+#endif

@@ -1,0 +1,59 @@
+/* Protection domains: the scope every MR, QP, SRQ and AH belongs to. */
+#include "verbs/objects.h"
+
+#include <errno.h>
+#include <stdlib.h>
+
+struct ibv_pd *ibv_alloc_pd(struct ibv_context *context)
+{
+	struct sv_context *ctx = to_sv_ctx(context);
+	struct sv_pd *pd;
+
+	pthread_mutex_lock(&ctx->lock);
+	if (ctx->npd >= SV_MAX_PD) {
+		pthread_mutex_unlock(&ctx->lock);
+		errno = ENOMEM;
+		return NULL;
+	}
+	ctx->npd++;
+	pthread_mutex_unlock(&ctx->lock);
+	pd = calloc(1, sizeof(*pd));
+	if (!pd) {
+		pthread_mutex_lock(&ctx->lock);
+		ctx->npd--;
+		pthread_mutex_unlock(&ctx->lock);
+		errno = ENOMEM;
+		return NULL;
+	}
+	pd->ibpd.context = context;
+	pd->ibpd.handle = sv_random_u32();
+	atomic_init(&pd->users, 0);
+	return &pd->ibpd;
+}
+
+int ibv_dealloc_pd(struct ibv_pd *ibpd)
+{
+	struct sv_pd *pd = to_sv_pd(ibpd);
+	struct sv_context *ctx = to_sv_ctx(ibpd->context);
+
+	if (atomic_load(&pd->users))
+		return EBUSY;
+	pthread_mutex_lock(&ctx->lock);
+	ctx->npd--;
+	pthread_mutex_unlock(&ctx->lock);
+	free(pd);
+	return 0;
+}
+
+struct ibv_pd *ibv_import_pd(struct ibv_context *context, uint32_t pd_handle)
+{
+	(void)context;
+	(void)pd_handle;
+	errno = EOPNOTSUPP;
+	return NULL;
+}
+
+void ibv_unimport_pd(struct ibv_pd *pd)
+{
+	(void)pd;
+}

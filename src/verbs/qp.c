@@ -1,0 +1,711 @@
+/*
+ * Queue pairs: creation, the state machine (modify/query), destruction, and
+ * the posting verbs.  post_send validates and copies each WR into the send
+ * ring and runs the requester right away in the posting thread; post_recv
+ * fills the receive ring the responder consumes.
+ */
+#include "verbs/objects.h"
+#include "verbs/qp_state.h"
+#include "engine/engine.h"
+#include "engine/dma.h"
+
+#include <errno.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+
+void sv_qp_ex_init(struct sv_qp *qp, uint64_t send_ops_flags);
+void sv_qp_ex_free(struct sv_qp *qp);
+
+static uint32_t pow2_at_least(uint32_t v)
+{
+	uint32_t p = 1;
+
+	while (p < v)
+		p <<= 1;
+	return p;
+}
+
+struct sv_qp *sv_qp_lookup(struct sv_context *ctx, uint32_t qpn)
+{
+	struct sv_qp *qp = NULL;
+	uint32_t i = qpn - SV_FIRST_QPN;
+
+	pthread_mutex_lock(&ctx->lock);
+	if (qpn >= SV_FIRST_QPN && i < ctx->qpt_size && ctx->qpt[i]) {
+		qp = ctx->qpt[i];
+		atomic_fetch_add(&qp->refcnt, 1);
+	}
+	pthread_mutex_unlock(&ctx->lock);
+	return qp;
+}
+
+void sv_qp_put(struct sv_qp *qp)
+{
+	atomic_fetch_sub(&qp->refcnt, 1);
+}
+
+static int rq_init(struct sv_rq *rq, uint32_t max_wr, uint32_t max_sge)
+{
+	rq->size = max_wr;
+	rq->max_sge = SV_MAX(max_sge, 1u);
+	rq->wqe = calloc(SV_MAX(max_wr, 1u), sizeof(*rq->wqe));
+	rq->sge_pool = calloc((size_t)SV_MAX(max_wr, 1u) * rq->max_sge, sizeof(struct ibv_sge));
+	if (!rq->wqe || !rq->sge_pool)
+		return ENOMEM;
+	for (uint32_t i = 0; i < max_wr; i++)
+		rq->wqe[i].sge = rq->sge_pool + (size_t)i * rq->max_sge;
+	return 0;
+}
+
+/* Put one WR into a receive ring (lock of the ring's owner held). */
+int sv_rq_post(struct sv_rq *rq, const struct ibv_recv_wr *wr)
+{
+	struct sv_recv_wqe *w;
+
+	if ((uint32_t)wr->num_sge > rq->max_sge || wr->num_sge < 0)
+		return EINVAL;
+	if (rq->count >= rq->size)
+		return ENOMEM;
+	w = &rq->wqe[(rq->head + rq->count) % rq->size];
+	w->wr_id = wr->wr_id;
+	w->num_sge = (uint32_t)wr->num_sge;
+	memcpy(w->sge, wr->sg_list, sizeof(*w->sge) * (size_t)wr->num_sge);
+	rq->count++;
+	return 0;
+}
+
+static void rq_free(struct sv_rq *rq)
+{
+	free(rq->wqe);
+	free(rq->sge_pool);
+}
+
+static struct ibv_qp *qp_create(struct ibv_context *context, struct ibv_qp_init_attr_ex *ia)
+{
+	struct sv_context *ctx = to_sv_ctx(context);
+	struct ibv_qp_cap *cap = &ia->cap;
+	struct sv_qp *qp;
+	uint32_t idx;
+	int err = EINVAL;
+
+	if (!ia->pd || !ia->send_cq || (!ia->recv_cq && !ia->srq))
+		goto fail;
+	if (ia->qp_type != IBV_QPT_RC && ia->qp_type != IBV_QPT_UC && ia->qp_type != IBV_QPT_UD) {
+		err = EOPNOTSUPP;
+		goto fail;
+	}
+	if (!ia->recv_cq)
+		ia->recv_cq = ia->send_cq;
+	if (ia->pd->context != context || ia->send_cq->context != context ||
+	    ia->recv_cq->context != context || (ia->srq && ia->srq->context != context))
+		goto fail;
+	if (cap->max_send_wr > SV_MAX_QP_WR || cap->max_recv_wr > SV_MAX_QP_WR ||
+	    cap->max_send_sge > SV_MAX_SGE || cap->max_recv_sge > SV_MAX_SGE ||
+	    cap->max_inline_data > SV_MAX_INLINE)
+		goto fail;
+
+	qp = calloc(1, sizeof(*qp));
+	if (!qp) {
+		err = ENOMEM;
+		goto fail;
+	}
+	qp->ctx = ctx;
+	qp->pd = to_sv_pd(ia->pd);
+	qp->scq = to_sv_cq(ia->send_cq);
+	qp->rcq = to_sv_cq(ia->recv_cq);
+	qp->srq = ia->srq ? to_sv_srq(ia->srq) : NULL;
+	qp->sq_sig_all = ia->sq_sig_all;
+	qp->cap = *cap;
+	if (qp->srq) {
+		qp->cap.max_recv_wr = 0;
+		qp->cap.max_recv_sge = 0;
+	}
+	qp->mtu = sv_mtu_bytes(SV_PORT_MTU);
+	atomic_init(&qp->refcnt, 1);
+	pthread_mutex_init(&qp->lock, NULL);
+	sv_list_init(&qp->timer_link);
+	sv_list_init(&qp->run_link);
+	sv_list_init(&qp->txwait_link);
+
+	qp->sq.max_wr = cap->max_send_wr;
+	qp->sq.size = pow2_at_least(SV_MAX(cap->max_send_wr, 1u));
+	qp->sq.wqe = calloc(qp->sq.size, sizeof(*qp->sq.wqe));
+	qp->sq.sge_pool = calloc((size_t)qp->sq.size * SV_MAX(cap->max_send_sge, 1u),
+				 sizeof(struct ibv_sge));
+	if (cap->max_inline_data)
+		qp->sq.inline_pool = malloc((size_t)qp->sq.size * cap->max_inline_data);
+	if (!qp->sq.wqe || !qp->sq.sge_pool || (cap->max_inline_data && !qp->sq.inline_pool) ||
+	    (!qp->srq && rq_init(&qp->rq, cap->max_recv_wr, cap->max_recv_sge))) {
+		err = ENOMEM;
+		goto fail_free;
+	}
+	for (uint32_t i = 0; i < qp->sq.size; i++)
+		qp->sq.wqe[i].sge = qp->sq.sge_pool + (size_t)i * SV_MAX(cap->max_send_sge, 1u);
+
+	/* allocate a QP number */
+	pthread_mutex_lock(&ctx->lock);
+	if (ctx->nqp >= SV_MAX_QP) {
+		pthread_mutex_unlock(&ctx->lock);
+		err = ENOMEM;
+		goto fail_free;
+	}
+	for (idx = 0; idx < ctx->qpt_size && ctx->qpt[idx]; idx++)
+		;
+	if (idx == ctx->qpt_size) {
+		uint32_t n = ctx->qpt_size ? ctx->qpt_size * 2 : 64;
+		struct sv_qp **t = realloc(ctx->qpt, sizeof(*t) * n);
+
+		if (!t) {
+			pthread_mutex_unlock(&ctx->lock);
+			err = ENOMEM;
+			goto fail_free;
+		}
+		memset(t + ctx->qpt_size, 0, sizeof(*t) * (n - ctx->qpt_size));
+		ctx->qpt = t;
+		ctx->qpt_size = n;
+	}
+	ctx->qpt[idx] = qp;
+	ctx->nqp++;
+	pthread_mutex_unlock(&ctx->lock);
+
+	qp->ex.qp_base.context = context;
+	qp->ex.qp_base.qp_context = ia->qp_context;
+	qp->ex.qp_base.pd = ia->pd;
+	qp->ex.qp_base.send_cq = ia->send_cq;
+	qp->ex.qp_base.recv_cq = ia->recv_cq;
+	qp->ex.qp_base.srq = ia->srq;
+	qp->ex.qp_base.handle = idx;
+	qp->ex.qp_base.qp_num = SV_FIRST_QPN + idx;
+	qp->ex.qp_base.state = IBV_QPS_RESET;
+	qp->ex.qp_base.qp_type = ia->qp_type;
+	pthread_mutex_init(&qp->ex.qp_base.mutex, NULL);
+	pthread_cond_init(&qp->ex.qp_base.cond, NULL);
+	qp->state = IBV_QPS_RESET;
+	qp->attr.qp_state = IBV_QPS_RESET;
+	qp->attr.path_mtu = SV_PORT_MTU;
+	qp->attr.port_num = 1;
+	sv_qp_ex_init(qp, (ia->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) ? ia->send_ops_flags : 0);
+
+	atomic_fetch_add(&qp->pd->users, 1);
+	atomic_fetch_add(&qp->scq->users, 1);
+	atomic_fetch_add(&qp->rcq->users, 1);
+	if (qp->srq)
+		atomic_fetch_add(&qp->srq->users, 1);
+	*cap = qp->cap;
+	return &qp->ex.qp_base;
+
+fail_free:
+	free(qp->sq.wqe);
+	free(qp->sq.sge_pool);
+	free(qp->sq.inline_pool);
+	rq_free(&qp->rq);
+	free(qp);
+fail:
+	errno = err;
+	return NULL;
+}
+
+struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
+{
+	struct ibv_qp_init_attr_ex ia;
+
+	if (!pd || !attr) {
+		errno = EINVAL;
+		return NULL;
+	}
+	memset(&ia, 0, sizeof(ia));
+	memcpy(&ia, attr, sizeof(*attr));
+	ia.comp_mask = IBV_QP_INIT_ATTR_PD;
+	ia.pd = pd;
+	{
+		struct ibv_qp *qp = qp_create(pd->context, &ia);
+
+		if (qp)
+			attr->cap = ia.cap;
+		return qp;
+	}
+}
+
+struct ibv_qp *sv_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_attr_ex *ia)
+{
+	const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+	const uint64_t ops = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
+			     IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
+			     IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
+			     IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+
+	if ((ia->comp_mask & ~known) || !(ia->comp_mask & IBV_QP_INIT_ATTR_PD)) {
+		errno = (ia->comp_mask & ~known) ? EOPNOTSUPP : EINVAL;
+		return NULL;
+	}
+	if ((ia->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && (ia->send_ops_flags & ~ops)) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	return qp_create(context, ia);
+}
+
+/* qp->lock held */
+static void push_flush(struct sv_cq *cq, uint64_t wr_id, uint32_t qpn, enum ibv_wc_opcode op)
+{
+	struct ibv_wc wc = { .wr_id = wr_id, .status = IBV_WC_WR_FLUSH_ERR, .opcode = op,
+			     .qp_num = qpn, .vendor_err = IBV_WC_WR_FLUSH_ERR };
+
+	sv_cq_push(cq, &wc, false);
+}
+
+static void flush_send_queue(struct sv_qp *qp)
+{
+	struct sv_sq *sq = &qp->sq;
+
+	for (; sq->head != sq->tail; sq->head++) {
+		struct sv_send_wqe *w = &sq->wqe[sq->head & (sq->size - 1)];
+
+		push_flush(qp->scq, w->wr.wr_id, qp->ex.qp_base.qp_num, IBV_WC_SEND);
+	}
+	sq->next = sq->tail;
+	sq->seg_off = 0;
+	sq->rd_atomic_inflight = 0;
+}
+
+static void flush_recv_queue(struct sv_qp *qp)
+{
+	if (qp->resp_have_rwqe) {
+		push_flush(qp->rcq, qp->rwqe.wr_id, qp->ex.qp_base.qp_num, IBV_WC_RECV);
+		qp->resp_have_rwqe = false;
+	}
+	if (qp->srq)
+		return; /* SRQ WQEs belong to the SRQ, not to this QP */
+	for (; qp->rq.count; qp->rq.count--) {
+		push_flush(qp->rcq, qp->rq.wqe[qp->rq.head].wr_id, qp->ex.qp_base.qp_num,
+			   IBV_WC_RECV);
+		qp->rq.head = (qp->rq.head + 1) % qp->rq.size;
+	}
+}
+
+void sv_qp_enter_error(struct sv_qp *qp)
+{
+	bool was_err = qp->state == IBV_QPS_ERR;
+
+	qp->state = IBV_QPS_ERR;
+	qp->attr.qp_state = IBV_QPS_ERR;
+	qp->ex.qp_base.state = IBV_QPS_ERR;
+	flush_send_queue(qp);
+	flush_recv_queue(qp);
+	qp->resp_in_msg = false;
+	__atomic_store_n(&qp->rnr_until, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&qp->ack_deadline, 0, __ATOMIC_RELAXED);
+	sv_engine_timer_update(qp->ctx->eng, qp);
+	if (!was_err && qp->srq)
+		sv_async_event(qp->ctx, IBV_EVENT_QP_LAST_WQE_REACHED, qp, 0);
+}
+
+static void reset_qp(struct sv_qp *qp)
+{
+	struct sv_sq *sq = &qp->sq;
+
+	/* RESET discards everything without completions (ibv_modify_qp(3)) */
+	sq->head = sq->next = sq->tail = sq->seg_off = sq->rd_atomic_inflight = 0;
+	qp->rq.head = qp->rq.count = 0;
+	qp->resp_have_rwqe = qp->resp_in_msg = qp->resp_drop_msg = false;
+	qp->comm_est_sent = false;
+	qp->msn = 0;
+	memset(qp->atomic_cache, 0, sizeof(qp->atomic_cache));
+	__atomic_store_n(&qp->rnr_until, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&qp->ack_deadline, 0, __ATOMIC_RELAXED);
+	sv_engine_timer_update(qp->ctx->eng, qp);
+	if (qp->conn) {
+		sv_engine_forget_qp(qp->ctx->eng, qp);
+		sv_conn_put(qp->conn);
+		qp->conn = NULL;
+	}
+}
+
+static int check_attr_values(struct sv_qp *qp, struct ibv_qp_attr *a, int mask,
+			     struct sv_endpoint_addr *peer)
+{
+	const unsigned int qp_access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+				       IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+
+	if ((mask & IBV_QP_CUR_STATE) && a->cur_qp_state != qp->state)
+		return EINVAL;
+	if ((mask & IBV_QP_PORT) && a->port_num != 1)
+		return EINVAL;
+	if ((mask & IBV_QP_PKEY_INDEX) && a->pkey_index != 0)
+		return EINVAL;
+	if ((mask & IBV_QP_ACCESS_FLAGS) && (a->qp_access_flags & ~qp_access))
+		return EINVAL;
+	if ((mask & IBV_QP_PATH_MTU) && (a->path_mtu < IBV_MTU_256 || a->path_mtu > SV_PORT_MTU))
+		return EINVAL;
+	if ((mask & IBV_QP_TIMEOUT) && a->timeout > 31)
+		return EINVAL;
+	if ((mask & IBV_QP_RETRY_CNT) && a->retry_cnt > 7)
+		return EINVAL;
+	if ((mask & IBV_QP_RNR_RETRY) && a->rnr_retry > 7)
+		return EINVAL;
+	if ((mask & IBV_QP_MIN_RNR_TIMER) && a->min_rnr_timer > 31)
+		return EINVAL;
+	if ((mask & IBV_QP_MAX_QP_RD_ATOMIC) && a->max_rd_atomic > SV_MAX_QP_RD_ATOM)
+		return EINVAL;
+	if ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) && a->max_dest_rd_atomic > SV_MAX_QP_RD_ATOM)
+		return EINVAL;
+	if ((mask & IBV_QP_DEST_QPN) && a->dest_qp_num > SV_PSN_MASK)
+		return EINVAL;
+	if ((mask & IBV_QP_ALT_PATH) || (mask & IBV_QP_PATH_MIG_STATE && a->path_mig_state != IBV_MIG_MIGRATED))
+		return EINVAL; /* no alternate paths on a software port */
+	if (mask & IBV_QP_AV) {
+		struct ibv_ah_attr *ah = &a->ah_attr;
+
+		/* RoCE-style addressing: a GRH with the peer's GID is mandatory */
+		if (!ah->is_global || ah->grh.sgid_index != 0 || (ah->port_num && ah->port_num != 1) ||
+		    !sv_gid_decode(&ah->grh.dgid, peer))
+			return EINVAL;
+	}
+	return 0;
+}
+
+int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
+{
+	struct sv_qp *qp = to_sv_qp(ibqp);
+	struct sv_endpoint_addr peer;
+	enum ibv_qp_state cur, next;
+	int err;
+
+	if (!attr)
+		return EINVAL;
+	pthread_mutex_lock(&qp->lock);
+	cur = qp->state;
+	next = (mask & IBV_QP_STATE) ? attr->qp_state : cur;
+	if (next > IBV_QPS_ERR ||
+	    !sv_qp_transition_ok(ibqp->qp_type, cur, next, mask) ||
+	    (err = check_attr_values(qp, attr, mask, &peer))) {
+		pthread_mutex_unlock(&qp->lock);
+		return EINVAL;
+	}
+	/* apply attributes */
+	if (mask & IBV_QP_PKEY_INDEX)
+		qp->attr.pkey_index = attr->pkey_index;
+	if (mask & IBV_QP_PORT)
+		qp->attr.port_num = attr->port_num;
+	if (mask & IBV_QP_QKEY)
+		qp->attr.qkey = attr->qkey;
+	if (mask & IBV_QP_ACCESS_FLAGS)
+		qp->attr.qp_access_flags = attr->qp_access_flags;
+	if (mask & IBV_QP_PATH_MTU) {
+		qp->attr.path_mtu = attr->path_mtu;
+		qp->mtu = sv_mtu_bytes(attr->path_mtu);
+	}
+	if (mask & IBV_QP_AV) {
+		qp->attr.ah_attr = attr->ah_attr;
+		if (peer.ip.s_addr != qp->peer.ip.s_addr || peer.port != qp->peer.port) {
+			if (qp->conn) {
+				sv_engine_forget_qp(qp->ctx->eng, qp);
+				sv_conn_put(qp->conn);
+				qp->conn = NULL;
+			}
+			qp->peer = peer;
+		}
+	}
+	if (mask & IBV_QP_DEST_QPN)
+		qp->attr.dest_qp_num = attr->dest_qp_num;
+	if (mask & IBV_QP_RQ_PSN) {
+		qp->attr.rq_psn = attr->rq_psn & SV_PSN_MASK;
+		qp->epsn = qp->attr.rq_psn;
+	}
+	if (mask & IBV_QP_SQ_PSN) {
+		qp->attr.sq_psn = attr->sq_psn & SV_PSN_MASK;
+		qp->sq.psn = qp->attr.sq_psn;
+	}
+	if (mask & IBV_QP_MAX_DEST_RD_ATOMIC)
+		qp->attr.max_dest_rd_atomic = attr->max_dest_rd_atomic;
+	if (mask & IBV_QP_MAX_QP_RD_ATOMIC)
+		qp->attr.max_rd_atomic = attr->max_rd_atomic;
+	if (mask & IBV_QP_MIN_RNR_TIMER)
+		qp->attr.min_rnr_timer = attr->min_rnr_timer;
+	if (mask & IBV_QP_TIMEOUT)
+		qp->attr.timeout = attr->timeout;
+	if (mask & IBV_QP_RETRY_CNT) {
+		qp->attr.retry_cnt = attr->retry_cnt;
+		qp->retries_left = attr->retry_cnt;
+	}
+	if (mask & IBV_QP_RNR_RETRY) {
+		qp->attr.rnr_retry = attr->rnr_retry;
+		qp->rnr_retries_left = attr->rnr_retry;
+	}
+	if (mask & IBV_QP_EN_SQD_ASYNC_NOTIFY)
+		qp->attr.en_sqd_async_notify = attr->en_sqd_async_notify;
+
+	if (next != cur || (mask & IBV_QP_STATE)) {
+		switch (next) {
+		case IBV_QPS_RESET:
+			reset_qp(qp);
+			break;
+		case IBV_QPS_ERR:
+			sv_qp_enter_error(qp);
+			break;
+		default:
+			break;
+		}
+		qp->state = next;
+		qp->attr.qp_state = next;
+		qp->attr.cur_qp_state = next;
+		ibqp->state = next;
+		if (next == IBV_QPS_SQD && qp->attr.en_sqd_async_notify)
+			sv_async_event(qp->ctx, IBV_EVENT_SQ_DRAINED, qp, 0);
+		if (next == IBV_QPS_RTS)
+			sv_requester_run(qp);
+	}
+	pthread_mutex_unlock(&qp->lock);
+	return 0;
+}
+
+int ibv_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int attr_mask,
+		 struct ibv_qp_init_attr *init_attr)
+{
+	struct sv_qp *qp = to_sv_qp(ibqp);
+
+	(void)attr_mask; /* everything is cheap to report */
+	if (!attr || !init_attr)
+		return EINVAL;
+	pthread_mutex_lock(&qp->lock);
+	*attr = qp->attr;
+	attr->qp_state = qp->state;
+	attr->cur_qp_state = qp->state;
+	attr->cap = qp->cap;
+	attr->sq_draining = 0;
+	memset(init_attr, 0, sizeof(*init_attr));
+	init_attr->qp_context = ibqp->qp_context;
+	init_attr->send_cq = ibqp->send_cq;
+	init_attr->recv_cq = ibqp->recv_cq;
+	init_attr->srq = ibqp->srq;
+	init_attr->cap = qp->cap;
+	init_attr->qp_type = ibqp->qp_type;
+	init_attr->sq_sig_all = qp->sq_sig_all;
+	pthread_mutex_unlock(&qp->lock);
+	return 0;
+}
+
+int ibv_query_qp_data_in_order(struct ibv_qp *qp, enum ibv_wr_opcode op, uint32_t flags)
+{
+	(void)qp;
+	(void)op;
+	(void)flags;
+	/* the responder writes each message in order, but only the 0 answer is safe to promise */
+	return 0;
+}
+
+int ibv_destroy_qp(struct ibv_qp *ibqp)
+{
+	struct sv_qp *qp = to_sv_qp(ibqp);
+	struct sv_context *ctx = qp->ctx;
+
+	pthread_mutex_lock(&ctx->lock);
+	ctx->qpt[ibqp->handle] = NULL;
+	ctx->nqp--;
+	pthread_mutex_unlock(&ctx->lock);
+	pthread_mutex_lock(&qp->lock);
+	qp->destroyed = true;
+	__atomic_store_n(&qp->rnr_until, 0, __ATOMIC_RELAXED);
+	__atomic_store_n(&qp->ack_deadline, 0, __ATOMIC_RELAXED);
+	pthread_mutex_unlock(&qp->lock);
+	sv_engine_forget_qp(ctx->eng, qp);
+	/* wait for the engine to let go of it (references are short-lived) */
+	while (atomic_load(&qp->refcnt) > 1)
+		sched_yield();
+	if (qp->conn)
+		sv_conn_put(qp->conn);
+	atomic_fetch_sub(&qp->pd->users, 1);
+	atomic_fetch_sub(&qp->scq->users, 1);
+	atomic_fetch_sub(&qp->rcq->users, 1);
+	if (qp->srq)
+		atomic_fetch_sub(&qp->srq->users, 1);
+	sv_qp_ex_free(qp);
+	free(qp->sq.wqe);
+	free(qp->sq.sge_pool);
+	free(qp->sq.inline_pool);
+	rq_free(&qp->rq);
+	pthread_mutex_destroy(&qp->lock);
+	free(qp);
+	return 0;
+}
+
+static bool opcode_allowed(enum ibv_qp_type t, enum ibv_wr_opcode op)
+{
+	switch (op) {
+	case IBV_WR_SEND:
+	case IBV_WR_SEND_WITH_IMM:
+		return true;
+	case IBV_WR_RDMA_WRITE:
+	case IBV_WR_RDMA_WRITE_WITH_IMM:
+		return t != IBV_QPT_UD;
+	case IBV_WR_RDMA_READ:
+	case IBV_WR_ATOMIC_CMP_AND_SWP:
+	case IBV_WR_ATOMIC_FETCH_AND_ADD:
+		return t == IBV_QPT_RC;
+	default:
+		return false;
+	}
+}
+
+/* qp->lock held: validate and copy one WR into the send ring. */
+static int sq_post_one(struct sv_qp *qp, const struct ibv_send_wr *wr)
+{
+	struct sv_sq *sq = &qp->sq;
+	struct sv_send_wqe *w;
+	uint64_t len;
+	bool inl;
+
+	if (!opcode_allowed(qp->ex.qp_base.qp_type, wr->opcode))
+		return EINVAL;
+	if (wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->cap.max_send_sge)
+		return EINVAL;
+	if (wr->num_sge && !wr->sg_list)
+		return EINVAL;
+	if (qp->ex.qp_base.qp_type == IBV_QPT_UD && !wr->wr.ud.ah)
+		return EINVAL;
+	if (sq->tail - sq->head >= sq->max_wr)
+		return ENOMEM;
+	len = sv_sgl_len(wr->sg_list, (uint32_t)wr->num_sge);
+	inl = (wr->send_flags & IBV_SEND_INLINE) && wr->opcode != IBV_WR_RDMA_READ &&
+	      wr->opcode != IBV_WR_ATOMIC_CMP_AND_SWP && wr->opcode != IBV_WR_ATOMIC_FETCH_AND_ADD;
+	if (inl && len > qp->cap.max_inline_data)
+		return EINVAL;
+
+	w = &sq->wqe[sq->tail & (sq->size - 1)];
+	w->wr = *wr;
+	w->wr.next = NULL;
+	w->wr.sg_list = NULL;
+	w->num_sge = (uint32_t)wr->num_sge;
+	memcpy(w->sge, wr->sg_list, sizeof(*w->sge) * w->num_sge);
+	w->length = len > UINT32_MAX ? UINT32_MAX : (uint32_t)len;
+	w->inline_buf = NULL;
+	if (inl) {
+		/* the data is copied now: the buffer may be reused on return */
+		uint8_t *dst = sq->inline_pool + (size_t)(sq->tail & (sq->size - 1)) * qp->cap.max_inline_data;
+		uint32_t off = 0;
+
+		for (uint32_t i = 0; i < w->num_sge; i++) {
+			memcpy(dst + off, (void *)(uintptr_t)wr->sg_list[i].addr, wr->sg_list[i].length);
+			off += wr->sg_list[i].length;
+		}
+		w->inline_buf = dst;
+	}
+	w->ah = qp->ex.qp_base.qp_type == IBV_QPT_UD ? to_sv_ah(wr->wr.ud.ah) : NULL;
+	w->state = SV_WQE_PENDING;
+	w->status = IBV_WC_SUCCESS;
+	w->npkts = 0;
+	sq->tail++;
+	return 0;
+}
+
+int sv_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
+{
+	struct sv_qp *qp = to_sv_qp(ibqp);
+	int err = 0;
+
+	pthread_mutex_lock(&qp->lock);
+	if (qp->state == IBV_QPS_RESET || qp->state == IBV_QPS_INIT || qp->state == IBV_QPS_RTR) {
+		err = EINVAL;
+		*bad_wr = wr;
+		goto out;
+	}
+	for (; wr; wr = wr->next) {
+		err = sq_post_one(qp, wr);
+		if (err) {
+			*bad_wr = wr;
+			break;
+		}
+	}
+	if (qp->state == IBV_QPS_ERR)
+		flush_send_queue(qp); /* accepted, and flushed at once */
+	else
+		sv_requester_run(qp);
+out:
+	pthread_mutex_unlock(&qp->lock);
+	return err;
+}
+
+int sv_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr)
+{
+	struct sv_qp *qp = to_sv_qp(ibqp);
+	int err = 0;
+
+	pthread_mutex_lock(&qp->lock);
+	if (qp->srq || qp->state == IBV_QPS_RESET) {
+		err = EINVAL;
+		*bad_wr = wr;
+		goto out;
+	}
+	for (; wr; wr = wr->next) {
+		err = (wr->num_sge && !wr->sg_list) ? EINVAL : sv_rq_post(&qp->rq, wr);
+		if (err) {
+			*bad_wr = wr;
+			break;
+		}
+	}
+	if (qp->state == IBV_QPS_ERR)
+		flush_recv_queue(qp);
+out:
+	pthread_mutex_unlock(&qp->lock);
+	return err;
+}
+
+bool sv_qp_take_recv(struct sv_qp *qp)
+{
+	struct sv_rq *rq;
+	struct sv_recv_wqe *w;
+	bool limit = false;
+
+	if (qp->srq) {
+		pthread_mutex_lock(&qp->srq->lock);
+		rq = &qp->srq->rq;
+	} else {
+		rq = &qp->rq;
+	}
+	if (!rq->count) {
+		if (qp->srq)
+			pthread_mutex_unlock(&qp->srq->lock);
+		return false;
+	}
+	w = &rq->wqe[rq->head];
+	qp->rwqe.wr_id = w->wr_id;
+	qp->rwqe.num_sge = w->num_sge;
+	qp->rwqe.sge = qp->rwqe_sge;
+	memcpy(qp->rwqe_sge, w->sge, sizeof(*w->sge) * w->num_sge);
+	rq->head = (rq->head + 1) % rq->size;
+	rq->count--;
+	if (qp->srq) {
+		if (qp->srq->srq_limit && rq->count < qp->srq->srq_limit) {
+			qp->srq->srq_limit = 0; /* the limit is one-shot: disarm */
+			limit = true;
+		}
+		pthread_mutex_unlock(&qp->srq->lock);
+		if (limit)
+			sv_async_event(qp->ctx, IBV_EVENT_SRQ_LIMIT_REACHED, qp->srq, 0);
+	}
+	qp->resp_have_rwqe = true;
+	qp->rwqe_off = 0;
+	return true;
+}
+
+struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp)
+{
+	return &to_sv_qp(qp)->ex;
+}
+
+int ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
+{
+	(void)qp;
+	(void)gid;
+	(void)lid;
+	return EOPNOTSUPP;
+}
+
+int ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
+{
+	(void)qp;
+	(void)gid;
+	(void)lid;
+	return EOPNOTSUPP;
+}

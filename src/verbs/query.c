@@ -1,0 +1,248 @@
+/* Device, port, GID and P_Key queries: the device model of BRIEF §4. */
+#include "verbs/objects.h"
+#include "engine/engine.h"
+
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <string.h>
+
+static void fill_device_attr(struct sv_context *ctx, struct ibv_device_attr *a)
+{
+	memset(a, 0, sizeof(*a));
+	snprintf(a->fw_ver, sizeof(a->fw_ver), "softverbs-0.1.0");
+	a->node_guid = ctx->dev->guid;
+	a->sys_image_guid = ctx->dev->guid;
+	a->max_mr_size = SV_MAX_MR_SIZE;
+	a->page_size_cap = 0xfffff000; /* any power of two from 4 KiB */
+	a->vendor_id = SV_VENDOR_ID;
+	a->vendor_part_id = 1;
+	a->hw_ver = 1;
+	a->max_qp = SV_MAX_QP;
+	a->max_qp_wr = SV_MAX_QP_WR;
+	a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_CURR_QP_STATE_MOD |
+			      IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_PORT_ACTIVE_EVENT;
+	a->max_sge = SV_MAX_SGE;
+	a->max_sge_rd = SV_MAX_SGE;
+	a->max_cq = SV_MAX_CQ;
+	a->max_cqe = SV_MAX_CQE;
+	a->max_mr = SV_MAX_MR;
+	a->max_pd = SV_MAX_PD;
+	a->max_qp_rd_atom = SV_MAX_QP_RD_ATOM;
+	a->max_ee_rd_atom = 0;
+	a->max_res_rd_atom = SV_MAX_QP_RD_ATOM * SV_MAX_QP;
+	a->max_qp_init_rd_atom = SV_MAX_QP_RD_ATOM;
+	a->atomic_cap = IBV_ATOMIC_HCA;
+	a->max_ah = SV_MAX_AH;
+	a->max_srq = SV_MAX_SRQ;
+	a->max_srq_wr = SV_MAX_SRQ_WR;
+	a->max_srq_sge = SV_MAX_SGE;
+	a->max_pkeys = 1;
+	a->local_ca_ack_delay = 15;
+	a->phys_port_cnt = 1;
+}
+
+int ibv_query_device(struct ibv_context *context, struct ibv_device_attr *device_attr)
+{
+	if (!context || !device_attr)
+		return EINVAL;
+	fill_device_attr(to_sv_ctx(context), device_attr);
+	return 0;
+}
+
+static int sv_query_device_ex(struct ibv_context *context,
+			      const struct ibv_query_device_ex_input *input,
+			      struct ibv_device_attr_ex *attr, size_t attr_size)
+{
+	struct ibv_device_attr_ex a;
+
+	if (input && input->comp_mask)
+		return EINVAL;
+	if (attr_size < sizeof(a.orig_attr))
+		return EINVAL;
+	memset(&a, 0, sizeof(a));
+	fill_device_attr(to_sv_ctx(context), &a.orig_attr);
+	a.max_dm_size = 0;
+	a.phys_port_cnt_ex = 1;
+	memcpy(attr, &a, SV_MIN(attr_size, sizeof(a)));
+	return 0;
+}
+
+static void fill_port_attr(struct ibv_port_attr *p)
+{
+	memset(p, 0, sizeof(*p));
+	p->state = IBV_PORT_ACTIVE;
+	p->max_mtu = SV_PORT_MTU;
+	p->active_mtu = SV_PORT_MTU;
+	p->gid_tbl_len = 1;
+	p->port_cap_flags = 0;
+	p->max_msg_sz = SV_MAX_MSG_SIZE;
+	p->bad_pkey_cntr = 0;
+	p->qkey_viol_cntr = 0;
+	p->pkey_tbl_len = 1;
+	p->lid = 0;
+	p->sm_lid = 0;
+	p->lmc = 0;
+	p->max_vl_num = 1;
+	p->sm_sl = 0;
+	p->subnet_timeout = 0;
+	p->init_type_reply = 0;
+	p->active_width = 2;  /* 4X */
+	p->active_speed = 32; /* EDR: nominal, a software device has no line rate */
+	p->phys_state = 5;    /* LinkUp */
+	p->link_layer = IBV_LINK_LAYER_ETHERNET;
+	p->flags = 0;
+	p->port_cap_flags2 = 0;
+}
+
+int(ibv_query_port)(struct ibv_context *context, uint8_t port_num,
+		    struct _compat_ibv_port_attr *port_attr)
+{
+	struct ibv_port_attr a;
+
+	if (!context || !port_attr || port_num != 1)
+		return EINVAL;
+	fill_port_attr(&a);
+	/* the legacy struct is today's ibv_port_attr up to (not including) flags */
+	memcpy(port_attr, &a, offsetof(struct ibv_port_attr, flags));
+	return 0;
+}
+
+static int sv_query_port(struct ibv_context *context, uint8_t port_num,
+			 struct ibv_port_attr *port_attr, size_t len)
+{
+	struct ibv_port_attr a;
+
+	(void)context;
+	if (port_num != 1 || !port_attr)
+		return EINVAL;
+	fill_port_attr(&a);
+	memcpy(port_attr, &a, SV_MIN(len, sizeof(a)));
+	return 0;
+}
+
+int ibv_query_gid(struct ibv_context *context, uint8_t port_num, int index, union ibv_gid *gid)
+{
+	if (!context || !gid || port_num != 1 || index != 0)
+		return -1; /* rdma-core returns -1 here */
+	*gid = to_sv_ctx(context)->gid;
+	return 0;
+}
+
+/* rdma-core private: *type uses the sysfs numbering (0 IB/RoCE v1, 1 RoCE v2). */
+int ibv_query_gid_type(struct ibv_context *context, uint8_t port_num, unsigned int index,
+		       int *type)
+{
+	if (!context || !type || port_num != 1 || index != 0) {
+		errno = EINVAL;
+		return -1;
+	}
+	*type = 1;
+	return 0;
+}
+
+static void fill_gid_entry(struct sv_context *ctx, struct ibv_gid_entry *e)
+{
+	memset(e, 0, sizeof(*e));
+	e->gid = ctx->gid;
+	e->gid_index = 0;
+	e->port_num = 1;
+	e->gid_type = IBV_GID_TYPE_ROCE_V2;
+	e->ndev_ifindex = (uint32_t)ctx->dev->ifindex;
+}
+
+int _ibv_query_gid_ex(struct ibv_context *context, uint32_t port_num, uint32_t gid_index,
+		      struct ibv_gid_entry *entry, uint32_t flags, size_t entry_size)
+{
+	struct ibv_gid_entry e;
+
+	if (!context || !entry || flags || entry_size < sizeof(e))
+		return EINVAL;
+	if (port_num != 1)
+		return EINVAL;
+	if (gid_index != 0)
+		return ENODATA;
+	fill_gid_entry(to_sv_ctx(context), &e);
+	memcpy(entry, &e, sizeof(e));
+	return 0;
+}
+
+ssize_t _ibv_query_gid_table(struct ibv_context *context, struct ibv_gid_entry *entries,
+			     size_t max_entries, uint32_t flags, size_t entry_size)
+{
+	if (!context || flags || entry_size < sizeof(struct ibv_gid_entry))
+		return -EINVAL;
+	if (max_entries < 1)
+		return -EINVAL;
+	fill_gid_entry(to_sv_ctx(context), entries);
+	return 1;
+}
+
+int ibv_query_pkey(struct ibv_context *context, uint8_t port_num, int index, __be16 *pkey)
+{
+	if (!context || !pkey || port_num != 1 || index != 0)
+		return -1;
+	*pkey = 0xffff; /* the default P_Key, full membership */
+	return 0;
+}
+
+int ibv_get_pkey_index(struct ibv_context *context, uint8_t port_num, __be16 pkey)
+{
+	if (!context || port_num != 1)
+		return -1;
+	return pkey == 0xffff ? 0 : -1;
+}
+
+int ibv_query_ece(struct ibv_qp *qp, struct ibv_ece *ece)
+{
+	(void)qp;
+	(void)ece;
+	return EOPNOTSUPP;
+}
+
+int ibv_set_ece(struct ibv_qp *qp, struct ibv_ece *ece)
+{
+	(void)qp;
+	(void)ece;
+	return EOPNOTSUPP;
+}
+
+int ibv_resolve_eth_l2_from_gid(struct ibv_context *context, struct ibv_ah_attr *attr,
+				uint8_t eth_mac[6], uint16_t *vid)
+{
+	(void)context;
+	(void)attr;
+	/* no Ethernet framing exists underneath; report a null L2 address */
+	memset(eth_mac, 0, 6);
+	if (vid)
+		*vid = 0xffff;
+	return 0;
+}
+
+/* context ops reached through the header's inline functions */
+int sv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr);
+int sv_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
+int sv_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
+int sv_poll_cq(struct ibv_cq *cq, int num, struct ibv_wc *wc);
+int sv_req_notify_cq(struct ibv_cq *cq, int solicited_only);
+struct ibv_cq_ex *sv_create_cq_ex(struct ibv_context *context, struct ibv_cq_init_attr_ex *attr);
+struct ibv_qp *sv_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_attr_ex *attr);
+struct ibv_srq *sv_create_srq_ex(struct ibv_context *context, struct ibv_srq_init_attr_ex *attr);
+int sv_modify_cq(struct ibv_cq *cq, struct ibv_modify_cq_attr *attr);
+
+void sv_context_fill_ops(struct sv_context *ctx)
+{
+	struct verbs_context *v = &ctx->vctx;
+
+	v->context.ops.post_send = sv_post_send;
+	v->context.ops.post_recv = sv_post_recv;
+	v->context.ops.post_srq_recv = sv_post_srq_recv;
+	v->context.ops.poll_cq = sv_poll_cq;
+	v->context.ops.req_notify_cq = sv_req_notify_cq;
+	v->query_port = sv_query_port;
+	v->query_device_ex = sv_query_device_ex;
+	v->create_cq_ex = sv_create_cq_ex;
+	v->create_qp_ex = sv_create_qp_ex;
+	v->create_srq_ex = sv_create_srq_ex;
+	v->modify_cq = sv_modify_cq;
+}
