@@ -140,15 +140,19 @@ void sv_engine_schedule(struct sv_engine *eng, struct sv_qp *qp)
 
 void sv_engine_timer_update(struct sv_engine *eng, struct sv_qp *qp)
 {
-	bool armed = qp->rnr_until || qp->ack_deadline;
+	uint64_t r = qp->rnr_until, a = qp->ack_deadline;
+	uint64_t d = (r && (!a || r < a)) ? r : a;
 	bool kick = false;
 
 	pthread_mutex_lock(&eng->lock);
-	if (armed && !sv_list_linked(&qp->timer_link) && !qp->destroyed) {
+	if (d && !sv_list_linked(&qp->timer_link) && !qp->destroyed)
 		sv_list_add_tail(&eng->timer_qps, &qp->timer_link);
-		kick = true; /* the engine may be sleeping without a deadline */
-	} else if (!armed && sv_list_linked(&qp->timer_link)) {
+	else if (!d && sv_list_linked(&qp->timer_link))
 		sv_list_del(&qp->timer_link);
+	/* wake the engine only if it would otherwise sleep past this deadline */
+	if (d && d < eng->sleep_until) {
+		eng->sleep_until = d;
+		kick = true;
 	}
 	pthread_mutex_unlock(&eng->lock);
 	if (kick)
@@ -193,12 +197,26 @@ static void conn_fail(struct sv_conn *conn)
 		sv_engine_schedule(eng, qp);
 	}
 	pthread_mutex_unlock(&conn->tx_lock);
+	/* the list's reference is dropped later by the engine thread, at a point
+	 * where no stale epoll event can still name this connection */
 	pthread_mutex_lock(&eng->lock);
 	if (sv_list_linked(&conn->link)) {
 		sv_list_del(&conn->link);
+		sv_list_add_tail(&eng->graveyard, &conn->link);
+	}
+	pthread_mutex_unlock(&eng->lock);
+}
+
+static void bury_dead(struct sv_engine *eng)
+{
+	pthread_mutex_lock(&eng->lock);
+	while (!sv_list_empty(&eng->graveyard)) {
+		struct sv_conn *c = SV_CONTAINER_OF(eng->graveyard.next, struct sv_conn, link);
+
+		sv_list_del(&c->link);
 		pthread_mutex_unlock(&eng->lock);
-		sv_conn_put(conn); /* the list's reference */
-		return;
+		sv_conn_put(c);
+		pthread_mutex_lock(&eng->lock);
 	}
 	pthread_mutex_unlock(&eng->lock);
 }
@@ -438,6 +456,7 @@ static int run_timers(struct sv_engine *eng)
 			next = d;
 		}
 	}
+	eng->sleep_until = ndue ? now : next;
 	pthread_mutex_unlock(&eng->lock);
 	for (int i = 0; i < ndue; i++) {
 		pthread_mutex_lock(&due[i]->lock);
@@ -453,6 +472,48 @@ static int run_timers(struct sv_engine *eng)
 	return (int)((next - now) / 1000000u) + 1;
 }
 
+static void handle_events(struct sv_engine *eng, struct epoll_event *evs, int n)
+{
+	for (int i = 0; i < n; i++) {
+		void *p = evs[i].data.ptr;
+
+		if (p == &tag_wake) {
+			uint64_t v;
+			ssize_t r = read(eng->wake_fd, &v, sizeof(v));
+
+			(void)r;
+		} else if (p == &tag_listen) {
+			accept_all(eng);
+		} else {
+			struct sv_conn *c = p;
+
+			/* keep c alive even if it fails while we handle it */
+			sv_conn_get(c);
+			conn_event(c, evs[i].events);
+			sv_conn_put(c);
+		}
+	}
+}
+
+/*
+ * Progress from an application thread that polls a CQ and finds it empty:
+ * it does the engine's work itself instead of waiting for the engine thread
+ * to be scheduled, which on a busy machine is what latency is made of.
+ */
+void sv_engine_progress(struct sv_engine *eng)
+{
+	struct epoll_event evs[16];
+	int n;
+
+	if (pthread_mutex_trylock(&eng->progress_lock))
+		return; /* someone is already making progress */
+	n = epoll_wait(eng->epfd, evs, 16, 0);
+	if (n > 0)
+		handle_events(eng, evs, n);
+	run_deferred(eng);
+	pthread_mutex_unlock(&eng->progress_lock);
+}
+
 static void *engine_main(void *arg)
 {
 	struct sv_engine *eng = arg;
@@ -460,29 +521,18 @@ static void *engine_main(void *arg)
 	int timeout = -1;
 
 	while (!atomic_load(&eng->stop)) {
-		int n = epoll_wait(eng->epfd, evs, 64, timeout);
+		int n;
 
-		for (int i = 0; i < n; i++) {
-			void *p = evs[i].data.ptr;
-
-			if (p == &tag_wake) {
-				uint64_t v;
-				ssize_t r = read(eng->wake_fd, &v, sizeof(v));
-
-				(void)r;
-			} else if (p == &tag_listen) {
-				accept_all(eng);
-			} else {
-				struct sv_conn *c = p;
-
-				/* keep c alive even if it fails while we handle it */
-				sv_conn_get(c);
-				conn_event(c, evs[i].events);
-				sv_conn_put(c);
-			}
-		}
+		pthread_mutex_lock(&eng->progress_lock);
+		bury_dead(eng);
+		pthread_mutex_unlock(&eng->progress_lock);
+		n = epoll_wait(eng->epfd, evs, 64, timeout);
+		pthread_mutex_lock(&eng->progress_lock);
+		if (n > 0)
+			handle_events(eng, evs, n);
 		run_deferred(eng);
 		timeout = run_timers(eng);
+		pthread_mutex_unlock(&eng->progress_lock);
 	}
 	return NULL;
 }
@@ -497,8 +547,11 @@ int sv_engine_start(struct sv_context *ctx, struct in_addr ip)
 		return ENOMEM;
 	eng->ctx = ctx;
 	eng->listen_fd = eng->wake_fd = eng->epfd = -1;
+	eng->sleep_until = UINT64_MAX;
 	pthread_mutex_init(&eng->lock, NULL);
+	pthread_mutex_init(&eng->progress_lock, NULL);
 	sv_list_init(&eng->conns);
+	sv_list_init(&eng->graveyard);
 	sv_list_init(&eng->timer_qps);
 	sv_list_init(&eng->run_qps);
 	ctx->eng = eng;
@@ -549,6 +602,7 @@ void sv_engine_stop(struct sv_engine *eng)
 
 		conn_fail(c);
 	}
+	bury_dead(eng);
 	if (eng->listen_fd >= 0)
 		close(eng->listen_fd);
 	if (eng->wake_fd >= 0)
@@ -556,6 +610,7 @@ void sv_engine_stop(struct sv_engine *eng)
 	if (eng->epfd >= 0)
 		close(eng->epfd);
 	pthread_mutex_destroy(&eng->lock);
+	pthread_mutex_destroy(&eng->progress_lock);
 	free(eng);
 }
 

@@ -24,14 +24,20 @@ struct sv_engine {
 	uint16_t port;
 	atomic_bool stop;
 
-	pthread_mutex_t lock;      /* conns, timer_qps, run_qps */
+	pthread_mutex_t lock;      /* conns, graveyard, timer_qps, run_qps */
+	pthread_mutex_t progress_lock; /* whoever processes events holds it */
 	struct sv_list conns;
+	struct sv_list graveyard;  /* failed conns, released by the engine thread */
 	struct sv_list timer_qps;
 	struct sv_list run_qps;
+	uint64_t sleep_until; /* when the engine thread next wakes by itself */
 };
 
 int sv_engine_start(struct sv_context *ctx, struct in_addr ip);
 void sv_engine_stop(struct sv_engine *eng);
+
+/* Do pending engine work from the calling thread, if nobody else is. */
+void sv_engine_progress(struct sv_engine *eng);
 
 /* The (shared) outgoing connection to a peer endpoint, created on demand. */
 struct sv_conn *sv_engine_conn_to(struct sv_engine *eng, const struct sv_endpoint_addr *peer);

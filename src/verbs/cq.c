@@ -5,6 +5,7 @@
  * not as the application sets O_NONBLOCK, and events are never lost.
  */
 #include "verbs/objects.h"
+#include "engine/engine.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -181,13 +182,10 @@ int ibv_resize_cq(struct ibv_cq *ibcq, int cqe)
 	return 0;
 }
 
-int sv_poll_cq(struct ibv_cq *ibcq, int num, struct ibv_wc *wc)
+static int cq_drain(struct sv_cq *cq, int num, struct ibv_wc *wc)
 {
-	struct sv_cq *cq = to_sv_cq(ibcq);
 	int n = 0;
 
-	if (num < 0)
-		return -EINVAL;
 	pthread_mutex_lock(&cq->lock);
 	while (n < num && cq->count) {
 		wc[n++] = cq->ring[cq->head];
@@ -195,6 +193,22 @@ int sv_poll_cq(struct ibv_cq *ibcq, int num, struct ibv_wc *wc)
 		cq->count--;
 	}
 	pthread_mutex_unlock(&cq->lock);
+	return n;
+}
+
+int sv_poll_cq(struct ibv_cq *ibcq, int num, struct ibv_wc *wc)
+{
+	struct sv_cq *cq = to_sv_cq(ibcq);
+	int n;
+
+	if (num < 0)
+		return -EINVAL;
+	n = cq_drain(cq, num, wc);
+	if (!n && num) {
+		/* nothing yet: make progress here rather than wait for the engine */
+		sv_engine_progress(cq->ctx->eng);
+		n = cq_drain(cq, num, wc);
+	}
 	return n;
 }
 
