@@ -159,14 +159,33 @@ struct ctrl_msg {
 
 static unsigned checks_run, checks_failed;
 
+/* SV_DEMO_STAMP=1 (set by softverbs-demo-run): every line starts with the
+ * CLOCK_MONOTONIC time in microseconds, which is the same clock in both
+ * processes, so the runner can merge the two reports in the order things
+ * happened. */
+static bool stamp_lines;
+
+static void vline(const char *prefix, const char *fmt, va_list ap)
+{
+	char text[1024];
+	int n = snprintf(text, sizeof text, "%s", prefix);
+	vsnprintf(text + n, sizeof text - (size_t)n, fmt, ap);
+	if (stamp_lines) {
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		printf("%llu ", (unsigned long long)ts.tv_sec * 1000000ull +
+				(unsigned long long)ts.tv_nsec / 1000);
+	}
+	printf("%s\n", text);
+}
+
 static void say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static void say(const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	vprintf(fmt, ap);
+	vline("", fmt, ap);
 	va_end(ap);
-	putchar('\n');
 }
 
 static void section(const char *title)
@@ -182,11 +201,9 @@ static bool check(bool ok, const char *fmt, ...)
 	checks_run++;
 	if (!ok)
 		checks_failed++;
-	printf("  %s ", ok ? "[ok]  " : "[FAIL]");
 	va_start(ap, fmt);
-	vprintf(fmt, ap);
+	vline(ok ? "  [ok]   " : "  [FAIL] ", fmt, ap);
 	va_end(ap);
-	putchar('\n');
 	return ok;
 }
 
@@ -194,21 +211,23 @@ static bool check(bool ok, const char *fmt, ...)
 static void die(const char *what, int err) __attribute__((noreturn));
 static void die(const char *what, int err)
 {
-	checks_run++;
-	checks_failed++;
-	printf("  [FAIL] %s failed: %s (errno %d)\n", what, strerror(err), err);
-	printf("RESULT: FAIL (%u/%u checks passed; stopped at: %s)\n",
-	       checks_run - checks_failed, checks_run, what);
-	fflush(stdout);
+	check(false, "%s failed: %s (errno %d)", what, strerror(err), err);
+	say("RESULT: FAIL (%u/%u checks passed; stopped at: %s)", checks_run - checks_failed,
+	    checks_run, what);
 	exit(1);
 }
 
 static void on_alarm(int sig)
 {
-	static const char msg[] = "RESULT: FAIL (timeout: the demo did not finish in time)\n";
+	/* Only write() here (async-signal-safe).  The stamp is "end of time" so
+	 * the runner sorts this line last. */
+	static const char plain[] = "RESULT: FAIL (timeout: the demo did not finish in time)\n";
+	static const char stamped[] = "99999999999999999999 "
+				      "RESULT: FAIL (timeout: the demo did not finish in time)\n";
 	(void)sig;
-	fflush(stdout);
-	if (write(STDOUT_FILENO, msg, sizeof msg - 1) < 0) { /* nothing to do */ }
+	if (stamp_lines) {
+		if (write(STDOUT_FILENO, stamped, sizeof stamped - 1) < 0) { /* nothing to do */ }
+	} else if (write(STDOUT_FILENO, plain, sizeof plain - 1) < 0) { /* nothing to do */ }
 	_exit(2);
 }
 
@@ -266,28 +285,36 @@ static char *expected_text(const struct piece *p, size_t n, size_t *total)
 	return out;
 }
 
-/* Print bytes [off, off+len) of buf as a quoted string (non-printables as '~'). */
+/* n bytes of src as a C string, non-printables shown as '~'. */
+static void printable(char *dst, const char *src, size_t n)
+{
+	size_t i;
+	for (i = 0; i < n; i++)
+		dst[i] = (src[i] >= 32 && src[i] < 127) ? src[i] : '~';
+	dst[n] = '\0';
+}
+
+/* Print bytes [off, off+len) of buf as a quoted string. */
 static void show_bytes(const char *label, const char *buf, size_t off, size_t len)
 {
 	char s[96];
-	size_t i;
 	if (len > sizeof s - 1)
 		len = sizeof s - 1;
-	for (i = 0; i < len; i++) {
-		char c = buf[off + i];
-		s[i] = (c >= 32 && c < 127) ? c : '~';
-	}
-	s[i] = '\0';
+	printable(s, buf + off, len);
 	say("      %-28s [%5zu..%5zu) \"%s\"", label, off, off + len, s);
 }
 
-/* Around a seam at offset `at` in a contiguous buffer: where one source ends
- * and the next begins. */
+/* Around a seam at offset `at` in a contiguous buffer, where one source ends
+ * and the next begins: the bytes before and after, quoted separately. */
 static void show_seam(const char *label, const char *buf, size_t at, size_t total)
 {
+	char before[24], after[24];
 	size_t from = at >= 18 ? at - 18 : 0;
 	size_t to = at + 18 <= total ? at + 18 : total;
-	show_bytes(label, buf, from, to - from);
+	printable(before, buf + from, at - from);
+	printable(after, buf + at, to - at);
+	say("      %-28s [%5zu..%5zu) \"%s\" + [%5zu..%5zu) \"%s\"", label, from, at, before, at,
+	    to, after);
 }
 
 static bool verify_same(const char *what, const char *got, const char *want, size_t len)
@@ -885,7 +912,7 @@ static void server_setup(struct server *s, const char *port)
 {
 	struct demo *d = &s->d;
 	struct buf *const all[] = { &s->rx, &s->tx, &s->target, &s->counter };
-	struct ibv_sge sg = sge_of(&s->rx, 0, 0);
+	struct ibv_sge sg; /* filled once srv_rx is registered */
 	struct ibv_recv_wr r1 = { .wr_id = WRID_RECV_GATHERED, .sg_list = &sg, .num_sge = 1 };
 	struct ibv_recv_wr r2 = { .wr_id = WRID_RECV_IMM, .sg_list = NULL, .num_sge = 0 };
 	const char *n1[] = { "srv_rx, whole buffer" };
@@ -1109,7 +1136,7 @@ static int connect_socket(const char *host, const char *port)
 
 	rc = getaddrinfo(host, port, &hints, &res);
 	if (rc) {
-		printf("  [FAIL] getaddrinfo(%s): %s\n", host, gai_strerror(rc));
+		check(false, "getaddrinfo(%s): %s", host, gai_strerror(rc));
 		die("resolving the server's address", EINVAL);
 	}
 	/* The server may still be starting: retry for a while. */
@@ -1208,9 +1235,9 @@ static void client_a2_scattered_recv(struct client *c)
 	say("    the message (%d bytes) split as r0 %d + r1 %d + r2 %zu of %d:", A2_LEN, R0_LEN,
 	    R1_LEN, in_r2, R2_LEN);
 	show_bytes("r0 start", c->r[0].addr, 0, 36);
-	show_seam("r0 end", c->r[0].addr, R0_LEN, R0_LEN);
+	show_bytes("r0 end", c->r[0].addr, R0_LEN - 36, 36);
 	show_bytes("r1 start", c->r[1].addr, 0, 36);
-	show_seam("r1 end", c->r[1].addr, R1_LEN, R1_LEN);
+	show_bytes("r1 end", c->r[1].addr, R1_LEN - 36, 36);
 	show_bytes("r2 start", c->r[2].addr, 0, 36);
 	show_seam("r2 where the message ends", c->r[2].addr, in_r2, R2_LEN);
 	verify_same("r0 == message[0..1024)", c->r[0].addr, want, R0_LEN);
@@ -1349,7 +1376,7 @@ static int run_client(const char *host, const char *port)
 	section("done: telling the server to look at its memory");
 	send_ctrl(&c.d, "DONE", 0, 0);
 	verdict = recv_ctrl(&c.d, "VERDICT");
-	check(verdict.a == verdict.b, "server verified its side: %u/%u checks passed",
+	check(verdict.a == verdict.b, "server verified its memory and CQ: %u/%u checks passed",
 	      verdict.a, verdict.b);
 	check_cqs_empty(&c.d);
 
@@ -1382,6 +1409,7 @@ int main(int argc, char **argv)
 	/* Line-buffered even into a pipe/file, so the two reports interleave
 	 * in the order things happen. */
 	setvbuf(stdout, NULL, _IOLBF, 0);
+	stamp_lines = getenv("SV_DEMO_STAMP") && strcmp(getenv("SV_DEMO_STAMP"), "1") == 0;
 	memset(&sa, 0, sizeof sa);
 	sa.sa_handler = on_alarm;
 	sigaction(SIGALRM, &sa, NULL);
