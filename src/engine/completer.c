@@ -120,11 +120,13 @@ void sv_completer_rx(struct sv_qp *qp, const struct sv_opcode_info *op, uint8_t 
 		w = ack_before(qp, psn, false);
 		if (!w || sv_psn_cmp(w->first_psn, psn) > 0)
 			goto out; /* stale */
-		if ((syn & SV_AETH_TYPE_MASK) == SV_AETH_RNR_NAK)
+		if ((syn & SV_AETH_TYPE_MASK) == SV_AETH_RNR_NAK) {
+			/* not progress: the RNR retry budget keeps counting down */
 			on_rnr_nak(qp, w, psn, syn & 0x1f);
-		else if ((syn & SV_AETH_TYPE_MASK) == SV_AETH_NAK)
+		} else {
 			finish(qp, w, nak_status(syn & 0x1f));
-		progress_made(qp);
+			progress_made(qp);
+		}
 		goto out;
 	}
 	if (low == SV_OP_ACK) {

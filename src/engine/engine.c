@@ -472,12 +472,16 @@ static int run_timers(struct sv_engine *eng)
 	return (int)((next - now) / 1000000u) + 1;
 }
 
-static void handle_events(struct sv_engine *eng, struct epoll_event *evs, int n)
+static void handle_events(struct sv_engine *eng, struct epoll_event *evs, int n, bool engine_thread)
 {
 	for (int i = 0; i < n; i++) {
 		void *p = evs[i].data.ptr;
 
 		if (p == &tag_wake) {
+			/* the doorbell is the engine thread's: it must see it to
+			 * recompute its timers, so other threads leave it set */
+			if (!engine_thread)
+				continue;
 			uint64_t v;
 			ssize_t r = read(eng->wake_fd, &v, sizeof(v));
 
@@ -509,7 +513,7 @@ void sv_engine_progress(struct sv_engine *eng)
 		return; /* someone is already making progress */
 	n = epoll_wait(eng->epfd, evs, 16, 0);
 	if (n > 0)
-		handle_events(eng, evs, n);
+		handle_events(eng, evs, n, false);
 	run_deferred(eng);
 	pthread_mutex_unlock(&eng->progress_lock);
 }
@@ -529,7 +533,7 @@ static void *engine_main(void *arg)
 		n = epoll_wait(eng->epfd, evs, 64, timeout);
 		pthread_mutex_lock(&eng->progress_lock);
 		if (n > 0)
-			handle_events(eng, evs, n);
+			handle_events(eng, evs, n, true);
 		run_deferred(eng);
 		timeout = run_timers(eng);
 		pthread_mutex_unlock(&eng->progress_lock);

@@ -77,8 +77,6 @@ static enum ibv_wc_status check_local(struct sv_qp *qp, struct sv_send_wqe *w)
 		return IBV_WC_SUCCESS;
 	if (is_rd_atomic(w->wr.opcode))
 		access = IBV_ACCESS_LOCAL_WRITE; /* responses are written into them */
-	if (qp->ex.qp_base.qp_type == IBV_QPT_UD && w->length > qp->mtu)
-		return IBV_WC_LOC_LEN_ERR;
 	if (w->length > SV_MAX_MSG_SIZE)
 		return IBV_WC_LOC_LEN_ERR;
 	if ((w->wr.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
@@ -250,6 +248,14 @@ void sv_requester_run(struct sv_qp *qp)
 			sv_engine_schedule(qp->ctx->eng, qp); /* let other QPs have a turn */
 			rescheduled = true;
 			break;
+		}
+		if (qpt == IBV_QPT_UD && w->length > qp->mtu) {
+			/* as in Soft-RoCE: the datagram completes and the wire drops it */
+			w->state = SV_WQE_DONE;
+			w->status = IBV_WC_SUCCESS;
+			w->npkts = 0;
+			sq->next++;
+			continue;
 		}
 		conn = qpt == IBV_QPT_UD ? ah_conn(qp, w->ah) : sv_qp_conn(qp);
 		if (!conn)
