@@ -70,7 +70,8 @@ int sv_rq_post(struct sv_rq *rq, const struct ibv_recv_wr *wr)
 	w = &rq->wqe[(rq->head + rq->count) % rq->size];
 	w->wr_id = wr->wr_id;
 	w->num_sge = (uint32_t)wr->num_sge;
-	memcpy(w->sge, wr->sg_list, sizeof(*w->sge) * (size_t)wr->num_sge);
+	if (wr->num_sge)
+		memcpy(w->sge, wr->sg_list, sizeof(*w->sge) * (size_t)wr->num_sge);
 	rq->count++;
 	return 0;
 }
@@ -577,7 +578,8 @@ static int sq_post_one(struct sv_qp *qp, const struct ibv_send_wr *wr)
 	w->wr.next = NULL;
 	w->wr.sg_list = NULL;
 	w->num_sge = (uint32_t)wr->num_sge;
-	memcpy(w->sge, wr->sg_list, sizeof(*w->sge) * w->num_sge);
+	if (w->num_sge)
+		memcpy(w->sge, wr->sg_list, sizeof(*w->sge) * w->num_sge);
 	w->length = len > UINT32_MAX ? UINT32_MAX : (uint32_t)len;
 	w->inline_buf = NULL;
 	if (inl) {
@@ -672,7 +674,8 @@ bool sv_qp_take_recv(struct sv_qp *qp)
 	qp->rwqe.wr_id = w->wr_id;
 	qp->rwqe.num_sge = w->num_sge;
 	qp->rwqe.sge = qp->rwqe_sge;
-	memcpy(qp->rwqe_sge, w->sge, sizeof(*w->sge) * w->num_sge);
+	if (w->num_sge)
+		memcpy(qp->rwqe_sge, w->sge, sizeof(*w->sge) * w->num_sge);
 	rq->head = (rq->head + 1) % rq->size;
 	rq->count--;
 	if (qp->srq) {
