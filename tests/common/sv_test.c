@@ -170,6 +170,29 @@ void svt_check_fill_at(const char *file, int line, const void *buf, size_t len,
 	}
 }
 
+static bool fill_matches(const void *buf, size_t len, uint32_t seed)
+{
+	const volatile uint8_t *p = buf;
+
+	for (size_t i = 0; i < len; i++)
+		if (p[i] != svt_pattern_byte(seed, i))
+			return false;
+	return true;
+}
+
+void svt_wait_fill_at(const char *file, int line, const void *buf, size_t len,
+		      uint32_t seed, int timeout_ms)
+{
+	uint64_t deadline;
+
+	if (timeout_ms <= 0)
+		timeout_ms = SVT_TIMEOUT_MS;
+	deadline = svt_now_ms() + (uint64_t)timeout_ms;
+	while (!fill_matches(buf, len, seed) && svt_now_ms() < deadline)
+		svt_sleep_ms(1);
+	svt_check_fill_at(file, line, buf, len, seed);
+}
+
 void *svt_alloc(size_t len)
 {
 	void *p = NULL;

@@ -205,6 +205,16 @@ void svt_check_fill_at(const char *file, int line, const void *buf, size_t len,
 #define SVT_CHECK_FILL(buf, len, seed)                                         \
 	svt_check_fill_at(__FILE__, __LINE__, buf, len, seed)
 
+/*
+ * Wait until buf holds svt_fill(…, seed) (for one-sided writes whose
+ * placement is not tied to a local completion, e.g. UC); fails the test with
+ * the first mismatch after timeout_ms (<= 0 -> SVT_TIMEOUT_MS).
+ */
+void svt_wait_fill_at(const char *file, int line, const void *buf, size_t len,
+		      uint32_t seed, int timeout_ms);
+#define SVT_WAIT_FILL(buf, len, seed)                                          \
+	svt_wait_fill_at(__FILE__, __LINE__, buf, len, seed, 0)
+
 /* Page-aligned zeroed allocation that fails the test on ENOMEM. */
 void *svt_alloc(size_t len);
 
