@@ -8,6 +8,11 @@ enum ibv_wc_status sv_mem_err_to_local_status(enum sv_mem_err e)
 	return e == SV_MEM_OK ? IBV_WC_SUCCESS : IBV_WC_LOC_PROT_ERR;
 }
 
+void sv_dma_write(void *dst, const void *src, size_t len)
+{
+	memcpy(dst, src, len);
+}
+
 uint64_t sv_sgl_len(const struct ibv_sge *sge, uint32_t nsge)
 {
 	uint64_t t = 0;
@@ -81,7 +86,7 @@ enum sv_mem_err sv_sgl_copy_in(struct sv_context *ctx, struct sv_pd *pd, const s
 	sv_mr_read_lock(ctx);
 	n = sv_sgl_iov(ctx, pd, sge, nsge, off, len, IBV_ACCESS_LOCAL_WRITE, iov, SV_MAX_SGE, &e);
 	for (int i = 0; i < n; i++) {
-		memcpy(iov[i].iov_base, s, iov[i].iov_len);
+		sv_dma_write(iov[i].iov_base, s, iov[i].iov_len);
 		s += iov[i].iov_len;
 	}
 	sv_mr_read_unlock(ctx);

@@ -29,6 +29,13 @@ int sv_sgl_iov(struct sv_context *ctx, struct sv_pd *pd, const struct ibv_sge *s
 enum sv_mem_err sv_sgl_copy_in(struct sv_context *ctx, struct sv_pd *pd, const struct ibv_sge *sge,
 			       uint32_t nsge, uint64_t off, const void *src, uint64_t len);
 
+/*
+ * The HCA's own accesses to application memory (placing a WRITE's payload).
+ * Kept in one named place: like a NIC's DMA, they race with the application
+ * by design, and race detectors are told so (tests/tsan.supp).
+ */
+void sv_dma_write(void *dst, const void *src, size_t len);
+
 /* Total length of an SGE list. */
 uint64_t sv_sgl_len(const struct ibv_sge *sge, uint32_t nsge);
 

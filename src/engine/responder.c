@@ -387,7 +387,7 @@ void sv_responder_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opc
 			e = sv_mr_translate(qp->ctx, qp->wr_rkey, qp->pd, qp->wr_va, plen,
 					    IBV_ACCESS_REMOTE_WRITE, &mem);
 			if (!e)
-				memcpy(mem, payload, plen);
+				sv_dma_write(mem, payload, plen);
 			sv_mr_read_unlock(qp->ctx);
 			if (e) { /* the MR went away mid-message */
 				qp->resp_in_msg = false;
