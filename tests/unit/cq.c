@@ -63,6 +63,9 @@ static void test_create_limits(void)
 					   NULL, 0),
 			     EINVAL);
 	SVT_CHECK_NULL(ibv_create_cq(d.ctx, -1, NULL, NULL, 0));
+	SVT_CHECK_NULL_ERRNO(ibv_create_cq(d.ctx, 4, NULL, NULL,
+					   d.ctx->num_comp_vectors),
+			     EINVAL);
 
 	/* Resize: grows to at least the request; too large is EINVAL. */
 	SVT_CHECK_OK(ibv_resize_cq(cq, 300));

@@ -150,6 +150,7 @@ static void test_query_port(struct ibv_context *ctx)
 	SVT_CHECK_GE(p.gid_tbl_len, 1);
 	SVT_CHECK_GE(p.pkey_tbl_len, 1);
 	SVT_CHECK_GT(p.max_msg_sz, 0);
+	SVT_CHECK_EQ(p.lid, 0); /* Ethernet: no LIDs */
 	SVT_CHECK_NE(p.active_speed, 0);
 	SVT_CHECK_NE(p.active_width, 0);
 	SVT_CHECK(ibv_port_state_str(p.state) != NULL);

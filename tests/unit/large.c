@@ -1,6 +1,7 @@
 /*
  * unit_large: large messages and fairness.
  *   - 1 MiB and 16 MiB SEND, RDMA WRITE and RDMA READ on RC arrive intact
+ *   - a 1.5 MiB SEND gathered from 16 SGEs and scattered over 16 others
  *   - 1 MiB SEND and WRITE on UC
  *   - two QPs of the same contexts pushing large messages at once both
  *     progress: a small message on one QP is not stuck behind 16 MiB queued
@@ -61,6 +62,68 @@ static void read_big(struct svt_pair *p, uint32_t len, uint32_t seed)
 	SVT_CHECK_EQ(wc.byte_len, len);
 	SVT_CHECK_FILL(p->a.buf, len, seed);
 	SVT_CHECK_EQ(((char *)p->a.buf)[len], 0);
+}
+
+/* 1 MiB gathered from 16 pieces and scattered over 16 others, the piece
+ * sizes unrelated to the MTU, so packets straddle SGE boundaries. */
+static void sgl_big(struct svt_pair *p)
+{
+	enum { N = 16 };
+	struct ibv_sge ss[N], rs[N];
+	char *src = p->a.buf, *dst = p->b.buf;
+	size_t total = 0, cap = 0;
+	struct ibv_wc wc;
+
+	svt_fill(src, 2 * MiB, 12);
+	memset(dst, 0, 4 * MiB);
+	for (int i = 0; i < N; i++) {
+		/* Gather pieces in descending address order. */
+		uint32_t len = 65536 + 4093u * (uint32_t)i;
+
+		ss[i] = (struct ibv_sge){ (uintptr_t)src + (size_t)(N - 1 - i) *
+								  131072,
+					  len, p->a.mr->lkey };
+		total += len;
+		uint32_t rlen = 70000 + 5003u * (uint32_t)i;
+
+		rs[i] = (struct ibv_sge){ (uintptr_t)dst + (size_t)i * 262144,
+					  rlen, p->b.mr->lkey };
+		cap += rlen;
+	}
+	SVT_CHECK_GE(cap, total);
+	struct ibv_recv_wr rwr = { .wr_id = 1, .sg_list = rs, .num_sge = N };
+	struct ibv_send_wr swr = { .wr_id = 2, .sg_list = ss, .num_sge = N,
+				   .opcode = IBV_WR_SEND,
+				   .send_flags = IBV_SEND_SIGNALED };
+	struct ibv_recv_wr *rbad;
+	struct ibv_send_wr *sbad;
+
+	SVT_CHECK_OK(ibv_post_recv(p->b.qp, &rwr, &rbad));
+	SVT_CHECK_OK(ibv_post_send(p->a.qp, &swr, &sbad));
+	svt_poll_ok(p->a.send_cq, 1, &wc, 10000);
+	svt_poll_ok(p->b.recv_cq, 1, &wc, 10000);
+	SVT_CHECK_EQ(wc.byte_len, total);
+
+	/* Compare the two byte streams. */
+	size_t gi = 0, goff = 0, ri = 0, roff = 0;
+
+	for (size_t n = 0; n < total; n++) {
+		const char *g = (const char *)(uintptr_t)ss[gi].addr + goff;
+		const char *r = (const char *)(uintptr_t)rs[ri].addr + roff;
+
+		if (*g != *r)
+			SVT_FAIL("byte %zu of %zu: gather sge %zu+%zu != "
+				 "scatter sge %zu+%zu",
+				 n, total, gi, goff, ri, roff);
+		if (++goff == ss[gi].length) {
+			gi++;
+			goff = 0;
+		}
+		if (++roff == rs[ri].length) {
+			ri++;
+			roff = 0;
+		}
+	}
 }
 
 struct qp2 {
@@ -180,6 +243,8 @@ int main(void)
 	svt_pair_opts_default(&o, IBV_QPT_RC);
 	o.buf_len = BIG + 65536 + 8 * MiB;
 	o.separate_cqs = true;
+	o.qp.cap.max_send_sge = 16;
+	o.qp.cap.max_recv_sge = 16;
 	svt_pair_create(&p, IBV_QPT_RC, &o);
 	send_big(&p, MiB, 1);
 	send_big(&p, BIG, 2);
@@ -188,6 +253,7 @@ int main(void)
 	read_big(&p, MiB, 5);
 	read_big(&p, BIG, 6);
 	send_big(&p, MiB + 17, 7); /* not a multiple of the MTU */
+	sgl_big(&p);
 	test_concurrent(&p);
 	svt_pair_destroy(&p);
 

@@ -5,7 +5,9 @@
  *   - keys of two registrations of one buffer differ
  *   - reg_mr_iova / reg_mr_iova2: remote access addressed by iova works
  *   - rereg_mr (translation, access), dereg_mr
- *   - dealloc_pd with an MR still registered: EBUSY
+ *   - read-only memory: registration for writing fails, for reading works
+ *   - memory unmapped while registered: a remote READ does not crash us
+ *   - dealloc_pd with an MR, QP, AH or SRQ still on it: EBUSY
  */
 #include "sv_test.h"
 
@@ -84,6 +86,69 @@ static void test_unmapped(struct ibv_pd *pd)
 	SVT_CHECK_PTR(mr);
 	SVT_CHECK_OK(ibv_dereg_mr(mr));
 	SVT_CHECK_EQ(munmap(p, 2 * page), 0);
+}
+
+/* Read-only memory can be registered for reading only (as the kernel's
+ * page pinning does: writable access needs writable pages). */
+static void test_read_only(void)
+{
+	struct svt_pair p;
+	struct ibv_wc wc;
+	char *ro = mmap(NULL, 2 * page, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS,
+			-1, 0);
+
+	SVT_CHECK(ro != MAP_FAILED);
+	svt_pair_create(&p, IBV_QPT_RC, NULL);
+	SVT_CHECK_NULL(ibv_reg_mr(p.b.pd, ro, 2 * page, IBV_ACCESS_LOCAL_WRITE));
+	SVT_CHECK_NULL(ibv_reg_mr(p.b.pd, ro, 2 * page,
+				  IBV_ACCESS_LOCAL_WRITE |
+					  IBV_ACCESS_REMOTE_WRITE));
+
+	struct ibv_mr *mr = ibv_reg_mr(p.b.pd, ro, 2 * page,
+				       IBV_ACCESS_REMOTE_READ);
+
+	SVT_CHECK_PTR(mr);
+	memset(p.a.buf, 0xff, page);
+	SVT_CHECK_OK(svt_post_send(p.a.qp, 1, IBV_WR_RDMA_READ,
+				   IBV_SEND_SIGNALED, p.a.buf, (uint32_t)page,
+				   p.a.mr->lkey, (uintptr_t)ro + page, mr->rkey,
+				   0));
+	svt_poll_ok(p.a.send_cq, 1, &wc, 0);
+	for (size_t i = 0; i < page; i++)
+		SVT_CHECK_EQ(((uint8_t *)p.a.buf)[i], 0);
+	SVT_CHECK_OK(ibv_dereg_mr(mr));
+	svt_pair_destroy(&p);
+	SVT_CHECK_EQ(munmap(ro, 2 * page), 0);
+}
+
+/* The application unmaps memory that is still registered, and a peer then
+ * READs it: real HCAs keep such pages pinned; whatever the status, the
+ * target process must survive and the QP complete the WR. */
+static void test_unmapped_while_registered(void)
+{
+	struct svt_pair p;
+	struct ibv_wc wc;
+	char *m = mmap(NULL, 4 * page, PROT_READ | PROT_WRITE,
+		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	SVT_CHECK(m != MAP_FAILED);
+	struct svt_pair_opts o;
+
+	svt_pair_opts_default(&o, IBV_QPT_RC);
+	o.conn.timeout = 8; /* quick, should the answer be a retry timeout */
+	svt_pair_create(&p, IBV_QPT_RC, &o);
+	struct ibv_mr *mr = svt_reg_mr(p.b.pd, m, 4 * page, SVT_ACCESS_ALL);
+
+	SVT_CHECK_EQ(munmap(m, 4 * page), 0);
+	SVT_CHECK_OK(svt_post_send(p.a.qp, 1, IBV_WR_RDMA_READ,
+				   IBV_SEND_SIGNALED, p.a.buf, (uint32_t)page,
+				   p.a.mr->lkey, (uintptr_t)m + page, mr->rkey,
+				   0));
+	wc = svt_poll_one(p.a.send_cq);
+	svt_log("READ of unmapped registered memory: %s",
+		ibv_wc_status_str(wc.status));
+	SVT_CHECK_OK(ibv_dereg_mr(mr));
+	svt_pair_destroy(&p);
 }
 
 static void test_keys(struct ibv_pd *pd)
@@ -238,7 +303,37 @@ static void test_dealloc_busy(struct ibv_context *ctx)
 	SVT_CHECK_RC(ibv_dealloc_pd(pd), EBUSY);
 	/* The MR survived the failed dealloc. */
 	SVT_CHECK_OK(ibv_dereg_mr(mr));
+
+	/* Same with a QP, an AH and an SRQ. */
+	struct ibv_cq *cq = svt_create_cq(ctx, 4, NULL);
+	struct svt_qp_init qi;
+
+	svt_qp_init_default(&qi, IBV_QPT_RC);
+	struct ibv_qp *qp = svt_create_qp(pd, cq, cq, &qi);
+
+	SVT_CHECK_RC(ibv_dealloc_pd(pd), EBUSY);
+	SVT_CHECK_OK(ibv_destroy_qp(qp));
+
+	union ibv_gid gid;
+	struct ibv_ah_attr aa;
+
+	SVT_CHECK_OK(ibv_query_gid(ctx, 1, 0, &gid));
+	svt_ah_attr(&aa, &gid, NULL);
+	struct ibv_ah *ah = ibv_create_ah(pd, &aa);
+
+	SVT_CHECK_PTR(ah);
+	SVT_CHECK_RC(ibv_dealloc_pd(pd), EBUSY);
+	SVT_CHECK_OK(ibv_destroy_ah(ah));
+
+	struct ibv_srq_init_attr sa = { .attr = { .max_wr = 4, .max_sge = 1 } };
+	struct ibv_srq *srq = ibv_create_srq(pd, &sa);
+
+	SVT_CHECK_PTR(srq);
+	SVT_CHECK_RC(ibv_dealloc_pd(pd), EBUSY);
+	SVT_CHECK_OK(ibv_destroy_srq(srq));
+
 	SVT_CHECK_OK(ibv_dealloc_pd(pd));
+	SVT_CHECK_OK(ibv_destroy_cq(cq));
 	free(buf);
 }
 
@@ -261,5 +356,7 @@ int main(void)
 
 	test_iova();
 	test_rereg();
+	test_unmapped_while_registered();
+	test_read_only(); /* last: a failure here must not hide the others */
 	return 0;
 }

@@ -246,6 +246,62 @@ static void test_transitions(enum ibv_qp_type t)
 	SVT_CHECK_OK(ibv_destroy_qp(qp));
 }
 
+/* Attribute values outside the device's limits: EINVAL, state unchanged. */
+static void test_bad_values(void)
+{
+	struct ibv_qp *qp = make_qp(IBV_QPT_RC);
+	struct ibv_qp *peer = make_qp(IBV_QPT_RC);
+	struct ibv_qp_attr a;
+	struct svt_conn c;
+	int mask;
+
+	svt_conn_default(&c, IBV_QPT_RC);
+	mask = svt_init_attr(IBV_QPT_RC, &c, &a);
+	a.pkey_index = (uint16_t)dev.port_attr.pkey_tbl_len;
+	SVT_CHECK_RC(ibv_modify_qp(qp, &a, mask), EINVAL);
+	SVT_CHECK_EQ(svt_qp_state(qp), IBV_QPS_RESET);
+	SVT_CHECK_OK(svt_qp_to_init(qp, &c));
+
+	mask = svt_rtr_attr(IBV_QPT_RC, &c, &dev.gid, peer->qp_num, &a);
+	a.ah_attr.grh.sgid_index = (uint8_t)(dev.port_attr.gid_tbl_len > 255
+						     ? 255
+						     : dev.port_attr.gid_tbl_len);
+	SVT_CHECK_RC(ibv_modify_qp(qp, &a, mask), EINVAL);
+	mask = svt_rtr_attr(IBV_QPT_RC, &c, &dev.gid, peer->qp_num, &a);
+	a.max_dest_rd_atomic = (uint8_t)(dev.dev_attr.max_qp_rd_atom + 1);
+	if (dev.dev_attr.max_qp_rd_atom < 255)
+		SVT_CHECK_RC(ibv_modify_qp(qp, &a, mask), EINVAL);
+	SVT_CHECK_EQ(svt_qp_state(qp), IBV_QPS_INIT);
+	SVT_CHECK_OK(svt_qp_to_rtr(qp, &c, &dev.gid, peer->qp_num));
+
+	mask = svt_rts_attr(IBV_QPT_RC, &c, &a);
+	a.max_rd_atomic = (uint8_t)(dev.dev_attr.max_qp_init_rd_atom + 1);
+	if (dev.dev_attr.max_qp_init_rd_atom < 255)
+		SVT_CHECK_RC(ibv_modify_qp(qp, &a, mask), EINVAL);
+	SVT_CHECK_EQ(svt_qp_state(qp), IBV_QPS_RTR);
+	SVT_CHECK_OK(svt_qp_to_rts(qp, &c));
+
+	/* RTS -> RTS changes are visible to ibv_query_qp. */
+	struct ibv_qp_init_attr ia;
+
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	a.qp_access_flags = IBV_ACCESS_REMOTE_READ;
+	a.min_rnr_timer = 3;
+	SVT_CHECK_OK(ibv_modify_qp(qp, &a,
+				   IBV_QP_STATE | IBV_QP_ACCESS_FLAGS |
+					   IBV_QP_MIN_RNR_TIMER));
+	memset(&a, 0, sizeof(a));
+	SVT_CHECK_OK(ibv_query_qp(qp, &a,
+				  IBV_QP_ACCESS_FLAGS | IBV_QP_MIN_RNR_TIMER,
+				  &ia));
+	SVT_CHECK_EQ(a.qp_access_flags, IBV_ACCESS_REMOTE_READ);
+	SVT_CHECK_EQ(a.min_rnr_timer, 3);
+
+	SVT_CHECK_OK(ibv_destroy_qp(peer));
+	SVT_CHECK_OK(ibv_destroy_qp(qp));
+}
+
 static void test_query(enum ibv_qp_type t)
 {
 	struct ibv_qp *qp = make_qp(t);
@@ -376,6 +432,7 @@ int main(void)
 	test_transitions(IBV_QPT_RC);
 	test_transitions(IBV_QPT_UC);
 	test_transitions(IBV_QPT_UD);
+	test_bad_values();
 	test_query(IBV_QPT_RC);
 	test_query(IBV_QPT_UC);
 	test_query(IBV_QPT_UD);

@@ -5,7 +5,8 @@
  *       RDMA_READ (scatter over max_sge), ATOMIC_CMP_AND_SWP,
  *       ATOMIC_FETCH_AND_ADD (atomic across two QPs), IBV_SEND_FENCE after
  *       READ/atomic, many READs in flight with max_rd_atomic 1, WRITE then
- *       SEND ordering.
+ *       SEND ordering, zero-length READ; the responder QP's access flags
+ *       are enforced.
  *   UC: RDMA_WRITE and WRITE_WITH_IMM work; READ and atomics are refused.
  */
 #include "sv_test.h"
@@ -39,6 +40,17 @@ static void test_write(struct svt_pair *p)
 	for (int i = 5000; i < 8192; i++)
 		SVT_CHECK_EQ(dst[i], 0);
 	svt_expect_no_wc(b->recv_cq, 30);
+
+	/* Zero-length READ completes (RC only). */
+	if (p->type == IBV_QPT_RC) {
+		SVT_CHECK_OK(svt_post_send(a->qp, 6, IBV_WR_RDMA_READ,
+					   IBV_SEND_SIGNALED, NULL, 0, 0,
+					   (uintptr_t)dst, b->mr->rkey, 0));
+		wc = svt_poll_one(a->send_cq);
+		SVT_CHECK_WC_OK(wc);
+		SVT_CHECK_EQ(wc.opcode, IBV_WC_RDMA_READ);
+		SVT_CHECK_EQ(wc.byte_len, 0);
+	}
 
 	/* Zero-length WRITE completes and changes nothing. */
 	SVT_CHECK_OK(svt_post_send(a->qp, 2, IBV_WR_RDMA_WRITE,
@@ -358,6 +370,64 @@ static void test_write_then_send(struct svt_pair *p)
 	}
 }
 
+/*
+ * The responder QP's qp_access_flags gate remote operations too (not only
+ * the MR's): without REMOTE_WRITE/READ/ATOMIC on b's QP, the operation
+ * fails at a (remote access or invalid request error) and b's memory is
+ * untouched.
+ */
+static void test_qp_access_flags(void)
+{
+	static const struct {
+		enum ibv_wr_opcode op;
+		unsigned int missing;
+	} cases[] = {
+		{ IBV_WR_RDMA_WRITE, IBV_ACCESS_REMOTE_WRITE },
+		{ IBV_WR_RDMA_READ, IBV_ACCESS_REMOTE_READ },
+		{ IBV_WR_ATOMIC_FETCH_AND_ADD, IBV_ACCESS_REMOTE_ATOMIC },
+	};
+
+	for (size_t k = 0; k < sizeof(cases) / sizeof(cases[0]); k++) {
+		struct svt_pair_opts o;
+		struct svt_pair p;
+		struct svt_conn cb;
+		struct ibv_wc wc;
+
+		svt_pair_opts_default(&o, IBV_QPT_RC);
+		o.no_connect = true;
+		svt_pair_create(&p, IBV_QPT_RC, &o);
+		cb = o.conn;
+		cb.access &= ~cases[k].missing;
+		svt_qp_connect(p.a.qp, &o.conn, &p.b.gid, p.b.qp->qp_num);
+		svt_qp_connect(p.b.qp, &cb, &p.a.gid, p.a.qp->qp_num);
+
+		memset(p.b.buf, 0x11, 64);
+		memset(p.a.buf, 0x22, 64);
+		if (cases[k].op == IBV_WR_ATOMIC_FETCH_AND_ADD)
+			SVT_CHECK_OK(svt_post_atomic(
+				p.a.qp, 1, cases[k].op, IBV_SEND_SIGNALED,
+				p.a.buf, p.a.mr->lkey, (uintptr_t)p.b.buf,
+				p.b.mr->rkey, 1, 0));
+		else
+			SVT_CHECK_OK(svt_post_send(
+				p.a.qp, 1, cases[k].op, IBV_SEND_SIGNALED,
+				p.a.buf, 64, p.a.mr->lkey, (uintptr_t)p.b.buf,
+				p.b.mr->rkey, 0));
+		wc = svt_poll_one(p.a.send_cq);
+		SVT_CHECK_MSG(wc.status == IBV_WC_REM_ACCESS_ERR ||
+				      wc.status == IBV_WC_REM_INV_REQ_ERR,
+			      "opcode %d to a QP without access 0x%x: %s",
+			      cases[k].op, cases[k].missing,
+			      ibv_wc_status_str(wc.status));
+		for (int i = 0; i < 64; i++) {
+			SVT_CHECK_EQ(((uint8_t *)p.b.buf)[i], 0x11);
+			if (cases[k].op != IBV_WR_RDMA_WRITE)
+				SVT_CHECK_EQ(((uint8_t *)p.a.buf)[i], 0x22);
+		}
+		svt_pair_destroy(&p);
+	}
+}
+
 static void test_uc(void)
 {
 	struct svt_pair_opts o;
@@ -444,6 +514,7 @@ int main(void)
 	svt_pair_destroy(&p);
 
 	test_many_reads();
+	test_qp_access_flags();
 	test_uc();
 	return 0;
 }

@@ -9,6 +9,8 @@
  *   - sq_sig_all vs unsignaled WRs (one CQE per signaled WR, SQ slots reused)
  *   - chained WR lists: bad_wr points at the first bad WR, earlier ones run
  *   - completions in posting order
+ *   - full send/receive queues: ENOMEM, bad_wr at the first WR that
+ *     did not fit
  */
 #include "sv_test.h"
 
@@ -424,6 +426,69 @@ static void test_order(struct svt_side *a, struct svt_side *b)
 	}
 }
 
+/*
+ * A full queue refuses more work with ENOMEM (ibv_post_send(3)), and
+ * bad_wr names the first WR that did not fit. The send queue is kept full by
+ * a peer whose QP stays in INIT (it drops everything: no ACKs, RC retries).
+ */
+static void test_queue_full(void)
+{
+	struct svt_pair_opts o;
+	struct svt_pair p;
+	struct ibv_qp_attr qa;
+	struct ibv_qp_init_attr ia;
+
+	svt_pair_opts_default(&o, IBV_QPT_RC);
+	o.qp.cap.max_send_wr = 16;
+	o.qp.cap.max_recv_wr = 16;
+	o.conn.timeout = 14;
+	o.no_connect = true;
+	svt_pair_create(&p, IBV_QPT_RC, &o);
+	svt_qp_connect(p.a.qp, &o.conn, &p.b.gid, p.b.qp->qp_num);
+	SVT_CHECK_OK(svt_qp_to_init(p.b.qp, &o.conn));
+	SVT_CHECK_OK(ibv_query_qp(p.a.qp, &qa, IBV_QP_CAP, &ia));
+
+	/* Receive queue of a (nothing arrives): cap fit, one more fails. */
+	uint32_t n = ia.cap.max_recv_wr;
+	struct ibv_recv_wr *rwr = calloc(n + 1, sizeof(*rwr)), *rbad = NULL;
+
+	SVT_CHECK_PTR(rwr);
+	for (uint32_t i = 0; i <= n; i++) {
+		rwr[i].wr_id = i;
+		rwr[i].next = i < n ? &rwr[i + 1] : NULL;
+	}
+	SVT_CHECK_RC(ibv_post_recv(p.a.qp, rwr, &rbad), ENOMEM);
+	SVT_CHECK(rbad == &rwr[n]);
+	SVT_CHECK_RC(ibv_post_recv(p.a.qp, &rwr[n], &rbad), ENOMEM);
+	free(rwr);
+
+	/* Send queue: cap WRs that stay outstanding, then one more. */
+	n = ia.cap.max_send_wr;
+	struct ibv_send_wr *swr = calloc(n + 1, sizeof(*swr)), *sbad = NULL;
+
+	SVT_CHECK_PTR(swr);
+	for (uint32_t i = 0; i <= n; i++) {
+		swr[i].wr_id = i;
+		swr[i].opcode = IBV_WR_SEND;
+		swr[i].send_flags = IBV_SEND_SIGNALED;
+		swr[i].next = i < n ? &swr[i + 1] : NULL;
+	}
+	SVT_CHECK_RC(ibv_post_send(p.a.qp, swr, &sbad), ENOMEM);
+	SVT_CHECK(sbad == &swr[n]);
+	SVT_CHECK_RC(ibv_post_send(p.a.qp, &swr[n], &sbad), ENOMEM);
+	free(swr);
+
+	/* Flush everything (QP to ERR) before tearing down. */
+	int total = (int)(ia.cap.max_send_wr + ia.cap.max_recv_wr);
+	struct ibv_wc *wc = calloc((size_t)total, sizeof(*wc));
+
+	SVT_CHECK_PTR(wc);
+	SVT_CHECK_OK(svt_qp_to_state(p.a.qp, IBV_QPS_ERR));
+	svt_poll_n(p.a.send_cq, total, wc, 0);
+	free(wc);
+	svt_pair_destroy(&p);
+}
+
 static void run_type(enum ibv_qp_type t)
 {
 	struct svt_pair_opts o;
@@ -482,5 +547,6 @@ int main(void)
 
 	run_type(IBV_QPT_RC);
 	run_type(IBV_QPT_UC);
+	test_queue_full();
 	return 0;
 }

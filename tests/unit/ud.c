@@ -4,7 +4,8 @@
  *     dgid = ours), byte_len includes it, IBV_WC_GRH set, src_qp = sender QPN
  *   - SEND_WITH_IMM, inline, zero-length, scatter of GRH and payload
  *   - several senders (contexts) to one QP, told apart by src_qp
- *   - wrong qkey: dropped silently (sender still completes successfully)
+ *   - wrong qkey: dropped silently (sender still completes successfully);
+ *     controlled qkey (high bit set: the sending QP's own qkey is used)
  *   - messages up to the path MTU pass; larger ones complete but are not
  *     delivered (IB spec C10-93.1.1, as rxe does)
  */
@@ -157,6 +158,30 @@ static void test_qkey(struct svt_pair *p)
 	svt_poll_ok(a->send_cq, 1, &wc, 0);
 	svt_poll_ok(b->recv_cq, 1, &wc, 0);
 	SVT_CHECK_EQ(wc.wr_id, 21);
+
+	/* A remote_qkey with the high bit set means "use the sending QP's own
+	 * qkey" (controlled qkey): a's qkey equals b's, so it arrives... */
+	SVT_CHECK_OK(svt_post_recv(b->qp, 25, b->buf, GRH + 4096, b->mr->lkey));
+	send_ud(a, 25, IBV_SEND_SIGNALED, a->buf, 64, a->mr->lkey, 0x80000000u);
+	svt_poll_ok(a->send_cq, 1, &wc, 0);
+	svt_poll_ok(b->recv_cq, 1, &wc, 0);
+	SVT_CHECK_EQ(wc.wr_id, 25);
+	/* ...and once a's own qkey differs, it does not. */
+	struct ibv_qp_attr qa = { .qp_state = IBV_QPS_RTS,
+				  .qkey = p->opts.conn.qkey + 1 };
+
+	SVT_CHECK_OK(ibv_modify_qp(a->qp, &qa, IBV_QP_STATE | IBV_QP_QKEY));
+	SVT_CHECK_OK(svt_post_recv(b->qp, 26, b->buf, GRH + 4096, b->mr->lkey));
+	send_ud(a, 26, IBV_SEND_SIGNALED, a->buf, 64, a->mr->lkey, 0x80000000u);
+	svt_poll_ok(a->send_cq, 1, &wc, 0);
+	svt_expect_no_wc(b->recv_cq, 100);
+	qa.qkey = p->opts.conn.qkey;
+	SVT_CHECK_OK(ibv_modify_qp(a->qp, &qa, IBV_QP_STATE | IBV_QP_QKEY));
+	send_ud(a, 27, IBV_SEND_SIGNALED, a->buf, 64, a->mr->lkey,
+		p->opts.conn.qkey);
+	svt_poll_ok(a->send_cq, 1, &wc, 0);
+	svt_poll_ok(b->recv_cq, 1, &wc, 0);
+	SVT_CHECK_EQ(wc.wr_id, 26);
 }
 
 /* A third context sends to b as well: src_qp tells the senders apart. */
