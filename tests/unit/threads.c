@@ -6,10 +6,13 @@
  *   Phase 2: 4 sender threads, each on its own QP, SEND into QPs that share
  *            one receive CQ, which 2 threads poll concurrently: every message
  *            completes exactly once.
+ *   Phase 3: an MR is deregistered (and its memory unmapped) while a peer
+ *            thread streams RDMA WRITEs into it: REM_ACCESS_ERR, no crash.
  */
 #include "sv_test.h"
 
 #include <pthread.h>
+#include <sys/mman.h>
 #include <stdatomic.h>
 
 #define NTHREADS 4
@@ -218,6 +221,115 @@ static void phase2(void)
 	free(g.bbuf);
 }
 
+/* ---------------------------------------------------------------- phase 3 */
+
+/*
+ * Deregistration while a peer streams RDMA WRITEs into the region: once
+ * ibv_dereg_mr returns, the memory is the application's again, so we unmap
+ * it at once. The writer then gets an error completion (remote access), the
+ * rest is flushed, and nobody touches the unmapped pages (no SIGSEGV).
+ */
+struct p3 {
+	struct svt_pair *p;
+	uint64_t raddr;
+	uint32_t rkey;
+	atomic_int stop;
+	int ok, errors, flushed;
+	enum ibv_wc_status first_err;
+};
+
+static void *p3_writer(void *arg)
+{
+	struct p3 *w = arg;
+	struct ibv_wc wc[16];
+	int outstanding = 0;
+	uint64_t id = 0;
+	uint64_t deadline = svt_now_ms() + 20000;
+
+	while (!atomic_load(&w->stop) || outstanding) {
+		while (!w->errors && !atomic_load(&w->stop) && outstanding < 16) {
+			int rc = svt_post_send(w->p->a.qp, id,
+					       IBV_WR_RDMA_WRITE,
+					       IBV_SEND_SIGNALED, w->p->a.buf,
+					       65536, w->p->a.mr->lkey,
+					       w->raddr + (id % 16) * 65536,
+					       w->rkey, 0);
+
+			id++;
+			if (rc)
+				break; /* QP in error: stop posting */
+			outstanding++;
+		}
+		int n = ibv_poll_cq(w->p->a.send_cq, 16, wc);
+
+		SVT_CHECK_GE(n, 0);
+		for (int i = 0; i < n; i++) {
+			outstanding--;
+			if (wc[i].status == IBV_WC_SUCCESS) {
+				w->ok++;
+			} else if (wc[i].status == IBV_WC_WR_FLUSH_ERR) {
+				w->flushed++;
+			} else {
+				if (!w->errors)
+					w->first_err = wc[i].status;
+				w->errors++;
+			}
+		}
+		if (w->errors && !atomic_load(&w->stop) && !outstanding)
+			break;
+		if (svt_now_ms() > deadline)
+			SVT_FAIL("writer: %d outstanding, ok %d err %d flushed "
+				 "%d",
+				 outstanding, w->ok, w->errors, w->flushed);
+	}
+	return NULL;
+}
+
+static void phase3(void)
+{
+	struct svt_pair_opts o;
+	struct svt_pair p;
+	struct p3 w;
+	pthread_t th;
+	size_t len = 16 * 65536;
+
+	svt_pair_opts_default(&o, IBV_QPT_RC);
+	o.cqe = 64;
+	svt_pair_create(&p, IBV_QPT_RC, &o);
+	char *target = mmap(NULL, len, PROT_READ | PROT_WRITE,
+			    MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	SVT_CHECK(target != MAP_FAILED);
+	struct ibv_mr *mr = svt_reg_mr(p.b.pd, target, len, SVT_ACCESS_ALL);
+
+	memset(&w, 0, sizeof(w));
+	w.p = &p;
+	w.raddr = (uintptr_t)target;
+	w.rkey = mr->rkey;
+	atomic_init(&w.stop, 0);
+	memset(p.a.buf, 0x5a, 65536);
+	SVT_CHECK_EQ(pthread_create(&th, NULL, p3_writer, &w), 0);
+	/* Let some writes land first. */
+	uint64_t deadline = svt_now_ms() + 5000;
+
+	while (*(volatile char *)target == 0 && svt_now_ms() < deadline)
+		svt_sleep_ms(1);
+	svt_sleep_ms(20);
+	SVT_CHECK_OK(ibv_dereg_mr(mr));
+	SVT_CHECK_EQ(munmap(target, len), 0);
+	svt_sleep_ms(50);
+	atomic_store(&w.stop, 1);
+	SVT_CHECK_EQ(pthread_join(th, NULL), 0);
+	svt_log("dereg under traffic: %d ok, %d errors (first %s), %d flushed",
+		w.ok, w.errors,
+		w.errors ? ibv_wc_status_str(w.first_err) : "-", w.flushed);
+	SVT_CHECK_GT(w.ok, 0);
+	SVT_CHECK_MSG(w.errors > 0,
+		      "WRITEs to a deregistered MR did not fail");
+	SVT_CHECK_EQ(w.first_err, IBV_WC_REM_ACCESS_ERR);
+	svt_pair_destroy(&p);
+}
+
 int main(void)
 {
 	svt_watchdog(55);
@@ -225,6 +337,7 @@ int main(void)
 	svt_dev_open(&db);
 	phase1();
 	phase2();
+	phase3();
 	svt_dev_close(&da);
 	svt_dev_close(&db);
 	return 0;
