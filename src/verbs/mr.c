@@ -8,6 +8,7 @@
 #include "verbs/objects.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -79,6 +80,40 @@ static bool range_mapped(void *addr, size_t len)
 	return true;
 }
 
+/*
+ * Is [addr, addr+len) writable?  A real HCA pins pages for writing when the
+ * MR may be written (LOCAL_WRITE), which fails on read-only mappings; the
+ * mapping table says the same thing here.
+ */
+static bool range_writable(void *addr, size_t len)
+{
+	uintptr_t need = (uintptr_t)addr, end = (uintptr_t)addr + len;
+	FILE *f = fopen("/proc/self/maps", "re");
+	char line[512];
+	bool ok = false;
+
+	if (!f)
+		return true; /* no /proc: cannot tell, trust the caller */
+	while (fgets(line, sizeof(line), f)) {
+		unsigned long lo, hi;
+		char perms[5];
+
+		if (sscanf(line, "%lx-%lx %4s", &lo, &hi, perms) != 3)
+			continue;
+		if (hi <= need)
+			continue;
+		if (lo > need || perms[1] != 'w')
+			break; /* a hole or a read-only piece */
+		need = hi;
+		if (need >= end) {
+			ok = true;
+			break;
+		}
+	}
+	fclose(f);
+	return ok;
+}
+
 /* Insert into the key table (write lock held); returns slot or -1. */
 static int table_insert(struct sv_mr_table *t, struct sv_mr *mr)
 {
@@ -124,6 +159,8 @@ static struct sv_mr *mr_create(struct ibv_pd *ibpd, void *addr, size_t length, u
 	if (!err && (!length || length > SV_MAX_MR_SIZE || (!addr && length)))
 		err = EINVAL;
 	if (!err && !range_mapped(addr, length))
+		err = EFAULT;
+	if (!err && (access & IBV_ACCESS_LOCAL_WRITE) && !range_writable(addr, length))
 		err = EFAULT;
 	if (err) {
 		errno = err;
@@ -235,7 +272,8 @@ int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd, void *addr, 
 	nacc = (flags & IBV_REREG_MR_CHANGE_ACCESS) ? (unsigned int)access : mr->access;
 	naddr = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? addr : mr->vaddr;
 	nlen = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? length : mr->len;
-	if (!npd || check_access(nacc) || !nlen || !range_mapped(naddr, nlen))
+	if (!npd || check_access(nacc) || !nlen || !range_mapped(naddr, nlen) ||
+	    ((nacc & IBV_ACCESS_LOCAL_WRITE) && !range_writable(naddr, nlen)))
 		return IBV_REREG_MR_ERR_INPUT;
 
 	pthread_rwlock_wrlock(&ctx->mrs.lock);
