@@ -84,13 +84,14 @@ sv_run_bg() {
 	local path; path=$(command -v "$prog")
 	# The output file starts with the command line, for failure reports.
 	echo "\$ ${ns:+ip netns exec $ns }softverbs run -- $prog $*" >"$SV_WORK/$name.out"
+	# Line-buffered stdout, so that a program killed on timeout still shows
+	# how far it got.
+	local run=("$SV_TOOL" run -- "$path" "$@")
+	command -v stdbuf >/dev/null 2>&1 && run=(stdbuf -oL "${run[@]}")
 	if [ -n "$ns" ]; then
-		timeout -k 2 "$secs" ip netns exec "$ns" "$SV_TOOL" run -- "$path" "$@" \
-			>>"$SV_WORK/$name.out" 2>&1 &
-	else
-		timeout -k 2 "$secs" "$SV_TOOL" run -- "$path" "$@" \
-			>>"$SV_WORK/$name.out" 2>&1 &
+		run=(ip netns exec "$ns" "${run[@]}")
 	fi
+	timeout -k 2 "$secs" "${run[@]}" >>"$SV_WORK/$name.out" 2>&1 &
 	SV_PID=$!
 	SV_PGIDS+=("$SV_PID")
 }
@@ -168,6 +169,16 @@ sv_check_run() {
 	grep -m1 '^[0-9]* bytes in' "$f" | sed "s/^/   $name: /"
 }
 
+# sv_timed_out NAME RC: fail if RC says NAME ran out of time, telling apart
+# a hang in the exchange from one after it (in ibv_destroy_* / close).
+sv_timed_out() {
+	[ "$2" = 124 ] || [ "$2" = 137 ] || return 0
+	if grep -q '^[0-9][0-9]* iters in ' "$SV_WORK/$1.out"; then
+		sv_fail "$1 finished the exchange but then hung (teardown: destroy/close)"
+	fi
+	sv_fail "$1 timed out"
+}
+
 # sv_gid NAME: the local GID a pingpong printed ("local address: ... GID g").
 sv_gid() {
 	sed -n 's/^ *local address:.*GID \([^ ]*\).*/\1/p' "$SV_WORK/$1.out" | head -n1
@@ -222,8 +233,8 @@ sv_pingpong() {
 	# may wait for messages that never come: give it a few seconds only.
 	srv_rc=0
 	sv_wait "$spid" "$([ "$cli_rc" = 0 ] && sv_left || echo 3)" || srv_rc=$?
-	[ "$cli_rc" = 124 ] && sv_fail "client timed out"
-	[ "$srv_rc" = 124 ] && sv_fail "server timed out"
+	sv_timed_out client "$cli_rc"
+	sv_timed_out server "$srv_rc"
 	[ "$cli_rc" = 0 ] || sv_fail "client exited $cli_rc"
 	[ "$srv_rc" = 0 ] || sv_fail "server exited $srv_rc"
 
