@@ -11,6 +11,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -592,6 +593,34 @@ fail:
 	return err;
 }
 
+/*
+ * Closing a device: what is still queued (ACKs, READ responses) goes out
+ * first, within a bound, and the peer sees an orderly end of stream, so work
+ * it already completed on our side is acknowledged on its side as well.
+ */
+static void conn_drain(struct sv_conn *c)
+{
+	uint64_t deadline = sv_now_ns() + 200000000ull;
+	char sink[4096];
+
+	if (c->fd < 0 || atomic_load(&c->state) != SV_CONN_UP)
+		return;
+	while (c->txq_head && sv_now_ns() < deadline) {
+		struct pollfd p = { .fd = c->fd, .events = POLLOUT };
+
+		conn_flush(c);
+		if (atomic_load(&c->state) != SV_CONN_UP)
+			return;
+		if (c->txq_head)
+			poll(&p, 1, 10);
+	}
+	shutdown(c->fd, SHUT_WR);
+	/* unread input would turn our close into a reset that can destroy
+	 * what we just sent; take what is there */
+	while (recv(c->fd, sink, sizeof(sink), MSG_DONTWAIT) > 0)
+		;
+}
+
 void sv_engine_stop(struct sv_engine *eng)
 {
 	if (!eng)
@@ -604,6 +633,7 @@ void sv_engine_stop(struct sv_engine *eng)
 	while (!sv_list_empty(&eng->conns)) {
 		struct sv_conn *c = SV_CONTAINER_OF(eng->conns.next, struct sv_conn, link);
 
+		conn_drain(c);
 		conn_fail(c);
 	}
 	bury_dead(eng);

@@ -261,14 +261,13 @@ void sv_requester_run(struct sv_qp *qp)
 		if (!conn)
 			break; /* out of memory: the retry timer tries again */
 		if (sv_conn_congested(conn)) {
+			/* resume when the engine has flushed this connection */
 			pthread_mutex_lock(&conn->tx_lock);
-			if (!sv_list_linked(&qp->txwait_link) && qpt != IBV_QPT_UD)
+			if (!sv_list_linked(&qp->txwait_link))
 				sv_list_add_tail(&conn->tx_waiters, &qp->txwait_link);
 			pthread_mutex_unlock(&conn->tx_lock);
-			if (qpt == IBV_QPT_UD) {
+			if (qpt == IBV_QPT_UD)
 				sv_conn_put(conn);
-				sv_engine_schedule(qp->ctx->eng, qp);
-			}
 			rescheduled = true;
 			break;
 		}

@@ -320,10 +320,12 @@ void sv_responder_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opc
 		if (op->mask & SV_OPF_LAST) {
 			qp->resp_in_msg = false;
 			qp->msn++;
-			complete_recv(qp, IBV_WC_SUCCESS, IBV_WC_RECV, qp->rwqe_off, imm,
-				      qp->attr.dest_qp_num, 0, bth->flags & SV_BTH_SE);
+			/* ACK before the completion: once the application sees its
+			 * message it may close, and the ACK must already be out */
 			if (rc)
 				send_ack(qp, conn, psn, SV_AETH_ACK | 0x1f);
+			complete_recv(qp, IBV_WC_SUCCESS, IBV_WC_RECV, qp->rwqe_off, imm,
+				      qp->attr.dest_qp_num, 0, bth->flags & SV_BTH_SE);
 		}
 		return;
 	}
@@ -403,14 +405,14 @@ void sv_responder_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opc
 		if (op->mask & SV_OPF_LAST) {
 			qp->resp_in_msg = false;
 			qp->msn++;
+			if (rc)
+				send_ack(qp, conn, psn, SV_AETH_ACK | 0x1f);
 			if (imm) {
 				qp->rwqe_off = 0;
 				complete_recv(qp, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM,
 					      qp->wr_total, imm,
 					      qp->attr.dest_qp_num, 0, bth->flags & SV_BTH_SE);
 			}
-			if (rc)
-				send_ack(qp, conn, psn, SV_AETH_ACK | 0x1f);
 		}
 		return;
 	}

@@ -135,14 +135,10 @@ int ibv_destroy_cq(struct ibv_cq *ibcq)
 {
 	struct sv_cq *cq = to_sv_cq(ibcq);
 	struct sv_context *ctx = cq->ctx;
+	bool zombie;
 
 	if (atomic_load(&cq->users))
 		return EBUSY;
-	/* like rdma-core: wait until every reported event was acknowledged */
-	pthread_mutex_lock(&cq->ex.mutex);
-	while (cq->ex.comp_events_completed != __atomic_load_n(&cq->events_reported, __ATOMIC_ACQUIRE))
-		pthread_cond_wait(&cq->ex.cond, &cq->ex.mutex);
-	pthread_mutex_unlock(&cq->ex.mutex);
 	if (cq->ex.channel)
 		__atomic_sub_fetch(&cq->ex.channel->refcnt, 1, __ATOMIC_ACQ_REL);
 	pthread_mutex_lock(&ctx->lock);
@@ -150,7 +146,16 @@ int ibv_destroy_cq(struct ibv_cq *ibcq)
 	pthread_mutex_unlock(&ctx->lock);
 	pthread_mutex_destroy(&cq->lock);
 	free(cq->ring);
-	free(cq);
+	cq->ring = NULL;
+	/* like rdma-core: wait until every event handed out was acknowledged;
+	 * events still unread in the channel are discarded by the reader */
+	pthread_mutex_lock(&cq->ex.mutex);
+	while (cq->ex.comp_events_completed != cq->events_reported)
+		pthread_cond_wait(&cq->ex.cond, &cq->ex.mutex);
+	zombie = cq->zombie = atomic_load(&cq->events_in_pipe) > 0;
+	pthread_mutex_unlock(&cq->ex.mutex);
+	if (!zombie)
+		free(cq);
 	return 0;
 }
 
@@ -251,7 +256,7 @@ bool sv_cq_push(struct sv_cq *cq, const struct ibv_wc *wc, bool solicited)
 		if (cq->armed && (!cq->solicited_only || solicited || wc->status != IBV_WC_SUCCESS)) {
 			cq->armed = false;
 			notify = true;
-			__atomic_add_fetch(&cq->events_reported, 1, __ATOMIC_ACQ_REL);
+			atomic_fetch_add(&cq->events_in_pipe, 1);
 		}
 	}
 	pthread_mutex_unlock(&cq->lock);
@@ -271,14 +276,29 @@ bool sv_cq_push(struct sv_cq *cq, const struct ibv_wc *wc, bool solicited)
 
 int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq, void **cq_context)
 {
-	struct sv_cq *p;
-	ssize_t r = read(channel->fd, &p, sizeof(p));
+	for (;;) {
+		struct sv_cq *p;
+		ssize_t r = read(channel->fd, &p, sizeof(p));
+		bool zombie, last;
 
-	if (r != (ssize_t)sizeof(p))
-		return -1; /* errno from read: EAGAIN when the fd is non-blocking */
-	*cq = (struct ibv_cq *)&p->ex;
-	*cq_context = p->ex.cq_context;
-	return 0;
+		if (r != (ssize_t)sizeof(p))
+			return -1; /* errno from read: EAGAIN when the fd is non-blocking */
+		pthread_mutex_lock(&p->ex.mutex);
+		last = atomic_fetch_sub(&p->events_in_pipe, 1) == 1;
+		zombie = p->zombie;
+		if (!zombie)
+			p->events_reported++;
+		pthread_mutex_unlock(&p->ex.mutex);
+		if (zombie) {
+			/* an event of a CQ destroyed since: dropped, as the kernel does */
+			if (last)
+				free(p);
+			continue;
+		}
+		*cq = (struct ibv_cq *)&p->ex;
+		*cq_context = p->ex.cq_context;
+		return 0;
+	}
 }
 
 void ibv_ack_cq_events(struct ibv_cq *ibcq, unsigned int nevents)

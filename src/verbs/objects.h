@@ -115,7 +115,9 @@ struct sv_cq {
 	bool armed, solicited_only;
 	bool overrun; /* reported once via IBV_EVENT_CQ_ERR */
 	atomic_int users;
-	uint32_t events_reported; /* comp events written to the channel */
+	uint32_t events_reported; /* comp events handed to the application */
+	atomic_uint events_in_pipe; /* written to the channel, not yet read */
+	bool zombie; /* destroyed with events still in the pipe: reader frees it */
 	/* extended polling state (ibv_start_poll ...) */
 	struct ibv_wc cur;
 	bool polling;

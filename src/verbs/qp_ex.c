@@ -71,7 +71,6 @@ static struct ibv_send_wr *new_wr(struct ibv_qp_ex *ex, enum ibv_wr_opcode op)
 	it->wr.wr_id = ex->wr_id;
 	it->wr.send_flags = ex->wr_flags;
 	it->wr.opcode = op;
-	it->wr.sg_list = it->sge;
 	return &it->wr;
 }
 
@@ -280,8 +279,11 @@ static int wr_complete(struct ibv_qp_ex *ex)
 		batch_clear(b);
 		return err;
 	}
-	for (uint32_t i = 0; i < b->n; i++)
+	/* link only now: growing the batch may have moved the items */
+	for (uint32_t i = 0; i < b->n; i++) {
+		b->items[i].wr.sg_list = b->items[i].sge;
 		b->items[i].wr.next = i + 1 < b->n ? &b->items[i + 1].wr : NULL;
+	}
 	err = sv_post_send(&qp->ex.qp_base, &b->items[0].wr, &bad);
 	batch_clear(b);
 	return err;
