@@ -5,6 +5,7 @@
  *     carry the right qp_num and the SRQ's wr_ids in FIFO order
  *   - srq_limit armed -> IBV_EVENT_SRQ_LIMIT_REACHED via ibv_get_async_event
  *     once the number of receives drops below it, then disarmed
+ *   - a QP on the SRQ moved to ERR raises IBV_EVENT_QP_LAST_WQE_REACHED
  *   - destroy_srq while QPs use it: EBUSY
  */
 #include "sv_test.h"
@@ -50,6 +51,19 @@ static void test_create_limits(struct svt_dev *d)
 	SVT_CHECK_OK(ibv_modify_srq(srq, &ma, IBV_SRQ_LIMIT));
 	SVT_CHECK_OK(ibv_query_srq(srq, &qa));
 	SVT_CHECK_EQ(qa.srq_limit, 3);
+
+	/* Resizing (IBV_SRQ_MAX_WR) works exactly when the device says so. */
+	ma.max_wr = qa.max_wr * 2;
+	int rc = ibv_modify_srq(srq, &ma, IBV_SRQ_MAX_WR);
+
+	if (d->dev_attr.device_cap_flags & IBV_DEVICE_SRQ_RESIZE) {
+		SVT_CHECK_EQ(rc, 0);
+		SVT_CHECK_OK(ibv_query_srq(srq, &qa));
+		SVT_CHECK_GE(qa.max_wr, ma.max_wr);
+	} else {
+		SVT_CHECK_NE(rc, 0);
+		SVT_CHECK_OK(ibv_query_srq(srq, &qa));
+	}
 
 	/* Too many SGEs in the 2nd WR of a chain. */
 	char *buf = svt_alloc(4096);
@@ -235,6 +249,21 @@ static void test_limit(struct sides *s)
 	ibv_ack_async_event(&ev);
 }
 
+/* A QP attached to an SRQ that enters the error state reports "Last WQE
+ * Reached" (IBV_EVENT_QP_LAST_WQE_REACHED, ibv_get_async_event(3)). */
+static void test_last_wqe(struct sides *s)
+{
+	struct ibv_async_event ev;
+
+	SVT_CHECK_OK(svt_qp_to_state(s->bqp[1], IBV_QPS_ERR));
+	SVT_CHECK_OK(svt_wait_async_event(s->b.ctx, 0, &ev));
+	SVT_CHECK_EQ(ev.event_type, IBV_EVENT_QP_LAST_WQE_REACHED);
+	SVT_CHECK(ev.element.qp == s->bqp[1]);
+	ibv_ack_async_event(&ev);
+	/* The SRQ's receives stay available to the other QP. */
+	send_n(s, 1);
+}
+
 int main(void)
 {
 	struct svt_dev d;
@@ -248,6 +277,7 @@ int main(void)
 	setup(&s);
 	test_shared(&s);
 	test_limit(&s);
+	test_last_wqe(&s);
 	teardown(&s);
 	return 0;
 }
