@@ -86,7 +86,9 @@ static enum ibv_wc_status place(struct sv_qp *qp, const uint8_t *data, uint32_t 
 
 	if ((uint64_t)qp->rwqe_off + len > cap)
 		return IBV_WC_LOC_LEN_ERR;
-	e = sv_sgl_copy_in(qp->ctx, qp->pd, qp->rwqe.sge, qp->rwqe.num_sge, qp->rwqe_off, data, len);
+	/* receive buffers belong to the PD of the queue they were posted to */
+	e = sv_sgl_copy_in(qp->ctx, qp->srq ? qp->srq->pd : qp->pd, qp->rwqe.sge, qp->rwqe.num_sge,
+			   qp->rwqe_off, data, len);
 	if (e)
 		return IBV_WC_LOC_PROT_ERR;
 	qp->rwqe_off += len;

@@ -23,7 +23,7 @@ static void tcp_tune(int fd)
 int sv_tcp_listen(struct in_addr ip, uint16_t *port_out)
 {
 	long pmin = sv_env_long("SOFTVERBS_PORT_MIN", 0);
-	long pmax = sv_env_long("SOFTVERBS_PORT_MAX", pmin ? pmin + 1000 : 0);
+	long pmax = sv_env_long("SOFTVERBS_PORT_MAX", pmin > 0 ? pmin + 1000 : 0);
 	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr = ip };
 	socklen_t sl = sizeof(sa);
 	int fd, err = 0;
@@ -31,6 +31,8 @@ int sv_tcp_listen(struct in_addr ip, uint16_t *port_out)
 	fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
+	if (pmax > 65535)
+		pmax = 65535;
 	if (pmin > 0 && pmin <= 65535) {
 		/* configured range: take the first free port, starting at a random offset */
 		long span = (pmax >= pmin ? pmax - pmin + 1 : 1);
