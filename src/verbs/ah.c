@@ -8,6 +8,7 @@
 struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 {
 	struct sv_endpoint_addr peer;
+	struct sv_context *ctx;
 	struct sv_ah *ah;
 
 	if (!pd || !attr || !attr->is_global || attr->grh.sgid_index != 0 ||
@@ -15,8 +16,14 @@ struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 		errno = EINVAL;
 		return NULL;
 	}
+	ctx = to_sv_ctx(pd->context);
+	if (!sv_ctx_reserve(ctx, &ctx->nah, SV_MAX_AH)) {
+		errno = ENOMEM;
+		return NULL;
+	}
 	ah = calloc(1, sizeof(*ah));
 	if (!ah) {
+		sv_ctx_release(ctx, &ctx->nah);
 		errno = ENOMEM;
 		return NULL;
 	}
@@ -33,7 +40,9 @@ struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 int ibv_destroy_ah(struct ibv_ah *ibah)
 {
 	struct sv_ah *ah = to_sv_ah(ibah);
+	struct sv_context *ctx = to_sv_ctx(ibah->context);
 
+	sv_ctx_release(ctx, &ctx->nah);
 	if (ah->conn)
 		sv_conn_put(ah->conn);
 	atomic_fetch_sub(&ah->pd->users, 1);

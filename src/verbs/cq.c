@@ -61,23 +61,17 @@ static struct sv_cq *cq_create(struct ibv_context *context, int cqe, void *cq_co
 		errno = EINVAL;
 		return NULL;
 	}
-	pthread_mutex_lock(&ctx->lock);
-	if (ctx->ncq >= SV_MAX_CQ) {
-		pthread_mutex_unlock(&ctx->lock);
+	if (!sv_ctx_reserve(ctx, &ctx->ncq, SV_MAX_CQ)) {
 		errno = ENOMEM;
 		return NULL;
 	}
-	ctx->ncq++;
-	pthread_mutex_unlock(&ctx->lock);
 	cq = calloc(1, sizeof(*cq));
 	if (cq)
 		cq->ring = calloc((size_t)cqe + 1, sizeof(*cq->ring));
 	if (!cq || !cq->ring) {
 		if (cq)
 			free(cq);
-		pthread_mutex_lock(&ctx->lock);
-		ctx->ncq--;
-		pthread_mutex_unlock(&ctx->lock);
+		sv_ctx_release(ctx, &ctx->ncq);
 		errno = ENOMEM;
 		return NULL;
 	}
@@ -141,9 +135,7 @@ int ibv_destroy_cq(struct ibv_cq *ibcq)
 		return EBUSY;
 	if (cq->ex.channel)
 		__atomic_sub_fetch(&cq->ex.channel->refcnt, 1, __ATOMIC_ACQ_REL);
-	pthread_mutex_lock(&ctx->lock);
-	ctx->ncq--;
-	pthread_mutex_unlock(&ctx->lock);
+	sv_ctx_release(ctx, &ctx->ncq);
 	pthread_mutex_destroy(&cq->lock);
 	free(cq->ring);
 	cq->ring = NULL;

@@ -47,6 +47,25 @@ bool sv_gid_decode(const union ibv_gid *gid, struct sv_endpoint_addr *out)
 	return out->port != 0;
 }
 
+bool sv_ctx_reserve(struct sv_context *ctx, uint32_t *count, uint32_t max)
+{
+	bool ok;
+
+	pthread_mutex_lock(&ctx->lock);
+	ok = *count < max;
+	if (ok)
+		(*count)++;
+	pthread_mutex_unlock(&ctx->lock);
+	return ok;
+}
+
+void sv_ctx_release(struct sv_context *ctx, uint32_t *count)
+{
+	pthread_mutex_lock(&ctx->lock);
+	(*count)--;
+	pthread_mutex_unlock(&ctx->lock);
+}
+
 uint32_t sv_mtu_bytes(enum ibv_mtu mtu)
 {
 	return mtu >= IBV_MTU_256 && mtu <= IBV_MTU_4096 ? 128u << mtu : 0;

@@ -261,6 +261,14 @@ static inline struct sv_qp *to_sv_qp(struct ibv_qp *q)
 	return SV_CONTAINER_OF((struct ibv_qp_ex *)q, struct sv_qp, ex);
 }
 
+/*
+ * Per-context object counts enforce the device limits: reserve before
+ * creating (false: the limit is reached, fail with ENOMEM), release on
+ * destroy or on a failed creation.
+ */
+bool sv_ctx_reserve(struct sv_context *ctx, uint32_t *count, uint32_t max);
+void sv_ctx_release(struct sv_context *ctx, uint32_t *count);
+
 /* ---- verbs-layer services used by the engine ---- */
 
 /* Look up a QP by number and take a reference (NULL if none). */

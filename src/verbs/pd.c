@@ -9,19 +9,13 @@ struct ibv_pd *ibv_alloc_pd(struct ibv_context *context)
 	struct sv_context *ctx = to_sv_ctx(context);
 	struct sv_pd *pd;
 
-	pthread_mutex_lock(&ctx->lock);
-	if (ctx->npd >= SV_MAX_PD) {
-		pthread_mutex_unlock(&ctx->lock);
+	if (!sv_ctx_reserve(ctx, &ctx->npd, SV_MAX_PD)) {
 		errno = ENOMEM;
 		return NULL;
 	}
-	ctx->npd++;
-	pthread_mutex_unlock(&ctx->lock);
 	pd = calloc(1, sizeof(*pd));
 	if (!pd) {
-		pthread_mutex_lock(&ctx->lock);
-		ctx->npd--;
-		pthread_mutex_unlock(&ctx->lock);
+		sv_ctx_release(ctx, &ctx->npd);
 		errno = ENOMEM;
 		return NULL;
 	}
@@ -38,9 +32,7 @@ int ibv_dealloc_pd(struct ibv_pd *ibpd)
 
 	if (atomic_load(&pd->users))
 		return EBUSY;
-	pthread_mutex_lock(&ctx->lock);
-	ctx->npd--;
-	pthread_mutex_unlock(&ctx->lock);
+	sv_ctx_release(ctx, &ctx->npd);
 	free(pd);
 	return 0;
 }

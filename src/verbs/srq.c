@@ -18,14 +18,10 @@ static struct ibv_srq *srq_create(struct ibv_pd *ibpd, struct ibv_srq_init_attr 
 		errno = EINVAL;
 		return NULL;
 	}
-	pthread_mutex_lock(&ctx->lock);
-	if (ctx->nsrq >= SV_MAX_SRQ) {
-		pthread_mutex_unlock(&ctx->lock);
+	if (!sv_ctx_reserve(ctx, &ctx->nsrq, SV_MAX_SRQ)) {
 		errno = ENOMEM;
 		return NULL;
 	}
-	ctx->nsrq++;
-	pthread_mutex_unlock(&ctx->lock);
 	srq = calloc(1, sizeof(*srq));
 	if (!srq)
 		goto nomem;
@@ -54,9 +50,7 @@ static struct ibv_srq *srq_create(struct ibv_pd *ibpd, struct ibv_srq_init_attr 
 	atomic_fetch_add(&srq->pd->users, 1);
 	return &srq->ibsrq;
 nomem:
-	pthread_mutex_lock(&ctx->lock);
-	ctx->nsrq--;
-	pthread_mutex_unlock(&ctx->lock);
+	sv_ctx_release(ctx, &ctx->nsrq);
 	errno = ENOMEM;
 	return NULL;
 }
@@ -126,9 +120,7 @@ int ibv_destroy_srq(struct ibv_srq *ibsrq)
 	if (atomic_load(&srq->users))
 		return EBUSY;
 	atomic_fetch_sub(&srq->pd->users, 1);
-	pthread_mutex_lock(&ctx->lock);
-	ctx->nsrq--;
-	pthread_mutex_unlock(&ctx->lock);
+	sv_ctx_release(ctx, &ctx->nsrq);
 	free(srq->rq.wqe);
 	free(srq->rq.sge_pool);
 	pthread_mutex_destroy(&srq->lock);
