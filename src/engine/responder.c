@@ -155,7 +155,7 @@ static void do_read(struct sv_qp *qp, struct sv_conn *conn, uint32_t psn, uint64
 			      : k + 1 == npkts ? SV_OP_READ_RESP_LAST
 					       : SV_OP_READ_RESP_MIDDLE;
 		uint32_t off = k * qp->mtu;
-		struct iovec iov = { mem + off, SV_MIN(qp->mtu, dma_len - off) };
+		struct iovec iov = { dma_len ? mem + off : NULL, SV_MIN(qp->mtu, dma_len - off) };
 		size_t hl = sizeof(h.bth);
 
 		fill_bth(qp, &h.bth, low, sv_psn_add(psn, k));
