@@ -423,6 +423,10 @@ void sv_requester_timeout(struct sv_qp *qp, uint64_t now)
 		}
 		if (!oldest) {
 			__atomic_store_n(&qp->ack_deadline, 0, __ATOMIC_RELAXED);
+		} else if (qp->conn && sv_conn_busy(qp->conn)) {
+			/* still queued behind other traffic: the wire has not lost it,
+			 * it has not even carried it yet; wait without using a retry */
+			arm_ack_timer(qp);
 		} else if (qp->attr.timeout && qp->retries_left == 0) {
 			/* transport retries exhausted: the peer is gone */
 			oldest->status = IBV_WC_RETRY_EXC_ERR;

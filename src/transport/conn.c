@@ -34,6 +34,13 @@ void sv_conn_put(struct sv_conn *conn)
 	free(conn);
 }
 
+bool sv_conn_busy(struct sv_conn *conn)
+{
+	if (atomic_load(&conn->state) != SV_CONN_UP)
+		return false;
+	return __atomic_load_n(&conn->txq_bytes, __ATOMIC_RELAXED) || conn->ops->unsent(conn);
+}
+
 bool sv_conn_congested(struct sv_conn *conn)
 {
 	return __atomic_load_n(&conn->txq_bytes, __ATOMIC_RELAXED) > SV_CONN_TXQ_HIGH;

@@ -6,7 +6,9 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/sockios.h>
 #include <netinet/tcp.h>
+#include <sys/ioctl.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -121,10 +123,20 @@ static void tcp_close(struct sv_conn *conn)
 	}
 }
 
+static size_t tcp_unsent(struct sv_conn *conn)
+{
+	int n = 0;
+
+	if (conn->fd < 0 || ioctl(conn->fd, SIOCOUTQ, &n))
+		return 0;
+	return n > 0 ? (size_t)n : 0;
+}
+
 const struct sv_transport_ops sv_tcp_ops = {
 	.name = "tcp",
 	.connect = tcp_connect,
 	.writev = tcp_writev,
 	.read = tcp_read,
 	.close = tcp_close,
+	.unsent = tcp_unsent,
 };

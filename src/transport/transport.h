@@ -76,6 +76,8 @@ struct sv_transport_ops {
 	/* Read what is available; returns bytes, 0 on EOF, -errno. */
 	ssize_t (*read)(struct sv_conn *conn, void *buf, size_t len);
 	void (*close)(struct sv_conn *conn);
+	/* Bytes handed to the transport that the peer has not taken yet. */
+	size_t (*unsent)(struct sv_conn *conn);
 };
 
 extern const struct sv_transport_ops sv_tcp_ops;
@@ -92,6 +94,9 @@ int sv_tcp_accept(int lfd);
  * exactly as a wire would drop it; the requester's retry timer recovers).
  */
 int sv_conn_send(struct sv_conn *conn, const struct iovec *iov, int iovcnt);
+/* True while bytes wait to leave, in user space or in the transport: the
+ * requester's timers do not count time a packet spends queued behind others. */
+bool sv_conn_busy(struct sv_conn *conn);
 /* True while more than SV_CONN_TXQ_HIGH bytes wait in user space. */
 bool sv_conn_congested(struct sv_conn *conn);
 
