@@ -10,12 +10,6 @@
 #include <arpa/inet.h>
 #include <string.h>
 
-static bool is_rd_atomic(enum ibv_wr_opcode op)
-{
-	return op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP ||
-	       op == IBV_WR_ATOMIC_FETCH_AND_ADD;
-}
-
 /*
  * Responses arrive in order, so a response for `psn` implicitly acknowledges
  * every SEND/WRITE before it.  Returns the first unfinished WQE at or after
@@ -34,7 +28,7 @@ static struct sv_send_wqe *ack_before(struct sv_qp *qp, uint32_t psn, bool inclu
 		if (w->state != SV_WQE_SENT)
 			return NULL;
 		c = sv_psn_cmp(w->last_psn, psn);
-		if (c > 0 || (c == 0 && !inclusive) || is_rd_atomic(w->wr.opcode))
+		if (c > 0 || (c == 0 && !inclusive) || sv_is_rd_atomic(w->wr.opcode))
 			return w;
 		w->state = SV_WQE_DONE;
 		w->status = IBV_WC_SUCCESS;
@@ -51,19 +45,15 @@ static void progress_made(struct sv_qp *qp)
 	qp->rnr_retries_left = qp->attr.rnr_retry;
 	for (uint32_t i = sq->head; i != sq->next && !outstanding; i++)
 		outstanding = sq->wqe[i & (sq->size - 1)].state == SV_WQE_SENT;
-	if (!outstanding) {
+	if (!outstanding)
 		__atomic_store_n(&qp->ack_deadline, 0, __ATOMIC_RELAXED);
-	} else {
-		uint64_t t = qp->attr.timeout ? sv_timeout_ns(qp->attr.timeout) : 1000000000ull;
-
-		__atomic_store_n(&qp->ack_deadline, sv_now_ns() + SV_MAX(t, 1000000ull),
-				 __ATOMIC_RELAXED);
-	}
+	else
+		sv_requester_arm_ack_timer(qp);
 }
 
 static void finish(struct sv_qp *qp, struct sv_send_wqe *w, enum ibv_wc_status st)
 {
-	if (is_rd_atomic(w->wr.opcode) && qp->sq.rd_atomic_inflight)
+	if (sv_is_rd_atomic(w->wr.opcode) && qp->sq.rd_atomic_inflight)
 		qp->sq.rd_atomic_inflight--;
 	w->state = SV_WQE_DONE;
 	w->status = st;

@@ -14,12 +14,6 @@
 /* Packets one requester pass may send before yielding to other QPs. */
 #define SV_REQ_BUDGET 16
 
-static bool is_rd_atomic(enum ibv_wr_opcode op)
-{
-	return op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP ||
-	       op == IBV_WR_ATOMIC_FETCH_AND_ADD;
-}
-
 static uint32_t wqe_npkts(const struct sv_qp *qp, const struct sv_send_wqe *w)
 {
 	if (w->wr.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w->wr.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)
@@ -75,7 +69,7 @@ static enum ibv_wc_status check_local(struct sv_qp *qp, struct sv_send_wqe *w)
 
 	if (w->inline_buf)
 		return IBV_WC_SUCCESS;
-	if (is_rd_atomic(w->wr.opcode))
+	if (sv_is_rd_atomic(w->wr.opcode))
 		access = IBV_ACCESS_LOCAL_WRITE; /* responses are written into them */
 	if (w->length > SV_MAX_MSG_SIZE)
 		return IBV_WC_LOC_LEN_ERR;
@@ -201,7 +195,7 @@ static enum ibv_wc_status send_packet(struct sv_qp *qp, struct sv_conn *conn, st
 	return n < 0 ? sv_mem_err_to_local_status(e) : IBV_WC_SUCCESS;
 }
 
-static void arm_ack_timer(struct sv_qp *qp)
+void sv_requester_arm_ack_timer(struct sv_qp *qp)
 {
 	uint64_t t = qp->attr.timeout ? sv_timeout_ns(qp->attr.timeout) : 1000000000ull;
 
@@ -217,7 +211,6 @@ void sv_requester_run(struct sv_qp *qp)
 	enum ibv_qp_type qpt = qp->ex.qp_base.qp_type;
 	uint32_t max_rd = SV_MAX(1u, qp->attr.max_rd_atomic);
 	int budget = SV_REQ_BUDGET;
-	bool rescheduled = false;
 
 	if (qp->state != IBV_QPS_RTS || qp->rnr_until)
 		goto retire;
@@ -231,7 +224,7 @@ void sv_requester_run(struct sv_qp *qp)
 			/* starting this WQE */
 			if ((w->wr.send_flags & IBV_SEND_FENCE) && sq->rd_atomic_inflight)
 				break;
-			if (is_rd_atomic(w->wr.opcode) && sq->rd_atomic_inflight >= max_rd)
+			if (sv_is_rd_atomic(w->wr.opcode) && sq->rd_atomic_inflight >= max_rd)
 				break;
 			st = check_local(qp, w);
 			if (st != IBV_WC_SUCCESS) {
@@ -246,7 +239,6 @@ void sv_requester_run(struct sv_qp *qp)
 		}
 		if (budget-- <= 0) {
 			sv_engine_schedule(qp->ctx->eng, qp); /* let other QPs have a turn */
-			rescheduled = true;
 			break;
 		}
 		if (qpt == IBV_QPT_UD && w->length > qp->mtu) {
@@ -268,11 +260,10 @@ void sv_requester_run(struct sv_qp *qp)
 			pthread_mutex_unlock(&conn->tx_lock);
 			if (qpt == IBV_QPT_UD)
 				sv_conn_put(conn);
-			rescheduled = true;
 			break;
 		}
 		k = sq->seg_off / qp->mtu;
-		if (w->wr.opcode == IBV_WR_RDMA_READ || is_rd_atomic(w->wr.opcode))
+		if (sv_is_rd_atomic(w->wr.opcode))
 			plen = 0; /* the request carries no payload */
 		else
 			plen = SV_MIN(qp->mtu, w->length - sq->seg_off);
@@ -295,16 +286,15 @@ void sv_requester_run(struct sv_qp *qp)
 		sq->next++;
 		if (qpt == IBV_QPT_RC) {
 			w->state = SV_WQE_SENT;
-			if (is_rd_atomic(w->wr.opcode))
+			if (sv_is_rd_atomic(w->wr.opcode))
 				sq->rd_atomic_inflight++;
 			if (!qp->ack_deadline)
-				arm_ack_timer(qp);
+				sv_requester_arm_ack_timer(qp);
 		} else {
 			w->state = SV_WQE_DONE; /* UC/UD: complete once handed to the wire */
 			w->status = IBV_WC_SUCCESS;
 		}
 	}
-	(void)rescheduled;
 	sv_engine_timer_update(qp->ctx->eng, qp);
 retire:
 	sv_requester_retire(qp);
@@ -340,7 +330,7 @@ static void sv_requester_complete(struct sv_qp *qp, struct sv_send_wqe *w, enum 
 		return;
 	if (st == IBV_WC_SUCCESS && (w->wr.opcode == IBV_WR_RDMA_READ))
 		wc.byte_len = w->length;
-	else if (st == IBV_WC_SUCCESS && is_rd_atomic(w->wr.opcode))
+	else if (st == IBV_WC_SUCCESS && sv_is_rd_atomic(w->wr.opcode))
 		wc.byte_len = 8;
 	if (st != IBV_WC_SUCCESS)
 		wc.vendor_err = st;
@@ -386,7 +376,7 @@ void sv_requester_rewind(struct sv_qp *qp, uint32_t to_psn)
 		if (target != end) {
 			w->state = SV_WQE_PENDING;
 			w->npkts = 0; /* PSNs are reassigned identically on resend */
-		} else if (is_rd_atomic(w->wr.opcode)) {
+		} else if (sv_is_rd_atomic(w->wr.opcode)) {
 			sq->rd_atomic_inflight++;
 		}
 	}
@@ -426,7 +416,7 @@ void sv_requester_timeout(struct sv_qp *qp, uint64_t now)
 		} else if (qp->conn && sv_conn_busy(qp->conn)) {
 			/* still queued behind other traffic: the wire has not lost it,
 			 * it has not even carried it yet; wait without using a retry */
-			arm_ack_timer(qp);
+			sv_requester_arm_ack_timer(qp);
 		} else if (qp->attr.timeout && qp->retries_left == 0) {
 			/* transport retries exhausted: the peer is gone */
 			oldest->status = IBV_WC_RETRY_EXC_ERR;
@@ -439,7 +429,7 @@ void sv_requester_timeout(struct sv_qp *qp, uint64_t now)
 			sv_dbg("qp %u: ack timeout, resending from psn %u", qp->ex.qp_base.qp_num,
 			       oldest->first_psn);
 			sv_requester_rewind(qp, oldest->first_psn);
-			arm_ack_timer(qp);
+			sv_requester_arm_ack_timer(qp);
 			sv_requester_run(qp);
 		}
 	}
