@@ -222,11 +222,6 @@ static void bury_dead(struct sv_engine *eng)
 	pthread_mutex_unlock(&eng->lock);
 }
 
-void sv_engine_conn_failed(struct sv_conn *conn)
-{
-	conn_fail(conn);
-}
-
 /* Engine thread: write queued output; wake QPs waiting for room. */
 static void conn_flush(struct sv_conn *c)
 {

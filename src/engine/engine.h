@@ -50,7 +50,6 @@ void sv_engine_forget_qp(struct sv_engine *eng, struct sv_qp *qp);
 
 /* Transport upcalls (engine thread). */
 void sv_engine_rx_frame(struct sv_conn *conn, uint8_t *frame, size_t len);
-void sv_engine_conn_failed(struct sv_conn *conn);
 /* Any thread, tx_lock held: the engine should flush conn when it has room. */
 void sv_engine_want_output(struct sv_conn *conn);
 

@@ -125,6 +125,28 @@ static void ud_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opcode
 		      ntohl(deth->sqpn) & SV_PSN_MASK, IBV_WC_GRH, bth->flags & SV_BTH_SE);
 }
 
+/*
+ * A SEND/WRITE packet was executed: advance the expected PSN (RC) and, on the
+ * last packet, end the message and acknowledge it.  Returns true at the end
+ * of a message; the caller then posts the receive completion, after the ACK
+ * is out, because once the application sees its message it may close.
+ */
+static bool packet_done(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opcode_info *op,
+			uint32_t psn)
+{
+	bool rc = qp->ex.qp_base.qp_type == IBV_QPT_RC;
+
+	if (rc)
+		qp->epsn = sv_psn_add(psn, 1);
+	if (!(op->mask & SV_OPF_LAST))
+		return false;
+	qp->resp_in_msg = false;
+	qp->msn++;
+	if (rc)
+		send_ack(qp, conn, psn, SV_AETH_ACK | 0x1f);
+	return true;
+}
+
 /* READ request: send the response packets (possibly a replay of a duplicate). */
 static void do_read(struct sv_qp *qp, struct sv_conn *conn, uint32_t psn, uint64_t va,
 		    uint32_t rkey, uint32_t dma_len)
@@ -317,18 +339,9 @@ void sv_responder_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opc
 				  st == IBV_WC_LOC_LEN_ERR ? SV_NAK_INV_REQ : SV_NAK_REM_OP);
 			return;
 		}
-		if (rc)
-			qp->epsn = sv_psn_add(psn, 1);
-		if (op->mask & SV_OPF_LAST) {
-			qp->resp_in_msg = false;
-			qp->msn++;
-			/* ACK before the completion: once the application sees its
-			 * message it may close, and the ACK must already be out */
-			if (rc)
-				send_ack(qp, conn, psn, SV_AETH_ACK | 0x1f);
+		if (packet_done(qp, conn, op, psn))
 			complete_recv(qp, IBV_WC_SUCCESS, IBV_WC_RECV, qp->rwqe_off, imm,
 				      qp->attr.dest_qp_num, 0, bth->flags & SV_BTH_SE);
-		}
 		return;
 	}
 
@@ -402,19 +415,10 @@ void sv_responder_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opc
 		}
 		qp->wr_va += plen;
 		qp->wr_left -= plen;
-		if (rc)
-			qp->epsn = sv_psn_add(psn, 1);
-		if (op->mask & SV_OPF_LAST) {
-			qp->resp_in_msg = false;
-			qp->msn++;
-			if (rc)
-				send_ack(qp, conn, psn, SV_AETH_ACK | 0x1f);
-			if (imm) {
-				qp->rwqe_off = 0;
-				complete_recv(qp, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM,
-					      qp->wr_total, imm,
-					      qp->attr.dest_qp_num, 0, bth->flags & SV_BTH_SE);
-			}
+		if (packet_done(qp, conn, op, psn) && imm) {
+			qp->rwqe_off = 0;
+			complete_recv(qp, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, qp->wr_total, imm,
+				      qp->attr.dest_qp_num, 0, bth->flags & SV_BTH_SE);
 		}
 		return;
 	}
