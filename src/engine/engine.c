@@ -589,16 +589,33 @@ fail:
 }
 
 /*
- * Closing a device: what is still queued (ACKs, READ responses) goes out
- * first, within a bound, and the peer sees an orderly end of stream, so work
- * it already completed on our side is acknowledged on its side as well.
+ * Closing a device: a connection still being set up comes up, what is still
+ * queued (ACKs, READ responses, UD SENDs that completed once queued, as a
+ * NIC's complete once on the wire) goes out first, and the peer sees an
+ * orderly end of stream, all within one bound.  We then wait for the peer's
+ * own end of stream: closing with its data (its HELLO, say) still on the way
+ * would make our kernel answer with a reset, and a reset lets the peer's
+ * kernel discard what we sent and it has not read yet.
  */
 static void conn_drain(struct sv_conn *c)
 {
 	uint64_t deadline = sv_now_ns() + 200000000ull;
 	char sink[4096];
 
-	if (c->fd < 0 || atomic_load(&c->state) != SV_CONN_UP)
+	if (c->fd < 0)
+		return;
+	while (atomic_load(&c->state) == SV_CONN_CONNECTING && sv_now_ns() < deadline) {
+		struct pollfd p = { .fd = c->fd, .events = POLLOUT };
+		int err = 0;
+		socklen_t l = sizeof(err);
+
+		if (poll(&p, 1, 10) <= 0)
+			continue;
+		if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &l) || err)
+			return;
+		atomic_store(&c->state, SV_CONN_UP);
+	}
+	if (atomic_load(&c->state) != SV_CONN_UP)
 		return;
 	while (c->txq_head && sv_now_ns() < deadline) {
 		struct pollfd p = { .fd = c->fd, .events = POLLOUT };
@@ -610,10 +627,35 @@ static void conn_drain(struct sv_conn *c)
 			poll(&p, 1, 10);
 	}
 	shutdown(c->fd, SHUT_WR);
-	/* unread input would turn our close into a reset that can destroy
-	 * what we just sent; take what is there */
-	while (recv(c->fd, sink, sizeof(sink), MSG_DONTWAIT) > 0)
-		;
+	while (sv_now_ns() < deadline) {
+		struct pollfd p = { .fd = c->fd, .events = POLLIN };
+		ssize_t n;
+
+		if (poll(&p, 1, 10) <= 0)
+			continue;
+		n = recv(c->fd, sink, sizeof(sink), MSG_DONTWAIT);
+		if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+			return;
+	}
+}
+
+void sv_engine_quiesce(struct sv_engine *eng, uint64_t deadline_ns)
+{
+	while (eng && eng->thread_started && sv_now_ns() < deadline_ns) {
+		bool pending = false;
+
+		pthread_mutex_lock(&eng->lock);
+		for (struct sv_list *l = eng->conns.next; l != &eng->conns && !pending; l = l->next) {
+			struct sv_conn *c = SV_CONTAINER_OF(l, struct sv_conn, link);
+			int st = atomic_load(&c->state);
+
+			pending = st == SV_CONN_CONNECTING || (st == SV_CONN_UP && sv_conn_busy(c));
+		}
+		pthread_mutex_unlock(&eng->lock);
+		if (!pending)
+			return;
+		poll(NULL, 0, 1);
+	}
 }
 
 void sv_engine_stop(struct sv_engine *eng)

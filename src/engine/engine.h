@@ -35,6 +35,9 @@ struct sv_engine {
 
 int sv_engine_start(struct sv_context *ctx, struct in_addr ip);
 void sv_engine_stop(struct sv_engine *eng);
+/* Wait, until deadline_ns at most, for connections being set up and queued
+ * output to go out; the engine keeps running (used at process exit). */
+void sv_engine_quiesce(struct sv_engine *eng, uint64_t deadline_ns);
 
 /* Do pending engine work from the calling thread, if nobody else is. */
 void sv_engine_progress(struct sv_engine *eng);

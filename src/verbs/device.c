@@ -182,6 +182,27 @@ int ibv_get_device_index(struct ibv_device *device)
 
 void sv_context_fill_ops(struct sv_context *ctx);
 
+/* Contexts open in this process, for the exit-time flush below. */
+static struct sv_list open_contexts = { &open_contexts, &open_contexts };
+static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
+
+/*
+ * A program may exit without closing its devices (librdmacm never closes the
+ * ones it opens).  A NIC would still put on the wire what it has completed;
+ * here that output sits in user space, so at exit we give queued packets and
+ * connections still being set up a bounded moment to go out.  Nothing is
+ * freed: other threads may still be using the contexts.
+ */
+__attribute__((destructor)) static void flush_at_exit(void)
+{
+	uint64_t deadline = sv_now_ns() + 200000000ull;
+
+	pthread_mutex_lock(&open_lock);
+	for (struct sv_list *l = open_contexts.next; l != &open_contexts; l = l->next)
+		sv_engine_quiesce(SV_CONTAINER_OF(l, struct sv_context, open_link)->eng, deadline);
+	pthread_mutex_unlock(&open_lock);
+}
+
 struct ibv_context *ibv_open_device(struct ibv_device *device)
 {
 	struct sv_device *dev = SV_CONTAINER_OF(device, struct sv_device, ibdev);
@@ -215,6 +236,9 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 	if (err)
 		goto fail_pipe;
 	sv_info("opened %s: endpoint %s:%u", device->name, inet_ntoa(dev->ip), ctx->eng->port);
+	pthread_mutex_lock(&open_lock);
+	sv_list_add_tail(&open_contexts, &ctx->open_link);
+	pthread_mutex_unlock(&open_lock);
 	return &ctx->vctx.context;
 
 fail_pipe:
@@ -232,6 +256,9 @@ int ibv_close_device(struct ibv_context *context)
 {
 	struct sv_context *ctx = to_sv_ctx(context);
 
+	pthread_mutex_lock(&open_lock);
+	sv_list_del(&ctx->open_link);
+	pthread_mutex_unlock(&open_lock);
 	sv_engine_stop(ctx->eng);
 	close(context->async_fd);
 	close(ctx->async_wfd);

@@ -57,6 +57,7 @@ struct sv_mr_table {
 };
 
 struct sv_context {
+	struct sv_list open_link;      /* in the list of open contexts (device.c) */
 	struct verbs_context vctx; /* application sees &vctx.context */
 	struct sv_device *dev;
 	struct sv_engine *eng;

@@ -1,0 +1,205 @@
+/*
+ * librdmacm over softverbs: the connection manager's private state.
+ *
+ * An rdma_cm_id is the public head of a struct cm_id.  There is no kernel
+ * and no daemon: the CM protocol (REQ/REP/RTU/REJ/DREQ/DREP and SIDR for UD)
+ * travels over a TCP socket between the two processes, to the rdma_cm port
+ * the passive side listens on, on the address of the device that serves it.
+ * One CM thread per process (protocol.c) owns those sockets; every other
+ * piece of state is guarded by one process-wide lock, cm_lock.  Events are
+ * queued on event channels (channel.c) and read with rdma_get_cm_event.
+ *
+ * Files: channel.c (event channels and events), device.c (which device
+ * serves an address; rdma_get_devices), id.c (ids, bind, address and route
+ * resolution, options), protocol.c (the CM thread and the wire messages),
+ * connect.c (listen/connect/accept/reject/disconnect), qp.c (QPs, SRQs,
+ * endpoints, rdma_init_qp_attr), addrinfo.c, unsupported.c.
+ */
+#ifndef SV_CM_H
+#define SV_CM_H
+
+#include <infiniband/verbs.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <rdma/rdma_cma.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "common/util.h"
+
+/* Private-data sizes a user may pass, as rdma_cm over RoCE allows (the CM
+ * message's private data less the 36-byte rdma_cm header where there is one). */
+enum {
+	CM_REQ_PDATA = 56,
+	CM_REP_PDATA = 196,
+	CM_REJ_PDATA = 148,
+	CM_RTU_PDATA = 224,
+	CM_DREQ_PDATA = 220,
+	CM_DREP_PDATA = 224,
+	CM_SIDR_REQ_PDATA = 180,
+	CM_SIDR_REP_PDATA = 136,
+	CM_MAX_PDATA = 224,
+};
+
+/* IB CM reject reasons and SIDR statuses the events report (IBTA 12.6.7). */
+enum {
+	CM_REJ_INVALID_SERVICE_ID = 8,
+	CM_REJ_CONSUMER_DEFINED = 28,
+	CM_REJ_VENDOR_OPTION_NOT_SUPPORTED = 35,
+	CM_SIDR_REJECT = 2,
+};
+
+enum cm_state {
+	CM_IDLE,
+	CM_BOUND,          /* rdma_bind_addr done */
+	CM_ADDR_RESOLVED,
+	CM_ROUTE_RESOLVED,
+	CM_LISTEN,
+	CM_CONNECTING,     /* active: TCP connect to the peer's CM port in flight */
+	CM_REQ_SENT,       /* active: REQ (or SIDR REQ) out, waiting for REP */
+	CM_REP_RCVD,       /* active without a QP: CONNECT_RESPONSE given, waiting for rdma_establish */
+	CM_PENDING,        /* passive: accepted socket, no REQ yet (invisible to the user) */
+	CM_REQ_RCVD,       /* passive: CONNECT_REQUEST given, waiting for accept/reject */
+	CM_REP_SENT,       /* passive: REP out, waiting for RTU */
+	CM_ESTABLISHED,
+	CM_DREQ_SENT,      /* rdma_disconnect called, waiting for DREP */
+	CM_DISCONNECTED,   /* DISCONNECTED given (timewait is instant here) */
+	CM_UD_DONE,        /* UD exchange finished or rejected; the socket is gone */
+	CM_FAILED,         /* connection attempt ended in an error event */
+};
+
+struct cm_channel {
+	struct rdma_event_channel pub; /* pub.fd: the read end of `pipe` */
+	int pipe_w;
+	bool armed;                    /* one byte sits in the pipe iff the queue is not empty */
+	struct sv_list events;         /* struct cm_event, oldest first */
+};
+
+struct cm_event {
+	struct rdma_cm_event pub;
+	struct sv_list link;
+	struct cm_id *owner;           /* whose event it is (for destroy and migrate) */
+	uint8_t pdata[CM_MAX_PDATA];
+};
+
+/* One opened softverbs device, shared by every id on it (as librdmacm does). */
+struct cm_device {
+	struct ibv_context *verbs;
+	struct ibv_pd *pd;             /* the default PD for ids given none */
+	struct in_addr ip;             /* the address its listener serves */
+	union ibv_gid gid;
+	enum ibv_mtu mtu;
+	uint8_t max_rd_atomic;         /* max_qp_init_rd_atom */
+	uint8_t max_dest_rd_atomic;    /* max_qp_rd_atom */
+};
+
+struct cm_id {
+	struct rdma_cm_id pub;         /* must stay first */
+	struct sv_list link;           /* all ids, for the CM thread's lookups */
+	uint64_t serial;               /* the CM thread's handle: pointers may go stale */
+	enum cm_state state;
+	struct cm_device *dev;
+	bool sync;                     /* created with no channel: calls wait for their event */
+	int sock;                      /* bound, listening or connected TCP socket, or -1 */
+	bool sock_polled;              /* sock is in the CM thread's epoll set */
+	bool want_write;               /* connect() in progress */
+	struct cm_id *listener;        /* passive child: who its CONNECT_REQUEST goes to */
+	int backlog;
+
+	/* options */
+	uint8_t tos;
+	bool reuseaddr;
+	bool ack_timeout_set;
+	uint8_t ack_timeout;
+
+	/* the connection as negotiated */
+	struct ibv_sa_path_rec path;
+	uint32_t local_psn, remote_psn, remote_qpn, remote_qkey;
+	union ibv_gid remote_gid;
+	enum ibv_mtu mtu;
+	uint8_t resp_res, init_depth;  /* this side's, for its own QP */
+	uint8_t retry_count, rnr_retry;/* for this side's QP (rnr_retry: what the peer asked) */
+	bool remote_srq;
+	uint32_t local_ece_vendor, local_ece_options;
+	uint32_t remote_ece_vendor, remote_ece_options;
+	uint64_t deadline_ns;          /* connect/REP/DREP timer, 0 = none */
+
+	/* resources librdmacm created for the user, released with the QP/id */
+	bool own_send_cq, own_recv_cq, own_srq_cq;
+	struct ibv_qp_init_attr *ep_qp_attr; /* rdma_create_ep on a passive id: for rdma_get_request */
+	struct ibv_pd *ep_pd;
+
+	/* the REQ to send once the TCP connection to the peer's CM port is up */
+	struct rdma_conn_param pending;
+	uint8_t pending_pdata[CM_MAX_PDATA];
+
+	/* receive side of the CM socket */
+	uint8_t rx[512];
+	size_t rx_len;
+	struct cm_channel *own_channel;/* the private channel of a sync id */
+};
+
+static inline struct cm_id *cm_id_of(struct rdma_cm_id *id)
+{
+	return SV_CONTAINER_OF(id, struct cm_id, pub);
+}
+static inline struct cm_channel *cm_channel_of(struct rdma_event_channel *ch)
+{
+	return SV_CONTAINER_OF(ch, struct cm_channel, pub);
+}
+
+/* librdmacm's convention: return -1 with errno set. */
+static inline int cm_err(int e)
+{
+	errno = e;
+	return -1;
+}
+
+/* The process-wide lock: ids, channels' queues, devices, the CM thread. */
+extern pthread_mutex_t cm_lock;
+
+/* channel.c */
+struct cm_event *cm_event_new(struct cm_id *id, enum rdma_cm_event_type type, int status);
+void cm_event_post(struct cm_event *ev);           /* cm_lock held */
+void cm_post_simple(struct cm_id *id, enum rdma_cm_event_type type, int status);
+void cm_channel_forget(struct cm_id *id);          /* drop undelivered events of id */
+void cm_channel_move(struct cm_id *id, struct cm_channel *to);
+int cm_wait_sync(struct cm_id *id, enum rdma_cm_event_type want); /* sync ids; cm_lock NOT held */
+struct cm_channel *cm_channel_create(void);
+void cm_channel_destroy(struct cm_channel *ch);
+
+/* device.c */
+struct cm_device *cm_device_for_ip(struct in_addr ip); /* cm_lock held; NULL: no device */
+int cm_route_source(struct in_addr dst, struct in_addr *src);
+void cm_fill_route(struct cm_id *id);              /* path record from what is known */
+struct ibv_pd *cm_device_pd(struct cm_device *d);  /* the device's default PD */
+
+/* id.c */
+struct cm_id *cm_id_alloc(struct rdma_event_channel *ch, void *context, enum rdma_port_space ps,
+			  enum ibv_qp_type qpt);
+void cm_id_free(struct cm_id *id);                 /* cm_lock held */
+struct cm_id *cm_id_by_serial(uint64_t serial);     /* cm_lock held */
+struct sv_list *cm_all_ids(void);                  /* cm_lock held */
+bool cm_ps_is_ud(enum rdma_port_space ps);
+int cm_bind_socket(struct cm_id *id, const struct sockaddr_in *sin);
+
+/* protocol.c */
+int cm_thread_start(void);                         /* cm_lock held */
+void cm_sock_watch(struct cm_id *id);              /* cm_lock held: add/modify id->sock in epoll */
+void cm_sock_close(struct cm_id *id);              /* cm_lock held */
+int cm_send_req(struct cm_id *id, const struct rdma_conn_param *p);
+int cm_send_rep(struct cm_id *id, const struct rdma_conn_param *p);
+int cm_send_simple(struct cm_id *id, uint8_t type, uint32_t reason, const void *pdata, uint8_t len);
+int cm_send_sidr_req(struct cm_id *id, const struct rdma_conn_param *p);
+int cm_send_sidr_rep(struct cm_id *id, uint32_t status, uint32_t qpn, uint32_t qkey,
+		     const void *pdata, uint8_t len);
+void cm_timer_kick(void);                          /* a deadline changed */
+void cm_set_deadline(struct cm_id *id);            /* the CM timeout starts now */
+void cm_connect_failed(struct cm_id *id, int err); /* TCP connect to the peer's CM port failed */
+
+/* qp.c */
+int cm_qp_to_rtr_rts(struct cm_id *id, bool rts);  /* move id->pub.qp along; cm_lock NOT needed */
+void cm_qp_to_err(struct cm_id *id);
+void cm_release_qp_resources(struct cm_id *id);
+
+#endif

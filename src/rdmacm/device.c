@@ -1,0 +1,181 @@
+/*
+ * Which softverbs device serves an IP address, and the route to a peer.
+ *
+ * softverbs has one device per up interface, named sv_<ifname>; the CM finds
+ * the interface that owns an address with getifaddrs and opens that device
+ * once per process (every id on it shares the ibv_context, as with rdma-core's
+ * librdmacm).  The source address towards a destination is the kernel's own
+ * routing decision, read back from a connected UDP socket: no packet is sent.
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <ifaddrs.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "rdmacm/cm.h"
+
+#define CM_MAX_DEVICES 64
+
+static struct cm_device devices[CM_MAX_DEVICES];
+static int ndevices;
+
+static struct cm_device *device_open(struct ibv_device *ibdev)
+{
+	for (int i = 0; i < ndevices; i++)
+		if (devices[i].verbs->device == ibdev)
+			return &devices[i];
+	if (ndevices == CM_MAX_DEVICES)
+		return NULL;
+
+	struct cm_device *d = &devices[ndevices];
+	struct ibv_device_attr attr;
+	struct ibv_port_attr port;
+
+	d->verbs = ibv_open_device(ibdev);
+	if (!d->verbs)
+		return NULL;
+	if (ibv_query_device(d->verbs, &attr) || ibv_query_port(d->verbs, 1, &port) ||
+	    ibv_query_gid(d->verbs, 1, 0, &d->gid)) {
+		ibv_close_device(d->verbs);
+		d->verbs = NULL;
+		return NULL;
+	}
+	memcpy(&d->ip, &d->gid.raw[12], 4);
+	d->mtu = port.active_mtu;
+	d->max_rd_atomic = (uint8_t)SV_MIN(attr.max_qp_init_rd_atom, 255);
+	d->max_dest_rd_atomic = (uint8_t)SV_MIN(attr.max_qp_rd_atom, 255);
+	ndevices++;
+	return d;
+}
+
+/* The device named sv_<ifname>, opened. */
+static struct cm_device *device_by_ifname(const char *ifname)
+{
+	char name[IBV_SYSFS_NAME_MAX];
+	struct ibv_device **list;
+	struct cm_device *found = NULL;
+	int n;
+
+	snprintf(name, sizeof(name), "sv_%s", ifname);
+	list = ibv_get_device_list(&n);
+	if (!list)
+		return NULL;
+	for (int i = 0; i < n && !found; i++)
+		if (!strcmp(ibv_get_device_name(list[i]), name))
+			found = device_open(list[i]);
+	ibv_free_device_list(list);
+	return found;
+}
+
+struct cm_device *cm_device_for_ip(struct in_addr ip)
+{
+	struct ifaddrs *ifa, *i;
+	struct cm_device *found = NULL;
+
+	for (int k = 0; k < ndevices; k++)
+		if (devices[k].ip.s_addr == ip.s_addr)
+			return &devices[k];
+	if (getifaddrs(&ifa))
+		return NULL;
+	for (i = ifa; i && !found; i = i->ifa_next) {
+		if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET)
+			continue;
+		if (((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr == ip.s_addr)
+			found = device_by_ifname(i->ifa_name);
+	}
+	freeifaddrs(ifa);
+	return found;
+}
+
+int cm_route_source(struct in_addr dst, struct in_addr *src)
+{
+	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons(9), .sin_addr = dst };
+	socklen_t len = sizeof(sin);
+	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	int err = 0;
+
+	if (fd < 0)
+		return errno;
+	if (connect(fd, (struct sockaddr *)&sin, sizeof(sin)) ||
+	    getsockname(fd, (struct sockaddr *)&sin, &len))
+		err = errno;
+	else
+		*src = sin.sin_addr;
+	close(fd);
+	return err;
+}
+
+/* The path record a RoCE CM would report: GIDs, pkey, MTU, one path. */
+void cm_fill_route(struct cm_id *id)
+{
+	struct ibv_sa_path_rec *p = &id->path;
+	struct rdma_route *r = &id->pub.route;
+
+	memset(p, 0, sizeof(*p));
+	if (id->dev)
+		p->sgid = id->dev->gid;
+	p->dgid = id->remote_gid;
+	p->pkey = htobe16(0xffff);
+	p->mtu_selector = 2; /* exactly */
+	p->mtu = id->mtu ? id->mtu : (id->dev ? id->dev->mtu : IBV_MTU_1024);
+	p->rate_selector = 2;
+	p->rate = 3; /* 10 Gb/s: nothing meaningful for a software device */
+	p->packet_life_time_selector = 2;
+	p->packet_life_time = 14;
+	p->hop_limit = 64;
+	p->traffic_class = id->tos;
+	p->reversible = 1;
+	p->numb_path = 1;
+	r->addr.addr.ibaddr.sgid = p->sgid;
+	r->addr.addr.ibaddr.dgid = p->dgid;
+	r->addr.addr.ibaddr.pkey = 0xffff;
+	r->path_rec = p;
+	r->num_paths = 1;
+}
+
+struct ibv_context **rdma_get_devices(int *num_devices)
+{
+	struct ibv_device **list;
+	struct ibv_context **out;
+	int n, k = 0;
+
+	pthread_mutex_lock(&cm_lock);
+	list = ibv_get_device_list(&n);
+	if (!list) {
+		pthread_mutex_unlock(&cm_lock);
+		return NULL;
+	}
+	out = calloc((size_t)n + 1, sizeof(*out));
+	if (out) {
+		for (int i = 0; i < n; i++) {
+			struct cm_device *d = device_open(list[i]);
+
+			if (d)
+				out[k++] = d->verbs;
+		}
+	} else {
+		errno = ENOMEM;
+	}
+	ibv_free_device_list(list);
+	pthread_mutex_unlock(&cm_lock);
+	if (num_devices)
+		*num_devices = out ? k : 0;
+	return out;
+}
+
+void rdma_free_devices(struct ibv_context **list)
+{
+	free(list); /* the contexts stay open: ids share them for the process's life */
+}
+
+/* The default PD of a device, for ids that are given none. */
+struct ibv_pd *cm_device_pd(struct cm_device *d)
+{
+	if (!d->pd)
+		d->pd = ibv_alloc_pd(d->verbs);
+	return d->pd;
+}
