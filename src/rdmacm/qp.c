@@ -367,6 +367,8 @@ int rdma_create_ep(struct rdma_cm_id **out, struct rdma_addrinfo *res, struct ib
 	struct cm_id *id = cm_id_of(pub);
 
 	pub->qp_type = (enum ibv_qp_type)res->ai_qp_type;
+	if (qp_init_attr)
+		qp_init_attr->qp_type = pub->qp_type; /* the address info decides, as in rdma-core */
 	if (res->ai_flags & RAI_PASSIVE) {
 		if (rdma_bind_addr(pub, res->ai_src_addr))
 			goto fail;
