@@ -1,0 +1,122 @@
+#!/bin/bash
+# rdmacm.sh MODE SCENARIO PORT [ARGS...]
+#
+# Debian's unmodified rdmacm-utils over softverbs' librdmacm.so.1: a server
+# and a client process, both through `softverbs run`.
+#   MODE lo:    both on this host (device sv_lo), addresses 127.0.0.1.
+#   MODE netns: server in one network namespace (sv_sva), client in another
+#               (sv_svb), joined by a veth pair (needs root, else skip 77).
+# SCENARIO:
+#   rping SIZE COUNT     rping -V (data verified) SIZE bytes, COUNT pings
+#   udaddy CONNS COUNT   UD over rdma_cm (SIDR), fixed rdma_cm port 7174
+#   ucmatose CONNS COUNT SIZE   several RC connections, SENDs both ways
+#   rdma_server          rdma_server/rdma_client (rdma_create_ep, sync ids)
+#   cmtime CONNS         CONNS connections set up and torn down
+# PORT is the rdma_cm port (a TCP port on the device's address here).
+. "$(dirname "$0")/lib.sh"
+
+[ $# -ge 3 ] || sv_fail "usage: $0 lo|netns SCENARIO PORT [ARGS...]"
+mode=$1 scen=$2 port=$3
+shift 3
+case $scen in
+rdma_server) sv_require rdma_server rdma_client ;;
+*) sv_require "$scen" ;;
+esac
+[ -e "$(dirname "$SV_TOOL")/../lib/librdmacm.so.1" ] || sv_fail "librdmacm.so.1 not built"
+
+case $mode in
+lo)
+	sns="" cns="" saddr=127.0.0.1
+	;;
+netns)
+	net=$(((port % 200) + 30))
+	sv_netns_pair "cm-$scen-$port" "$net"
+	sns=$SV_NS_A cns=$SV_NS_B saddr="10.211.$net.1"
+	;;
+*)
+	sv_fail "unknown mode '$mode'"
+	;;
+esac
+
+# start_server PORT PROGRAM ARGS...: run it and wait until it listens on PORT.
+start_server() {
+	local p=$1 w=0; shift
+	sv_run_bg server "$(sv_left)" "$sns" "$@"
+	SPID=$SV_PID
+	sv_wait_listen "$sns" "$p" "$SPID" || w=$?
+	[ "$w" = 0 ] || sv_fail "server did not listen on rdma_cm port $p (wait $w)"
+}
+
+# finish: both exited 0 (the server given a few seconds after the client).
+finish() {
+	local crc=$1 src=0
+	sv_wait "$SPID" "$([ "$crc" = 0 ] && echo 15 || echo 3)" || src=$?
+	[ "$crc" = 0 ] || sv_fail "client exited $crc"
+	[ "$src" = 0 ] || sv_fail "server exited $src"
+}
+
+crc=0
+case $scen in
+rping)
+	size=$1 count=$2
+	[ "$mode" = lo ] && port=$(sv_free_port "" "$port")
+	start_server "$port" rping -s -a "$saddr" -p "$port" -V -S "$size" -C "$count"
+	sv_run client "$(($(sv_left) - 5))" "$cns" rping -c -a "$saddr" -p "$port" \
+		-V -v -S "$size" -C "$count" || crc=$?
+	finish "$crc"
+	n=$(grep -c '^ping data: ' "$SV_WORK/client.out")
+	[ "$n" = "$count" ] || sv_fail "client printed $n pings, expected $count"
+	! grep -qiE 'mismatch|error|fail' "$SV_WORK/client.out" "$SV_WORK/server.out" ||
+		sv_fail "rping reported an error"
+	;;
+udaddy)
+	conns=$1 count=$2
+	start_server 7174 udaddy -b "$saddr" -c "$conns" -C "$count"
+	sv_run client "$(($(sv_left) - 5))" "$cns" udaddy -s "$saddr" -c "$conns" -C "$count" ||
+		crc=$?
+	finish "$crc"
+	for s in server client; do
+		grep -q '^data transfers complete' "$SV_WORK/$s.out" || sv_fail "$s: no data transfers"
+		grep -q '^return status 0' "$SV_WORK/$s.out" || sv_fail "$s: nonzero status"
+	done
+	;;
+ucmatose)
+	conns=$1 count=$2 size=$3
+	[ "$mode" = lo ] && port=$(sv_free_port "" "$port")
+	start_server "$port" ucmatose -b "$saddr" -p "$port" -c "$conns" -C "$count" -S "$size"
+	sv_run client "$(($(sv_left) - 5))" "$cns" ucmatose -s "$saddr" -p "$port" \
+		-c "$conns" -C "$count" -S "$size" || crc=$?
+	finish "$crc"
+	for s in server client; do
+		grep -q '^data transfers complete' "$SV_WORK/$s.out" || sv_fail "$s: no data transfers"
+		grep -q '^return status 0' "$SV_WORK/$s.out" || sv_fail "$s: nonzero status"
+	done
+	grep -q '^disconnected' "$SV_WORK/server.out" || sv_fail "server saw no disconnect"
+	;;
+rdma_server)
+	[ "$mode" = lo ] && port=$(sv_free_port "" "$port")
+	start_server "$port" rdma_server -s "$saddr" -p "$port"
+	sv_run client "$(($(sv_left) - 5))" "$cns" rdma_client -s "$saddr" -p "$port" || crc=$?
+	finish "$crc"
+	grep -q 'rdma_server: end 0' "$SV_WORK/server.out" || sv_fail "server did not end with 0"
+	grep -q 'rdma_client: end 0' "$SV_WORK/client.out" || sv_fail "client did not end with 0"
+	;;
+cmtime)
+	conns=$1
+	[ "$mode" = lo ] && port=$(sv_free_port "" "$port")
+	# Debian's cmtime server serves until it is stopped: only the client ends.
+	start_server "$port" cmtime -b "$saddr" -p "$port" -c "$conns"
+	sv_run client "$(($(sv_left) - 5))" "$cns" cmtime -s "$saddr" -p "$port" -c "$conns" ||
+		crc=$?
+	[ "$crc" = 0 ] || sv_fail "cmtime client exited $crc"
+	kill -0 "$SPID" 2>/dev/null || sv_fail "cmtime server died"
+	for step in 'create id' 'resolve addr' 'resolve route' 'create qp' connect disconnect destroy; do
+		grep -q "^$step *:" "$SV_WORK/client.out" || sv_fail "cmtime printed no '$step' step"
+	done
+	grep '^connect *:' "$SV_WORK/client.out" | sed 's/^/   /'
+	;;
+*)
+	sv_fail "unknown scenario '$scen'"
+	;;
+esac
+echo "PASS: $scen $mode $*"
