@@ -62,8 +62,18 @@ void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 {
 	if (!channel)
 		return;
+	struct cm_channel *ch = cm_channel_of(channel);
+
 	pthread_mutex_lock(&cm_lock);
-	cm_channel_destroy(cm_channel_of(channel));
+	/*
+	 * A thread still blocked reading this channel (rping's event thread at
+	 * exit, say) stays blocked, as it would in the kernel's read(): the
+	 * channel is left to it rather than freed under its feet.
+	 */
+	if (ch->waiters)
+		ch->destroyed = true;
+	else
+		cm_channel_destroy(ch);
 	pthread_mutex_unlock(&cm_lock);
 }
 
@@ -180,9 +190,25 @@ int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event *
 		if (fl >= 0 && (fl & O_NONBLOCK))
 			return cm_err(EAGAIN);
 		struct pollfd pfd = { .fd = channel->fd, .events = POLLIN };
+		int n;
 
-		if (poll(&pfd, 1, -1) < 0 && errno != EINTR)
-			return -1;
+		pthread_mutex_lock(&cm_lock);
+		ch->waiters++;
+		pthread_mutex_unlock(&cm_lock);
+		n = poll(&pfd, 1, -1);
+		int e = errno;
+
+		pthread_mutex_lock(&cm_lock);
+		ch->waiters--;
+		if (ch->destroyed) {
+			/* nothing wakes a destroyed channel; wait as the kernel would */
+			pthread_mutex_unlock(&cm_lock);
+			for (;;)
+				pause();
+		}
+		pthread_mutex_unlock(&cm_lock);
+		if (n < 0 && e != EINTR)
+			return cm_err(e);
 	}
 }
 

@@ -72,6 +72,8 @@ struct cm_channel {
 	struct rdma_event_channel pub; /* pub.fd: the read end of `pipe` */
 	int pipe_w;
 	bool armed;                    /* one byte sits in the pipe iff the queue is not empty */
+	int waiters;                   /* threads blocked in rdma_get_cm_event on it */
+	bool destroyed;                /* destroyed while threads wait: left to them */
 	struct sv_list events;         /* struct cm_event, oldest first */
 };
 
