@@ -37,6 +37,9 @@ sv_left() { echo $((SV_BUDGET - (SECONDS - SV_T0))); }
 sv_cleanup() {
 	local rc=$? g ns
 	trap - EXIT
+	# Scripts may run with `set -e`; here a kill of a group that is already
+	# gone fails by design and must not cut the cleanup short.
+	set +e
 	for g in "${SV_PGIDS[@]}"; do
 		kill -TERM -- "-$g" 2>/dev/null
 	done
