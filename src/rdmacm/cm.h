@@ -125,6 +125,8 @@ struct cm_id {
 	uint32_t local_ece_vendor, local_ece_options;
 	uint32_t remote_ece_vendor, remote_ece_options;
 	uint64_t deadline_ns;          /* connect/REP/DREP timer, 0 = none */
+	uint64_t retry_ns;             /* when to try the refused TCP connect again, 0 = none */
+	uint64_t refused_until_ns;     /* refusals before this are retried, not reported */
 
 	/* resources librdmacm created for the user, released with the QP/id */
 	bool own_send_cq, own_recv_cq, own_srq_cq;
@@ -198,6 +200,8 @@ int cm_send_sidr_rep(struct cm_id *id, uint32_t status, uint32_t qpn, uint32_t q
 void cm_timer_kick(void);                          /* a deadline changed */
 void cm_set_deadline(struct cm_id *id);            /* the CM timeout starts now */
 void cm_connect_failed(struct cm_id *id, int err); /* TCP connect to the peer's CM port failed */
+void cm_start_connect(struct cm_id *id);           /* TCP connect, then the REQ/SIDR REQ */
+uint64_t cm_refused_grace_ns(void);                /* how long a refused connect is retried */
 
 /* qp.c */
 int cm_qp_to_rtr_rts(struct cm_id *id, bool rts);  /* move id->pub.qp along; cm_lock NOT needed */

@@ -87,25 +87,9 @@ static int connect_locked(struct cm_id *id, const struct rdma_conn_param *p)
 	id->local_psn = sv_random_u32() & SV_PSN_MASK;
 	take_pdata(id, p);
 
-	if (connect(id->sock, (struct sockaddr *)&id->pub.route.addr.dst_sin,
-		    sizeof(struct sockaddr_in)) == 0) {
-		err = ud ? cm_send_sidr_req(id, &id->pending) : cm_send_req(id, &id->pending);
-		if (err) {
-			cm_connect_failed(id, err);
-			return 0;
-		}
-		id->state = CM_REQ_SENT;
-		cm_sock_watch(id);
-	} else if (errno == EINPROGRESS) {
-		id->state = CM_CONNECTING;
-		id->want_write = true;
-		cm_sock_watch(id);
-	} else {
-		/* refused or unreachable: reported as an event, as a real CM would */
-		cm_connect_failed(id, errno);
-		return 0;
-	}
+	id->refused_until_ns = sv_now_ns() + cm_refused_grace_ns();
 	cm_set_deadline(id);
+	cm_start_connect(id);
 	return 0;
 }
 

@@ -218,6 +218,7 @@ void cm_sock_close(struct cm_id *id)
 	id->want_write = false;
 	id->rx_len = 0;
 	id->deadline_ns = 0;
+	id->retry_ns = 0;
 }
 
 void cm_timer_kick(void)
@@ -544,8 +545,54 @@ static void on_connected(struct cm_id *id)
 	cm_connect_failed(id, err ? err : ECONNRESET);
 }
 
+uint64_t cm_refused_grace_ns(void)
+{
+	return (uint64_t)sv_env_long("SOFTVERBS_CM_REFUSED_RETRY_MS", 1000) * 1000000ull;
+}
+
+void cm_start_connect(struct cm_id *id)
+{
+	bool ud = cm_ps_is_ud(id->pub.ps);
+	int err;
+
+	if (connect(id->sock, (struct sockaddr *)&id->pub.route.addr.dst_sin,
+		    sizeof(struct sockaddr_in)) == 0) {
+		err = ud ? cm_send_sidr_req(id, &id->pending) : cm_send_req(id, &id->pending);
+		if (err)
+			return cm_connect_failed(id, err);
+		id->state = CM_REQ_SENT;
+		cm_sock_watch(id);
+	} else if (errno == EINPROGRESS) {
+		id->state = CM_CONNECTING;
+		id->want_write = true;
+		cm_sock_watch(id);
+	} else {
+		/* refused or unreachable: reported as an event, as a real CM would */
+		cm_connect_failed(id, errno);
+	}
+}
+
 void cm_connect_failed(struct cm_id *id, int err)
 {
+	/*
+	 * Refused: nobody listens on that rdma_cm port yet.  Address and route
+	 * resolution are instant here, so a client can be faster than a server
+	 * that is about to listen (perftest -R does exactly that); try again
+	 * for a moment before reporting the reject a real CM would send.
+	 */
+	if (err == ECONNREFUSED && sv_now_ns() < id->refused_until_ns) {
+		struct sockaddr_in src = id->pub.route.addr.src_sin;
+		uint64_t deadline = id->deadline_ns;
+
+		cm_sock_close(id);
+		if (cm_bind_socket(id, &src) == 0) {
+			id->state = CM_CONNECTING;
+			id->deadline_ns = deadline;
+			id->retry_ns = sv_now_ns() + 20000000ull;
+			cm_timer_kick();
+			return;
+		}
+	}
 	/* nobody listens on that rdma_cm port: the peer's CM would reject the REQ */
 	if (err == ECONNREFUSED && !cm_ps_is_ud(id->pub.ps))
 		failed(id, RDMA_CM_EVENT_REJECTED, CM_REJ_INVALID_SERVICE_ID);
@@ -599,6 +646,8 @@ static int next_timeout_ms(void)
 
 		if (id->deadline_ns && (!first || id->deadline_ns < first))
 			first = id->deadline_ns;
+		if (id->retry_ns && (!first || id->retry_ns < first))
+			first = id->retry_ns;
 	}
 	if (!first)
 		return -1;
@@ -614,6 +663,13 @@ static void expire_deadlines(void)
 		struct cm_id *id = SV_CONTAINER_OF(p, struct cm_id, link);
 
 		p = p->next;
+		if (id->retry_ns && id->retry_ns <= now) {
+			id->retry_ns = 0;
+			if (id->state == CM_CONNECTING && id->sock >= 0)
+				cm_start_connect(id);
+			p = all->next; /* it may have freed nothing, but be uniform */
+			continue;
+		}
 		if (!id->deadline_ns || id->deadline_ns > now)
 			continue;
 		id->deadline_ns = 0;
