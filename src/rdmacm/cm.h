@@ -129,7 +129,7 @@ struct cm_id {
 	uint64_t refused_until_ns;     /* refusals before this are retried, not reported */
 
 	/* resources librdmacm created for the user, released with the QP/id */
-	bool own_send_cq, own_recv_cq, own_srq_cq;
+	bool own_send_cq, own_recv_cq;
 	struct ibv_qp_init_attr *ep_qp_attr; /* rdma_create_ep on a passive id: for rdma_get_request */
 	struct ibv_pd *ep_pd;
 
