@@ -378,6 +378,10 @@ static void on_rep(struct cm_id *id, const struct cm_wire *m)
 {
 	learn_peer(id, m);
 	id->rnr_retry = m->rnr_retry;
+	/* the passive side's answer bounds ours: its responder resources are
+	 * our initiator depth, its initiator depth our responder resources */
+	id->init_depth = SV_MIN(id->init_depth, m->resp_res);
+	id->resp_res = SV_MIN(id->resp_res, m->init_depth);
 	if (!id->pub.qp) {
 		id->state = CM_REP_RCVD;
 		id->deadline_ns = 0;

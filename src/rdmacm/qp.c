@@ -239,20 +239,21 @@ int rdma_create_qp_ex(struct rdma_cm_id *pub, struct ibv_qp_init_attr_ex *attr)
 		cm_release_qp_resources(id);
 		return cm_err(err);
 	}
+	pthread_mutex_lock(&cm_lock);
 	pub->qp = qp;
 	pub->qp_type = attr->qp_type;
 	pub->pd = pd;
-	pthread_mutex_lock(&cm_lock);
 	err = modify(id, IBV_QPS_INIT);
 	if (!err && attr->qp_type == IBV_QPT_UD) {
 		err = modify(id, IBV_QPS_RTR);
 		if (!err)
 			err = modify(id, IBV_QPS_RTS);
 	}
+	if (err)
+		pub->qp = NULL;
 	pthread_mutex_unlock(&cm_lock);
 	if (err) {
 		ibv_destroy_qp(qp);
-		pub->qp = NULL;
 		cm_release_qp_resources(id);
 		return cm_err(err);
 	}
@@ -290,10 +291,17 @@ int rdma_create_qp(struct rdma_cm_id *pub, struct ibv_pd *pd, struct ibv_qp_init
 
 void rdma_destroy_qp(struct rdma_cm_id *pub)
 {
-	if (!pub || !pub->qp)
+	if (!pub)
 		return;
-	ibv_destroy_qp(pub->qp);
+	/* the CM thread moves id->qp (to ERR on a reject or disconnect): take it away under the lock */
+	pthread_mutex_lock(&cm_lock);
+	struct ibv_qp *qp = pub->qp;
+
 	pub->qp = NULL;
+	pthread_mutex_unlock(&cm_lock);
+	if (!qp)
+		return;
+	ibv_destroy_qp(qp);
 	cm_release_qp_resources(cm_id_of(pub));
 }
 
