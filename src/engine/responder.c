@@ -154,6 +154,7 @@ static void do_read(struct sv_qp *qp, struct sv_conn *conn, uint32_t psn, uint64
 	uint32_t npkts = dma_len ? (dma_len + qp->mtu - 1) / qp->mtu : 1;
 	uint8_t *mem = NULL;
 	enum sv_mem_err e = SV_MEM_OK;
+	struct sv_txbatch b;
 
 	if (!(qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_READ)) {
 		nak_fatal(qp, conn, psn, SV_NAK_INV_REQ);
@@ -167,26 +168,34 @@ static void do_read(struct sv_qp *qp, struct sv_conn *conn, uint32_t psn, uint64
 		nak_fatal(qp, conn, psn, SV_NAK_REM_ACCESS);
 		return;
 	}
+	/* responses leave in batches, one write for many packets */
+	sv_txbatch_init(&b);
 	for (uint32_t k = 0; k < npkts; k++) {
-		struct {
-			struct sv_bth bth;
-			struct sv_aeth aeth;
-		} __attribute__((packed)) h;
 		uint8_t low = npkts == 1	  ? SV_OP_READ_RESP_ONLY
 			      : k == 0		  ? SV_OP_READ_RESP_FIRST
 			      : k + 1 == npkts ? SV_OP_READ_RESP_LAST
 					       : SV_OP_READ_RESP_MIDDLE;
 		uint32_t off = k * qp->mtu;
 		struct iovec iov = { dma_len ? mem + off : NULL, SV_MIN(qp->mtu, dma_len - off) };
-		size_t hl = sizeof(h.bth);
+		uint8_t *hdr;
+		struct sv_bth *bth;
+		size_t hl = sizeof(*bth);
 
-		fill_bth(qp, &h.bth, low, sv_psn_add(psn, k));
+		if (!sv_txbatch_fits(&b, conn, 1))
+			sv_txbatch_flush(&b);
+		hdr = sv_txbatch_hdr(&b);
+		bth = (void *)hdr;
+		fill_bth(qp, bth, low, sv_psn_add(psn, k));
 		if (sv_opcode_info(SV_OP_RC | low)->off_aeth) {
-			h.aeth.syn_msn = htonl(((uint32_t)SV_AETH_ACK << 24) | (qp->msn & SV_PSN_MASK));
-			hl += sizeof(h.aeth);
+			struct sv_aeth aeth = { htonl(((uint32_t)SV_AETH_ACK << 24) |
+						      (qp->msn & SV_PSN_MASK)) };
+
+			memcpy(hdr + hl, &aeth, sizeof(aeth));
+			hl += sizeof(aeth);
 		}
-		sv_send_packet(conn, &h, hl, &iov, dma_len ? 1 : 0);
+		sv_txbatch_add(&b, conn, hl, &iov, dma_len ? 1 : 0);
 	}
+	sv_txbatch_flush(&b);
 	sv_mr_read_unlock(qp->ctx);
 }
 

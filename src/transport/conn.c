@@ -43,7 +43,10 @@ bool sv_conn_busy(struct sv_conn *conn)
 
 bool sv_conn_congested(struct sv_conn *conn)
 {
-	return __atomic_load_n(&conn->txq_bytes, __ATOMIC_RELAXED) > SV_CONN_TXQ_HIGH;
+	/* while connecting, frames queue behind the HELLO as on a slow link: the
+	 * requester's timers must see them sent, or a dead peer is never noticed */
+	return atomic_load(&conn->state) == SV_CONN_UP &&
+	       __atomic_load_n(&conn->txq_bytes, __ATOMIC_RELAXED) != 0;
 }
 
 /* tx_lock held: copy the unsent tail of iov (after `skip` bytes) to the queue */
@@ -79,25 +82,11 @@ static int queue_tail(struct sv_conn *conn, const struct iovec *iov, int iovcnt,
 	return 0;
 }
 
-int sv_conn_send(struct sv_conn *conn, const struct iovec *iov, int iovcnt)
+/* Write what the transport takes now and queue the rest; never blocks. */
+static int conn_write(struct sv_conn *conn, const struct iovec *v, int cnt, size_t total)
 {
-	struct iovec v[1 + SV_FRAME_MAX_IOV];
-	uint32_t flen = 0;
-	size_t total;
 	ssize_t n = 0;
-	int ret = 0, cnt = 0;
-
-	if (iovcnt > SV_FRAME_MAX_IOV)
-		return -EINVAL;
-	for (int i = 0; i < iovcnt; i++)
-		flen += (uint32_t)iov[i].iov_len;
-	flen = htonl(flen);
-	v[cnt].iov_base = &flen;
-	v[cnt++].iov_len = sizeof(flen);
-	for (int i = 0; i < iovcnt; i++)
-		if (iov[i].iov_len)
-			v[cnt++] = iov[i];
-	total = sizeof(flen) + ntohl(flen);
+	int ret = 0;
 
 	pthread_mutex_lock(&conn->tx_lock);
 	if (atomic_load(&conn->state) == SV_CONN_DEAD) {
@@ -121,5 +110,73 @@ int sv_conn_send(struct sv_conn *conn, const struct iovec *iov, int iovcnt)
 	}
 out:
 	pthread_mutex_unlock(&conn->tx_lock);
+	return ret;
+}
+
+int sv_conn_send(struct sv_conn *conn, const struct iovec *iov, int iovcnt)
+{
+	struct iovec v[1 + SV_FRAME_MAX_IOV];
+	uint32_t flen = 0;
+	int cnt = 0;
+
+	if (iovcnt > SV_FRAME_MAX_IOV)
+		return -EINVAL;
+	for (int i = 0; i < iovcnt; i++)
+		flen += (uint32_t)iov[i].iov_len;
+	flen = htonl(flen);
+	v[cnt].iov_base = &flen;
+	v[cnt++].iov_len = sizeof(flen);
+	for (int i = 0; i < iovcnt; i++)
+		if (iov[i].iov_len)
+			v[cnt++] = iov[i];
+	return conn_write(conn, v, cnt, sizeof(flen) + ntohl(flen));
+}
+
+void sv_txbatch_init(struct sv_txbatch *b)
+{
+	b->conn = NULL;
+	b->nframes = b->niov = 0;
+	b->bytes = 0;
+}
+
+bool sv_txbatch_fits(const struct sv_txbatch *b, struct sv_conn *conn, int npayload)
+{
+	return (!b->conn || b->conn == conn) && b->nframes < SV_TXBATCH_FRAMES &&
+	       b->niov + 1 + npayload <= SV_TXBATCH_IOV;
+}
+
+void sv_txbatch_add(struct sv_txbatch *b, struct sv_conn *conn, size_t hdr_len,
+		    const struct iovec *payload, int npayload)
+{
+	uint8_t *head = b->head[b->nframes];
+	uint32_t flen = (uint32_t)hdr_len;
+
+	if (!b->conn) {
+		sv_conn_get(conn);
+		b->conn = conn;
+	}
+	b->iov[b->niov].iov_base = head;
+	b->iov[b->niov++].iov_len = 4 + hdr_len;
+	for (int i = 0; i < npayload; i++) {
+		if (!payload[i].iov_len)
+			continue;
+		flen += (uint32_t)payload[i].iov_len;
+		b->iov[b->niov++] = payload[i];
+	}
+	flen = htonl(flen);
+	memcpy(head, &flen, 4);
+	b->bytes += 4 + ntohl(flen);
+	b->nframes++;
+}
+
+int sv_txbatch_flush(struct sv_txbatch *b)
+{
+	int ret;
+
+	if (!b->conn)
+		return 0;
+	ret = conn_write(b->conn, b->iov, b->niov, b->bytes);
+	sv_conn_put(b->conn);
+	sv_txbatch_init(b);
 	return ret;
 }
