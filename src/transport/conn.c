@@ -45,8 +45,10 @@ bool sv_conn_congested(struct sv_conn *conn)
 {
 	/* while connecting, frames queue behind the HELLO as on a slow link: the
 	 * requester's timers must see them sent, or a dead peer is never noticed */
+	/* corked bytes leave as soon as the receive pass ends */
 	return atomic_load(&conn->state) == SV_CONN_UP &&
-	       __atomic_load_n(&conn->txq_bytes, __ATOMIC_RELAXED) != 0;
+	       __atomic_load_n(&conn->txq_bytes, __ATOMIC_RELAXED) != 0 &&
+	       !__atomic_load_n(&conn->tx_corked, __ATOMIC_RELAXED);
 }
 
 /* tx_lock held: copy the unsent tail of iov (after `skip` bytes) to the queue */
@@ -82,18 +84,73 @@ static int queue_tail(struct sv_conn *conn, const struct iovec *iov, int iovcnt,
 	return 0;
 }
 
+int sv_conn_txq_write(struct sv_conn *c)
+{
+	struct iovec v[16];
+	int n;
+	ssize_t w;
+
+	for (;;) {
+		struct sv_txbuf *b = c->txq_head;
+
+		n = 0;
+		for (; b && n < 16; b = b->next, n++) {
+			v[n].iov_base = b->data + b->off;
+			v[n].iov_len = b->len - b->off;
+		}
+		if (!n)
+			return 0;
+		w = c->ops->writev(c, v, n);
+		if (w < 0)
+			return (int)w;
+		if (w == 0)
+			return 0;
+		while (w > 0) {
+			size_t left;
+
+			b = c->txq_head;
+			left = b->len - b->off;
+			if ((size_t)w >= left) {
+				w -= (ssize_t)left;
+				c->txq_head = b->next;
+				if (!c->txq_head)
+					c->txq_tail = NULL;
+				__atomic_store_n(&c->txq_bytes, c->txq_bytes - left, __ATOMIC_RELAXED);
+				free(b);
+			} else {
+				b->off += (size_t)w;
+				__atomic_store_n(&c->txq_bytes, c->txq_bytes - (size_t)w,
+						 __ATOMIC_RELAXED);
+				w = 0;
+			}
+		}
+	}
+}
+
 /* Write what the transport takes now and queue the rest; never blocks. */
 static int conn_write(struct sv_conn *conn, const struct iovec *v, int cnt, size_t total)
 {
 	ssize_t n = 0;
 	int ret = 0;
+	bool up;
 
 	pthread_mutex_lock(&conn->tx_lock);
+	up = atomic_load(&conn->state) == SV_CONN_UP;
 	if (atomic_load(&conn->state) == SV_CONN_DEAD) {
 		ret = -ENOTCONN;
 		goto out;
 	}
-	if (atomic_load(&conn->state) == SV_CONN_UP && !conn->txq_head) {
+	if (conn->tx_corked && total <= SV_CONN_CORK_MAX) {
+		/* small frames wait for the uncork: one write for all of them */
+		ret = queue_tail(conn, v, cnt, 0, total);
+		goto out;
+	}
+	if (up && conn->txq_head && conn->tx_corked && sv_conn_txq_write(conn) < 0) {
+		/* a big frame goes out at once, after what was corked */
+		ret = -ENOTCONN;
+		goto out;
+	}
+	if (up && !conn->txq_head) {
 		n = conn->ops->writev(conn, v, cnt);
 		if (n < 0) {
 			/* the engine notices the broken socket and fails the conn */
@@ -103,7 +160,7 @@ static int conn_write(struct sv_conn *conn, const struct iovec *v, int cnt, size
 	}
 	if ((size_t)n < total) {
 		ret = queue_tail(conn, v, cnt, (size_t)n, total);
-		if (!ret && !conn->want_out) {
+		if (!ret && !conn->want_out && !conn->tx_corked) {
 			conn->want_out = true;
 			sv_engine_want_output(conn); /* ask the engine to poll for room */
 		}

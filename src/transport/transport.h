@@ -54,12 +54,25 @@ struct sv_conn {
 	struct sv_txbuf *txq_head, *txq_tail;
 	size_t txq_bytes;
 	bool want_out;         /* EPOLLOUT armed */
+	bool tx_corked;        /* a receive pass is running: small frames wait for its end */
 	struct sv_list tx_waiters; /* QPs (sv_qp.txwait_link) waiting for room */
 
 	/* receive side (engine thread only) */
 	uint8_t *rxbuf;
 	size_t rx_len, rx_cap;
+	bool rx_direct;   /* the stream is in direct receive (receive.c) */
+	size_t rx_lowat;  /* bytes the transport waits for before it says readable */
 };
+
+/*
+ * While the engine processes what a connection received, the small frames
+ * it answers with (ACKs, atomic responses) are corked: queued and written
+ * together when the pass ends, after the completions they belong to are
+ * visible, so no system call stands between a packet's arrival and its
+ * completion, and a burst is acknowledged with one write.  Bigger frames
+ * (READ responses) go out at once, behind what is corked.
+ */
+#define SV_CONN_CORK_MAX 256u
 
 /* Most pieces one frame is gathered from: headers plus one per SGE piece. */
 #define SV_FRAME_MAX_IOV 40
@@ -89,6 +102,12 @@ struct sv_transport_ops {
 	ssize_t (*writev)(struct sv_conn *conn, const struct iovec *iov, int iovcnt);
 	/* Read what is available; returns bytes, 0 on EOF, -errno. */
 	ssize_t (*read)(struct sv_conn *conn, void *buf, size_t len);
+	/* The same, scattered (direct receive places payloads in target memory). */
+	ssize_t (*readv)(struct sv_conn *conn, const struct iovec *iov, int iovcnt);
+	/* Bytes that a read would return now without waiting; -errno. */
+	ssize_t (*readable)(struct sv_conn *conn);
+	/* Report the connection readable only once `bytes` can be read (>= 1). */
+	int (*set_lowat)(struct sv_conn *conn, size_t bytes);
 	void (*close)(struct sv_conn *conn);
 	/* Bytes handed to the transport that the peer has not taken yet. */
 	size_t (*unsent)(struct sv_conn *conn);
@@ -108,6 +127,8 @@ int sv_tcp_accept(int lfd);
  * exactly as a wire would drop it; the requester's retry timer recovers).
  */
 int sv_conn_send(struct sv_conn *conn, const struct iovec *iov, int iovcnt);
+/* tx_lock held: write queued bytes while the transport takes them; 0 or -errno. */
+int sv_conn_txq_write(struct sv_conn *conn);
 /* Batches: init empty; before add, the frame must fit (else flush first). */
 void sv_txbatch_init(struct sv_txbatch *b);
 /* Where the headers of the next frame are written (SV_TXBATCH_HEAD - 4 bytes). */
