@@ -193,9 +193,10 @@ static enum rx_direct rx_direct(struct sv_conn *c)
 	qp = sv_qp_lookup(ctx, qpn);
 	if (!qp)
 		return RX_NO;
-	/* the pointer stays valid while the MR read lock is held */
-	sv_mr_read_lock(ctx);
+	/* the pointer stays valid while the MR read lock is held; it is taken
+	 * inside qp->lock, as everywhere, and kept for the read */
 	pthread_mutex_lock(&qp->lock);
+	sv_mr_read_lock(ctx);
 	ok = sv_responder_direct(qp, op, c->rxbuf + 4, plen, &dst, &msg_left);
 	mtu = qp->mtu;
 	pthread_mutex_unlock(&qp->lock);
