@@ -87,7 +87,8 @@ static void on_rnr_nak(struct sv_qp *qp, struct sv_send_wqe *w, uint32_t psn, ui
 	__atomic_store_n(&qp->ack_deadline, 0, __ATOMIC_RELAXED);
 }
 
-void sv_completer_rx(struct sv_qp *qp, const struct sv_opcode_info *op, uint8_t *pkt, size_t len)
+void sv_completer_rx(struct sv_qp *qp, const struct sv_opcode_info *op, uint8_t *pkt,
+		     const uint8_t *payload, uint32_t plen)
 {
 	const struct sv_bth *bth = (const void *)pkt;
 	uint32_t psn = ntohl(bth->psn) & SV_PSN_MASK;
@@ -132,13 +133,12 @@ void sv_completer_rx(struct sv_qp *qp, const struct sv_opcode_info *op, uint8_t 
 	if (op->mask & SV_OPF_RDRESP) {
 		uint32_t k = (psn - w->first_psn) & SV_PSN_MASK;
 		uint64_t off = (uint64_t)k * qp->mtu;
-		uint32_t plen = (uint32_t)(len - op->hdr_len);
 
 		if (w->wr.opcode != IBV_WR_RDMA_READ || off + plen > w->length) {
 			finish(qp, w, IBV_WC_BAD_RESP_ERR);
 		} else {
 			enum sv_mem_err e = sv_sgl_copy_in(qp->ctx, qp->pd, w->sge, w->num_sge, off,
-							   pkt + op->hdr_len, plen);
+							   payload, plen);
 			if (e)
 				finish(qp, w, IBV_WC_LOC_PROT_ERR);
 			else if (op->mask & SV_OPF_LAST)

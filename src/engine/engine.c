@@ -17,12 +17,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define RXBUF_CAP (256u << 10)
-
 /* epoll tags for the non-connection fds */
 static int tag_listen, tag_wake;
-
-static void conn_fail(struct sv_conn *conn);
 
 static struct sv_conn *conn_new(struct sv_engine *eng, int fd, bool outgoing)
 {
@@ -30,12 +26,13 @@ static struct sv_conn *conn_new(struct sv_engine *eng, int fd, bool outgoing)
 
 	if (!c)
 		return NULL;
-	c->rxbuf = malloc(RXBUF_CAP);
+	c->rxbuf = malloc(SV_RXBUF_CAP);
 	if (!c->rxbuf) {
 		free(c);
 		return NULL;
 	}
-	c->rx_cap = RXBUF_CAP;
+	c->rx_cap = SV_RXBUF_CAP;
+	c->rx_lowat = 1; /* the socket's default */
 	c->eng = eng;
 	c->ops = &sv_tcp_ops;
 	c->fd = fd;
@@ -179,7 +176,7 @@ void sv_engine_forget_qp(struct sv_engine *eng, struct sv_qp *qp)
 }
 
 /* A connection broke or misbehaved: it is gone for good (engine thread). */
-static void conn_fail(struct sv_conn *conn)
+void sv_engine_conn_fail(struct sv_conn *conn)
 {
 	struct sv_engine *eng = conn->eng;
 	struct sv_list waiters;
@@ -225,51 +222,19 @@ static void bury_dead(struct sv_engine *eng)
 /* Engine thread: write queued output; wake QPs waiting for room. */
 static void conn_flush(struct sv_conn *c)
 {
-	struct iovec v[16];
-	int n;
-	ssize_t w;
-
 	pthread_mutex_lock(&c->tx_lock);
-	for (;;) {
-		struct sv_txbuf *b = c->txq_head;
-
-		n = 0;
-		for (; b && n < 16; b = b->next, n++) {
-			v[n].iov_base = b->data + b->off;
-			v[n].iov_len = b->len - b->off;
-		}
-		if (!n)
-			break;
-		w = c->ops->writev(c, v, n);
-		if (w < 0) {
-			pthread_mutex_unlock(&c->tx_lock);
-			conn_fail(c);
-			return;
-		}
-		if (w == 0)
-			break;
-		while (w > 0) {
-			b = c->txq_head;
-			size_t left = b->len - b->off;
-
-			if ((size_t)w >= left) {
-				w -= (ssize_t)left;
-				c->txq_head = b->next;
-				if (!c->txq_head)
-					c->txq_tail = NULL;
-				__atomic_store_n(&c->txq_bytes, c->txq_bytes - left, __ATOMIC_RELAXED);
-				free(b);
-			} else {
-				b->off += (size_t)w;
-				__atomic_store_n(&c->txq_bytes, c->txq_bytes - (size_t)w,
-						 __ATOMIC_RELAXED);
-				w = 0;
-			}
-		}
+	__atomic_store_n(&c->tx_corked, false, __ATOMIC_RELAXED);
+	if (sv_conn_txq_write(c) < 0) {
+		pthread_mutex_unlock(&c->tx_lock);
+		sv_engine_conn_fail(c);
+		return;
 	}
 	if (!c->txq_head && c->want_out) {
 		c->want_out = false;
 		conn_arm(c, false);
+	} else if (c->txq_head && !c->want_out) {
+		c->want_out = true; /* what was corked did not all fit */
+		conn_arm(c, true);
 	}
 	if (!sv_conn_congested(c)) {
 		while (!sv_list_empty(&c->tx_waiters)) {
@@ -301,71 +266,45 @@ static bool handle_hello(struct sv_conn *c, const uint8_t *f, size_t len)
 	return true;
 }
 
-void sv_engine_rx_frame(struct sv_conn *conn, uint8_t *f, size_t len)
+static void dispatch(struct sv_conn *conn, const struct sv_opcode_info *op, uint8_t *hdr,
+		     const uint8_t *payload, uint32_t plen)
 {
-	struct sv_context *ctx = conn->eng->ctx;
-	const struct sv_opcode_info *op;
-	const struct sv_bth *bth = (const void *)f;
-	struct sv_qp *qp;
+	const struct sv_bth *bth = (const void *)hdr;
+	struct sv_qp *qp = sv_qp_lookup(conn->eng->ctx, ntohl(bth->dqpn) & SV_PSN_MASK);
 
-	if (!conn->hello_seen) {
-		if (!handle_hello(conn, f, len))
-			conn_fail(conn);
-		return;
-	}
-	if (len < sizeof(*bth) || !(op = sv_opcode_info(bth->opcode)) || len < op->hdr_len) {
-		sv_warn("malformed packet (len %zu); closing connection", len);
-		conn_fail(conn);
-		return;
-	}
-	qp = sv_qp_lookup(ctx, ntohl(bth->dqpn) & SV_PSN_MASK);
 	if (!qp)
 		return; /* no such QP: dropped, as a NIC drops it */
 	pthread_mutex_lock(&qp->lock);
 	if (op->mask & SV_OPF_REQUEST)
-		sv_responder_rx(qp, conn, op, f, len);
+		sv_responder_rx(qp, conn, op, hdr, payload, plen);
 	else
-		sv_completer_rx(qp, op, f, len);
+		sv_completer_rx(qp, op, hdr, payload, plen);
 	pthread_mutex_unlock(&qp->lock);
 	sv_qp_put(qp);
 }
 
-/* Engine thread: read and dispatch what a connection has. */
-static void conn_input(struct sv_conn *c)
+void sv_engine_rx_frame(struct sv_conn *conn, uint8_t *f, size_t len)
 {
-	for (int rounds = 0; rounds < 8; rounds++) {
-		ssize_t n = c->ops->read(c, c->rxbuf + c->rx_len, c->rx_cap - c->rx_len);
-		size_t off = 0;
+	const struct sv_opcode_info *op;
+	const struct sv_bth *bth = (const void *)f;
 
-		if (n == 0 || (n < 0 && n != -EAGAIN && n != -EWOULDBLOCK && n != -EINTR)) {
-			conn_fail(c);
-			return;
-		}
-		if (n < 0)
-			return;
-		c->rx_len += (size_t)n;
-		while (c->rx_len - off >= 4) {
-			uint32_t flen;
-
-			memcpy(&flen, c->rxbuf + off, 4);
-			flen = ntohl(flen);
-			if (flen > SV_MAX_FRAME_LEN || flen == 0) {
-				sv_warn("bad frame length %u; closing connection", flen);
-				conn_fail(c);
-				return;
-			}
-			if (c->rx_len - off - 4 < flen)
-				break;
-			sv_engine_rx_frame(c, c->rxbuf + off + 4, flen);
-			if (atomic_load(&c->state) == SV_CONN_DEAD)
-				return;
-			off += 4 + flen;
-		}
-		memmove(c->rxbuf, c->rxbuf + off, c->rx_len - off);
-		c->rx_len -= off;
-		if ((size_t)n < c->rx_cap / 2)
-			return; /* drained for now */
+	if (!conn->hello_seen) {
+		if (!handle_hello(conn, f, len))
+			sv_engine_conn_fail(conn);
+		return;
 	}
+	if (len < sizeof(*bth) || !(op = sv_opcode_info(bth->opcode)) || len < op->hdr_len) {
+		sv_warn("malformed packet (len %zu); closing connection", len);
+		sv_engine_conn_fail(conn);
+		return;
+	}
+	dispatch(conn, op, f, f + op->hdr_len, (uint32_t)(len - op->hdr_len));
+}
+
+void sv_engine_rx_placed(struct sv_conn *conn, uint8_t *hdr, const uint8_t *payload,
+			 uint32_t plen)
+{
+	dispatch(conn, sv_opcode_info(((const struct sv_bth *)hdr)->opcode), hdr, payload, plen);
 }
 
 static void conn_event(struct sv_conn *c, uint32_t events)
@@ -377,15 +316,20 @@ static void conn_event(struct sv_conn *c, uint32_t events)
 		socklen_t l = sizeof(err);
 
 		if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &l) || err) {
-			conn_fail(c);
+			sv_engine_conn_fail(c);
 			return;
 		}
 		atomic_store(&c->state, SV_CONN_UP);
 	}
 	if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
-		conn_input(c);
+		pthread_mutex_lock(&c->tx_lock);
+		__atomic_store_n(&c->tx_corked, true, __ATOMIC_RELAXED);
+		pthread_mutex_unlock(&c->tx_lock);
+		sv_conn_input(c, events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR));
 		if (atomic_load(&c->state) == SV_CONN_DEAD)
 			return;
+		conn_flush(c); /* uncorks */
+		return;
 	}
 	if (events & EPOLLOUT)
 		conn_flush(c);
@@ -671,7 +615,7 @@ void sv_engine_stop(struct sv_engine *eng)
 		struct sv_conn *c = SV_CONTAINER_OF(eng->conns.next, struct sv_conn, link);
 
 		conn_drain(c);
-		conn_fail(c);
+		sv_engine_conn_fail(c);
 	}
 	bury_dead(eng);
 	if (eng->listen_fd >= 0)

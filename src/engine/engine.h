@@ -14,6 +14,9 @@
 #include "engine/wire.h"
 #include "engine/opcode.h"
 
+/* Receive buffer of a connection: frames are parsed out of large reads. */
+#define SV_RXBUF_CAP (256u << 10)
+
 struct sv_engine {
 	struct sv_context *ctx;
 	pthread_t thread;
@@ -51,8 +54,16 @@ void sv_engine_timer_update(struct sv_engine *eng, struct sv_qp *qp);
 /* Forget a QP (destroy): removes it from timer/run/wait lists. */
 void sv_engine_forget_qp(struct sv_engine *eng, struct sv_qp *qp);
 
-/* Transport upcalls (engine thread). */
+/* Transport upcalls (engine thread, or the thread holding progress_lock). */
+/* One frame, contiguous in memory: checked, then dispatched to a role. */
 void sv_engine_rx_frame(struct sv_conn *conn, uint8_t *frame, size_t len);
+/* A packet whose headers receive.c has checked, its payload elsewhere. */
+void sv_engine_rx_placed(struct sv_conn *conn, uint8_t *hdr, const uint8_t *payload,
+			 uint32_t plen);
+/* Read and dispatch what a connection has (receive.c). */
+void sv_conn_input(struct sv_conn *conn, bool closing);
+/* A connection broke or misbehaved: it is gone for good. */
+void sv_engine_conn_fail(struct sv_conn *conn);
 /* Any thread, tx_lock held: the engine should flush conn when it has room. */
 void sv_engine_want_output(struct sv_conn *conn);
 
@@ -74,13 +85,21 @@ void sv_requester_retire(struct sv_qp *qp);
 /* qp->lock held: a timer of this QP expired. */
 void sv_requester_timeout(struct sv_qp *qp, uint64_t now);
 
-/* engine thread, qp->lock held: an incoming request packet */
-void sv_responder_rx(struct sv_qp *qp, struct sv_conn *conn,
-		     const struct sv_opcode_info *op, uint8_t *pkt, size_t len);
+/* engine thread, qp->lock held: an incoming request packet (headers at pkt) */
+void sv_responder_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opcode_info *op,
+		     uint8_t *pkt, const uint8_t *payload, uint32_t plen);
+/*
+ * qp->lock and the MR read lock held: would the responder accept this
+ * RDMA WRITE packet (headers at pkt, payload not here yet) in order?  If so,
+ * *dst is where its payload goes and *msg_left the bytes of the message
+ * from there on, contiguous in one MR (direct receive, receive.c).
+ */
+bool sv_responder_direct(struct sv_qp *qp, const struct sv_opcode_info *op, const uint8_t *pkt,
+			 uint32_t plen, uint8_t **dst, uint32_t *msg_left);
 /* UD requests name no QP context on the connection beyond dqpn. */
 /* engine thread, qp->lock held: an incoming response packet */
 void sv_completer_rx(struct sv_qp *qp, const struct sv_opcode_info *op, uint8_t *pkt,
-		     size_t len);
+		     const uint8_t *payload, uint32_t plen);
 
 /* Build and queue a response/ACK packet (helper shared by responder). */
 int sv_send_packet(struct sv_conn *conn, const void *hdr, size_t hdr_len,

@@ -12,7 +12,7 @@
 #include <string.h>
 
 /* Packets one requester pass may send before yielding to other QPs. */
-#define SV_REQ_BUDGET 16
+#define SV_REQ_BUDGET 64
 
 static uint32_t wqe_npkts(const struct sv_qp *qp, const struct sv_send_wqe *w)
 {
@@ -165,34 +165,72 @@ static size_t build_headers(struct sv_qp *qp, struct sv_send_wqe *w, uint32_t k,
 	return op->hdr_len;
 }
 
-/* Send packet k of w; returns 0, or a local error status for the WQE. */
-static enum ibv_wc_status send_packet(struct sv_qp *qp, struct sv_conn *conn, struct sv_send_wqe *w,
-				      uint32_t k, uint32_t off, uint32_t plen)
+/*
+ * A pass of the requester gathers its packets in one batch and writes them
+ * with one system call.  The batch's payload pieces point into registered
+ * memory, so the MR read lock is held from the first such piece until the
+ * flush (a deregistration waits for it, as for any access in progress).
+ */
+struct req_pass {
+	struct sv_txbatch b;
+	bool mr_locked;
+};
+
+static void pass_flush(struct sv_qp *qp, struct req_pass *p)
 {
-	uint8_t hdr[SV_MAX_HDR_LEN];
+	sv_txbatch_flush(&p->b); /* a dead conn drops it; the retry timer recovers */
+	if (p->mr_locked) {
+		sv_mr_read_unlock(qp->ctx);
+		p->mr_locked = false;
+	}
+}
+
+_Static_assert(SV_MAX_HDR_LEN + 4 <= SV_TXBATCH_HEAD, "headers fit a batch slot");
+
+/* Add packet k of w to the pass; returns 0, or a local error status for the WQE. */
+static enum ibv_wc_status send_packet(struct sv_qp *qp, struct req_pass *p, struct sv_conn *conn,
+				      struct sv_send_wqe *w, uint32_t k, uint32_t off, uint32_t plen)
+{
 	struct iovec iov[SV_FRAME_MAX_IOV];
 	enum sv_mem_err e = SV_MEM_OK;
-	int n = 1;
+	int n = 0;
 
-	iov[0].iov_base = hdr;
-	iov[0].iov_len = build_headers(qp, w, k, plen, hdr);
-	if (!plen) {
-		sv_conn_send(conn, iov, 1);
-		return IBV_WC_SUCCESS;
+	if (plen && w->inline_buf) {
+		iov[0].iov_base = w->inline_buf + off;
+		iov[0].iov_len = plen;
+		n = 1;
+	} else if (plen) {
+		if (!p->mr_locked) {
+			sv_mr_read_lock(qp->ctx);
+			p->mr_locked = true;
+		}
+		n = sv_sgl_iov(qp->ctx, qp->pd, w->sge, w->num_sge, off, plen, 0, iov,
+			       SV_FRAME_MAX_IOV - 1, &e);
+		if (n < 0)
+			return sv_mem_err_to_local_status(e);
 	}
-	if (w->inline_buf) {
-		iov[1].iov_base = w->inline_buf + off;
-		iov[1].iov_len = plen;
-		sv_conn_send(conn, iov, 2);
-		return IBV_WC_SUCCESS;
+	if (!sv_txbatch_fits(&p->b, conn, n)) {
+		/* keep the lock across the flush: iov may point into an MR */
+		sv_txbatch_flush(&p->b);
 	}
-	sv_mr_read_lock(qp->ctx);
-	n = sv_sgl_iov(qp->ctx, qp->pd, w->sge, w->num_sge, off, plen, 0, iov + 1,
-		       SV_FRAME_MAX_IOV - 1, &e);
-	if (n >= 0)
-		sv_conn_send(conn, iov, n + 1); /* a dead conn drops it; the retry timer recovers */
-	sv_mr_read_unlock(qp->ctx);
-	return n < 0 ? sv_mem_err_to_local_status(e) : IBV_WC_SUCCESS;
+	sv_txbatch_add(&p->b, conn, build_headers(qp, w, k, plen, sv_txbatch_hdr(&p->b)), iov, n);
+	return IBV_WC_SUCCESS;
+}
+
+/* The connection has bytes waiting: park the QP until the engine drains it.
+ * Checked again under tx_lock, since the drain may have just happened. */
+static bool park_on(struct sv_qp *qp, struct sv_conn *conn)
+{
+	bool parked = false;
+
+	pthread_mutex_lock(&conn->tx_lock);
+	if (sv_conn_congested(conn)) {
+		if (!sv_list_linked(&qp->txwait_link))
+			sv_list_add_tail(&conn->tx_waiters, &qp->txwait_link);
+		parked = true;
+	}
+	pthread_mutex_unlock(&conn->tx_lock);
+	return parked;
 }
 
 void sv_requester_arm_ack_timer(struct sv_qp *qp)
@@ -211,9 +249,11 @@ void sv_requester_run(struct sv_qp *qp)
 	enum ibv_qp_type qpt = qp->ex.qp_base.qp_type;
 	uint32_t max_rd = SV_MAX(1u, qp->attr.max_rd_atomic);
 	int budget = SV_REQ_BUDGET;
+	struct req_pass pass = { .mr_locked = false };
 
 	if (qp->state != IBV_QPS_RTS || qp->rnr_until)
 		goto retire;
+	sv_txbatch_init(&pass.b);
 	while (sq->next != sq->tail) {
 		struct sv_send_wqe *w = &sq->wqe[sq->next & (sq->size - 1)];
 		struct sv_conn *conn;
@@ -249,15 +289,13 @@ void sv_requester_run(struct sv_qp *qp)
 			sq->next++;
 			continue;
 		}
+		if (qpt == IBV_QPT_UD)
+			pass_flush(qp, &pass); /* each datagram may go elsewhere */
 		conn = qpt == IBV_QPT_UD ? ah_conn(qp, w->ah) : sv_qp_conn(qp);
 		if (!conn)
 			break; /* out of memory: the retry timer tries again */
-		if (sv_conn_congested(conn)) {
+		if (!pass.b.nframes && sv_conn_congested(conn) && park_on(qp, conn)) {
 			/* resume when the engine has flushed this connection */
-			pthread_mutex_lock(&conn->tx_lock);
-			if (!sv_list_linked(&qp->txwait_link))
-				sv_list_add_tail(&conn->tx_waiters, &qp->txwait_link);
-			pthread_mutex_unlock(&conn->tx_lock);
 			if (qpt == IBV_QPT_UD)
 				sv_conn_put(conn);
 			break;
@@ -267,9 +305,9 @@ void sv_requester_run(struct sv_qp *qp)
 			plen = 0; /* the request carries no payload */
 		else
 			plen = SV_MIN(qp->mtu, w->length - sq->seg_off);
-		st = send_packet(qp, conn, w, k, sq->seg_off, plen);
+		st = send_packet(qp, &pass, conn, w, k, sq->seg_off, plen);
 		if (qpt == IBV_QPT_UD)
-			sv_conn_put(conn);
+			sv_conn_put(conn); /* the batch holds its own reference */
 		if (st != IBV_WC_SUCCESS) {
 			w->status = st;
 			w->state = SV_WQE_DONE;
@@ -295,6 +333,7 @@ void sv_requester_run(struct sv_qp *qp)
 			w->status = IBV_WC_SUCCESS;
 		}
 	}
+	pass_flush(qp, &pass);
 	sv_engine_timer_update(qp->ctx->eng, qp);
 retire:
 	sv_requester_retire(qp);

@@ -96,12 +96,11 @@ static enum ibv_wc_status place(struct sv_qp *qp, const uint8_t *data, uint32_t 
 }
 
 static void ud_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opcode_info *op,
-		  uint8_t *pkt, size_t len)
+		  uint8_t *pkt, const uint8_t *payload, uint32_t plen)
 {
 	const struct sv_bth *bth = (const void *)pkt;
 	const struct sv_deth *deth = (const void *)(pkt + op->off_deth);
 	const struct sv_immdt *imm = op->off_immdt ? (const void *)(pkt + op->off_immdt) : NULL;
-	uint32_t plen = (uint32_t)(len - op->hdr_len);
 	uint8_t grh[40] = { 0 };
 	enum ibv_wc_status st;
 
@@ -120,7 +119,7 @@ static void ud_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opcode
 	qp->rwqe_off = 0;
 	st = place(qp, grh, sizeof(grh));
 	if (st == IBV_WC_SUCCESS)
-		st = place(qp, pkt + op->hdr_len, plen);
+		st = place(qp, payload, plen);
 	complete_recv(qp, st, IBV_WC_RECV, st == IBV_WC_SUCCESS ? plen + 40 : 0, imm,
 		      ntohl(deth->sqpn) & SV_PSN_MASK, IBV_WC_GRH, bth->flags & SV_BTH_SE);
 }
@@ -154,6 +153,7 @@ static void do_read(struct sv_qp *qp, struct sv_conn *conn, uint32_t psn, uint64
 	uint32_t npkts = dma_len ? (dma_len + qp->mtu - 1) / qp->mtu : 1;
 	uint8_t *mem = NULL;
 	enum sv_mem_err e = SV_MEM_OK;
+	struct sv_txbatch b;
 
 	if (!(qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_READ)) {
 		nak_fatal(qp, conn, psn, SV_NAK_INV_REQ);
@@ -167,26 +167,34 @@ static void do_read(struct sv_qp *qp, struct sv_conn *conn, uint32_t psn, uint64
 		nak_fatal(qp, conn, psn, SV_NAK_REM_ACCESS);
 		return;
 	}
+	/* responses leave in batches, one write for many packets */
+	sv_txbatch_init(&b);
 	for (uint32_t k = 0; k < npkts; k++) {
-		struct {
-			struct sv_bth bth;
-			struct sv_aeth aeth;
-		} __attribute__((packed)) h;
 		uint8_t low = npkts == 1	  ? SV_OP_READ_RESP_ONLY
 			      : k == 0		  ? SV_OP_READ_RESP_FIRST
 			      : k + 1 == npkts ? SV_OP_READ_RESP_LAST
 					       : SV_OP_READ_RESP_MIDDLE;
 		uint32_t off = k * qp->mtu;
 		struct iovec iov = { dma_len ? mem + off : NULL, SV_MIN(qp->mtu, dma_len - off) };
-		size_t hl = sizeof(h.bth);
+		uint8_t *hdr;
+		struct sv_bth *bth;
+		size_t hl = sizeof(*bth);
 
-		fill_bth(qp, &h.bth, low, sv_psn_add(psn, k));
+		if (!sv_txbatch_fits(&b, conn, 1))
+			sv_txbatch_flush(&b);
+		hdr = sv_txbatch_hdr(&b);
+		bth = (void *)hdr;
+		fill_bth(qp, bth, low, sv_psn_add(psn, k));
 		if (sv_opcode_info(SV_OP_RC | low)->off_aeth) {
-			h.aeth.syn_msn = htonl(((uint32_t)SV_AETH_ACK << 24) | (qp->msn & SV_PSN_MASK));
-			hl += sizeof(h.aeth);
+			struct sv_aeth aeth = { htonl(((uint32_t)SV_AETH_ACK << 24) |
+						      (qp->msn & SV_PSN_MASK)) };
+
+			memcpy(hdr + hl, &aeth, sizeof(aeth));
+			hl += sizeof(aeth);
 		}
-		sv_send_packet(conn, &h, hl, &iov, dma_len ? 1 : 0);
+		sv_txbatch_add(&b, conn, hl, &iov, dma_len ? 1 : 0);
 	}
+	sv_txbatch_flush(&b);
 	sv_mr_read_unlock(qp->ctx);
 }
 
@@ -259,14 +267,12 @@ static void duplicate(struct sv_qp *qp, struct sv_conn *conn, const struct sv_op
 }
 
 void sv_responder_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opcode_info *op,
-		     uint8_t *pkt, size_t len)
+		     uint8_t *pkt, const uint8_t *payload, uint32_t plen)
 {
 	const struct sv_bth *bth = (const void *)pkt;
 	enum ibv_qp_type qpt = qp->ex.qp_base.qp_type;
 	uint8_t cls = bth->opcode & 0xe0, low = bth->opcode & 0x1f;
 	uint32_t psn = ntohl(bth->psn) & SV_PSN_MASK;
-	const uint8_t *payload = pkt + op->hdr_len;
-	uint32_t plen = (uint32_t)(len - op->hdr_len);
 	const struct sv_immdt *imm = op->off_immdt ? (const void *)(pkt + op->off_immdt) : NULL;
 	bool rc = qpt == IBV_QPT_RC;
 	enum ibv_wc_status st;
@@ -282,7 +288,7 @@ void sv_responder_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opc
 		sv_async_event(qp->ctx, IBV_EVENT_COMM_EST, qp, 0);
 	}
 	if (qpt == IBV_QPT_UD) {
-		ud_rx(qp, conn, op, pkt, len);
+		ud_rx(qp, conn, op, pkt, payload, plen);
 		return;
 	}
 	if (plen > qp->mtu) {
@@ -326,6 +332,7 @@ void sv_responder_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opc
 			qp->rwqe_off = 0;
 			qp->msg_first_psn = psn;
 			qp->resp_in_msg = true;
+			qp->resp_in_write = false;
 		} else if (!qp->resp_in_msg) {
 			if (rc)
 				nak_fatal(qp, conn, psn, SV_NAK_INV_REQ);
@@ -363,6 +370,7 @@ void sv_responder_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opc
 			qp->wr_total = qp->wr_left;
 			qp->msg_first_psn = psn;
 			qp->resp_in_msg = true;
+			qp->resp_in_write = true;
 			/* check the whole target range before any byte moves */
 			if (qp->wr_left) {
 				sv_mr_read_lock(qp->ctx);
@@ -403,7 +411,8 @@ void sv_responder_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opc
 			sv_mr_read_lock(qp->ctx);
 			e = sv_mr_translate(qp->ctx, qp->wr_rkey, qp->pd, qp->wr_va, plen,
 					    IBV_ACCESS_REMOTE_WRITE, &mem);
-			if (!e)
+			/* a directly received payload (receive.c) is in place already */
+			if (!e && mem != payload)
 				sv_dma_write(mem, payload, plen);
 			sv_mr_read_unlock(qp->ctx);
 			if (e) { /* the MR went away mid-message */
@@ -441,4 +450,53 @@ void sv_responder_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opc
 		return;
 	}
 	nak_fatal(qp, conn, psn, SV_NAK_INV_REQ);
+}
+
+/*
+ * The acceptance test of an RDMA WRITE packet above, for a packet whose
+ * payload has not arrived: receive.c then reads the payload straight into
+ * place.  It accepts less than sv_responder_rx (in-order packets of a
+ * WRITE without immediate data only, whose whole remaining range
+ * translates), never more: a packet that passes here is placed where the
+ * responder would copy it, and sv_responder_rx still runs for it.
+ */
+bool sv_responder_direct(struct sv_qp *qp, const struct sv_opcode_info *op, const uint8_t *pkt,
+			 uint32_t plen, uint8_t **dst, uint32_t *msg_left)
+{
+	const struct sv_bth *bth = (const void *)pkt;
+	enum ibv_qp_type qpt = qp->ex.qp_base.qp_type;
+	uint8_t cls = bth->opcode & 0xe0;
+	uint64_t va;
+	uint32_t rkey, left;
+
+	if (!(op->mask & SV_OPF_WRITE) || op->off_immdt)
+		return false;
+	if (!((qpt == IBV_QPT_RC && cls == SV_OP_RC) || (qpt == IBV_QPT_UC && cls == SV_OP_UC)))
+		return false;
+	if (qp->state != IBV_QPS_RTR && qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_SQD &&
+	    qp->state != IBV_QPS_SQE)
+		return false;
+	if (plen > qp->mtu || (ntohl(bth->psn) & SV_PSN_MASK) != qp->epsn)
+		return false;
+	if (op->mask & SV_OPF_FIRST) {
+		const struct sv_reth *r = (const void *)(pkt + op->off_reth);
+
+		if (!(qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_WRITE))
+			return false;
+		va = be64toh(r->va);
+		rkey = ntohl(r->rkey);
+		left = ntohl(r->dma_len);
+	} else {
+		if (!qp->resp_in_msg || !qp->resp_in_write || qp->resp_drop_msg)
+			return false;
+		va = qp->wr_va;
+		rkey = qp->wr_rkey;
+		left = qp->wr_left;
+	}
+	if (!left || plen > left || ((op->mask & SV_OPF_LAST) && plen != left))
+		return false;
+	if (sv_mr_translate(qp->ctx, rkey, qp->pd, va, left, IBV_ACCESS_REMOTE_WRITE, dst))
+		return false;
+	*msg_left = left;
+	return true;
 }

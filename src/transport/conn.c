@@ -43,7 +43,12 @@ bool sv_conn_busy(struct sv_conn *conn)
 
 bool sv_conn_congested(struct sv_conn *conn)
 {
-	return __atomic_load_n(&conn->txq_bytes, __ATOMIC_RELAXED) > SV_CONN_TXQ_HIGH;
+	/* while connecting, frames queue behind the HELLO as on a slow link: the
+	 * requester's timers must see them sent, or a dead peer is never noticed */
+	/* corked bytes leave as soon as the receive pass ends */
+	return atomic_load(&conn->state) == SV_CONN_UP &&
+	       __atomic_load_n(&conn->txq_bytes, __ATOMIC_RELAXED) != 0 &&
+	       !__atomic_load_n(&conn->tx_corked, __ATOMIC_RELAXED);
 }
 
 /* tx_lock held: copy the unsent tail of iov (after `skip` bytes) to the queue */
@@ -79,13 +84,97 @@ static int queue_tail(struct sv_conn *conn, const struct iovec *iov, int iovcnt,
 	return 0;
 }
 
+int sv_conn_txq_write(struct sv_conn *c)
+{
+	struct iovec v[16];
+	int n;
+	ssize_t w;
+
+	for (;;) {
+		struct sv_txbuf *b = c->txq_head;
+
+		n = 0;
+		for (; b && n < 16; b = b->next, n++) {
+			v[n].iov_base = b->data + b->off;
+			v[n].iov_len = b->len - b->off;
+		}
+		if (!n)
+			return 0;
+		w = c->ops->writev(c, v, n);
+		if (w < 0)
+			return (int)w;
+		if (w == 0)
+			return 0;
+		while (w > 0) {
+			size_t left;
+
+			b = c->txq_head;
+			left = b->len - b->off;
+			if ((size_t)w >= left) {
+				w -= (ssize_t)left;
+				c->txq_head = b->next;
+				if (!c->txq_head)
+					c->txq_tail = NULL;
+				__atomic_store_n(&c->txq_bytes, c->txq_bytes - left, __ATOMIC_RELAXED);
+				free(b);
+			} else {
+				b->off += (size_t)w;
+				__atomic_store_n(&c->txq_bytes, c->txq_bytes - (size_t)w,
+						 __ATOMIC_RELAXED);
+				w = 0;
+			}
+		}
+	}
+}
+
+/* Write what the transport takes now and queue the rest; never blocks. */
+static int conn_write(struct sv_conn *conn, const struct iovec *v, int cnt, size_t total)
+{
+	ssize_t n = 0;
+	int ret = 0;
+	bool up;
+
+	pthread_mutex_lock(&conn->tx_lock);
+	up = atomic_load(&conn->state) == SV_CONN_UP;
+	if (atomic_load(&conn->state) == SV_CONN_DEAD) {
+		ret = -ENOTCONN;
+		goto out;
+	}
+	if (conn->tx_corked && total <= SV_CONN_CORK_MAX) {
+		/* small frames wait for the uncork: one write for all of them */
+		ret = queue_tail(conn, v, cnt, 0, total);
+		goto out;
+	}
+	if (up && conn->txq_head && conn->tx_corked && sv_conn_txq_write(conn) < 0) {
+		/* a big frame goes out at once, after what was corked */
+		ret = -ENOTCONN;
+		goto out;
+	}
+	if (up && !conn->txq_head) {
+		n = conn->ops->writev(conn, v, cnt);
+		if (n < 0) {
+			/* the engine notices the broken socket and fails the conn */
+			ret = -ENOTCONN;
+			goto out;
+		}
+	}
+	if ((size_t)n < total) {
+		ret = queue_tail(conn, v, cnt, (size_t)n, total);
+		if (!ret && !conn->want_out && !conn->tx_corked) {
+			conn->want_out = true;
+			sv_engine_want_output(conn); /* ask the engine to poll for room */
+		}
+	}
+out:
+	pthread_mutex_unlock(&conn->tx_lock);
+	return ret;
+}
+
 int sv_conn_send(struct sv_conn *conn, const struct iovec *iov, int iovcnt)
 {
 	struct iovec v[1 + SV_FRAME_MAX_IOV];
 	uint32_t flen = 0;
-	size_t total;
-	ssize_t n = 0;
-	int ret = 0, cnt = 0;
+	int cnt = 0;
 
 	if (iovcnt > SV_FRAME_MAX_IOV)
 		return -EINVAL;
@@ -97,29 +186,54 @@ int sv_conn_send(struct sv_conn *conn, const struct iovec *iov, int iovcnt)
 	for (int i = 0; i < iovcnt; i++)
 		if (iov[i].iov_len)
 			v[cnt++] = iov[i];
-	total = sizeof(flen) + ntohl(flen);
+	return conn_write(conn, v, cnt, sizeof(flen) + ntohl(flen));
+}
 
-	pthread_mutex_lock(&conn->tx_lock);
-	if (atomic_load(&conn->state) == SV_CONN_DEAD) {
-		ret = -ENOTCONN;
-		goto out;
+void sv_txbatch_init(struct sv_txbatch *b)
+{
+	b->conn = NULL;
+	b->nframes = b->niov = 0;
+	b->bytes = 0;
+}
+
+bool sv_txbatch_fits(const struct sv_txbatch *b, struct sv_conn *conn, int npayload)
+{
+	return (!b->conn || b->conn == conn) && b->nframes < SV_TXBATCH_FRAMES &&
+	       b->niov + 1 + npayload <= SV_TXBATCH_IOV;
+}
+
+void sv_txbatch_add(struct sv_txbatch *b, struct sv_conn *conn, size_t hdr_len,
+		    const struct iovec *payload, int npayload)
+{
+	uint8_t *head = b->head[b->nframes];
+	uint32_t flen = (uint32_t)hdr_len;
+
+	if (!b->conn) {
+		sv_conn_get(conn);
+		b->conn = conn;
 	}
-	if (atomic_load(&conn->state) == SV_CONN_UP && !conn->txq_head) {
-		n = conn->ops->writev(conn, v, cnt);
-		if (n < 0) {
-			/* the engine notices the broken socket and fails the conn */
-			ret = -ENOTCONN;
-			goto out;
-		}
+	b->iov[b->niov].iov_base = head;
+	b->iov[b->niov++].iov_len = 4 + hdr_len;
+	for (int i = 0; i < npayload; i++) {
+		if (!payload[i].iov_len)
+			continue;
+		flen += (uint32_t)payload[i].iov_len;
+		b->iov[b->niov++] = payload[i];
 	}
-	if ((size_t)n < total) {
-		ret = queue_tail(conn, v, cnt, (size_t)n, total);
-		if (!ret && !conn->want_out) {
-			conn->want_out = true;
-			sv_engine_want_output(conn); /* ask the engine to poll for room */
-		}
-	}
-out:
-	pthread_mutex_unlock(&conn->tx_lock);
+	flen = htonl(flen);
+	memcpy(head, &flen, 4);
+	b->bytes += 4 + ntohl(flen);
+	b->nframes++;
+}
+
+int sv_txbatch_flush(struct sv_txbatch *b)
+{
+	int ret;
+
+	if (!b->conn)
+		return 0;
+	ret = conn_write(b->conn, b->iov, b->niov, b->bytes);
+	sv_conn_put(b->conn);
+	sv_txbatch_init(b);
 	return ret;
 }

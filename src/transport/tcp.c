@@ -113,6 +113,33 @@ static ssize_t tcp_read(struct sv_conn *conn, void *buf, size_t len)
 	return n;
 }
 
+static ssize_t tcp_readv(struct sv_conn *conn, const struct iovec *iov, int iovcnt)
+{
+	struct msghdr mh = { .msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt };
+	ssize_t n = recvmsg(conn->fd, &mh, MSG_DONTWAIT);
+
+	if (n < 0)
+		return -errno;
+	return n;
+}
+
+static ssize_t tcp_readable(struct sv_conn *conn)
+{
+	int n = 0;
+
+	if (ioctl(conn->fd, SIOCINQ, &n))
+		return -errno;
+	return n;
+}
+
+/* epoll honours SO_RCVLOWAT for TCP: no wake-ups for a packet half here */
+static int tcp_set_lowat(struct sv_conn *conn, size_t bytes)
+{
+	int v = (int)bytes;
+
+	return setsockopt(conn->fd, SOL_SOCKET, SO_RCVLOWAT, &v, sizeof(v)) ? -errno : 0;
+}
+
 static void tcp_close(struct sv_conn *conn)
 {
 	if (conn->fd >= 0) {
@@ -137,6 +164,9 @@ const struct sv_transport_ops sv_tcp_ops = {
 	.connect = tcp_connect,
 	.writev = tcp_writev,
 	.read = tcp_read,
+	.readv = tcp_readv,
+	.readable = tcp_readable,
+	.set_lowat = tcp_set_lowat,
 	.close = tcp_close,
 	.unsent = tcp_unsent,
 };

@@ -54,18 +54,45 @@ struct sv_conn {
 	struct sv_txbuf *txq_head, *txq_tail;
 	size_t txq_bytes;
 	bool want_out;         /* EPOLLOUT armed */
+	bool tx_corked;        /* a receive pass is running: small frames wait for its end */
 	struct sv_list tx_waiters; /* QPs (sv_qp.txwait_link) waiting for room */
 
 	/* receive side (engine thread only) */
 	uint8_t *rxbuf;
 	size_t rx_len, rx_cap;
+	bool rx_direct;   /* the stream is in direct receive (receive.c) */
+	size_t rx_lowat;  /* bytes the transport waits for before it says readable */
 };
+
+/*
+ * While the engine processes what a connection received, the small frames
+ * it answers with (ACKs, atomic responses) are corked: queued and written
+ * together when the pass ends, after the completions they belong to are
+ * visible, so no system call stands between a packet's arrival and its
+ * completion, and a burst is acknowledged with one write.  Bigger frames
+ * (READ responses) go out at once, behind what is corked.
+ */
+#define SV_CONN_CORK_MAX 256u
 
 /* Most pieces one frame is gathered from: headers plus one per SGE piece. */
 #define SV_FRAME_MAX_IOV 40
 
-/* Stop feeding a connection once this many bytes are queued in user space. */
-#define SV_CONN_TXQ_HIGH (4u << 20)
+/*
+ * Frames gathered for one system call.  Packets stay MTU-sized frames on
+ * the wire; a requester pass or a READ response sends many of them with a
+ * single write instead of one write per packet.
+ */
+#define SV_TXBATCH_FRAMES 64
+#define SV_TXBATCH_IOV 512
+#define SV_TXBATCH_HEAD 96 /* u32 frame length + the largest header stack */
+
+struct sv_txbatch {
+	struct sv_conn *conn; /* holds a reference while frames are gathered */
+	int nframes, niov;
+	size_t bytes;
+	uint8_t head[SV_TXBATCH_FRAMES][SV_TXBATCH_HEAD];
+	struct iovec iov[SV_TXBATCH_IOV];
+};
 
 struct sv_transport_ops {
 	const char *name;
@@ -75,6 +102,12 @@ struct sv_transport_ops {
 	ssize_t (*writev)(struct sv_conn *conn, const struct iovec *iov, int iovcnt);
 	/* Read what is available; returns bytes, 0 on EOF, -errno. */
 	ssize_t (*read)(struct sv_conn *conn, void *buf, size_t len);
+	/* The same, scattered (direct receive places payloads in target memory). */
+	ssize_t (*readv)(struct sv_conn *conn, const struct iovec *iov, int iovcnt);
+	/* Bytes that a read would return now without waiting; -errno. */
+	ssize_t (*readable)(struct sv_conn *conn);
+	/* Report the connection readable only once `bytes` can be read (>= 1). */
+	int (*set_lowat)(struct sv_conn *conn, size_t bytes);
 	void (*close)(struct sv_conn *conn);
 	/* Bytes handed to the transport that the peer has not taken yet. */
 	size_t (*unsent)(struct sv_conn *conn);
@@ -94,10 +127,33 @@ int sv_tcp_accept(int lfd);
  * exactly as a wire would drop it; the requester's retry timer recovers).
  */
 int sv_conn_send(struct sv_conn *conn, const struct iovec *iov, int iovcnt);
+/* tx_lock held: write queued bytes while the transport takes them; 0 or -errno. */
+int sv_conn_txq_write(struct sv_conn *conn);
+/* Batches: init empty; before add, the frame must fit (else flush first). */
+void sv_txbatch_init(struct sv_txbatch *b);
+/* Where the headers of the next frame are written (SV_TXBATCH_HEAD - 4 bytes). */
+static inline uint8_t *sv_txbatch_hdr(struct sv_txbatch *b)
+{
+	return b->head[b->nframes] + 4;
+}
+/* Room for one more frame with npayload payload pieces, on conn? */
+bool sv_txbatch_fits(const struct sv_txbatch *b, struct sv_conn *conn, int npayload);
+/* Append the frame whose headers are at sv_txbatch_hdr(b); the payload is
+ * referenced, not copied, and must stay valid until the flush. */
+void sv_txbatch_add(struct sv_txbatch *b, struct sv_conn *conn, size_t hdr_len,
+		    const struct iovec *payload, int npayload);
+/* Write (or queue) everything gathered; same result as sv_conn_send. */
+int sv_txbatch_flush(struct sv_txbatch *b);
+
 /* True while bytes wait to leave, in user space or in the transport: the
  * requester's timers do not count time a packet spends queued behind others. */
 bool sv_conn_busy(struct sv_conn *conn);
-/* True while more than SV_CONN_TXQ_HIGH bytes wait in user space. */
+/*
+ * True while an established connection has bytes waiting in user space.
+ * The socket buffer is the real queue:
+ * frames sent now would only be copied behind the waiting bytes, so
+ * requesters wait for the engine to drain the queue instead.
+ */
 bool sv_conn_congested(struct sv_conn *conn);
 
 void sv_conn_get(struct sv_conn *conn);

@@ -239,6 +239,7 @@ struct sv_qp {
 	uint32_t msn;
 	uint32_t msg_first_psn;
 	bool resp_in_msg;     /* inside a multi-packet SEND/WRITE */
+	bool resp_in_write;   /* ... and it is a WRITE */
 	bool resp_drop_msg;   /* UC: drop until next FIRST/ONLY */
 	bool resp_have_rwqe;
 	struct sv_recv_wqe rwqe; /* receive WQE being filled */

@@ -6,6 +6,8 @@
  *   - two QPs of the same contexts pushing large messages at once both
  *     progress: a small message on one QP is not stuck behind 16 MiB queued
  *     on the other, and traffic in the other direction completes too
+ *   - two QPs writing large messages at once, one with immediate data,
+ *     land intact
  */
 #include "sv_test.h"
 
@@ -234,6 +236,58 @@ static void test_concurrent(struct svt_pair *p)
 	destroy_qp2(&q);
 }
 
+/* Two QPs write large messages at once over the same connection, one of
+ * them WRITE with immediate: their packets interleave, and each lands
+ * where it belongs (the receive side places WRITE payloads directly and
+ * must tell the two streams apart). */
+static void test_write_interleaved(struct svt_pair *p)
+{
+	struct qp2 q;
+	const uint32_t len = 4 * MiB + 1000;
+	char *abuf = p->a.buf, *bbuf = p->b.buf;
+	struct ibv_wc wc;
+	int done_a = 0, done_b = 0, got_imm = 0;
+	uint64_t deadline;
+
+	make_qp2(p, &q);
+	svt_fill(abuf, len, 80);
+	svt_fill(abuf + 8 * MiB, len, 81);
+	memset(bbuf, 0, 16 * MiB);
+	SVT_CHECK_OK(svt_post_recv(q.qb, 2, bbuf + 15 * MiB, 16, p->b.mr->lkey));
+	for (int round = 0; round < 3; round++) {
+		SVT_CHECK_OK(svt_post_send(p->a.qp, 1, IBV_WR_RDMA_WRITE, IBV_SEND_SIGNALED, abuf,
+					   len, p->a.mr->lkey, (uintptr_t)bbuf, p->b.mr->rkey, 0));
+		SVT_CHECK_OK(svt_post_send(q.qa, 2,
+					   round == 2 ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE,
+					   IBV_SEND_SIGNALED, abuf + 8 * MiB, len, p->a.mr->lkey,
+					   (uintptr_t)bbuf + 8 * MiB, p->b.mr->rkey, 0x1234));
+	}
+	deadline = svt_now_ms() + 20000;
+	while (done_a < 3 || done_b < 3 || !got_imm) {
+		if (svt_now_ms() > deadline)
+			SVT_FAIL("timeout: %d/3 and %d/3 writes, imm %d", done_a, done_b, got_imm);
+		while (ibv_poll_cq(p->a.send_cq, 1, &wc) == 1) {
+			SVT_CHECK_WC_OK(wc);
+			done_a++;
+		}
+		while (ibv_poll_cq(q.cq_a, 1, &wc) == 1) {
+			SVT_CHECK_WC_OK(wc);
+			done_b++;
+		}
+		while (ibv_poll_cq(q.cq_b, 1, &wc) == 1) {
+			SVT_CHECK_WC_OK(wc);
+			SVT_CHECK_EQ(wc.opcode, IBV_WC_RECV_RDMA_WITH_IMM);
+			SVT_CHECK_EQ(wc.byte_len, len);
+			got_imm++;
+		}
+	}
+	SVT_CHECK_FILL(bbuf, len, 80);
+	SVT_CHECK_FILL(bbuf + 8 * MiB, len, 81);
+	SVT_CHECK_EQ(bbuf[len], 0);
+	SVT_CHECK_EQ(bbuf[8 * MiB + len], 0);
+	destroy_qp2(&q);
+}
+
 int main(void)
 {
 	struct svt_pair_opts o;
@@ -255,6 +309,7 @@ int main(void)
 	send_big(&p, MiB + 17, 7); /* not a multiple of the MTU */
 	sgl_big(&p);
 	test_concurrent(&p);
+	test_write_interleaved(&p);
 	svt_pair_destroy(&p);
 
 	svt_pair_opts_default(&o, IBV_QPT_UC);
