@@ -21,8 +21,9 @@ demo: deps build
 	@$(BUILD)/bin/softverbs-demo-run
 
 # softverbs vs TCP (loopback and veth) with perftest, qperf, iperf3; not part
-# of `make test`.  QUICK=1 for a short smoke run.  See docs/PERFORMANCE.md.
-bench: build
+# of `make test`.  It builds (and installs its packages) itself.  QUICK=1 for
+# a short smoke run.  See docs/PERFORMANCE.md.
+bench:
 	@bench/run-tcp.sh
 
 clean:

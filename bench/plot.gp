@@ -6,8 +6,10 @@
 
 if (!exists("csv")) csv = 'bench/results/results.csv'
 if (!exists("png")) png = 'bench/results/tcp.png'
+# the paths that results.csv has rows for (a panel with no points is an error)
+if (!exists("paths")) paths = 'lo veth'
 
-set terminal pngcairo size 1400,1000 font ',10'
+set terminal pngcairo size 1400,(500 * words(paths)) font ',10'
 set output png
 set datafile separator ','
 set datafile columnheaders
@@ -23,9 +25,9 @@ set xlabel 'message size (bytes, log)'
 # value of column NAME on rows of path P, else undefined (not plotted)
 on(p, name) = (strcol('path') eq p) ? column(name) : NaN
 
-set multiplot layout 2,2 title 'softverbs over TCP vs TCP (same machine, same run)'
+set multiplot layout words(paths),2 title 'softverbs over TCP vs TCP (same machine, same run)'
 
-do for [p in 'lo veth'] {
+do for [p in paths] {
 	t = (p eq 'lo') ? 'loopback 127.0.0.1' : 'veth between two namespaces'
 	set title sprintf('%s: bandwidth', t)
 	set ylabel 'MB/s (10^6 B/s, log)'

@@ -532,7 +532,7 @@ if [ "${REPORT_ONLY:-0}" != 1 ]; then
 	# What was measured where; the load averages show how busy the shared
 	# machine was around the run.
 	{
-		echo "$("$SV_TOOL" version 2>/dev/null | head -n1), commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'), $(date -u '+%Y-%m-%d %H:%M UTC')$([ "$QUICK" = 1 ] && echo ', QUICK=1')"
+		echo "$("$SV_TOOL" version 2>/dev/null | head -n1 || true), commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'), $(date -u '+%Y-%m-%d %H:%M UTC')$([ "$QUICK" = 1 ] && echo ', QUICK=1')"
 		echo "$(nproc) CPUs: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1), Linux $(uname -r)"
 		echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 	} >"$INFO"
@@ -569,7 +569,8 @@ fi
 } | tee "$TABLE"
 
 if command -v gnuplot >/dev/null 2>&1; then
-	gnuplot -e "csv='$CSV'; png='$PNG'" "$BENCH_DIR/plot.gp" 2>"$LOGS/gnuplot.txt" ||
+	plot_paths=$(awk -F, 'NR > 1 && !seen[$1]++ { printf "%s%s", (n++ ? " " : ""), $1 }' "$CSV")
+	gnuplot -e "csv='$CSV'; png='$PNG'; paths='$plot_paths'" "$BENCH_DIR/plot.gp" 2>"$LOGS/gnuplot.txt" ||
 		warn "gnuplot failed (see $LOGS/gnuplot.txt)"
 else
 	warn "gnuplot not installed: no plot"
