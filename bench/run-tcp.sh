@@ -21,6 +21,8 @@
 #   RESULTS=DIR      where results go
 #   SV_TOOL=PATH     the softverbs tool (default: build/bin/softverbs, built
 #                    with `make` first)
+#   REPEAT=N         runs at the target sizes (8 B, 1 MiB), median reported;
+#                    default 3 (1 with QUICK=1)
 #   BENCH_DEADLINE=S seconds after which remaining measurements are skipped
 #   REPORT_ONLY=1    measure nothing: re-print the table and re-draw the plot
 #                    from an existing results.csv
@@ -38,6 +40,7 @@ RESULTS=${RESULTS:-$BENCH_DIR/results}
 PATHS=${PATHS:-lo veth}
 LOGS=$RESULTS/logs
 CSV=$RESULTS/results.csv
+RAW_CSV=$RESULTS/results-raw.csv
 TABLE=$RESULTS/table.txt
 PNG=$RESULTS/tcp.png
 
@@ -57,7 +60,9 @@ else
 	DEADLINE=${BENCH_DEADLINE:-1200}
 fi
 TCP_SECS=1          # qperf -t and iperf3 -t per point
-PT_TIMEOUT=30       # one perftest process; healthy runs take 1-3 s
+TARGET_SIZES="8 1048576"   # the sizes of the brief's two TCP-path targets
+REPEAT=${REPEAT:-$([ "$QUICK" = 1 ] && echo 1 || echo 3)}   # runs per target size
+PT_TIMEOUT=20       # one perftest process; healthy runs take 1-3 s
 TCP_TIMEOUT=20      # one qperf / iperf3 client
 
 # Ports: the perftest out-of-band exchange port moves on with every run, so
@@ -68,8 +73,9 @@ IPERF_PORT=23480
 
 PGIDS=()      # process groups (timeout(1) pids) to kill on exit
 NETNS=()      # namespaces to delete on exit
-FAILED=0      # measurements that produced no number
-declare -A R  # R[path,size,column] = value
+FAILED=0      # table cells with no number
+declare -A R  # R[path,size,column] = "value value ..." (one per repeat; NaN = none)
+TAG=""        # log file suffix of the current repeat
 
 log()  { printf '%s\n' "-- $*" >&2; }
 warn() { printf '%s\n' "WARN: $*" >&2; }
@@ -215,14 +221,22 @@ free_port() {
 
 past_deadline() { [ "$SECONDS" -ge "$DEADLINE" ]; }
 
-# record PATH SIZE COLUMN VALUE: VALUE empty = no number (counted as failed).
+# record PATH SIZE COLUMN VALUE: one repeat's value; empty = no number.
 record() {
-	if [ -z "$4" ]; then
-		R[$1,$2,$3]=NaN
-		FAILED=$((FAILED + 1))
-	else
-		R[$1,$2,$3]=$4
-	fi
+	R[$1,$2,$3]="${R[$1,$2,$3]:-} ${4:-NaN}"
+}
+
+# median VALUES...: the median of the numbers among VALUES, NaN if none.
+# Repeats are summarised by their median so that one disturbed run (the
+# machine is shared) does not move the figure.
+median() {
+	printf '%s\n' "$@" | grep -Ev '^(NaN|)$' | sort -g | awk '
+		{ v[NR] = $1 }
+		END {
+			if (NR == 0) { print "NaN"; exit }
+			if (NR % 2) print v[(NR + 1) / 2]
+			else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2
+		}'
 }
 
 # perftest_value FILE SIZE COLUMN: from perftest's result table, the value in
@@ -251,15 +265,17 @@ perftest_value() {
 bw_iters()  { local n=$((BW_BYTES / $1)); [ "$n" -gt 5000 ] && n=5000; [ "$n" -lt 50 ] && n=50; echo "$n"; }
 lat_iters() { local n=$((LAT_BYTES / $1)); [ "$n" -gt "$LAT_MAX_ITERS" ] && n=$LAT_MAX_ITERS; [ "$n" -lt 20 ] && n=20; echo "$n"; }
 
-# perftest PATH PROG SIZE ITERS: one perftest run over softverbs, server in
+# perftest PATH PROG SIZE ITERS SUFFIX [ARGS...]: one perftest run over
+# softverbs with ARGS added on both sides, server in
 # $SRV_NS on $SRV_DEV, client in $CLI_NS on $CLI_DEV connecting to $SRV_HOST.
 # Sets PT_OUT (the client's output file); returns 0 if both sides exited 0.
 perftest() {
-	local path=$1 prog=$2 size=$3 iters=$4
-	local base="$LOGS/$path-$prog-$size" port
+	local path=$1 prog=$2 size=$3 iters=$4 suffix=$5
+	shift 5
+	local base="$LOGS/$path-$prog$suffix-$size$TAG" port
 	PT_OUT=$base.client.txt
 	# -F: do not fail on the VM's inconsistent cpufreq readings.
-	local common=(-F -x 0 -s "$size" -n "$iters")
+	local common=(-F -x 0 -s "$size" -n "$iters" "$@")
 	port=$(free_port "$SRV_NS" "$PT_PORT")
 	PT_PORT=$((port + 1))
 	[ "$PT_PORT" -gt 23999 ] && PT_PORT=23500
@@ -297,29 +313,44 @@ perftest() {
 }
 
 # sv_bw PATH PROG SIZE COLUMN: bandwidth in MB/s (10^6 B/s).  perftest's
-# "MB/sec" is 2^20 bytes per second (its format_factor is 0x100000).
+# "MB/sec" is 2^20 bytes per second (its format_factor is 0x100000).  A run
+# that fails or prints no number is tried once more: on this VM perftest
+# sometimes measures the CPU clock as 0 and prints "inf".
 sv_bw() {
-	local v=""
-	if past_deadline; then
-		warn "$1 $2 $3: skipped, past BENCH_DEADLINE"
-	elif perftest "$1" "$2" "$3" "$(bw_iters "$3")"; then
-		v=$(perftest_value "$PT_OUT" "$3" "BW average")
-		[ -n "$v" ] && v=$(awk -v x="$v" 'BEGIN { printf "%.2f", x * 1.048576 }')
-		[ -n "$v" ] || warn "$1 $2 $3: no result row in $PT_OUT"
-	fi
+	local v="" try
+	for try in 1 2; do
+		if past_deadline; then
+			warn "$1 $2 $3: skipped, past BENCH_DEADLINE"
+			break
+		fi
+		if perftest "$1" "$2" "$3" "$(bw_iters "$3")" "$([ "$try" = 2 ] && echo -retry)"; then
+			v=$(perftest_value "$PT_OUT" "$3" "BW average")
+			[ -n "$v" ] && v=$(awk -v x="$v" 'BEGIN { printf "%.2f", x * 1.048576 }')
+			[ -n "$v" ] && break
+			warn "$1 $2 $3: no number in $PT_OUT"
+		fi
+	done
 	record "$1" "$3" "$4" "$v"
 }
 
-# sv_lat PATH PROG SIZE COLUMN: one-way latency in us, t_avg and t_typical.
+# sv_lat PATH PROG SIZE COLUMN [ARGS...]: one-way latency in us, t_avg and
+# t_typical.
 sv_lat() {
-	local avg="" typ=""
-	if past_deadline; then
-		warn "$1 $2 $3: skipped, past BENCH_DEADLINE"
-	elif perftest "$1" "$2" "$3" "$(lat_iters "$3")"; then
-		avg=$(perftest_value "$PT_OUT" "$3" "t_avg")
-		typ=$(perftest_value "$PT_OUT" "$3" "t_typical")
-		[ -n "$avg" ] || warn "$1 $2 $3: no result row in $PT_OUT"
-	fi
+	local avg="" typ="" try sfx
+	local extra=("${@:5}")
+	sfx=$(printf '%s' "${extra[@]}" | tr -c 'a-zA-Z0-9' _)
+	for try in 1 2; do
+		if past_deadline; then
+			warn "$1 $2 $3: skipped, past BENCH_DEADLINE"
+			break
+		fi
+		if perftest "$1" "$2" "$3" "$(lat_iters "$3")" "$sfx$([ "$try" = 2 ] && echo -retry)" "${extra[@]}"; then
+			avg=$(perftest_value "$PT_OUT" "$3" "t_avg")
+			typ=$(perftest_value "$PT_OUT" "$3" "t_typical")
+			[ -n "$avg" ] && break
+			warn "$1 $2 $3: no number in $PT_OUT"
+		fi
+	done
 	record "$1" "$3" "$4_avg_us" "$avg"
 	record "$1" "$3" "$4_typical_us" "$typ"
 }
@@ -328,7 +359,7 @@ sv_lat() {
 # server of this path.  -uu prints plain bytes/sec and ns; -ws retries the
 # connection while the server starts.
 qperf_point() {
-	local path=$1 size=$2 out="$LOGS/$1-qperf-$2.txt" bw="" lat=""
+	local path=$1 size=$2 out="$LOGS/$1-qperf-$2$TAG.txt" bw="" lat=""
 	if past_deadline; then
 		warn "$path qperf $size: skipped, past BENCH_DEADLINE"
 	elif run_fg "$TCP_TIMEOUT" "$CLI_NS" "$out" qperf "$SRV_HOST" -lp "$QPERF_PORT" \
@@ -345,17 +376,19 @@ qperf_point() {
 	record "$path" "$size" qperf_tcp_lat_us "$lat"
 }
 
-# iperf3_point PATH SIZE: iperf3 with SIZE-byte writes; the receiver's rate.
-# The JSON is one key per line, so awk reads "sum_received"'s bits_per_second.
+# iperf3_point PATH SIZE: iperf3 with SIZE-byte writes (iperf3 refuses more
+# than 1 MiB: larger sizes use 1 MiB writes); the receiver's rate.  The JSON
+# is one key per line, so awk reads "sum_received"'s bits_per_second.
 iperf3_point() {
-	local path=$1 size=$2 out="$LOGS/$1-iperf3-$2.txt" bw="" rc
+	local path=$1 size=$2 out="$LOGS/$1-iperf3-$2$TAG.txt" bw="" rc len=$2
+	[ "$len" -gt "$MiB" ] && len=$MiB
 	if past_deadline; then
 		warn "$path iperf3 $size: skipped, past BENCH_DEADLINE"
 	else
 		for _ in 1 2 3; do
 			rc=0
 			run_fg "$TCP_TIMEOUT" "$CLI_NS" "$out" iperf3 -c "$SRV_HOST" -p "$IPERF_PORT" \
-				-t "$TCP_SECS" -l "$size" -J || rc=$?
+				-t "$TCP_SECS" -l "$len" -J || rc=$?
 			# "server is busy" right after the previous test: try again.
 			[ "$rc" = 0 ] && break
 			sleep 0.3
@@ -420,28 +453,43 @@ stop_tcp_servers() {
 	done
 }
 
+# The sizes the targets are evaluated at are measured REPEAT times (the
+# rounds interleaved, softverbs and TCP side by side) and summarised by the
+# median; the other sizes once.
 run_path() {
-	local path=$1 size
+	local path=$1 size reps rep
 	log "path $path: $PATH_DESC"
 	start_tcp_servers "$path"
 	for size in $SIZES; do
-		log "$path: $size B"
-		sv_bw "$path" ib_write_bw "$size" sv_write_bw_MBps
-		sv_bw "$path" ib_send_bw "$size" sv_send_bw_MBps
-		qperf_point "$path" "$size"
-		iperf3_point "$path" "$size"
-		sv_lat "$path" ib_send_lat "$size" sv_send_lat
-		sv_lat "$path" ib_write_lat "$size" sv_write_lat
+		reps=1
+		case " $TARGET_SIZES " in *" $size "*) reps=$REPEAT ;; esac
+		for rep in $(seq 1 "$reps"); do
+			TAG=""
+			[ "$rep" -gt 1 ] && TAG=".r$rep"
+			log "$path: $size B${TAG:+ (repeat $rep of $reps)}"
+			sv_bw "$path" ib_write_bw "$size" sv_write_bw_MBps
+			sv_bw "$path" ib_send_bw "$size" sv_send_bw_MBps
+			qperf_point "$path" "$size"
+			iperf3_point "$path" "$size"
+			sv_lat "$path" ib_send_lat "$size" sv_send_lat
+			# -e: sleep on completion events, as qperf sleeps in recv()
+			sv_lat "$path" ib_send_lat "$size" sv_send_lat_ev -e
+			sv_lat "$path" ib_write_lat "$size" sv_write_lat
+		done
 	done
+	TAG=""
 	stop_tcp_servers
 }
 
 # -------------------------------------------------------------- report ---
 
-COLUMNS_CSV="sv_write_bw_MBps sv_send_bw_MBps qperf_tcp_bw_MBps iperf3_bw_MBps sv_send_lat_avg_us sv_send_lat_typical_us sv_write_lat_avg_us sv_write_lat_typical_us qperf_tcp_lat_us"
+COLUMNS_CSV="sv_write_bw_MBps sv_send_bw_MBps qperf_tcp_bw_MBps iperf3_bw_MBps sv_send_lat_avg_us sv_send_lat_typical_us sv_send_lat_ev_avg_us sv_send_lat_ev_typical_us sv_write_lat_avg_us sv_write_lat_typical_us qperf_tcp_lat_us"
 
+# results.csv: one row per path and size, repeats summarised by the median;
+# results-raw.csv: every repeat's value.
 write_csv() {
-	local path size c line
+	local path size c line v i m
+	echo "path,size_bytes,column,repeat,value" >"$RAW_CSV"
 	{
 		line="path,size_bytes"
 		for c in $COLUMNS_CSV; do line+=",$c"; done
@@ -449,7 +497,18 @@ write_csv() {
 		for path in "${DONE_PATHS[@]}"; do
 			for size in $SIZES; do
 				line="$path,$size"
-				for c in $COLUMNS_CSV; do line+=",${R[$path,$size,$c]:-NaN}"; done
+				for c in $COLUMNS_CSV; do
+					i=0
+					# shellcheck disable=SC2086 # the list is split on purpose
+					for v in ${R[$path,$size,$c]:-NaN}; do
+						i=$((i + 1))
+						echo "$path,$size,$c,$i,$v" >>"$RAW_CSV"
+					done
+					# shellcheck disable=SC2086
+					m=$(median ${R[$path,$size,$c]:-NaN})
+					[ "$m" = NaN ] && FAILED=$((FAILED + 1))
+					line+=",$m"
+				done
 				echo "$line"
 			done
 		done
@@ -471,29 +530,30 @@ report() {
 		{
 			p = $1
 			if (!(p in seen)) { seen[p] = 1; order[++np] = p }
-			rows[p] = rows[p] sprintf("%7s | %9s %9s %9s %6s %9s | %9s %9s %9s %9s %6s\n",
+			rows[p] = rows[p] sprintf("%7s | %9s %9s %9s %6s %9s | %9s %9s %9s %9s %9s %6s\n",
 				human($2),
 				f($col["sv_write_bw_MBps"], "%.1f"), f($col["sv_send_bw_MBps"], "%.1f"),
 				f($col["qperf_tcp_bw_MBps"], "%.1f"),
 				ratio($col["sv_write_bw_MBps"], $col["qperf_tcp_bw_MBps"]),
 				f($col["iperf3_bw_MBps"], "%.1f"),
 				f($col["sv_send_lat_avg_us"], "%.2f"), f($col["sv_send_lat_typical_us"], "%.2f"),
+				f($col["sv_send_lat_ev_avg_us"], "%.2f"),
 				f($col["sv_write_lat_avg_us"], "%.2f"), f($col["qperf_tcp_lat_us"], "%.2f"),
 				ratio($col["sv_send_lat_avg_us"], $col["qperf_tcp_lat_us"]))
 			if ($2 == 1048576) { wbw[p] = $col["sv_write_bw_MBps"]; tbw[p] = $col["qperf_tcp_bw_MBps"]; ibw[p] = $col["iperf3_bw_MBps"] }
-			if ($2 == 8) { slat[p] = $col["sv_send_lat_avg_us"]; tlat[p] = $col["qperf_tcp_lat_us"] }
+			if ($2 == 8) { slat[p] = $col["sv_send_lat_avg_us"]; tlat[p] = $col["qperf_tcp_lat_us"]; smed[p] = $col["sv_send_lat_typical_us"]; sev[p] = $col["sv_send_lat_ev_avg_us"] }
 		}
 		END {
 			name["lo"] = "loopback (127.0.0.1)"; name["veth"] = "veth (two namespaces)"
 			for (k = 1; k <= np; k++) {
 				p = order[k]
 				printf "\n== %s ==\n", (p in name) ? name[p] : p
-				printf "%7s | %9s %9s %9s %6s %9s | %9s %9s %9s %9s %6s\n", "", "softverbs", "softverbs", "TCP", "", "TCP", \
-					"softverbs", "softverbs", "softverbs", "TCP", ""
-				printf "%7s | %9s %9s %9s %6s %9s | %9s %9s %9s %9s %6s\n", "size", "write_bw", "send_bw", "qperf", "ratio", "iperf3", \
-					"send_lat", "send_lat", "write_lat", "qperf", "ratio"
-				printf "%7s | %9s %9s %9s %6s %9s | %9s %9s %9s %9s %6s\n", "bytes", "MB/s", "MB/s", "MB/s", "w/q", "MB/s", \
-					"us avg", "us median", "us avg", "us", "s/q"
+				printf "%7s | %9s %9s %9s %6s %9s | %9s %9s %9s %9s %9s %6s\n", "", "softverbs", "softverbs", "TCP", "", "TCP", \
+					"softverbs", "softverbs", "softverbs", "softverbs", "TCP", ""
+				printf "%7s | %9s %9s %9s %6s %9s | %9s %9s %9s %9s %9s %6s\n", "size", "write_bw", "send_bw", "qperf", "ratio", "iperf3", \
+					"send_lat", "send_lat", "send_lat", "write_lat", "qperf", "ratio"
+				printf "%7s | %9s %9s %9s %6s %9s | %9s %9s %9s %9s %9s %6s\n", "bytes", "MB/s", "MB/s", "MB/s", "w/q", "MB/s", \
+					"us avg", "us median", "-e us avg", "us avg", "us", "s/q"
 				printf "%s", rows[p]
 			}
 			printf "\nTargets (brief section 7, TCP path), evaluated against qperf on the same path:\n"
@@ -516,6 +576,12 @@ report() {
 					if (r <= 1.2) printf " (%.2f us below the target)", 1.2 * tlat[p] - slat[p]
 					else printf " (%.2f us too slow: %.1f x the target)", slat[p] - 1.2 * tlat[p], r / 1.2
 					printf "\n"
+					if (num(smed[p]))
+						printf "  %-4s   for reference: its median (t_typical) %.2f us = %.2f x the qperf mean (qperf gives no median)\n",
+							p, smed[p], smed[p] / tlat[p]
+					if (num(sev[p]))
+						printf "  %-4s   for reference: ib_send_lat -e (sleeps on CQ events, as qperf sleeps in recv) %.2f us = %.2f x\n",
+							p, sev[p], sev[p] / tlat[p]
 				} else
 					printf "  %-4s ib_send_lat 8 B: not measured\n", p
 			}
@@ -577,6 +643,6 @@ else
 fi
 log "results: $CSV, $TABLE, $PNG; raw output in $LOGS/ ($((SECONDS - T0)) s)"
 if [ "$FAILED" -gt 0 ]; then
-	warn "$FAILED measurement(s) produced no number (NaN in the CSV)"
+	warn "$FAILED table cell(s) have no number (NaN in the CSV; see the WARN lines above)"
 	exit 1
 fi
