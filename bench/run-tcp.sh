@@ -221,16 +221,20 @@ free_port() {
 
 past_deadline() { [ "$SECONDS" -ge "$DEADLINE" ]; }
 
-# record PATH SIZE COLUMN VALUE: one repeat's value; empty = no number.
+# record PATH SIZE COLUMN VALUE: one repeat's value; empty = no number.  It
+# goes to results-raw.csv at once, so that nothing measured is lost.
 record() {
 	R[$1,$2,$3]="${R[$1,$2,$3]:-} ${4:-NaN}"
+	local n
+	n=$(wc -w <<<"${R[$1,$2,$3]}")
+	echo "$1,$2,$3,$n,${4:-NaN}" >>"$RAW_CSV"
 }
 
 # median VALUES...: the median of the numbers among VALUES, NaN if none.
 # Repeats are summarised by their median so that one disturbed run (the
 # machine is shared) does not move the figure.
 median() {
-	printf '%s\n' "$@" | grep -Ev '^(NaN|)$' | sort -g | awk '
+	printf '%s\n' "$@" | { grep -Ev '^(NaN|)$' || true; } | sort -g | awk '
 		{ v[NR] = $1 }
 		END {
 			if (NR == 0) { print "NaN"; exit }
@@ -284,7 +288,7 @@ perftest() {
 	local spid=$BG_PID w=0
 	wait_listen "$SRV_NS" "$port" "$spid" || w=$?
 	if [ "$w" != 0 ]; then
-		warn "$path $prog $size: server did not listen (see $base.server.txt)"
+		warn "$path $prog${suffix:+ $suffix} $size: server did not listen (see $base.server.txt)"
 		wait_pid "$spid" 1 || true
 		return 1
 	fi
@@ -306,7 +310,7 @@ perftest() {
 	local src=0
 	wait_pid "$spid" "$([ "$crc" = 0 ] && echo 10 || echo 2)" || src=$?
 	if [ "$crc" != 0 ] || [ "$src" != 0 ]; then
-		warn "$path $prog $size: client exited $crc, server $src (124 = timed out; see $base.*.txt)"
+		warn "$path $prog${suffix:+ $suffix} $size: client exited $crc, server $src (124 = timed out; see $base.*.txt)"
 		return 1
 	fi
 	return 0
@@ -338,6 +342,8 @@ sv_bw() {
 sv_lat() {
 	local avg="" typ="" try sfx
 	local extra=("${@:5}")
+	# a healthy run at the sizes -e is used at takes about a second
+	[ "${#extra[@]}" -gt 0 ] && local PT_TIMEOUT=10
 	sfx=$(printf '%s' "${extra[@]}" | tr -c 'a-zA-Z0-9' _)
 	for try in 1 2; do
 		if past_deadline; then
@@ -475,9 +481,9 @@ run_path() {
 			# -e: sleep on completion events, as qperf sleeps in recv().
 			# Only at the target sizes: in this mode softverbs sometimes
 			# reports a CQ overrun and the run hangs until its timeout.
-			if [ "$reps" -gt 1 ] || [ "$QUICK" = 1 ]; then
-				sv_lat "$path" ib_send_lat "$size" sv_send_lat_ev -e
-			fi
+			case " $TARGET_SIZES " in
+			*" $size "*) sv_lat "$path" ib_send_lat "$size" sv_send_lat_ev -e ;;
+			esac
 			sv_lat "$path" ib_write_lat "$size" sv_write_lat
 		done
 	done
@@ -489,11 +495,11 @@ run_path() {
 
 COLUMNS_CSV="sv_write_bw_MBps sv_send_bw_MBps qperf_tcp_bw_MBps iperf3_bw_MBps sv_send_lat_avg_us sv_send_lat_typical_us sv_send_lat_ev_avg_us sv_send_lat_ev_typical_us sv_write_lat_avg_us sv_write_lat_typical_us qperf_tcp_lat_us"
 
-# results.csv: one row per path and size, repeats summarised by the median;
-# results-raw.csv: every repeat's value.
+# results.csv: one row per path and size, repeats summarised by the median
+# (results-raw.csv has every repeat's value).  A column not measured at a
+# size (ib_send_lat -e away from the target sizes) is NaN, not a failure.
 write_csv() {
-	local path size c line v i m
-	echo "path,size_bytes,column,repeat,value" >"$RAW_CSV"
+	local path size c line m
 	{
 		line="path,size_bytes"
 		for c in $COLUMNS_CSV; do line+=",$c"; done
@@ -502,15 +508,12 @@ write_csv() {
 			for size in $SIZES; do
 				line="$path,$size"
 				for c in $COLUMNS_CSV; do
-					i=0
-					# shellcheck disable=SC2086 # the list is split on purpose
-					for v in ${R[$path,$size,$c]:-NaN}; do
-						i=$((i + 1))
-						echo "$path,$size,$c,$i,$v" >>"$RAW_CSV"
-					done
-					# shellcheck disable=SC2086
-					m=$(median ${R[$path,$size,$c]:-NaN})
-					[ "$m" = NaN ] && FAILED=$((FAILED + 1))
+					m=NaN
+					if [ -n "${R[$path,$size,$c]:-}" ]; then
+						# shellcheck disable=SC2086 # the list is split on purpose
+						m=$(median ${R[$path,$size,$c]})
+						[ "$m" != NaN ] || FAILED=$((FAILED + 1))
+					fi
 					line+=",$m"
 				done
 				echo "$line"
@@ -606,6 +609,7 @@ if [ "${REPORT_ONLY:-0}" != 1 ]; then
 		echo "$(nproc) CPUs: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1), Linux $(uname -r)"
 		echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 	} >"$INFO"
+	echo "path,size_bytes,column,repeat,value" >"$RAW_CSV"
 	DEADLINE=$((SECONDS + DEADLINE))
 	DONE_PATHS=()
 	for path in $PATHS; do
