@@ -41,7 +41,7 @@ do for [p in paths] {
 	set ylabel 'microseconds (log)'
 	set key top left
 	plot csv using 'size_bytes':(on(p, 'sv_send_lat_avg_us')) with linespoints lw 2 pt 7 title 'softverbs ib\_send\_lat (avg)', \
-	     csv using 'size_bytes':(on(p, 'sv_send_lat_ev_avg_us')) with linespoints lw 2 pt 9 title 'softverbs ib\_send\_lat -e (avg)', \
+	     csv using 'size_bytes':(on(p, 'sv_send_lat_ev_avg_us')) with points ps 2 pt 9 title 'softverbs ib\_send\_lat -e (avg, target sizes only)', \
 	     csv using 'size_bytes':(on(p, 'sv_write_lat_avg_us')) with linespoints lw 2 pt 5 title 'softverbs ib\_write\_lat (avg)', \
 	     csv using 'size_bytes':(on(p, 'qperf_tcp_lat_us')) with linespoints lw 2 dt 2 pt 6 title 'TCP qperf tcp\_lat'
 }
