@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # bench/run-tcp.sh: softverbs over its TCP transport next to TCP itself.
 #
-#   bench/run-tcp.sh            # full sweep, 1 B .. 4 MiB, a few minutes
+#   bench/run-tcp.sh            # full sweep, 1 B .. 4 MiB, ~7 minutes here
 #   QUICK=1 bench/run-tcp.sh    # smoke run: 8 B, 64 KiB, 1 MiB only
 #
 # For each path (loopback 127.0.0.1 in this namespace; two network namespaces
 # joined by a veth pair) and each message size, it runs Debian's unmodified
-# perftest over softverbs (ib_write_bw, ib_send_bw, ib_send_lat, ib_write_lat)
-# and, on the same path and at the same size, the TCP peers: qperf tcp_bw /
-# tcp_lat and iperf3.  Measurements of one size are taken back to back, so
-# that softverbs and TCP see the same background load.  It prints a table and
-# the two TCP-path targets of the brief (section 7), and writes under
-# $RESULTS (default bench/results/): results.csv, table.txt, tcp.png and
-# logs/ with every program's raw output.
+# perftest over softverbs (ib_write_bw, ib_send_bw, ib_send_lat, ib_write_lat;
+# ib_send_lat -e too at the target sizes) and, on the same path and at the
+# same size, the TCP peers: qperf tcp_bw / tcp_lat and iperf3.  Measurements
+# of one size are taken back to back, so that softverbs and TCP see the same
+# background load.  It prints a table and the two TCP-path targets of the
+# brief (section 7), and writes under $RESULTS (default bench/results/):
+# results.csv, results-raw.csv, run-info.txt, table.txt, tcp.png and logs/
+# with every program's raw output.  docs/PERFORMANCE.md explains the columns.
 #
 # Environment:
 #   QUICK=1          short smoke run
