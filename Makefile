@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS  ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all build test demo deps clean
+.PHONY: all build test demo deps bench clean
 
 all: build
 
@@ -19,6 +19,12 @@ deps:
 
 demo: deps build
 	@$(BUILD)/bin/softverbs-demo-run
+
+# softverbs vs TCP (loopback and veth) with perftest, qperf, iperf3; not part
+# of `make test`.  It builds (and installs its packages) itself.  QUICK=1 for
+# a short smoke run.  See docs/PERFORMANCE.md.
+bench:
+	@bench/run-tcp.sh
 
 clean:
 	rm -rf $(BUILD)
