@@ -50,6 +50,21 @@ int sv_poll_cq(struct ibv_cq *ibcq, int num, struct ibv_wc *wc);
 int sv_req_notify_cq(struct ibv_cq *ibcq, int solicited_only);
 void sv_cq_ex_init(struct sv_cq *cq, uint64_t wc_flags);
 
+/*
+ * The CQ a program gets holds at least what it asked for: like hardware
+ * (and rxe), round up to a power of two less one, and report that in
+ * cq->cqe, as ibv_create_cq(3) allows.  Programs that size a CQ to the
+ * exact number of outstanding completions (perftest -e) rely on the slack.
+ */
+static int cq_round(int cqe)
+{
+	uint32_t n = 1;
+
+	while (n < (uint32_t)cqe + 1)
+		n <<= 1;
+	return (int)SV_MIN(n - 1, (uint32_t)SV_MAX_CQE);
+}
+
 static struct sv_cq *cq_create(struct ibv_context *context, int cqe, void *cq_context,
 			       struct ibv_comp_channel *channel, int comp_vector)
 {
@@ -65,6 +80,7 @@ static struct sv_cq *cq_create(struct ibv_context *context, int cqe, void *cq_co
 		errno = ENOMEM;
 		return NULL;
 	}
+	cqe = cq_round(cqe);
 	cq = calloc(1, sizeof(*cq));
 	if (cq)
 		cq->ring = calloc((size_t)cqe + 1, sizeof(*cq->ring));
@@ -158,6 +174,7 @@ int ibv_resize_cq(struct ibv_cq *ibcq, int cqe)
 
 	if (cqe < 1 || cqe > SV_MAX_CQE)
 		return EINVAL;
+	cqe = cq_round(cqe);
 	pthread_mutex_lock(&cq->lock);
 	if ((uint32_t)cqe < cq->count) {
 		pthread_mutex_unlock(&cq->lock);
