@@ -40,6 +40,20 @@ int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
 
 	if (__atomic_load_n(&channel->refcnt, __ATOMIC_ACQUIRE))
 		return EBUSY;
+	/* every CQ of this channel is destroyed: what the pipe still holds are
+	 * unread events of zombie CQs, and the last one frees its CQ */
+	int fl = fcntl(channel->fd, F_GETFL);
+
+	if (fl >= 0)
+		fcntl(channel->fd, F_SETFL, fl | O_NONBLOCK);
+	for (;;) {
+		struct sv_cq *p;
+
+		if (read(channel->fd, &p, sizeof(p)) != (ssize_t)sizeof(p))
+			break;
+		if (atomic_fetch_sub(&p->events_in_pipe, 1) == 1 && p->zombie)
+			free(p);
+	}
 	close(channel->fd);
 	close(ch->wfd);
 	free(ch);

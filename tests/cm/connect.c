@@ -327,6 +327,8 @@ int main(void)
 	SVT_CHECK_CM(rdma_dereg_mr(pas.mr));
 	rdma_destroy_qp(act.id);
 	rdma_destroy_qp(pas.id);
+	free(act.buf);
+	free(pas.buf);
 	SVT_CHECK(act.id->qp == NULL);
 	SVT_CHECK_CM(rdma_destroy_id(act.id));
 	SVT_CHECK_CM(rdma_destroy_id(pas.id));
