@@ -49,6 +49,18 @@ enum {
 	CM_SIDR_REJECT = 2,
 };
 
+/* The CM messages (IBTA 12.6), as the type byte of a frame (protocol.c). */
+enum cm_msg_type {
+	MSG_REQ = 'Q',
+	MSG_REP = 'P',
+	MSG_RTU = 'U',
+	MSG_REJ = 'J',
+	MSG_DREQ = 'D',
+	MSG_DREP = 'E',
+	MSG_SIDR_REQ = 'S',
+	MSG_SIDR_REP = 'R',
+};
+
 enum cm_state {
 	CM_IDLE,
 	CM_BOUND,          /* rdma_bind_addr done */
@@ -193,7 +205,7 @@ void cm_sock_watch(struct cm_id *id);              /* cm_lock held: add/modify i
 void cm_sock_close(struct cm_id *id);              /* cm_lock held */
 int cm_send_req(struct cm_id *id, const struct rdma_conn_param *p);
 int cm_send_rep(struct cm_id *id, const struct rdma_conn_param *p);
-int cm_send_simple(struct cm_id *id, uint8_t type, uint32_t reason, const void *pdata, uint8_t len);
+int cm_send_simple(struct cm_id *id, enum cm_msg_type type, uint32_t reason, const void *pdata, uint8_t len);
 int cm_send_sidr_req(struct cm_id *id, const struct rdma_conn_param *p);
 int cm_send_sidr_rep(struct cm_id *id, uint32_t status, uint32_t qpn, uint32_t qkey,
 		     const void *pdata, uint8_t len);

@@ -57,6 +57,14 @@ static int rd_atomic(uint8_t asked, uint8_t max, uint8_t *out)
 	return 0;
 }
 
+/* This side's RDMA read resources, from the parameters and the device's limits. */
+static int take_rd_atomic(struct cm_id *id, const struct rdma_conn_param *p)
+{
+	int err = rd_atomic(p->responder_resources, id->dev->max_dest_rd_atomic, &id->resp_res);
+
+	return err ? err : rd_atomic(p->initiator_depth, id->dev->max_rd_atomic, &id->init_depth);
+}
+
 static void take_pdata(struct cm_id *id, const struct rdma_conn_param *p)
 {
 	id->pending = *p;
@@ -77,9 +85,7 @@ static int connect_locked(struct cm_id *id, const struct rdma_conn_param *p)
 	    (p->private_data_len && !p->private_data))
 		return EINVAL;
 	if (!ud) {
-		err = rd_atomic(p->responder_resources, id->dev->max_dest_rd_atomic, &id->resp_res);
-		if (!err)
-			err = rd_atomic(p->initiator_depth, id->dev->max_rd_atomic, &id->init_depth);
+		err = take_rd_atomic(id, p);
 		if (err)
 			return err;
 		id->retry_count = (uint8_t)SV_MIN(p->retry_count, 7);
@@ -147,9 +153,7 @@ static int accept_locked(struct cm_id *id, const struct rdma_conn_param *p)
 		return accept_ud(id, p);
 	if (p->private_data_len > CM_REP_PDATA || (p->private_data_len && !p->private_data))
 		return EINVAL;
-	err = rd_atomic(p->responder_resources, id->dev->max_dest_rd_atomic, &id->resp_res);
-	if (!err)
-		err = rd_atomic(p->initiator_depth, id->dev->max_rd_atomic, &id->init_depth);
+	err = take_rd_atomic(id, p);
 	if (err)
 		return err;
 	id->local_psn = sv_random_u32() & SV_PSN_MASK;
@@ -216,7 +220,7 @@ static int reject(struct rdma_cm_id *pub, const void *pdata, uint8_t len, uint32
 		if (ud)
 			cm_send_sidr_rep(id, CM_SIDR_REJECT, 0, 0, pdata, len);
 		else
-			cm_send_simple(id, 'J', reason, pdata, len);
+			cm_send_simple(id, MSG_REJ, reason, pdata, len);
 		id->state = CM_FAILED;
 		cm_sock_close(id);
 	}
@@ -244,7 +248,7 @@ int rdma_establish(struct rdma_cm_id *pub)
 	pthread_mutex_lock(&cm_lock);
 	if (id->state != CM_REP_RCVD)
 		err = EINVAL;
-	else if (cm_send_simple(id, 'U', 0, NULL, 0))
+	else if (cm_send_simple(id, MSG_RTU, 0, NULL, 0))
 		err = ECONNRESET;
 	else
 		id->state = CM_ESTABLISHED;
@@ -265,7 +269,7 @@ int rdma_disconnect(struct rdma_cm_id *pub)
 	case CM_REP_SENT:
 	case CM_REP_RCVD:
 		cm_qp_to_err(id);
-		if (cm_send_simple(id, 'D', 0, NULL, 0) == 0) {
+		if (cm_send_simple(id, MSG_DREQ, 0, NULL, 0) == 0) {
 			id->state = CM_DREQ_SENT;
 			cm_set_deadline(id);
 		} else {

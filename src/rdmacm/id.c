@@ -136,13 +136,13 @@ int rdma_destroy_id(struct rdma_cm_id *pub)
 		if (cm_ps_is_ud(id->pub.ps))
 			cm_send_sidr_rep(id, CM_SIDR_REJECT, 0, 0, NULL, 0);
 		else
-			cm_send_simple(id, 'J', CM_REJ_CONSUMER_DEFINED, NULL, 0);
+			cm_send_simple(id, MSG_REJ, CM_REJ_CONSUMER_DEFINED, NULL, 0);
 		break;
 	case CM_REQ_SENT:
 	case CM_REP_RCVD:
 	case CM_REP_SENT:
 	case CM_ESTABLISHED:
-		cm_send_simple(id, 'D', 0, NULL, 0); /* DREQ; closing the socket covers the rest */
+		cm_send_simple(id, MSG_DREQ, 0, NULL, 0); /* DREQ; closing the socket covers the rest */
 		break;
 	default:
 		break;

@@ -26,16 +26,6 @@
 #define CM_MAGIC 0x5356434du /* "SVCM" */
 #define CM_VERSION 1
 
-enum cm_msg_type {
-	MSG_REQ = 'Q',
-	MSG_REP = 'P',
-	MSG_RTU = 'U',
-	MSG_REJ = 'J',
-	MSG_DREQ = 'D',
-	MSG_DREP = 'E',
-	MSG_SIDR_REQ = 'S',
-	MSG_SIDR_REP = 'R',
-};
 
 /* One frame; multi-byte fields in network order. */
 struct cm_wire {
@@ -72,7 +62,7 @@ static uint64_t cm_timeout_ns(void)
 
 /* ---- sending ---- */
 
-static void wire_init(struct cm_wire *m, uint8_t type)
+static void wire_init(struct cm_wire *m, enum cm_msg_type type)
 {
 	memset(m, 0, sizeof(*m));
 	m->magic = htonl(CM_MAGIC);
@@ -179,7 +169,7 @@ int cm_send_sidr_rep(struct cm_id *id, uint32_t status, uint32_t qpn, uint32_t q
 	return wire_send(id, &m);
 }
 
-int cm_send_simple(struct cm_id *id, uint8_t type, uint32_t reason, const void *pdata, uint8_t len)
+int cm_send_simple(struct cm_id *id, enum cm_msg_type type, uint32_t reason, const void *pdata, uint8_t len)
 {
 	struct cm_wire m;
 
