@@ -217,6 +217,20 @@ static enum ibv_wc_status send_packet(struct sv_qp *qp, struct req_pass *p, stru
 	return IBV_WC_SUCCESS;
 }
 
+/*
+ * UD datagrams go to many connections, and a destroyed UD QP is only taken
+ * off its own connection's waiter list (sv_engine_forget_qp): UD keeps
+ * queueing up to this much before it waits, as it always did.
+ */
+#define SV_UD_TXQ_HIGH (4u << 20)
+
+static bool congested(struct sv_qp *qp, struct sv_conn *conn)
+{
+	if (qp->ex.qp_base.qp_type == IBV_QPT_UD)
+		return __atomic_load_n(&conn->txq_bytes, __ATOMIC_RELAXED) > SV_UD_TXQ_HIGH;
+	return sv_conn_congested(conn);
+}
+
 /* The connection has bytes waiting: park the QP until the engine drains it.
  * Checked again under tx_lock, since the drain may have just happened. */
 static bool park_on(struct sv_qp *qp, struct sv_conn *conn)
@@ -224,7 +238,7 @@ static bool park_on(struct sv_qp *qp, struct sv_conn *conn)
 	bool parked = false;
 
 	pthread_mutex_lock(&conn->tx_lock);
-	if (sv_conn_congested(conn)) {
+	if (congested(qp, conn)) {
 		if (!sv_list_linked(&qp->txwait_link))
 			sv_list_add_tail(&conn->tx_waiters, &qp->txwait_link);
 		parked = true;
@@ -294,7 +308,7 @@ void sv_requester_run(struct sv_qp *qp)
 		conn = qpt == IBV_QPT_UD ? ah_conn(qp, w->ah) : sv_qp_conn(qp);
 		if (!conn)
 			break; /* out of memory: the retry timer tries again */
-		if (!pass.b.nframes && sv_conn_congested(conn) && park_on(qp, conn)) {
+		if (!pass.b.nframes && congested(qp, conn) && park_on(qp, conn)) {
 			/* resume when the engine has flushed this connection */
 			if (qpt == IBV_QPT_UD)
 				sv_conn_put(conn);
