@@ -129,6 +129,18 @@ static void wake(struct sv_engine *eng)
 	(void)r;
 }
 
+bool sv_engine_others_waiting(struct sv_engine *eng, struct sv_qp *qp)
+{
+	bool waiting;
+
+	pthread_mutex_lock(&eng->lock);
+	/* qp itself may be on the list, scheduled while we ran it directly */
+	waiting = !sv_list_empty(&eng->run_qps) &&
+		  (eng->run_qps.next != &qp->run_link || eng->run_qps.prev != &qp->run_link);
+	pthread_mutex_unlock(&eng->lock);
+	return waiting;
+}
+
 void sv_engine_schedule(struct sv_engine *eng, struct sv_qp *qp)
 {
 	bool kick = false;

@@ -11,8 +11,11 @@
 #include <arpa/inet.h>
 #include <string.h>
 
-/* Packets one requester pass may send before yielding to other QPs. */
+/* Packets one requester pass may send before yielding to other QPs; while
+ * none waits, it goes on for up to SV_REQ_QUANTA such budgets, since handing
+ * the rest to the engine thread costs a wake-up and contention for the QP. */
 #define SV_REQ_BUDGET 64
+#define SV_REQ_QUANTA 4
 
 static uint32_t wqe_npkts(const struct sv_qp *qp, const struct sv_send_wqe *w)
 {
@@ -262,7 +265,7 @@ void sv_requester_run(struct sv_qp *qp)
 	struct sv_sq *sq = &qp->sq;
 	enum ibv_qp_type qpt = qp->ex.qp_base.qp_type;
 	uint32_t max_rd = SV_MAX(1u, qp->attr.max_rd_atomic);
-	int budget = SV_REQ_BUDGET;
+	int budget = SV_REQ_BUDGET, quanta = SV_REQ_QUANTA;
 	struct req_pass pass = { .mr_locked = false };
 
 	if (qp->state != IBV_QPS_RTS || qp->rnr_until)
@@ -292,8 +295,14 @@ void sv_requester_run(struct sv_qp *qp)
 			w->last_psn = sv_psn_add(w->first_psn, w->npkts - 1);
 		}
 		if (budget-- <= 0) {
-			sv_engine_schedule(qp->ctx->eng, qp); /* let other QPs have a turn */
-			break;
+			if (--quanta <= 0 || sv_engine_others_waiting(qp->ctx->eng, qp)) {
+				sv_engine_schedule(qp->ctx->eng, qp); /* let others have a turn */
+				break;
+			}
+			/* nobody to be fair to: go on here, rather than hand the rest
+			 * to another thread that would contend for this QP */
+			pass_flush(qp, &pass);
+			budget = SV_REQ_BUDGET - 1;
 		}
 		if (qpt == IBV_QPT_UD && w->length > qp->mtu) {
 			/* as in Soft-RoCE: the datagram completes and the wire drops it */
