@@ -20,6 +20,14 @@
 /* epoll tags for the non-connection fds */
 static int tag_listen, tag_wake;
 
+/*
+ * What the calling thread is doing, so that it does not ring the doorbell
+ * for work it is about to do itself: the holder of progress_lock runs the
+ * deferred requester list before it lets go, and the engine thread
+ * recomputes its timers at the end of each pass.
+ */
+static __thread struct sv_engine *tls_progress, *tls_engine_thread;
+
 static struct sv_conn *conn_new(struct sv_engine *eng, int fd, bool outgoing)
 {
 	struct sv_conn *c = calloc(1, sizeof(*c));
@@ -121,6 +129,18 @@ static void wake(struct sv_engine *eng)
 	(void)r;
 }
 
+bool sv_engine_others_waiting(struct sv_engine *eng, struct sv_qp *qp)
+{
+	bool waiting;
+
+	pthread_mutex_lock(&eng->lock);
+	/* qp itself may be on the list, scheduled while we ran it directly */
+	waiting = !sv_list_empty(&eng->run_qps) &&
+		  (eng->run_qps.next != &qp->run_link || eng->run_qps.prev != &qp->run_link);
+	pthread_mutex_unlock(&eng->lock);
+	return waiting;
+}
+
 void sv_engine_schedule(struct sv_engine *eng, struct sv_qp *qp)
 {
 	bool kick = false;
@@ -132,7 +152,7 @@ void sv_engine_schedule(struct sv_engine *eng, struct sv_qp *qp)
 		kick = true;
 	}
 	pthread_mutex_unlock(&eng->lock);
-	if (kick)
+	if (kick && tls_progress != eng)
 		wake(eng);
 }
 
@@ -153,7 +173,7 @@ void sv_engine_timer_update(struct sv_engine *eng, struct sv_qp *qp)
 		kick = true;
 	}
 	pthread_mutex_unlock(&eng->lock);
-	if (kick)
+	if (kick && tls_engine_thread != eng)
 		wake(eng);
 }
 
@@ -451,10 +471,12 @@ void sv_engine_progress(struct sv_engine *eng)
 
 	if (pthread_mutex_trylock(&eng->progress_lock))
 		return; /* someone is already making progress */
+	tls_progress = eng;
 	n = epoll_wait(eng->epfd, evs, 16, 0);
 	if (n > 0)
 		handle_events(eng, evs, n, false);
 	run_deferred(eng);
+	tls_progress = NULL;
 	pthread_mutex_unlock(&eng->progress_lock);
 }
 
@@ -464,6 +486,7 @@ static void *engine_main(void *arg)
 	struct epoll_event evs[64];
 	int timeout = -1;
 
+	tls_engine_thread = eng;
 	while (!atomic_load(&eng->stop)) {
 		int n;
 
@@ -472,9 +495,11 @@ static void *engine_main(void *arg)
 		pthread_mutex_unlock(&eng->progress_lock);
 		n = epoll_wait(eng->epfd, evs, 64, timeout);
 		pthread_mutex_lock(&eng->progress_lock);
+		tls_progress = eng;
 		if (n > 0)
 			handle_events(eng, evs, n, true);
 		run_deferred(eng);
+		tls_progress = NULL; /* timers may schedule: the doorbell brings us back */
 		timeout = run_timers(eng);
 		pthread_mutex_unlock(&eng->progress_lock);
 	}

@@ -47,6 +47,8 @@ void sv_engine_progress(struct sv_engine *eng);
 
 /* The (shared) outgoing connection to a peer endpoint, created on demand. */
 struct sv_conn *sv_engine_conn_to(struct sv_engine *eng, const struct sv_endpoint_addr *peer);
+/* Are QPs other than qp waiting on the deferred requester list? */
+bool sv_engine_others_waiting(struct sv_engine *eng, struct sv_qp *qp);
 /* Ask the engine thread to run the requester of qp (qp->lock held or not). */
 void sv_engine_schedule(struct sv_engine *eng, struct sv_qp *qp);
 /* qp->lock held: (re)arm or clear the QP's timers in the engine's list. */

@@ -165,8 +165,8 @@ static enum rx_direct rx_direct(struct sv_conn *c)
 	bth = (const void *)(c->rxbuf + 4);
 	op = sv_opcode_info(bth->opcode);
 	if (!c->hello_seen || !op || !(op->mask & SV_OPF_WRITE) || op->off_immdt ||
-	    flen < op->hdr_len)
-		return RX_NO;
+	    flen < op->hdr_len || flen > SV_MAX_FRAME_LEN)
+		return RX_NO; /* the plain parser deals with it */
 	hl = op->hdr_len;
 	if (c->rx_len < 4 + hl)
 		return RX_NOT_NOW;

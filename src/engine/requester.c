@@ -11,8 +11,11 @@
 #include <arpa/inet.h>
 #include <string.h>
 
-/* Packets one requester pass may send before yielding to other QPs. */
+/* Packets one requester pass may send before yielding to other QPs; while
+ * none waits, it goes on for up to SV_REQ_QUANTA such budgets, since handing
+ * the rest to the engine thread costs a wake-up and contention for the QP. */
 #define SV_REQ_BUDGET 64
+#define SV_REQ_QUANTA 4
 
 static uint32_t wqe_npkts(const struct sv_qp *qp, const struct sv_send_wqe *w)
 {
@@ -217,6 +220,20 @@ static enum ibv_wc_status send_packet(struct sv_qp *qp, struct req_pass *p, stru
 	return IBV_WC_SUCCESS;
 }
 
+/*
+ * UD datagrams go to many connections, and a destroyed UD QP is only taken
+ * off its own connection's waiter list (sv_engine_forget_qp): UD keeps
+ * queueing up to this much before it waits, as it always did.
+ */
+#define SV_UD_TXQ_HIGH (4u << 20)
+
+static bool congested(struct sv_qp *qp, struct sv_conn *conn)
+{
+	if (qp->ex.qp_base.qp_type == IBV_QPT_UD)
+		return __atomic_load_n(&conn->txq_bytes, __ATOMIC_RELAXED) > SV_UD_TXQ_HIGH;
+	return sv_conn_congested(conn);
+}
+
 /* The connection has bytes waiting: park the QP until the engine drains it.
  * Checked again under tx_lock, since the drain may have just happened. */
 static bool park_on(struct sv_qp *qp, struct sv_conn *conn)
@@ -224,7 +241,7 @@ static bool park_on(struct sv_qp *qp, struct sv_conn *conn)
 	bool parked = false;
 
 	pthread_mutex_lock(&conn->tx_lock);
-	if (sv_conn_congested(conn)) {
+	if (congested(qp, conn)) {
 		if (!sv_list_linked(&qp->txwait_link))
 			sv_list_add_tail(&conn->tx_waiters, &qp->txwait_link);
 		parked = true;
@@ -248,7 +265,7 @@ void sv_requester_run(struct sv_qp *qp)
 	struct sv_sq *sq = &qp->sq;
 	enum ibv_qp_type qpt = qp->ex.qp_base.qp_type;
 	uint32_t max_rd = SV_MAX(1u, qp->attr.max_rd_atomic);
-	int budget = SV_REQ_BUDGET;
+	int budget = SV_REQ_BUDGET, quanta = SV_REQ_QUANTA;
 	struct req_pass pass = { .mr_locked = false };
 
 	if (qp->state != IBV_QPS_RTS || qp->rnr_until)
@@ -278,8 +295,14 @@ void sv_requester_run(struct sv_qp *qp)
 			w->last_psn = sv_psn_add(w->first_psn, w->npkts - 1);
 		}
 		if (budget-- <= 0) {
-			sv_engine_schedule(qp->ctx->eng, qp); /* let other QPs have a turn */
-			break;
+			if (--quanta <= 0 || sv_engine_others_waiting(qp->ctx->eng, qp)) {
+				sv_engine_schedule(qp->ctx->eng, qp); /* let others have a turn */
+				break;
+			}
+			/* nobody to be fair to: go on here, rather than hand the rest
+			 * to another thread that would contend for this QP */
+			pass_flush(qp, &pass);
+			budget = SV_REQ_BUDGET - 1;
 		}
 		if (qpt == IBV_QPT_UD && w->length > qp->mtu) {
 			/* as in Soft-RoCE: the datagram completes and the wire drops it */
@@ -294,7 +317,7 @@ void sv_requester_run(struct sv_qp *qp)
 		conn = qpt == IBV_QPT_UD ? ah_conn(qp, w->ah) : sv_qp_conn(qp);
 		if (!conn)
 			break; /* out of memory: the retry timer tries again */
-		if (!pass.b.nframes && sv_conn_congested(conn) && park_on(qp, conn)) {
+		if (!pass.b.nframes && congested(qp, conn) && park_on(qp, conn)) {
 			/* resume when the engine has flushed this connection */
 			if (qpt == IBV_QPT_UD)
 				sv_conn_put(conn);

@@ -128,7 +128,9 @@ static void ud_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opcode
  * A SEND/WRITE packet was executed: advance the expected PSN (RC) and, on the
  * last packet, end the message and acknowledge it.  Returns true at the end
  * of a message; the caller then posts the receive completion, after the ACK
- * is out, because once the application sees its message it may close.
+ * is written (sv_conn_uncork_now), because once the application sees its
+ * message it may close, or die.  ACKs of WRITEs, which complete nothing
+ * here, stay corked and leave together at the end of the receive pass.
  */
 static bool packet_done(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opcode_info *op,
 			uint32_t psn)
@@ -346,9 +348,11 @@ void sv_responder_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opc
 				  st == IBV_WC_LOC_LEN_ERR ? SV_NAK_INV_REQ : SV_NAK_REM_OP);
 			return;
 		}
-		if (packet_done(qp, conn, op, psn))
+		if (packet_done(qp, conn, op, psn)) {
+			sv_conn_uncork_now(conn); /* the ACK leaves before the completion */
 			complete_recv(qp, IBV_WC_SUCCESS, IBV_WC_RECV, qp->rwqe_off, imm,
 				      qp->attr.dest_qp_num, 0, bth->flags & SV_BTH_SE);
+		}
 		return;
 	}
 
@@ -425,6 +429,7 @@ void sv_responder_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opc
 		qp->wr_va += plen;
 		qp->wr_left -= plen;
 		if (packet_done(qp, conn, op, psn) && imm) {
+			sv_conn_uncork_now(conn); /* the ACK leaves before the completion */
 			qp->rwqe_off = 0;
 			complete_recv(qp, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, qp->wr_total, imm,
 				      qp->attr.dest_qp_num, 0, bth->flags & SV_BTH_SE);

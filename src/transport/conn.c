@@ -127,6 +127,16 @@ int sv_conn_txq_write(struct sv_conn *c)
 	}
 }
 
+void sv_conn_uncork_now(struct sv_conn *conn)
+{
+	pthread_mutex_lock(&conn->tx_lock);
+	/* a broken socket is noticed by the engine, which fails the conn;
+	 * what the socket refuses now goes with the flush at the pass's end */
+	if (atomic_load(&conn->state) == SV_CONN_UP && conn->txq_head)
+		(void)sv_conn_txq_write(conn);
+	pthread_mutex_unlock(&conn->tx_lock);
+}
+
 /* Write what the transport takes now and queue the rest; never blocks. */
 static int conn_write(struct sv_conn *conn, const struct iovec *v, int cnt, size_t total)
 {

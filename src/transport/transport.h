@@ -67,10 +67,11 @@ struct sv_conn {
 /*
  * While the engine processes what a connection received, the small frames
  * it answers with (ACKs, atomic responses) are corked: queued and written
- * together when the pass ends, after the completions they belong to are
- * visible, so no system call stands between a packet's arrival and its
- * completion, and a burst is acknowledged with one write.  Bigger frames
- * (READ responses) go out at once, behind what is corked.
+ * together when the pass ends, so a burst of WRITEs is acknowledged with one
+ * write.  Before a receive completion becomes visible, what is corked is
+ * written (sv_conn_uncork_now): the peer gets its ACK even if the
+ * application quits at once.  Bigger frames (READ responses) go out at
+ * once, behind what is corked.
  */
 #define SV_CONN_CORK_MAX 256u
 
@@ -129,6 +130,8 @@ int sv_tcp_accept(int lfd);
 int sv_conn_send(struct sv_conn *conn, const struct iovec *iov, int iovcnt);
 /* tx_lock held: write queued bytes while the transport takes them; 0 or -errno. */
 int sv_conn_txq_write(struct sv_conn *conn);
+/* During a receive pass: write what is corked now (the pass stays corked). */
+void sv_conn_uncork_now(struct sv_conn *conn);
 /* Batches: init empty; before add, the frame must fit (else flush first). */
 void sv_txbatch_init(struct sv_txbatch *b);
 /* Where the headers of the next frame are written (SV_TXBATCH_HEAD - 4 bytes). */
