@@ -18,7 +18,14 @@
 #include <unistd.h>
 
 /* epoll tags for the non-connection fds */
-static int tag_listen, tag_wake;
+static int tag_listen, tag_listen_shm, tag_wake;
+
+/*
+ * A polling application thread keeps the shm rings' bells unarmed for this
+ * long after its last poll, so that a busy pair exchanges messages without a
+ * system call; the engine thread re-checks at this period meanwhile.
+ */
+#define SV_POLL_LEASE_NS 1000000ull
 
 /*
  * What the calling thread is doing, so that it does not ring the doorbell
@@ -28,7 +35,8 @@ static int tag_listen, tag_wake;
  */
 static __thread struct sv_engine *tls_progress, *tls_engine_thread;
 
-static struct sv_conn *conn_new(struct sv_engine *eng, int fd, bool outgoing)
+static struct sv_conn *conn_new(struct sv_engine *eng, int fd, bool outgoing,
+				const struct sv_transport_ops *ops)
 {
 	struct sv_conn *c = calloc(1, sizeof(*c));
 
@@ -42,7 +50,7 @@ static struct sv_conn *conn_new(struct sv_engine *eng, int fd, bool outgoing)
 	c->rx_cap = SV_RXBUF_CAP;
 	c->rx_lowat = 1; /* the socket's default */
 	c->eng = eng;
-	c->ops = &sv_tcp_ops;
+	c->ops = ops;
 	c->fd = fd;
 	c->outgoing = outgoing;
 	atomic_init(&c->refcnt, 1); /* the engine's list reference */
@@ -55,7 +63,8 @@ static struct sv_conn *conn_new(struct sv_engine *eng, int fd, bool outgoing)
 
 static int conn_arm(struct sv_conn *c, bool out)
 {
-	struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP | (out ? EPOLLOUT : 0),
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP |
+					    (out && !c->ops->room_by_bell ? EPOLLOUT : 0),
 				  .data.ptr = c };
 
 	return epoll_ctl(c->eng->epfd, EPOLL_CTL_MOD, c->fd, &ev);
@@ -63,7 +72,9 @@ static int conn_arm(struct sv_conn *c, bool out)
 
 static int conn_register(struct sv_engine *eng, struct sv_conn *c)
 {
-	struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP | EPOLLOUT, .data.ptr = c };
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP |
+					    (c->ops->room_by_bell ? 0 : EPOLLOUT),
+				  .data.ptr = c };
 	struct sv_hello h = { .magic = htonl(SV_WIRE_MAGIC), .version = htons(SV_WIRE_VERSION) };
 	struct iovec iov = { &h, sizeof(h) };
 	int err;
@@ -78,6 +89,8 @@ static int conn_register(struct sv_engine *eng, struct sv_conn *c)
 		return -errno;
 	pthread_mutex_lock(&eng->lock);
 	sv_list_add_tail(&eng->conns, &c->link);
+	if (!c->ops->rx_pending)
+		eng->nconns_polled++;
 	pthread_mutex_unlock(&eng->lock);
 	return 0;
 }
@@ -99,11 +112,19 @@ struct sv_conn *sv_engine_conn_to(struct sv_engine *eng, const struct sv_endpoin
 	}
 	pthread_mutex_unlock(&eng->lock);
 
-	c = conn_new(eng, -1, true);
+	/* same host and namespace: shm, unless told otherwise; an endpoint
+	 * that has no shm listener (tcp forced there) is reached by tcp */
+	c = conn_new(eng, -1, true, eng->mode == SV_TRANSPORT_TCP ? &sv_tcp_ops : &sv_shm_ops);
 	if (!c)
 		return NULL;
 	c->peer = *peer;
-	if (c->ops->connect(c) || conn_register(eng, c)) {
+	if (c->ops == &sv_shm_ops && c->ops->connect(c)) {
+		sv_dbg("no shm path to %s:%u", inet_ntoa(peer->ip), peer->port);
+		if (eng->mode == SV_TRANSPORT_AUTO)
+			c->ops = &sv_tcp_ops;
+	}
+	if ((c->ops == &sv_tcp_ops && c->ops->connect(c)) ||
+	    (c->ops == &sv_shm_ops && c->fd < 0) || conn_register(eng, c)) {
 		/* an unreachable peer behaves like a dead link: packets vanish and
 		 * the requester's retry timer turns that into RETRY_EXC_ERR */
 		sv_dbg("connect to %s:%u failed", inet_ntoa(peer->ip), peer->port);
@@ -201,7 +222,8 @@ void sv_engine_conn_fail(struct sv_conn *conn)
 	struct sv_engine *eng = conn->eng;
 	struct sv_list waiters;
 
-	atomic_store(&conn->state, SV_CONN_DEAD);
+	if (atomic_exchange(&conn->state, SV_CONN_DEAD) == SV_CONN_DEAD)
+		return; /* failed already */
 	if (conn->fd >= 0)
 		epoll_ctl(eng->epfd, EPOLL_CTL_DEL, conn->fd, NULL);
 	pthread_mutex_lock(&conn->tx_lock);
@@ -221,6 +243,8 @@ void sv_engine_conn_fail(struct sv_conn *conn)
 	if (sv_list_linked(&conn->link)) {
 		sv_list_del(&conn->link);
 		sv_list_add_tail(&eng->graveyard, &conn->link);
+		if (!conn->ops->rx_pending)
+			eng->nconns_polled--;
 	}
 	pthread_mutex_unlock(&eng->lock);
 }
@@ -331,6 +355,13 @@ static void conn_event(struct sv_conn *c, uint32_t events)
 {
 	if (atomic_load(&c->state) == SV_CONN_DEAD)
 		return;
+	/* bells and end of stream (the data is in the ring).  Only the engine
+	 * thread takes the bells: the socket stays readable until it has seen
+	 * them, so a polling thread that takes the data and stops polling
+	 * cannot leave the engine thread asleep on a ring it has not looked at */
+	if (c->ops->poll_in && tls_engine_thread == c->eng &&
+	    (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)))
+		c->ops->poll_in(c);
 	if (atomic_load(&c->state) == SV_CONN_CONNECTING && (events & (EPOLLOUT | EPOLLERR | EPOLLHUP))) {
 		int err = 0;
 		socklen_t l = sizeof(err);
@@ -363,7 +394,7 @@ static void accept_all(struct sv_engine *eng)
 
 		if (fd < 0)
 			return;
-		c = conn_new(eng, fd, false);
+		c = conn_new(eng, fd, false, &sv_tcp_ops);
 		if (!c) {
 			close(fd);
 			continue;
@@ -371,6 +402,80 @@ static void accept_all(struct sv_engine *eng)
 		if (conn_register(eng, c))
 			sv_conn_put(c); /* closes fd */
 	}
+}
+
+static void accept_all_shm(struct sv_engine *eng)
+{
+	for (;;) {
+		struct sv_conn *c = conn_new(eng, -1, false, &sv_shm_ops);
+		int err;
+
+		if (!c)
+			return;
+		err = sv_shm_accept(eng->listen_shm_fd, c);
+		if (err) {
+			sv_conn_put(c);
+			if (err == -EAGAIN || err == -EWOULDBLOCK || err == -EMFILE ||
+			    err == -ENFILE || err == -ENOMEM)
+				return;
+			continue; /* a refused peer: look for the next */
+		}
+		if (conn_register(eng, c))
+			sv_conn_put(c);
+	}
+}
+
+/*
+ * shm connections carry their data in memory: whoever makes progress looks
+ * at their rings directly (no epoll, no system call) and handles those that
+ * have something.  Holder of progress_lock only.
+ */
+static void shm_scan(struct sv_engine *eng)
+{
+	struct sv_conn *ready[32];
+	int n = 0;
+
+	pthread_mutex_lock(&eng->lock);
+	for (struct sv_list *l = eng->conns.next; l != &eng->conns && n < 32; l = l->next) {
+		struct sv_conn *c = SV_CONTAINER_OF(l, struct sv_conn, link);
+
+		if (c->ops->rx_pending && c->tp && atomic_load(&c->state) == SV_CONN_UP &&
+		    c->ops->rx_pending(c)) {
+			sv_conn_get(c);
+			ready[n++] = c;
+		}
+	}
+	pthread_mutex_unlock(&eng->lock);
+	for (int i = 0; i < n; i++) {
+		conn_event(ready[i], EPOLLIN);
+		sv_conn_put(ready[i]);
+	}
+}
+
+/*
+ * Engine thread, before it sleeps: arm the bells of the shm rings, unless an
+ * application thread polls (then it sleeps for one lease at most).  Returns
+ * true when a ring already holds data, so it must not sleep at all.
+ */
+static bool shm_arm_all(struct sv_engine *eng, int *timeout)
+{
+	uint64_t last = __atomic_load_n(&eng->last_poll_ns, __ATOMIC_RELAXED);
+	bool pending = false;
+
+	if (last && sv_now_ns() - last < SV_POLL_LEASE_NS) {
+		if (*timeout < 0 || *timeout > 1)
+			*timeout = 1;
+		return false;
+	}
+	pthread_mutex_lock(&eng->lock);
+	for (struct sv_list *l = eng->conns.next; l != &eng->conns; l = l->next) {
+		struct sv_conn *c = SV_CONTAINER_OF(l, struct sv_conn, link);
+
+		if (c->ops->arm && c->tp && atomic_load(&c->state) == SV_CONN_UP && c->ops->arm(c))
+			pending = true;
+	}
+	pthread_mutex_unlock(&eng->lock);
+	return pending;
 }
 
 static void run_deferred(struct sv_engine *eng)
@@ -448,6 +553,9 @@ static void handle_events(struct sv_engine *eng, struct epoll_event *evs, int n,
 			(void)r;
 		} else if (p == &tag_listen) {
 			accept_all(eng);
+		} else if (p == &tag_listen_shm) {
+			if (engine_thread)
+				accept_all_shm(eng); /* may wait briefly for the setup */
 		} else {
 			struct sv_conn *c = p;
 
@@ -472,9 +580,14 @@ void sv_engine_progress(struct sv_engine *eng)
 	if (pthread_mutex_trylock(&eng->progress_lock))
 		return; /* someone is already making progress */
 	tls_progress = eng;
-	n = epoll_wait(eng->epfd, evs, 16, 0);
-	if (n > 0)
-		handle_events(eng, evs, n, false);
+	__atomic_store_n(&eng->last_poll_ns, sv_now_ns(), __ATOMIC_RELAXED);
+	shm_scan(eng);
+	/* only sockets need a system call to be looked at */
+	if (__atomic_load_n(&eng->nconns_polled, __ATOMIC_RELAXED)) {
+		n = epoll_wait(eng->epfd, evs, 16, 0);
+		if (n > 0)
+			handle_events(eng, evs, n, false);
+	}
 	run_deferred(eng);
 	tls_progress = NULL;
 	pthread_mutex_unlock(&eng->progress_lock);
@@ -498,12 +611,29 @@ static void *engine_main(void *arg)
 		tls_progress = eng;
 		if (n > 0)
 			handle_events(eng, evs, n, true);
+		shm_scan(eng);
 		run_deferred(eng);
 		tls_progress = NULL; /* timers may schedule: the doorbell brings us back */
 		timeout = run_timers(eng);
+		if (shm_arm_all(eng, &timeout))
+			timeout = 0;
 		pthread_mutex_unlock(&eng->progress_lock);
 	}
 	return NULL;
+}
+
+/* SOFTVERBS_TRANSPORT: auto (shm to peers on this host, else tcp), tcp, shm. */
+static enum sv_transport_mode transport_mode(void)
+{
+	const char *m = sv_env_str("SOFTVERBS_TRANSPORT", "auto");
+
+	if (!strcmp(m, "tcp"))
+		return SV_TRANSPORT_TCP;
+	if (!strcmp(m, "shm"))
+		return SV_TRANSPORT_SHM;
+	if (strcmp(m, "auto"))
+		sv_warn("SOFTVERBS_TRANSPORT=%s: expected auto, tcp or shm; using auto", m);
+	return SV_TRANSPORT_AUTO;
 }
 
 int sv_engine_start(struct sv_context *ctx, struct in_addr ip)
@@ -515,7 +645,7 @@ int sv_engine_start(struct sv_context *ctx, struct in_addr ip)
 	if (!eng)
 		return ENOMEM;
 	eng->ctx = ctx;
-	eng->listen_fd = eng->wake_fd = eng->epfd = -1;
+	eng->listen_fd = eng->listen_shm_fd = eng->wake_fd = eng->epfd = -1;
 	eng->sleep_until = UINT64_MAX;
 	pthread_mutex_init(&eng->lock, NULL);
 	pthread_mutex_init(&eng->progress_lock, NULL);
@@ -539,6 +669,20 @@ int sv_engine_start(struct sv_context *ctx, struct in_addr ip)
 	ev.data.ptr = &tag_listen;
 	if (epoll_ctl(eng->epfd, EPOLL_CTL_ADD, eng->listen_fd, &ev))
 		goto fail_errno;
+	eng->mode = transport_mode();
+	if (eng->mode != SV_TRANSPORT_TCP) {
+		/* peers on this host and in this namespace find us here */
+		fd = sv_shm_listen(ip, eng->port);
+		if (fd < 0) {
+			sv_warn("no shm listener for %s:%u (%s): tcp only", inet_ntoa(ip), eng->port,
+				strerror(-fd));
+		} else {
+			eng->listen_shm_fd = fd;
+			ev.data.ptr = &tag_listen_shm;
+			if (epoll_ctl(eng->epfd, EPOLL_CTL_ADD, fd, &ev))
+				goto fail_errno;
+		}
+	}
 	ev.data.ptr = &tag_wake;
 	if (epoll_ctl(eng->epfd, EPOLL_CTL_ADD, eng->wake_fd, &ev))
 		goto fail_errno;
@@ -573,6 +717,16 @@ static void conn_drain(struct sv_conn *c)
 
 	if (c->fd < 0)
 		return;
+	if (c->ops->room_by_bell) {
+		/* shm: the peer reads the ring (and our memory, for single-copy
+		 * payloads) after we are gone only if it was drained before */
+		while ((c->txq_head || c->ops->unsent(c)) && sv_now_ns() < deadline &&
+		       atomic_load(&c->state) == SV_CONN_UP) {
+			conn_flush(c);
+			poll(NULL, 0, 1);
+		}
+		return;
+	}
 	while (atomic_load(&c->state) == SV_CONN_CONNECTING && sv_now_ns() < deadline) {
 		struct pollfd p = { .fd = c->fd, .events = POLLOUT };
 		int err = 0;
@@ -645,6 +799,8 @@ void sv_engine_stop(struct sv_engine *eng)
 	bury_dead(eng);
 	if (eng->listen_fd >= 0)
 		close(eng->listen_fd);
+	if (eng->listen_shm_fd >= 0)
+		close(eng->listen_shm_fd);
 	if (eng->wake_fd >= 0)
 		close(eng->wake_fd);
 	if (eng->epfd >= 0)

@@ -17,12 +17,20 @@
 /* Receive buffer of a connection: frames are parsed out of large reads. */
 #define SV_RXBUF_CAP (256u << 10)
 
+enum sv_transport_mode {
+	SV_TRANSPORT_AUTO, /* shm to peers on this host and namespace, else tcp */
+	SV_TRANSPORT_TCP,
+	SV_TRANSPORT_SHM,  /* shm only: a peer it cannot reach is unreachable */
+};
+
 struct sv_engine {
 	struct sv_context *ctx;
+	enum sv_transport_mode mode;
 	pthread_t thread;
 	bool thread_started;
 	int epfd;
 	int listen_fd;
+	int listen_shm_fd; /* abstract unix socket, -1 if tcp only */
 	int wake_fd; /* eventfd: doorbell */
 	uint16_t port;
 	atomic_bool stop;
@@ -34,6 +42,8 @@ struct sv_engine {
 	struct sv_list timer_qps;
 	struct sv_list run_qps;
 	uint64_t sleep_until; /* when the engine thread next wakes by itself */
+	int nconns_polled;    /* connections only epoll can look at (tcp) */
+	uint64_t last_poll_ns; /* an application thread last made progress */
 };
 
 int sv_engine_start(struct sv_context *ctx, struct in_addr ip);

@@ -271,6 +271,9 @@ void sv_requester_run(struct sv_qp *qp)
 	if (qp->state != IBV_QPS_RTS || qp->rnr_until)
 		goto retire;
 	sv_txbatch_init(&pass.b);
+	/* RC payloads stay put until their ACK, which comes after the peer has
+	 * read them: shm may let the peer copy them straight from the SGL */
+	pass.b.ref = qpt == IBV_QPT_RC;
 	while (sq->next != sq->tail) {
 		struct sv_send_wqe *w = &sq->wqe[sq->next & (sq->size - 1)];
 		struct sv_conn *conn;

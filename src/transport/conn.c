@@ -23,6 +23,8 @@ void sv_conn_put(struct sv_conn *conn)
 	if (atomic_fetch_sub(&conn->refcnt, 1) != 1)
 		return;
 	conn->ops->close(conn);
+	if (conn->ops->destroy)
+		conn->ops->destroy(conn);
 	while (conn->txq_head) {
 		struct sv_txbuf *b = conn->txq_head;
 
@@ -138,7 +140,8 @@ void sv_conn_uncork_now(struct sv_conn *conn)
 }
 
 /* Write what the transport takes now and queue the rest; never blocks. */
-static int conn_write(struct sv_conn *conn, const struct iovec *v, int cnt, size_t total)
+static int conn_write(struct sv_conn *conn, const struct iovec *v, int cnt, size_t total,
+		      bool ref)
 {
 	ssize_t n = 0;
 	int ret = 0;
@@ -161,7 +164,9 @@ static int conn_write(struct sv_conn *conn, const struct iovec *v, int cnt, size
 		goto out;
 	}
 	if (up && !conn->txq_head) {
+		conn->tx_ref = ref;
 		n = conn->ops->writev(conn, v, cnt);
+		conn->tx_ref = false;
 		if (n < 0) {
 			/* the engine notices the broken socket and fails the conn */
 			ret = -ENOTCONN;
@@ -196,12 +201,13 @@ int sv_conn_send(struct sv_conn *conn, const struct iovec *iov, int iovcnt)
 	for (int i = 0; i < iovcnt; i++)
 		if (iov[i].iov_len)
 			v[cnt++] = iov[i];
-	return conn_write(conn, v, cnt, sizeof(flen) + ntohl(flen));
+	return conn_write(conn, v, cnt, sizeof(flen) + ntohl(flen), false);
 }
 
 void sv_txbatch_init(struct sv_txbatch *b)
 {
 	b->conn = NULL;
+	b->ref = false;
 	b->nframes = b->niov = 0;
 	b->bytes = 0;
 }
@@ -238,12 +244,14 @@ void sv_txbatch_add(struct sv_txbatch *b, struct sv_conn *conn, size_t hdr_len,
 
 int sv_txbatch_flush(struct sv_txbatch *b)
 {
+	bool ref = b->ref;
 	int ret;
 
 	if (!b->conn)
 		return 0;
-	ret = conn_write(b->conn, b->iov, b->niov, b->bytes);
+	ret = conn_write(b->conn, b->iov, b->niov, b->bytes, b->ref);
 	sv_conn_put(b->conn);
 	sv_txbatch_init(b);
+	b->ref = ref; /* a property of the pass, not of one flush */
 	return ret;
 }

@@ -1,9 +1,10 @@
 /*
  * Transports carry frames between two endpoints.  The engine sees only this
  * interface: open a connection to a peer endpoint, queue a frame on it, and
- * receive frames through sv_engine_rx_frame().  The tcp transport is the one
- * that exists; a same-host shared-memory transport is meant to slot in beside
- * it behind the same calls.
+ * receive frames through sv_engine_rx_frame().  Two exist: tcp (any two
+ * endpoints) and shm (same host and network namespace: shared-memory rings
+ * plus single-copy transfers between the address spaces), chosen per peer
+ * by sv_engine_conn_to.
  */
 #ifndef SV_TRANSPORT_H
 #define SV_TRANSPORT_H
@@ -41,6 +42,7 @@ struct sv_txbuf {
 struct sv_conn {
 	struct sv_engine *eng;
 	const struct sv_transport_ops *ops;
+	void *tp;              /* the transport's own state (shm) */
 	int fd;
 	_Atomic int state;     /* enum sv_conn_state */
 	atomic_int refcnt;
@@ -55,6 +57,9 @@ struct sv_conn {
 	size_t txq_bytes;
 	bool want_out;         /* EPOLLOUT armed */
 	bool tx_corked;        /* a receive pass is running: small frames wait for its end */
+	bool tx_ref;           /* tx_lock held, during one writev: the payloads stay valid
+				* until the peer acknowledges them, so they may be referenced
+				* rather than copied (shm single copy) */
 	struct sv_list tx_waiters; /* QPs (sv_qp.txwait_link) waiting for room */
 
 	/* receive side (engine thread only) */
@@ -89,6 +94,7 @@ struct sv_conn {
 
 struct sv_txbatch {
 	struct sv_conn *conn; /* holds a reference while frames are gathered */
+	bool ref;             /* payloads stay valid until acknowledged (RC requests) */
 	int nframes, niov;
 	size_t bytes;
 	uint8_t head[SV_TXBATCH_FRAMES][SV_TXBATCH_HEAD];
@@ -97,6 +103,8 @@ struct sv_txbatch {
 
 struct sv_transport_ops {
 	const char *name;
+	/* Room after a full ring is signalled by a bell (EPOLLIN), never EPOLLOUT. */
+	bool room_by_bell;
 	/* Start a connection to conn->peer; completes asynchronously. */
 	int (*connect)(struct sv_conn *conn);
 	/* Write as much as the kernel takes now; returns bytes or -errno. */
@@ -110,11 +118,28 @@ struct sv_transport_ops {
 	/* Report the connection readable only once `bytes` can be read (>= 1). */
 	int (*set_lowat)(struct sv_conn *conn, size_t bytes);
 	void (*close)(struct sv_conn *conn);
+	/* Free the transport state at the last reference (may be NULL). */
+	void (*destroy)(struct sv_conn *conn);
 	/* Bytes handed to the transport that the peer has not taken yet. */
 	size_t (*unsent)(struct sv_conn *conn);
+
+	/* Transports whose data does not come through the fd (may be NULL): */
+	/* the fd said readable (bells, end of stream) */
+	void (*poll_in)(struct sv_conn *conn);
+	/* data waits, seen without a system call */
+	bool (*rx_pending)(struct sv_conn *conn);
+	/* about to sleep: have the next arrival ring; true if data already waits */
+	bool (*arm)(struct sv_conn *conn);
 };
 
 extern const struct sv_transport_ops sv_tcp_ops;
+extern const struct sv_transport_ops sv_shm_ops;
+
+/* shm: listen on the abstract unix name of a tcp endpoint (same host and
+ * network namespace only); returns fd or -errno. */
+int sv_shm_listen(struct in_addr ip, uint16_t port);
+/* shm: accept one peer and map its rings into conn (fd, tp); 0 or -errno. */
+int sv_shm_accept(int lfd, struct sv_conn *conn);
 
 /* TCP listener of one endpoint: binds to the device's address only. */
 int sv_tcp_listen(struct in_addr ip, uint16_t *port_out);

@@ -1,0 +1,719 @@
+/*
+ * The shm transport: two processes (or two contexts) on one host, in one
+ * network namespace.
+ *
+ * Setup.  Every engine also listens on an abstract unix socket named after
+ * its tcp endpoint ("softverbs-shm/IP:PORT").  Abstract names live in the
+ * network namespace and have no file, so reaching one proves the peer is on
+ * this host and in this namespace, and a killed process leaves nothing
+ * behind.  The connecting side creates a memfd (mode 0600, never named in
+ * any file system), maps it, and passes it over the socket (SCM_RIGHTS).
+ * Only peers of the same uid are accepted (SO_PEERCRED).
+ *
+ * Data.  The memfd holds one single-producer/single-consumer ring per
+ * direction.  The ring carries the same byte stream as a tcp connection
+ * (frames back to back), cut into records:
+ *
+ *   inline   u64 {len, 0}         + len bytes (padded to 8)
+ *   indirect u64 {len, INDIRECT}  + u64 address in the producer's memory
+ *
+ * An indirect record is a payload the consumer copies itself, straight from
+ * the producer's memory into its own (process_vm_readv): one copy between
+ * the two address spaces, with the sender's SGL as the remote vectors and the
+ * receiver's (the target range of a WRITE, in receive.c's direct receive) as
+ * the local ones.  The producer only emits them for payloads that stay valid
+ * until the peer has acknowledged them (RC requests: the WQE is only retired
+ * by the ACK that follows the read), and only once the consumer has shown
+ * that it may read the producer's memory at all (Yama ptrace scope or a
+ * seccomp filter may forbid it): otherwise every byte travels inline.
+ *
+ * No system call on the fast path.  The socket stays only as a doorbell and
+ * a liveness signal: a consumer about to sleep sets `bell` in its ring, and a
+ * producer that finds it set clears it and writes one byte to the socket.  A
+ * consumer that polls (the engine thread while busy, or an application
+ * thread in ibv_poll_cq) never sets it, so a busy pair exchanges messages
+ * through memory alone.  A producer that finds the ring full sets `room`, and
+ * the consumer rings back once it has made space.  The death of the peer
+ * closes the socket, which the engine sees as end of stream once the ring is
+ * drained.
+ */
+
+#include "transport/transport.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <arpa/inet.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define SHM_MAGIC 0x5356534du /* "SVSM" */
+#define SHM_VERSION 1u
+/* Bytes of ring per direction (a power of two). */
+#define SHM_RING_BYTES (2u << 20)
+/* Payload pieces at least this big travel indirect, when allowed. */
+#define SHM_INDIRECT_MIN 2048u
+#define REC_INDIRECT (1ull << 63)
+/* Pieces one process_vm_readv takes. */
+#define SHM_CMA_BATCH 64
+
+/* One direction.  Producer and consumer fields on separate cache lines. */
+struct shm_ring {
+	_Alignas(64) uint64_t tail;     /* producer: ring bytes published */
+	uint64_t tail_logical;          /* producer: stream bytes published */
+	uint32_t room;                  /* producer waits for space: ring back */
+	_Alignas(64) uint64_t head;     /* consumer: ring bytes released */
+	uint64_t head_logical;
+	uint32_t bell;                  /* consumer sleeps: ring the doorbell */
+	uint32_t cma_ok;                /* consumer may read the producer's memory */
+};
+
+struct shm_area {
+	uint32_t magic, version;
+	uint64_t ring_bytes;
+	uint64_t base[2]; /* where each side mapped the area (CMA self-test) */
+	_Alignas(64) struct shm_ring ring[2]; /* [0]: connector -> acceptor */
+};
+
+#define SHM_DATA_OFF(i) (4096u + (size_t)(i) * SHM_RING_BYTES)
+#define SHM_MAP_LEN (4096u + 2u * SHM_RING_BYTES)
+_Static_assert(sizeof(struct shm_area) <= 4096, "area header fits its page");
+
+/* What the connector sends with the memfd. */
+struct shm_setup {
+	uint32_t magic, version;
+	uint64_t map_len;
+};
+
+struct sv_shm {
+	struct shm_area *area;
+	int side; /* 0: connector, 1: acceptor */
+	pid_t peer_pid;
+	struct shm_ring *tx, *rx;
+	uint8_t *txdata, *rxdata;
+	/* consumer state (the thread holding the engine's progress_lock) */
+	uint64_t rpos;     /* next ring byte to read */
+	uint64_t rec_left; /* stream bytes left in the current record */
+	uint64_t rec_addr; /* indirect: where they are in the producer */
+	bool rec_indirect;
+	bool eof;          /* the socket ended: the peer is gone */
+	bool cma_tested;
+};
+
+static inline struct sv_shm *to_shm(struct sv_conn *c)
+{
+	return c->tp;
+}
+
+static void shm_name(struct sockaddr_un *sa, socklen_t *len, struct in_addr ip, uint16_t port)
+{
+	char ipbuf[INET_ADDRSTRLEN];
+	int n;
+
+	memset(sa, 0, sizeof(*sa));
+	sa->sun_family = AF_UNIX;
+	inet_ntop(AF_INET, &ip, ipbuf, sizeof(ipbuf));
+	/* sun_path[0] = 0: abstract namespace, scoped to the network namespace */
+	n = snprintf(sa->sun_path + 1, sizeof(sa->sun_path) - 1, "softverbs-shm/%s:%u", ipbuf,
+		     port);
+	*len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+int sv_shm_listen(struct in_addr ip, uint16_t port)
+{
+	struct sockaddr_un sa;
+	socklen_t sl;
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return -errno;
+	shm_name(&sa, &sl, ip, port);
+	if (bind(fd, (struct sockaddr *)&sa, sl) || listen(fd, 512)) {
+		int e = -errno;
+
+		close(fd);
+		return e;
+	}
+	return fd;
+}
+
+static bool peer_is_us(int fd, pid_t *pid)
+{
+	struct ucred cr;
+	socklen_t l = sizeof(cr);
+
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &l) || cr.uid != getuid())
+		return false;
+	*pid = cr.pid;
+	return true;
+}
+
+static struct sv_shm *shm_attach(void *map, int side, pid_t peer)
+{
+	struct sv_shm *s = calloc(1, sizeof(*s));
+
+	if (!s)
+		return NULL;
+	s->area = map;
+	s->side = side;
+	s->peer_pid = peer;
+	s->tx = &s->area->ring[side];
+	s->rx = &s->area->ring[1 - side];
+	s->txdata = (uint8_t *)map + SHM_DATA_OFF(side);
+	s->rxdata = (uint8_t *)map + SHM_DATA_OFF(1 - side);
+	/* a child forked later must not share the rings */
+	madvise(map, SHM_MAP_LEN, MADV_DONTFORK);
+	__atomic_store_n(&s->area->base[side], (uint64_t)(uintptr_t)map, __ATOMIC_RELEASE);
+	return s;
+}
+
+static bool cma_allowed(void)
+{
+	static int allowed = -1;
+	int a = __atomic_load_n(&allowed, __ATOMIC_RELAXED);
+
+	if (a < 0) {
+		a = sv_env_long("SOFTVERBS_SHM_CMA", 1) != 0;
+		__atomic_store_n(&allowed, a, __ATOMIC_RELAXED);
+	}
+	return a;
+}
+
+/*
+ * Consumer: can we read the producer's memory?  Read the area's magic
+ * through the producer's own mapping and compare.  EPERM (Yama, seccomp,
+ * another uid) or ENOSYS leave cma_ok clear: the producer keeps everything
+ * inline.
+ */
+static void cma_test(struct sv_shm *s)
+{
+	uint64_t peer_base = __atomic_load_n(&s->area->base[1 - s->side], __ATOMIC_ACQUIRE);
+	uint32_t got = 0;
+	struct iovec l = { &got, sizeof(got) }, r = { (void *)(uintptr_t)peer_base, sizeof(got) };
+
+	if (!peer_base)
+		return; /* not mapped over there yet: test again later */
+	s->cma_tested = true;
+	if (!cma_allowed())
+		return;
+	if (process_vm_readv(s->peer_pid, &l, 1, &r, 1, 0) == (ssize_t)sizeof(got) &&
+	    got == SHM_MAGIC) {
+		__atomic_store_n(&s->rx->cma_ok, 1, __ATOMIC_RELEASE);
+		sv_dbg("shm: single-copy reads from pid %d allowed", (int)s->peer_pid);
+	} else {
+		sv_dbg("shm: cannot read pid %d's memory (%s): payloads inline", (int)s->peer_pid,
+		       strerror(errno));
+	}
+}
+
+int sv_shm_accept(int lfd, struct sv_conn *c)
+{
+	char cbuf[CMSG_SPACE(sizeof(int))];
+	struct shm_setup su;
+	struct iovec iov = { &su, sizeof(su) };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+			     .msg_controllen = sizeof(cbuf) };
+	struct pollfd p;
+	struct cmsghdr *cm;
+	int fd, mfd = -1;
+	pid_t pid;
+	ssize_t n;
+	void *map;
+
+	fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	if (!peer_is_us(fd, &pid))
+		goto bad;
+	/* the connector sends its setup right after connect(): wait for it
+	 * briefly rather than keep a half-open connection state around */
+	p = (struct pollfd){ .fd = fd, .events = POLLIN };
+	if (poll(&p, 1, 1000) != 1)
+		goto bad;
+	n = recvmsg(fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+	cm = CMSG_FIRSTHDR(&mh);
+	if (n != (ssize_t)sizeof(su) || su.magic != SHM_MAGIC || su.version != SHM_VERSION ||
+	    su.map_len != SHM_MAP_LEN || !cm || cm->cmsg_level != SOL_SOCKET ||
+	    cm->cmsg_type != SCM_RIGHTS)
+		goto bad;
+	memcpy(&mfd, CMSG_DATA(cm), sizeof(int));
+	map = mmap(NULL, SHM_MAP_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+	close(mfd);
+	if (map == MAP_FAILED)
+		goto bad;
+	if (((struct shm_area *)map)->magic != SHM_MAGIC ||
+	    !(c->tp = shm_attach(map, 1, pid))) {
+		munmap(map, SHM_MAP_LEN);
+		goto bad;
+	}
+	c->fd = fd;
+	cma_test(c->tp);
+	return 0;
+bad:
+	close(fd);
+	return -ECONNREFUSED;
+}
+
+static int shm_connect(struct sv_conn *c)
+{
+	char cbuf[CMSG_SPACE(sizeof(int))];
+	struct shm_setup su = { SHM_MAGIC, SHM_VERSION, SHM_MAP_LEN };
+	struct iovec iov = { &su, sizeof(su) };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+			     .msg_controllen = sizeof(cbuf) };
+	struct sockaddr_un sa;
+	struct shm_area *a;
+	struct cmsghdr *cm;
+	socklen_t sl;
+	pid_t pid;
+	int fd, mfd = -1, err;
+	void *map = MAP_FAILED;
+
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	shm_name(&sa, &sl, c->peer.ip, c->peer.port);
+	/* a unix connect to a listener completes at once (or fails: no such
+	 * endpoint here, or its backlog is full) */
+	if (connect(fd, (struct sockaddr *)&sa, sl) || !peer_is_us(fd, &pid)) {
+		err = errno ? -errno : -EPERM;
+		goto fail;
+	}
+	mfd = memfd_create("softverbs-shm", MFD_CLOEXEC);
+	if (mfd < 0 || fchmod(mfd, 0600) || ftruncate(mfd, SHM_MAP_LEN)) {
+		err = -errno;
+		goto fail;
+	}
+	map = mmap(NULL, SHM_MAP_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+	if (map == MAP_FAILED) {
+		err = -errno;
+		goto fail;
+	}
+	a = map;
+	a->magic = SHM_MAGIC;
+	a->version = SHM_VERSION;
+	a->ring_bytes = SHM_RING_BYTES;
+	/* both sides start asleep: the first frame each way rings */
+	a->ring[0].bell = a->ring[1].bell = 1;
+	memset(cbuf, 0, sizeof(cbuf));
+	cm = CMSG_FIRSTHDR(&mh);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &mfd, sizeof(int));
+	if (sendmsg(fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) != (ssize_t)sizeof(su)) {
+		err = errno ? -errno : -EIO;
+		goto fail;
+	}
+	close(mfd);
+	mfd = -1;
+	c->tp = shm_attach(map, 0, pid);
+	if (!c->tp) {
+		err = -ENOMEM;
+		goto fail;
+	}
+	c->fd = fd;
+	atomic_store(&c->state, SV_CONN_UP); /* nothing left to wait for */
+	return 0;
+fail:
+	if (map != MAP_FAILED)
+		munmap(map, SHM_MAP_LEN);
+	if (mfd >= 0)
+		close(mfd);
+	close(fd);
+	return err;
+}
+
+static void ring_bell(struct sv_conn *c)
+{
+	char b = 0;
+	ssize_t r = send(c->fd, &b, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+
+	(void)r; /* a full socket already holds a pending bell */
+}
+
+/*
+ * Payload pieces are application memory, which the application may have
+ * unmapped while it was still registered (a bug, but one that must not
+ * crash the library: over tcp the kernel's copy fails cleanly).  So pieces
+ * of SHM_SAFE_MIN bytes or more are copied into the ring by the kernel, with
+ * process_vm_readv on our own process, one call per ring_put; smaller pieces
+ * (headers, inline data, ACKs) by the CPU.
+ */
+#define SHM_SAFE_MIN 256u
+
+struct self_copy {
+	struct iovec l[SHM_CMA_BATCH], r[SHM_CMA_BATCH];
+	int n;
+	size_t bytes;
+};
+
+static int self_copy_ok = -1; /* process_vm_readv works on ourselves */
+
+static void self_copy_flush(struct self_copy *b)
+{
+	ssize_t got;
+
+	if (!b->n)
+		return;
+	got = process_vm_readv(getpid(), b->l, (unsigned long)b->n, b->r, (unsigned long)b->n, 0);
+	if (got < 0 && (errno == EPERM || errno == ENOSYS)) {
+		/* a seccomp filter forbids it: the CPU copies from now on */
+		__atomic_store_n(&self_copy_ok, 0, __ATOMIC_RELAXED);
+		for (int i = 0; i < b->n; i++)
+			memcpy(b->l[i].iov_base, b->r[i].iov_base, b->l[i].iov_len);
+	} else if (got != (ssize_t)b->bytes) {
+		sv_warn("shm: a payload in unmapped memory was sent as it stood (%zd of %zu bytes)",
+			got, b->bytes);
+	}
+	b->n = 0;
+	b->bytes = 0;
+}
+
+static void copy_piece(struct self_copy *b, void *dst, const void *src, size_t len)
+{
+	if (len < SHM_SAFE_MIN || !__atomic_load_n(&self_copy_ok, __ATOMIC_RELAXED)) {
+		memcpy(dst, src, len);
+		return;
+	}
+	if (b->n == SHM_CMA_BATCH)
+		self_copy_flush(b);
+	b->l[b->n] = (struct iovec){ dst, len };
+	b->r[b->n++] = (struct iovec){ (void *)src, len };
+	b->bytes += len;
+}
+
+static void ring_copy_in(struct sv_shm *s, struct self_copy *b, uint64_t pos, const void *src,
+			 size_t len)
+{
+	size_t o = (size_t)(pos & (SHM_RING_BYTES - 1)), first = SV_MIN(len, SHM_RING_BYTES - o);
+
+	copy_piece(b, s->txdata + o, src, first);
+	if (first < len)
+		copy_piece(b, s->txdata, (const uint8_t *)src + first, len - first);
+}
+
+static void ring_copy_out(struct sv_shm *s, uint64_t pos, void *dst, size_t len)
+{
+	size_t o = (size_t)(pos & (SHM_RING_BYTES - 1)), first = SV_MIN(len, SHM_RING_BYTES - o);
+
+	memcpy(dst, s->rxdata + o, first);
+	if (first < len)
+		memcpy((uint8_t *)dst + first, s->rxdata, len - first);
+}
+
+static inline uint64_t round8(uint64_t v)
+{
+	return (v + 7) & ~7ull;
+}
+
+/* Producer: put as much of iov in the ring as fits; returns stream bytes. */
+static size_t ring_put(struct sv_conn *c, const struct iovec *iov, int iovcnt, bool indirect_ok)
+{
+	struct sv_shm *s = to_shm(c);
+	uint64_t head = __atomic_load_n(&s->tx->head, __ATOMIC_ACQUIRE);
+	uint64_t wpos = s->tx->tail, start = wpos;
+	struct self_copy sc = { .n = 0, .bytes = 0 };
+	size_t taken = 0;
+	int i = 0;
+	size_t off = 0;
+
+	if (__atomic_load_n(&self_copy_ok, __ATOMIC_RELAXED) < 0)
+		__atomic_store_n(&self_copy_ok, cma_allowed(), __ATOMIC_RELAXED);
+
+	while (i < iovcnt) {
+		uint64_t space = SHM_RING_BYTES - (wpos - head);
+		size_t len = iov[i].iov_len - off;
+
+		if (!len) {
+			i++, off = 0;
+			continue;
+		}
+		if (indirect_ok && !off && len >= SHM_INDIRECT_MIN) {
+			uint64_t rec[2] = { len | REC_INDIRECT, (uint64_t)(uintptr_t)iov[i].iov_base };
+
+			if (space < sizeof(rec))
+				break;
+			ring_copy_in(s, &sc, wpos, rec, sizeof(rec));
+			wpos += sizeof(rec);
+			taken += len;
+			i++;
+			continue;
+		}
+		/* an inline record: as many of the following inline pieces as fit */
+		if (space < 16)
+			break;
+		uint64_t room = (space - 8) & ~7ull, put = 0, hpos = wpos;
+
+		wpos += 8;
+		while (i < iovcnt && put < room) {
+			size_t l = iov[i].iov_len - off;
+
+			if (put && indirect_ok && !off && l >= SHM_INDIRECT_MIN)
+				break; /* that one goes indirect */
+			l = SV_MIN(l, room - put);
+			ring_copy_in(s, &sc, wpos + put, (const uint8_t *)iov[i].iov_base + off, l);
+			put += l;
+			off += l;
+			if (off == iov[i].iov_len)
+				i++, off = 0;
+		}
+		ring_copy_in(s, &sc, hpos, &put, 8);
+		wpos += round8(put);
+		taken += put;
+	}
+	self_copy_flush(&sc);
+	if (wpos != start) {
+		/* tail before tail_logical: what readable() counts is readable */
+		__atomic_store_n(&s->tx->tail, wpos, __ATOMIC_RELEASE);
+		__atomic_store_n(&s->tx->tail_logical, s->tx->tail_logical + taken,
+				 __ATOMIC_RELEASE);
+	}
+	return taken;
+}
+
+static size_t iov_total(const struct iovec *iov, int iovcnt)
+{
+	size_t t = 0;
+
+	for (int i = 0; i < iovcnt; i++)
+		t += iov[i].iov_len;
+	return t;
+}
+
+static ssize_t shm_writev(struct sv_conn *c, const struct iovec *iov, int iovcnt)
+{
+	struct sv_shm *s = to_shm(c);
+	bool indirect_ok = c->tx_ref && __atomic_load_n(&s->tx->cma_ok, __ATOMIC_ACQUIRE);
+	size_t total = iov_total(iov, iovcnt), taken;
+
+	taken = ring_put(c, iov, iovcnt, indirect_ok);
+	if (taken < total) {
+		/* full: ask for a ring back, then look once more, since the
+		 * consumer may have made room before it could see the request */
+		struct iovec rest[SV_TXBATCH_IOV + 1];
+		int n = 0;
+		size_t skip = taken;
+
+		__atomic_store_n(&s->tx->room, 1, __ATOMIC_SEQ_CST);
+		for (int i = 0; i < iovcnt && n < (int)SV_ARRAY_SIZE(rest); i++) {
+			if (skip >= iov[i].iov_len) {
+				skip -= iov[i].iov_len;
+				continue;
+			}
+			rest[n].iov_base = (uint8_t *)iov[i].iov_base + skip;
+			rest[n++].iov_len = iov[i].iov_len - skip;
+			skip = 0;
+		}
+		/* a piece cut at `taken` still lies in the same registered memory */
+		taken += ring_put(c, rest, n, indirect_ok);
+	}
+	__atomic_thread_fence(__ATOMIC_SEQ_CST);
+	if (taken && __atomic_exchange_n(&s->tx->bell, 0, __ATOMIC_SEQ_CST))
+		ring_bell(c);
+	return (ssize_t)taken;
+}
+
+/* A pending batch of single-copy pieces. */
+struct cma_batch {
+	struct iovec l[SHM_CMA_BATCH], r[SHM_CMA_BATCH];
+	int n;
+	size_t bytes;
+};
+
+static int cma_flush(struct sv_shm *s, struct cma_batch *b)
+{
+	ssize_t got;
+
+	if (!b->n)
+		return 0;
+	got = process_vm_readv(s->peer_pid, b->l, (unsigned long)b->n, b->r, (unsigned long)b->n, 0);
+	if (got != (ssize_t)b->bytes) {
+		/* the peer's memory went away under a posted request (or the peer
+		 * did): the stream cannot go on, as with a broken link */
+		sv_warn("shm: single-copy read from pid %d failed (%zd of %zu: %s)",
+			(int)s->peer_pid, got, b->bytes, got < 0 ? strerror(errno) : "short");
+		return -EIO;
+	}
+	b->n = 0;
+	b->bytes = 0;
+	return 0;
+}
+
+/* Consumer: take up to the bytes of iov from the stream. */
+static ssize_t shm_readv(struct sv_conn *c, const struct iovec *iov, int iovcnt)
+{
+	struct sv_shm *s = to_shm(c);
+	struct cma_batch b = { .n = 0, .bytes = 0 };
+	uint64_t tail = __atomic_load_n(&s->rx->tail, __ATOMIC_ACQUIRE), start = s->rpos;
+	size_t got = 0, off = 0;
+	int i = 0;
+
+	if (!s->cma_tested)
+		cma_test(s);
+	while (i < iovcnt) {
+		size_t want = iov[i].iov_len - off, l;
+		uint8_t *dst = (uint8_t *)iov[i].iov_base + off;
+
+		if (!want) {
+			i++, off = 0;
+			continue;
+		}
+		if (!s->rec_left) {
+			uint64_t h;
+
+			if (s->rpos == tail)
+				break;
+			ring_copy_out(s, s->rpos, &h, 8);
+			s->rpos += 8;
+			s->rec_left = h & 0xffffffffull;
+			s->rec_indirect = (h & REC_INDIRECT) != 0;
+			if (s->rec_indirect) {
+				ring_copy_out(s, s->rpos, &s->rec_addr, 8);
+				s->rpos += 8;
+			}
+			continue;
+		}
+		l = (size_t)SV_MIN(want, s->rec_left);
+		if (s->rec_indirect) {
+			if (b.n == SHM_CMA_BATCH && cma_flush(s, &b))
+				return -EIO;
+			b.l[b.n] = (struct iovec){ dst, l };
+			b.r[b.n++] = (struct iovec){ (void *)(uintptr_t)s->rec_addr, l };
+			b.bytes += l;
+			s->rec_addr += l;
+		} else {
+			ring_copy_out(s, s->rpos, dst, l);
+			s->rpos += l;
+		}
+		s->rec_left -= l;
+		if (!s->rec_left && !s->rec_indirect)
+			s->rpos = round8(s->rpos);
+		got += l;
+		off += l;
+	}
+	if (cma_flush(s, &b))
+		return -EIO;
+	if (s->rpos != start || got) {
+		__atomic_store_n(&s->rx->head, s->rpos, __ATOMIC_RELEASE);
+		__atomic_store_n(&s->rx->head_logical, s->rx->head_logical + got, __ATOMIC_RELEASE);
+		__atomic_thread_fence(__ATOMIC_SEQ_CST);
+		if (__atomic_load_n(&s->rx->room, __ATOMIC_RELAXED) &&
+		    __atomic_exchange_n(&s->rx->room, 0, __ATOMIC_SEQ_CST))
+			ring_bell(c);
+	}
+	if (got)
+		return (ssize_t)got;
+	return s->eof ? 0 : -EAGAIN;
+}
+
+static ssize_t shm_read(struct sv_conn *c, void *buf, size_t len)
+{
+	struct iovec v = { buf, len };
+
+	return shm_readv(c, &v, 1);
+}
+
+static ssize_t shm_readable(struct sv_conn *c)
+{
+	struct sv_shm *s = to_shm(c);
+
+	return (ssize_t)(__atomic_load_n(&s->rx->tail_logical, __ATOMIC_ACQUIRE) -
+			 s->rx->head_logical);
+}
+
+/* Readiness comes from the ring, not the socket: nothing to tune. */
+static int shm_set_lowat(struct sv_conn *c, size_t bytes)
+{
+	(void)c;
+	(void)bytes;
+	return 0;
+}
+
+/* The socket said readable: take the bells, and notice the peer's end. */
+static void shm_poll_in(struct sv_conn *c)
+{
+	char sink[64];
+
+	for (;;) {
+		ssize_t n = recv(c->fd, sink, sizeof(sink), MSG_DONTWAIT);
+
+		if (n > 0)
+			continue;
+		if (n == 0 || (errno != EAGAIN && errno != EINTR))
+			to_shm(c)->eof = true;
+		if (n < 0 && errno == EINTR)
+			continue;
+		return;
+	}
+}
+
+static bool shm_rx_pending(struct sv_conn *c)
+{
+	struct sv_shm *s = to_shm(c);
+
+	return s->rec_left || __atomic_load_n(&s->rx->tail, __ATOMIC_ACQUIRE) != s->rpos;
+}
+
+static bool shm_arm(struct sv_conn *c)
+{
+	struct sv_shm *s = to_shm(c);
+
+	__atomic_store_n(&s->rx->bell, 1, __ATOMIC_SEQ_CST);
+	return shm_rx_pending(c);
+}
+
+/* The peer sees the socket end; the rings stay mapped until the last
+ * reference goes (threads may still look at them). */
+static void shm_close(struct sv_conn *c)
+{
+	if (c->fd >= 0) {
+		shutdown(c->fd, SHUT_RDWR);
+		close(c->fd);
+		c->fd = -1;
+	}
+}
+
+static void shm_destroy(struct sv_conn *c)
+{
+	struct sv_shm *s = to_shm(c);
+
+	if (s) {
+		munmap(s->area, SHM_MAP_LEN);
+		free(s);
+		c->tp = NULL;
+	}
+}
+
+static size_t shm_unsent(struct sv_conn *c)
+{
+	struct sv_shm *s = to_shm(c);
+
+	if (!s)
+		return 0;
+	return (size_t)(s->tx->tail - __atomic_load_n(&s->tx->head, __ATOMIC_ACQUIRE));
+}
+
+const struct sv_transport_ops sv_shm_ops = {
+	.name = "shm",
+	.room_by_bell = true,
+	.connect = shm_connect,
+	.writev = shm_writev,
+	.read = shm_read,
+	.readv = shm_readv,
+	.readable = shm_readable,
+	.set_lowat = shm_set_lowat,
+	.close = shm_close,
+	.destroy = shm_destroy,
+	.unsent = shm_unsent,
+	.poll_in = shm_poll_in,
+	.rx_pending = shm_rx_pending,
+	.arm = shm_arm,
+};
