@@ -508,6 +508,18 @@ static int run_timers(struct sv_engine *eng)
 	struct sv_list *l;
 
 	pthread_mutex_lock(&eng->lock);
+	/*
+	 * sleep_until is a lower bound of every armed deadline: the last scan
+	 * set it to the earliest one, and sv_engine_timer_update lowers it for
+	 * any earlier one armed since.  Before it nothing can be due, so the
+	 * passes that traffic causes skip the walk, which costs one cache miss
+	 * per QP with a timer armed (10,000 of them in tests/scale).
+	 */
+	if (now < eng->sleep_until) {
+		next = eng->sleep_until;
+		pthread_mutex_unlock(&eng->lock);
+		return next == UINT64_MAX ? -1 : (int)((next - now) / 1000000u) + 1;
+	}
 	for (l = eng->timer_qps.next; l != &eng->timer_qps; l = l->next) {
 		struct sv_qp *qp = SV_CONTAINER_OF(l, struct sv_qp, timer_link);
 		uint64_t r = __atomic_load_n(&qp->rnr_until, __ATOMIC_RELAXED);

@@ -67,6 +67,9 @@ struct sv_context {
 	pthread_mutex_t lock; /* qp table, object counts */
 	struct sv_qp **qpt;   /* index = qpn - SV_FIRST_QPN */
 	uint32_t qpt_size;
+	uint32_t qpt_hint;    /* every slot below it is taken: the search for a
+				 free QPN starts here, so creating n QPs costs
+				 O(n), not O(n^2) (10,000 QPs: tests/scale) */
 	uint32_t nqp, ncq, nsrq, npd, nah;
 
 	struct sv_mr_table mrs;

@@ -151,7 +151,8 @@ static struct ibv_qp *qp_create(struct ibv_context *context, struct ibv_qp_init_
 		err = ENOMEM;
 		goto fail_free;
 	}
-	for (idx = 0; idx < ctx->qpt_size && ctx->qpt[idx]; idx++)
+	/* the lowest free slot, as before, found from the hint */
+	for (idx = ctx->qpt_hint; idx < ctx->qpt_size && ctx->qpt[idx]; idx++)
 		;
 	if (idx == ctx->qpt_size) {
 		uint32_t n = ctx->qpt_size ? ctx->qpt_size * 2 : 64;
@@ -167,6 +168,7 @@ static struct ibv_qp *qp_create(struct ibv_context *context, struct ibv_qp_init_
 		ctx->qpt_size = n;
 	}
 	ctx->qpt[idx] = qp;
+	ctx->qpt_hint = idx + 1;
 	ctx->nqp++;
 	pthread_mutex_unlock(&ctx->lock);
 
@@ -503,6 +505,8 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 
 	pthread_mutex_lock(&ctx->lock);
 	ctx->qpt[ibqp->handle] = NULL;
+	if (ibqp->handle < ctx->qpt_hint)
+		ctx->qpt_hint = ibqp->handle;
 	ctx->nqp--;
 	pthread_mutex_unlock(&ctx->lock);
 	pthread_mutex_lock(&qp->lock);
