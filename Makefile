@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS  ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all build test demo deps bench clean
+.PHONY: all build test demo deps bench bench-shm clean
 
 all: build
 
@@ -25,6 +25,13 @@ demo: deps build
 # a short smoke run.  See docs/PERFORMANCE.md.
 bench:
 	@bench/run-tcp.sh
+
+# softverbs between two processes of this host (default transport and
+# SOFTVERBS_TRANSPORT=tcp) vs UCX over shared memory (ucx_perftest) and
+# memcpy; not part of `make test`.  QUICK=1 for a short smoke run.  See
+# docs/PERFORMANCE.md, "Intra-host".
+bench-shm:
+	@bench/run-shm.sh
 
 clean:
 	rm -rf $(BUILD)

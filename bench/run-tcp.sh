@@ -32,6 +32,9 @@
 # results that were measured are still written).  A target MISS is a
 # finding, not a failure.  Needs root for the veth path (namespaces); without
 # root that path is skipped.
+# The per-size functions are called through each_point (bench/lib.sh),
+# which shellcheck cannot follow.
+# shellcheck disable=SC2317
 set -euo pipefail
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -72,64 +75,18 @@ PT_PORT=23500
 QPERF_PORT=23470    # qperf's sync port; its data port is QPERF_PORT+1
 IPERF_PORT=23480
 
-PGIDS=()      # process groups (timeout(1) pids) to kill on exit
-NETNS=()      # namespaces to delete on exit
-FAILED=0      # table cells with no number
-declare -A R  # R[path,size,column] = "value value ..." (one per repeat; NaN = none)
-TAG=""        # log file suffix of the current repeat
-
-log()  { printf '%s\n' "-- $*" >&2; }
-warn() { printf '%s\n' "WARN: $*" >&2; }
-die()  { printf '%s\n' "ERROR: $*" >&2; exit 1; }
-
-cleanup() {
-	local rc=$? g ns
-	trap - EXIT
-	for g in "${PGIDS[@]}"; do
-		kill -TERM -- "-$g" 2>/dev/null || true
-	done
-	for g in "${PGIDS[@]}"; do
-		for _ in 1 2 3 4 5 6 7 8 9 10; do
-			kill -0 -- "-$g" 2>/dev/null || break
-			sleep 0.1
-		done
-		kill -KILL -- "-$g" 2>/dev/null || true
-	done
-	for ns in "${NETNS[@]}"; do
-		ip netns del "$ns" 2>/dev/null || true
-	done
-	exit "$rc"
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM HUP
+# State, cleanup trap and the helpers shared with run-shm.sh.
+# shellcheck source=bench/lib.sh
+. "$BENCH_DIR/lib.sh"
 
 # ---------------------------------------------------------------- setup ---
 
-need_cmds=(ib_write_bw ib_send_bw ib_send_lat ib_write_lat qperf iperf3 ip ss timeout gnuplot make)
-missing=0
-for c in "${need_cmds[@]}"; do
-	command -v "$c" >/dev/null 2>&1 || missing=1
-done
-if [ "$missing" = 1 ]; then
-	# install-deps.sh knows perftest, qperf, iperf3, iproute2 and the build
-	# tools; gnuplot-nox (no X11) draws the plot.
-	log "installing missing benchmark packages"
-	"$ROOT/scripts/install-deps.sh" gnuplot-nox || warn "could not install packages"
-fi
-for c in ib_write_bw ib_send_bw ib_send_lat ib_write_lat qperf iperf3 ss timeout; do
-	command -v "$c" >/dev/null 2>&1 || die "$c is not installed"
-done
-
-if [ "${REPORT_ONLY:-0}" = 1 ]; then
-	SV_TOOL=/bin/true   # only re-draw the table and plot from results.csv
-elif [ -z "${SV_TOOL:-}" ]; then
-	# Always make: a no-op when up to date, and the figures must be those
-	# of the sources in this tree.
-	log "building softverbs (make)"
-	make -C "$ROOT" >/dev/null || die "make failed"
-	SV_TOOL=$ROOT/build/bin/softverbs
-fi
-[ -x "$SV_TOOL" ] || die "softverbs tool not found: $SV_TOOL"
+# install-deps.sh knows perftest, qperf, iperf3, iproute2 and the build
+# tools; gnuplot-nox (no X11) draws the plot.
+EXTRA_PKGS=(gnuplot-nox)
+need_cmds "ib_write_bw ib_send_bw ib_send_lat ib_write_lat qperf iperf3 ip ss timeout gnuplot make" \
+	"ib_write_bw ib_send_bw ib_send_lat ib_write_lat qperf iperf3 ss timeout"
+build_softverbs
 
 mkdir -p "$RESULTS"
 if [ "${REPORT_ONLY:-0}" != 1 ]; then
@@ -138,229 +95,6 @@ fi
 mkdir -p "$LOGS"
 
 # ------------------------------------------------------------- helpers ---
-
-# in_ns NS CMD...: CMD inside namespace NS ("" = this one).
-in_ns() {
-	local ns=$1; shift
-	if [ -n "$ns" ]; then
-		ip netns exec "$ns" "$@"
-	else
-		"$@"
-	fi
-}
-
-# start_bg SECS NS OUT CMD...: CMD in the background under timeout(1), which
-# makes itself a process-group leader: its pid is the group cleanup kills.
-# Sets BG_PID.
-start_bg() {
-	local secs=$1 ns=$2 out=$3; shift 3
-	local cmd=("$@")
-	[ -n "$ns" ] && cmd=(ip netns exec "$ns" "${cmd[@]}")
-	echo "\$ ${cmd[*]}" >"$out"
-	timeout -k 2 "$secs" "${cmd[@]}" >>"$out" 2>&1 &
-	BG_PID=$!
-	PGIDS+=("$BG_PID")
-}
-
-# run_fg SECS NS OUT CMD...: the same in the foreground; its exit status.
-run_fg() {
-	start_bg "$@"
-	local rc=0
-	wait "$BG_PID" || rc=$?
-	return "$rc"
-}
-
-# wait_pid PID SECS: wait up to SECS for PID; its status, 124 if still running.
-wait_pid() {
-	local deadline=$((SECONDS + $2))
-	while kill -0 "$1" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do
-		sleep 0.05
-	done
-	if kill -0 "$1" 2>/dev/null; then
-		kill -TERM -- "-$1" 2>/dev/null || true
-		return 124
-	fi
-	local rc=0
-	wait "$1" || rc=$?
-	return "$rc"
-}
-
-# pgid_of PID: process group of PID, empty if gone.
-pgid_of() {
-	local stat
-	stat=$(cat "/proc/$1/stat" 2>/dev/null) || return 0
-	stat=${stat##*) }   # comm may contain spaces; the fields after it
-	local _state _ppid pgrp _rest
-	read -r _state _ppid pgrp _rest <<<"$stat"
-	echo "$pgrp"
-}
-
-# wait_listen NS PORT PGID: until a process of our group PGID listens on TCP
-# PORT (so a stranger's listener on that port is not mistaken for ours).
-# 0 = listening, 1 = the group died, 2 = 15 s passed.
-wait_listen() {
-	local ns=$1 port=$2 pgid=$3 pid
-	local deadline=$((SECONDS + 15))
-	while [ "$SECONDS" -lt "$deadline" ]; do
-		kill -0 "$pgid" 2>/dev/null || return 1
-		for pid in $(in_ns "$ns" ss -Hltnp "sport = :$port" | grep -o 'pid=[0-9]*' | cut -d= -f2); do
-			[ "$(pgid_of "$pid")" = "$pgid" ] && return 0
-		done
-		sleep 0.05
-	done
-	return 2
-}
-
-# free_port NS PORT: the first port from PORT that nothing listens on.
-free_port() {
-	local ns=$1 p=$2
-	while [ -n "$(in_ns "$ns" ss -Hltn "sport = :$p")" ]; do
-		p=$((p + 1))
-	done
-	echo "$p"
-}
-
-past_deadline() { [ "$SECONDS" -ge "$DEADLINE" ]; }
-
-# record PATH SIZE COLUMN VALUE: one repeat's value; empty = no number.  It
-# goes to results-raw.csv at once, so that nothing measured is lost.
-record() {
-	R[$1,$2,$3]="${R[$1,$2,$3]:-} ${4:-NaN}"
-	local n
-	n=$(wc -w <<<"${R[$1,$2,$3]}")
-	echo "$1,$2,$3,$n,${4:-NaN}" >>"$RAW_CSV"
-}
-
-# median VALUES...: the median of the numbers among VALUES, NaN if none.
-# Repeats are summarised by their median so that one disturbed run (the
-# machine is shared) does not move the figure.
-median() {
-	printf '%s\n' "$@" | { grep -Ev '^(NaN|)$' || true; } | sort -g | awk '
-		{ v[NR] = $1 }
-		END {
-			if (NR == 0) { print "NaN"; exit }
-			if (NR % 2) print v[(NR + 1) / 2]
-			else printf "%.3f\n", (v[NR / 2] + v[NR / 2 + 1]) / 2
-		}'
-}
-
-# perftest_value FILE SIZE COLUMN: from perftest's result table, the value in
-# the column whose header starts with COLUMN ("BW average", "t_avg",
-# "t_typical") on the row of SIZE.  The column is found by its header, not by
-# position, and multi-word headers are joined first ("BW average[MB/sec]" ->
-# "BW_average[MB/sec]", "99% percentile" -> "99%_percentile").
-perftest_value() {
-	awk -v size="$2" -v col="$3" '
-		/#bytes/ {
-			h = $0
-			gsub(/BW /, "BW_", h); gsub(/% /, "%_", h)
-			n = split(h, f, /[ \t]+/); idx = 0; off = (f[1] == "") ? 1 : 0
-			want = col; gsub(/ /, "_", want)
-			for (i = 1; i <= n; i++)
-				if (index(f[i], want) == 1) { idx = i - off; break }
-			next
-		}
-		idx > 0 && $1 == size && NF >= idx && $idx ~ /^[0-9.]+$/ { v = $idx }
-		END { if (v != "") print v }
-	' "$1"
-}
-
-# bw/lat iteration counts: enough bytes for a stable figure at large sizes,
-# bounded so that small sizes do not take long.
-bw_iters()  { local n=$((BW_BYTES / $1)); [ "$n" -gt 5000 ] && n=5000; [ "$n" -lt 50 ] && n=50; echo "$n"; }
-lat_iters() { local n=$((LAT_BYTES / $1)); [ "$n" -gt "$LAT_MAX_ITERS" ] && n=$LAT_MAX_ITERS; [ "$n" -lt 20 ] && n=20; echo "$n"; }
-
-# perftest PATH PROG SIZE ITERS SUFFIX [ARGS...]: one perftest run over
-# softverbs with ARGS added on both sides, server in
-# $SRV_NS on $SRV_DEV, client in $CLI_NS on $CLI_DEV connecting to $SRV_HOST.
-# Sets PT_OUT (the client's output file); returns 0 if both sides exited 0.
-perftest() {
-	local path=$1 prog=$2 size=$3 iters=$4 suffix=$5
-	shift 5
-	local base="$LOGS/$path-$prog$suffix-$size$TAG" port
-	PT_OUT=$base.client.txt
-	# -F: do not fail on the VM's inconsistent cpufreq readings.
-	local common=(-F -x 0 -s "$size" -n "$iters" "$@")
-	port=$(free_port "$SRV_NS" "$PT_PORT")
-	PT_PORT=$((port + 1))
-	[ "$PT_PORT" -gt 23999 ] && PT_PORT=23500
-	start_bg "$PT_TIMEOUT" "$SRV_NS" "$base.server.txt" \
-		"$SV_TOOL" run -- "$prog" -d "$SRV_DEV" -p "$port" "${common[@]}"
-	local spid=$BG_PID w=0
-	wait_listen "$SRV_NS" "$port" "$spid" || w=$?
-	if [ "$w" != 0 ]; then
-		warn "$path $prog${suffix:+ $suffix} $size: server did not listen (see $base.server.txt)"
-		wait_pid "$spid" 1 || true
-		return 1
-	fi
-	# The listener is up, so a refused connect is a race with its accept
-	# loop or a transient: retry a few times rather than sleep up front.
-	local crc=0
-	for _ in 1 2 3; do
-		crc=0
-		run_fg "$PT_TIMEOUT" "$CLI_NS" "$PT_OUT" \
-			"$SV_TOOL" run -- "$prog" -d "$CLI_DEV" -p "$port" "${common[@]}" "$SRV_HOST" || crc=$?
-		[ "$crc" = 0 ] && break
-		if grep -Eq "Couldn't connect|Unable to init the socket" "$PT_OUT" &&
-			kill -0 "$spid" 2>/dev/null; then
-			sleep 0.2
-			continue
-		fi
-		break
-	done
-	local src=0
-	wait_pid "$spid" "$([ "$crc" = 0 ] && echo 10 || echo 2)" || src=$?
-	if [ "$crc" != 0 ] || [ "$src" != 0 ]; then
-		warn "$path $prog${suffix:+ $suffix} $size: client exited $crc, server $src (124 = timed out; see $base.*.txt)"
-		return 1
-	fi
-	return 0
-}
-
-# sv_bw PATH PROG SIZE COLUMN: bandwidth in MB/s (10^6 B/s).  perftest's
-# "MB/sec" is 2^20 bytes per second (its format_factor is 0x100000).  A run
-# that fails or prints no number is tried once more: on this VM perftest
-# sometimes measures the CPU clock as 0 and prints "inf".
-sv_bw() {
-	local v="" try
-	for try in 1 2; do
-		if past_deadline; then
-			warn "$1 $2 $3: skipped, past BENCH_DEADLINE"
-			break
-		fi
-		if perftest "$1" "$2" "$3" "$(bw_iters "$3")" "$([ "$try" = 2 ] && echo -retry)"; then
-			v=$(perftest_value "$PT_OUT" "$3" "BW average")
-			[ -n "$v" ] && v=$(awk -v x="$v" 'BEGIN { printf "%.2f", x * 1.048576 }')
-			[ -n "$v" ] && break
-			warn "$1 $2 $3: no number in $PT_OUT"
-		fi
-	done
-	record "$1" "$3" "$4" "$v"
-}
-
-# sv_lat PATH PROG SIZE COLUMN [ARGS...]: one-way latency in us, t_avg and
-# t_typical.
-sv_lat() {
-	local avg="" typ="" try sfx
-	local extra=("${@:5}")
-	# a healthy run at the sizes -e is used at takes about a second
-	[ "${#extra[@]}" -gt 0 ] && local PT_TIMEOUT=10
-	sfx=$(printf '%s' "${extra[@]}" | tr -c 'a-zA-Z0-9' _)
-	for try in 1 2; do
-		if past_deadline; then
-			warn "$1 $2 $3: skipped, past BENCH_DEADLINE"
-			break
-		fi
-		if perftest "$1" "$2" "$3" "$(lat_iters "$3")" "$sfx$([ "$try" = 2 ] && echo -retry)" "${extra[@]}"; then
-			avg=$(perftest_value "$PT_OUT" "$3" "t_avg")
-			typ=$(perftest_value "$PT_OUT" "$3" "t_typical")
-			[ -n "$avg" ] && break
-			warn "$1 $2 $3: no number in $PT_OUT"
-		fi
-	done
-	record "$1" "$3" "$4_avg_us" "$avg"
-	record "$1" "$3" "$4_typical_us" "$typ"
-}
 
 # qperf_point PATH SIZE: qperf tcp_bw and tcp_lat at SIZE against the qperf
 # server of this path.  -uu prints plain bytes/sec and ns; -ws retries the
@@ -460,35 +194,32 @@ stop_tcp_servers() {
 	done
 }
 
-# The sizes the targets are evaluated at are measured REPEAT times (the
-# rounds interleaved, softverbs and TCP side by side) and summarised by the
-# median; the other sizes once.
+# tcp_point SIZE: every figure of one size on the path of run_path, back to
+# back, softverbs and TCP side by side.
+tcp_point() {
+	local size=$1
+	sv_bw "$path" ib_write_bw "$size" sv_write_bw_MBps
+	sv_bw "$path" ib_send_bw "$size" sv_send_bw_MBps
+	qperf_point "$path" "$size"
+	iperf3_point "$path" "$size"
+	sv_lat "$path" ib_send_lat "$size" sv_send_lat
+	# -e: sleep on completion events, as qperf sleeps in recv().
+	# Only at the target sizes: in this mode softverbs sometimes
+	# reports a CQ overrun and the run hangs until its timeout.
+	case " $TARGET_SIZES " in
+	*" $size "*) sv_lat "$path" ib_send_lat "$size" sv_send_lat_ev -e ;;
+	esac
+	sv_lat "$path" ib_write_lat "$size" sv_write_lat
+}
+
+# run_path PATH: every size on PATH.  The sizes the targets are evaluated at
+# are measured REPEAT times and summarised by the median; the other sizes
+# once.
 run_path() {
-	local path=$1 size reps rep
+	local path=$1   # read by tcp_point
 	log "path $path: $PATH_DESC"
 	start_tcp_servers "$path"
-	for size in $SIZES; do
-		reps=1
-		case " $TARGET_SIZES " in *" $size "*) reps=$REPEAT ;; esac
-		for rep in $(seq 1 "$reps"); do
-			TAG=""
-			[ "$rep" -gt 1 ] && TAG=".r$rep"
-			log "$path: $size B${TAG:+ (repeat $rep of $reps)}"
-			sv_bw "$path" ib_write_bw "$size" sv_write_bw_MBps
-			sv_bw "$path" ib_send_bw "$size" sv_send_bw_MBps
-			qperf_point "$path" "$size"
-			iperf3_point "$path" "$size"
-			sv_lat "$path" ib_send_lat "$size" sv_send_lat
-			# -e: sleep on completion events, as qperf sleeps in recv().
-			# Only at the target sizes: in this mode softverbs sometimes
-			# reports a CQ overrun and the run hangs until its timeout.
-			case " $TARGET_SIZES " in
-			*" $size "*) sv_lat "$path" ib_send_lat "$size" sv_send_lat_ev -e ;;
-			esac
-			sv_lat "$path" ib_write_lat "$size" sv_write_lat
-		done
-	done
-	TAG=""
+	each_point tcp_point "$path: "
 	stop_tcp_servers
 }
 
@@ -525,14 +256,7 @@ write_csv() {
 
 # The table and the target lines, computed from the CSV alone.
 report() {
-	awk -F, -v quick="$QUICK" '
-		function human(b) {
-			if (b >= 1048576 && b % 1048576 == 0) return (b / 1048576) "M"
-			if (b >= 1024 && b % 1024 == 0) return (b / 1024) "K"
-			return b
-		}
-		function num(x) { return x != "NaN" && x != "" }
-		function f(x, fmt) { return num(x) ? sprintf(fmt, x) : "-" }
+	awk -F, -v quick="$QUICK" "$AWK_TABLE_FUNCS"'
 		function ratio(a, b) { return (num(a) && num(b) && b > 0) ? sprintf("%.2f", a / b) : "-" }
 		NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
 		{
@@ -606,8 +330,7 @@ if [ "${REPORT_ONLY:-0}" != 1 ]; then
 	# What was measured where; the load averages show how busy the shared
 	# machine was around the run.
 	{
-		echo "$("$SV_TOOL" version 2>/dev/null | head -n1 || true), commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo '?'), $(date -u '+%Y-%m-%d %H:%M UTC')$([ "$QUICK" = 1 ] && echo ', QUICK=1')"
-		echo "$(nproc) CPUs: $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1), Linux $(uname -r)"
+		run_info
 		echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
 	} >"$INFO"
 	echo "path,size_bytes,column,repeat,value" >"$RAW_CSV"
@@ -643,15 +366,6 @@ fi
 	report
 } | tee "$TABLE"
 
-if command -v gnuplot >/dev/null 2>&1; then
-	plot_paths=$(awk -F, 'NR > 1 && !seen[$1]++ { printf "%s%s", (n++ ? " " : ""), $1 }' "$CSV")
-	gnuplot -e "csv='$CSV'; png='$PNG'; paths='$plot_paths'" "$BENCH_DIR/plot.gp" 2>"$LOGS/gnuplot.txt" ||
-		warn "gnuplot failed (see $LOGS/gnuplot.txt)"
-else
-	warn "gnuplot not installed: no plot"
-fi
-log "results: $CSV, $TABLE, $PNG; raw output in $LOGS/ ($((SECONDS - T0)) s)"
-if [ "$FAILED" -gt 0 ]; then
-	warn "$FAILED table cell(s) have no number (NaN in the CSV; see the WARN lines above)"
-	exit 1
-fi
+# the paths that results.csv has rows for (a panel with no points is an error)
+plot_paths=$(awk -F, 'NR > 1 && !seen[$1]++ { printf "%s%s", (n++ ? " " : ""), $1 }' "$CSV")
+finish "$BENCH_DIR/plot.gp" "paths='$plot_paths'"
