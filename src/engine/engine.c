@@ -14,6 +14,7 @@
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -23,9 +24,12 @@ static int tag_listen, tag_listen_shm, tag_wake;
 /*
  * A polling application thread keeps the shm rings' bells unarmed for this
  * long after its last poll, so that a busy pair exchanges messages without a
- * system call; the engine thread re-checks at this period meanwhile.
+ * system call.  Meanwhile the engine thread looks at the rings every
+ * SV_POLL_TICK_NS by itself: the application may be spinning on memory
+ * instead of the CQ, waiting for a one-sided WRITE only the engine serves.
  */
 #define SV_POLL_LEASE_NS 1000000ull
+#define SV_POLL_TICK_NS 20000ull
 
 /*
  * What the calling thread is doing, so that it does not ring the doorbell
@@ -457,14 +461,14 @@ static void shm_scan(struct sv_engine *eng)
  * application thread polls (then it sleeps for one lease at most).  Returns
  * true when a ring already holds data, so it must not sleep at all.
  */
-static bool shm_arm_all(struct sv_engine *eng, int *timeout)
+static bool shm_arm_all(struct sv_engine *eng, bool *tick)
 {
 	uint64_t last = __atomic_load_n(&eng->last_poll_ns, __ATOMIC_RELAXED);
 	bool pending = false;
 
+	*tick = false;
 	if (last && sv_now_ns() - last < SV_POLL_LEASE_NS) {
-		if (*timeout < 0 || *timeout > 1)
-			*timeout = 1;
+		*tick = true;
 		return false;
 	}
 	pthread_mutex_lock(&eng->lock);
@@ -610,15 +614,26 @@ static void *engine_main(void *arg)
 	struct sv_engine *eng = arg;
 	struct epoll_event evs[64];
 	int timeout = -1;
+	bool tick = false;
 
 	tls_engine_thread = eng;
+	/* the ticks below are tens of microseconds: no 50 us default slack */
+	prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
 	while (!atomic_load(&eng->stop)) {
 		int n;
 
 		pthread_mutex_lock(&eng->progress_lock);
 		bury_dead(eng);
 		pthread_mutex_unlock(&eng->progress_lock);
-		n = epoll_wait(eng->epfd, evs, 64, timeout);
+		if (tick && timeout != 0) {
+			struct timespec ts = { 0, (long)SV_POLL_TICK_NS };
+
+			n = epoll_pwait2(eng->epfd, evs, 64, &ts, NULL);
+			if (n < 0 && errno == ENOSYS)
+				n = epoll_wait(eng->epfd, evs, 64, 1); /* kernels before 5.11 */
+		} else {
+			n = epoll_wait(eng->epfd, evs, 64, timeout);
+		}
 		pthread_mutex_lock(&eng->progress_lock);
 		tls_progress = eng;
 		if (n > 0)
@@ -627,7 +642,7 @@ static void *engine_main(void *arg)
 		run_deferred(eng);
 		tls_progress = NULL; /* timers may schedule: the doorbell brings us back */
 		timeout = run_timers(eng);
-		if (shm_arm_all(eng, &timeout))
+		if (shm_arm_all(eng, &tick))
 			timeout = 0;
 		pthread_mutex_unlock(&eng->progress_lock);
 	}
