@@ -418,7 +418,7 @@ static inline uint64_t round8(uint64_t v)
 static size_t ring_put(struct sv_conn *c, const struct iovec *iov, int iovcnt, bool indirect_ok)
 {
 	struct sv_shm *s = to_shm(c);
-	uint64_t head = __atomic_load_n(&s->tx->head, __ATOMIC_ACQUIRE);
+	uint64_t head = __atomic_load_n(&s->tx->head, __ATOMIC_SEQ_CST); /* after `room` */
 	uint64_t wpos = s->tx->tail, start = wpos;
 	struct self_copy sc = { .n = 0, .bytes = 0 };
 	size_t taken = 0;
@@ -471,8 +471,9 @@ static size_t ring_put(struct sv_conn *c, const struct iovec *iov, int iovcnt, b
 	}
 	self_copy_flush(&sc);
 	if (wpos != start) {
-		/* tail before tail_logical: what readable() counts is readable */
-		__atomic_store_n(&s->tx->tail, wpos, __ATOMIC_RELEASE);
+		/* tail before tail_logical: what readable() counts is readable.
+		 * seq_cst: ordered before the load of `bell` that follows */
+		__atomic_store_n(&s->tx->tail, wpos, __ATOMIC_SEQ_CST);
 		__atomic_store_n(&s->tx->tail_logical, s->tx->tail_logical + taken,
 				 __ATOMIC_RELEASE);
 	}
@@ -515,8 +516,11 @@ static ssize_t shm_writev(struct sv_conn *c, const struct iovec *iov, int iovcnt
 		/* a piece cut at `taken` still lies in the same registered memory */
 		taken += ring_put(c, rest, n, indirect_ok);
 	}
-	__atomic_thread_fence(__ATOMIC_SEQ_CST);
-	if (taken && __atomic_exchange_n(&s->tx->bell, 0, __ATOMIC_SEQ_CST))
+	/* Each side stores, then loads what the other stores, all seq_cst (no
+	 * fences: ThreadSanitizer does not model them): either the consumer
+	 * sees our tail, or we see its bell */
+	if (taken && __atomic_load_n(&s->tx->bell, __ATOMIC_SEQ_CST) &&
+	    __atomic_exchange_n(&s->tx->bell, 0, __ATOMIC_SEQ_CST))
 		ring_bell(c);
 	return (ssize_t)taken;
 }
@@ -602,10 +606,9 @@ static ssize_t shm_readv(struct sv_conn *c, const struct iovec *iov, int iovcnt)
 	if (cma_flush(s, &b))
 		return -EIO;
 	if (s->rpos != start || got) {
-		__atomic_store_n(&s->rx->head, s->rpos, __ATOMIC_RELEASE);
+		__atomic_store_n(&s->rx->head, s->rpos, __ATOMIC_SEQ_CST);
 		__atomic_store_n(&s->rx->head_logical, s->rx->head_logical + got, __ATOMIC_RELEASE);
-		__atomic_thread_fence(__ATOMIC_SEQ_CST);
-		if (__atomic_load_n(&s->rx->room, __ATOMIC_RELAXED) &&
+		if (__atomic_load_n(&s->rx->room, __ATOMIC_SEQ_CST) &&
 		    __atomic_exchange_n(&s->rx->room, 0, __ATOMIC_SEQ_CST))
 			ring_bell(c);
 	}
@@ -667,7 +670,7 @@ static bool shm_arm(struct sv_conn *c)
 	struct sv_shm *s = to_shm(c);
 
 	__atomic_store_n(&s->rx->bell, 1, __ATOMIC_SEQ_CST);
-	return shm_rx_pending(c);
+	return s->rec_left || __atomic_load_n(&s->rx->tail, __ATOMIC_SEQ_CST) != s->rpos;
 }
 
 /* The peer sees the socket end; the rings stay mapped until the last
@@ -698,7 +701,9 @@ static size_t shm_unsent(struct sv_conn *c)
 
 	if (!s)
 		return 0;
-	return (size_t)(s->tx->tail - __atomic_load_n(&s->tx->head, __ATOMIC_ACQUIRE));
+	/* any thread may ask (sv_conn_busy), not only the producer */
+	return (size_t)(__atomic_load_n(&s->tx->tail, __ATOMIC_ACQUIRE) -
+			__atomic_load_n(&s->tx->head, __ATOMIC_ACQUIRE));
 }
 
 const struct sv_transport_ops sv_shm_ops = {
