@@ -224,23 +224,23 @@ void sv_engine_forget_qp(struct sv_engine *eng, struct sv_qp *qp)
 void sv_engine_conn_fail(struct sv_conn *conn)
 {
 	struct sv_engine *eng = conn->eng;
-	struct sv_list waiters;
 
-	if (atomic_exchange(&conn->state, SV_CONN_DEAD) == SV_CONN_DEAD)
-		return; /* failed already */
-	if (conn->fd >= 0)
-		epoll_ctl(eng->epfd, EPOLL_CTL_DEL, conn->fd, NULL);
-	pthread_mutex_lock(&conn->tx_lock);
-	conn->ops->close(conn);
-	sv_list_init(&waiters);
-	/* blocked QPs must not wait for room that never comes: rerun them */
-	while (!sv_list_empty(&conn->tx_waiters)) {
-		struct sv_qp *qp = SV_CONTAINER_OF(conn->tx_waiters.next, struct sv_qp, txwait_link);
+	/* the first call closes; every call makes sure it leaves the list */
+	if (atomic_exchange(&conn->state, SV_CONN_DEAD) != SV_CONN_DEAD || conn->fd >= 0) {
+		if (conn->fd >= 0)
+			epoll_ctl(eng->epfd, EPOLL_CTL_DEL, conn->fd, NULL);
+		pthread_mutex_lock(&conn->tx_lock);
+		conn->ops->close(conn);
+		/* blocked QPs must not wait for room that never comes: rerun them */
+		while (!sv_list_empty(&conn->tx_waiters)) {
+			struct sv_qp *qp =
+				SV_CONTAINER_OF(conn->tx_waiters.next, struct sv_qp, txwait_link);
 
-		sv_list_del(&qp->txwait_link);
-		sv_engine_schedule(eng, qp);
+			sv_list_del(&qp->txwait_link);
+			sv_engine_schedule(eng, qp);
+		}
+		pthread_mutex_unlock(&conn->tx_lock);
 	}
-	pthread_mutex_unlock(&conn->tx_lock);
 	/* the list's reference is dropped later by the engine thread, at a point
 	 * where no stale epoll event can still name this connection */
 	pthread_mutex_lock(&eng->lock);
@@ -458,24 +458,27 @@ static void shm_scan(struct sv_engine *eng)
 
 /*
  * Engine thread, before it sleeps: arm the bells of the shm rings, unless an
- * application thread polls (then it sleeps for one lease at most).  Returns
+ * application thread polls: then *tick says to sleep one SV_POLL_TICK_NS.  Returns
  * true when a ring already holds data, so it must not sleep at all.
  */
 static bool shm_arm_all(struct sv_engine *eng, bool *tick)
 {
 	uint64_t last = __atomic_load_n(&eng->last_poll_ns, __ATOMIC_RELAXED);
+	bool lease = last && sv_now_ns() - last < SV_POLL_LEASE_NS;
 	bool pending = false;
 
 	*tick = false;
-	if (last && sv_now_ns() - last < SV_POLL_LEASE_NS) {
-		*tick = true;
-		return false;
-	}
 	pthread_mutex_lock(&eng->lock);
 	for (struct sv_list *l = eng->conns.next; l != &eng->conns; l = l->next) {
 		struct sv_conn *c = SV_CONTAINER_OF(l, struct sv_conn, link);
 
-		if (c->ops->arm && c->tp && atomic_load(&c->state) == SV_CONN_UP && c->ops->arm(c))
+		if (!c->ops->arm || !c->tp || atomic_load(&c->state) != SV_CONN_UP)
+			continue;
+		if (lease) {
+			*tick = true; /* an shm connection, and an application polls */
+			break;
+		}
+		if (c->ops->arm(c))
 			pending = true;
 	}
 	pthread_mutex_unlock(&eng->lock);
