@@ -89,13 +89,23 @@ static int conn_register(struct sv_engine *eng, struct sv_conn *c)
 	err = sv_conn_send(c, &iov, 1);
 	if (err)
 		return err;
-	if (epoll_ctl(eng->epfd, EPOLL_CTL_ADD, c->fd, &ev))
-		return -errno;
+	/* on the list before epoll can report it: the engine thread may fail
+	 * it at once (a refused connect), and a failed connection must leave
+	 * the list, not join it afterwards */
 	pthread_mutex_lock(&eng->lock);
 	sv_list_add_tail(&eng->conns, &c->link);
 	if (!c->ops->rx_pending)
 		eng->nconns_polled++;
 	pthread_mutex_unlock(&eng->lock);
+	if (epoll_ctl(eng->epfd, EPOLL_CTL_ADD, c->fd, &ev)) {
+		err = -errno;
+		pthread_mutex_lock(&eng->lock);
+		sv_list_del(&c->link);
+		if (!c->ops->rx_pending)
+			eng->nconns_polled--;
+		pthread_mutex_unlock(&eng->lock);
+		return err;
+	}
 	return 0;
 }
 
@@ -122,6 +132,9 @@ struct sv_conn *sv_engine_conn_to(struct sv_engine *eng, const struct sv_endpoin
 	if (!c)
 		return NULL;
 	c->peer = *peer;
+	/* the caller's reference, taken before the engine thread can see the
+	 * connection (and fail and release it) */
+	sv_conn_get(c);
 	if (c->ops == &sv_shm_ops && c->ops->connect(c)) {
 		sv_dbg("no shm path to %s:%u", inet_ntoa(peer->ip), peer->port);
 		if (eng->mode == SV_TRANSPORT_AUTO)
@@ -134,10 +147,10 @@ struct sv_conn *sv_engine_conn_to(struct sv_engine *eng, const struct sv_endpoin
 		sv_dbg("connect to %s:%u failed", inet_ntoa(peer->ip), peer->port);
 		atomic_store(&c->state, SV_CONN_DEAD);
 		c->ops->close(c);
-		return c; /* only the caller's reference */
+		sv_conn_put(c); /* not on the list: only the caller's reference */
+		return c;
 	}
-	sv_conn_get(c); /* the caller's, beside the engine list's */
-	return c;
+	return c; /* the caller's reference, beside the engine list's */
 }
 
 void sv_engine_want_output(struct sv_conn *conn)

@@ -388,12 +388,11 @@ static void kill_conn(struct svt_conn *c)
 #define K_LATE_WRITES 2
 #define K_RECVS 4
 
-/* SIGALRM while ibv_close_device runs: see the FIXME in test_sigkill. */
+/* SIGALRM while ibv_close_device runs (test_sigkill). */
 static void close_hung(int sig)
 {
 	static const char msg[] = "FAIL: ibv_close_device hung for 8 s after the RC peer was "
-				  "SIGKILLed (FIXME in test_sigkill: a DEAD connection left on "
-				  "eng->conns)\n";
+				  "SIGKILLed\n";
 	ssize_t r = write(STDERR_FILENO, msg, sizeof(msg) - 1);
 
 	(void)r;
@@ -564,16 +563,10 @@ static void test_sigkill(void)
 		      "was destroyed", left, SHM_MEMFD);
 	SVT_CHECK_EQ(shm_fds(), 0);
 	/*
-	 * FIXME(src, engine.c): over tcp (forced, or auto after shm failed)
-	 * ibv_close_device hangs in about half the runs, spinning in
-	 * sv_engine_stop.  A reconnect to the dead peer made by an application
-	 * thread (sv_engine_conn_to -> conn_register) adds the connection to
-	 * epoll before it links it on eng->conns; the engine thread gets the
-	 * ECONNREFUSED at once and sv_engine_conn_fail marks it DEAD while it
-	 * is not on the list yet (so it is not moved to the graveyard); then
-	 * conn_register links the DEAD connection on eng->conns, and the stop
-	 * loop, which relies on sv_engine_conn_fail unlinking, never ends.
-	 * Bounded here so the failure names itself instead of the watchdog.
+	 * Closing must not hang.  It once did over tcp: a reconnect to the dead
+	 * peer that the engine thread failed before conn_register had linked it
+	 * stayed on eng->conns, and sv_engine_stop spun on it.  Bounded here so
+	 * such a failure names itself instead of waiting for the watchdog.
 	 */
 	signal(SIGALRM, close_hung);
 	alarm(8);
