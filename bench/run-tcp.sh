@@ -48,6 +48,10 @@ RAW_CSV=$RESULTS/results-raw.csv
 TABLE=$RESULTS/table.txt
 PNG=$RESULTS/tcp.png
 
+# This benchmark is about softverbs' TCP path: on loopback the default
+# transport would pick shared memory (bench/run-shm.sh measures that).
+export SOFTVERBS_TRANSPORT=tcp
+
 MiB=1048576
 if [ "$QUICK" = 1 ]; then
 	SIZES=${SIZES:-8 65536 1048576}

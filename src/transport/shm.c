@@ -58,8 +58,11 @@
 #define SHM_VERSION 1u
 /* Bytes of ring per direction (a power of two). */
 #define SHM_RING_BYTES (2u << 20)
-/* Payload pieces at least this big travel indirect, when allowed. */
-#define SHM_INDIRECT_MIN 2048u
+/* Payload pieces at least this big travel indirect, when allowed: whole
+ * 4 KiB packets, which come in trains that one process_vm_readv takes
+ * together; a lone smaller piece is cheaper to copy through the ring than a
+ * system call on the receiving side. */
+#define SHM_INDIRECT_MIN 4096u
 #define REC_INDIRECT (1ull << 63)
 /* Pieces one process_vm_readv takes. */
 #define SHM_CMA_BATCH 64
@@ -341,13 +344,13 @@ static void ring_bell(struct sv_conn *c)
 
 /*
  * Payload pieces are application memory, which the application may have
- * unmapped while it was still registered (a bug, but one that must not
- * crash the library: over tcp the kernel's copy fails cleanly).  So pieces
- * of SHM_SAFE_MIN bytes or more are copied into the ring by the kernel, with
- * process_vm_readv on our own process, one call per ring_put; smaller pieces
- * (headers, inline data, ACKs) by the CPU.
+ * unmapped while it was still registered (a bug, but over tcp the kernel's
+ * copy fails cleanly).  Whole pages (pieces of SHM_SAFE_MIN bytes or more)
+ * are therefore copied into the ring by the kernel, with process_vm_readv on
+ * our own process, one call per ring_put; smaller pieces by the CPU, since a
+ * system call costs more than the copy there (COMPATIBILITY.md §6).
  */
-#define SHM_SAFE_MIN 256u
+#define SHM_SAFE_MIN 4096u
 
 struct self_copy {
 	struct iovec l[SHM_CMA_BATCH], r[SHM_CMA_BATCH];
