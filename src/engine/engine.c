@@ -225,12 +225,30 @@ void sv_engine_forget_qp(struct sv_engine *eng, struct sv_qp *qp)
 		atomic_fetch_sub(&qp->refcnt, 1);
 	}
 	pthread_mutex_unlock(&eng->lock);
-	if (qp->conn) {
-		pthread_mutex_lock(&qp->conn->tx_lock);
+	/* parked on a connection (its own, or an AH's for UD): leave its list */
+	struct sv_conn *c = atomic_exchange(&qp->txwait_conn, NULL);
+
+	if (c) {
+		pthread_mutex_lock(&c->tx_lock);
 		if (sv_list_linked(&qp->txwait_link))
 			sv_list_del(&qp->txwait_link);
-		pthread_mutex_unlock(&qp->conn->tx_lock);
+		pthread_mutex_unlock(&c->tx_lock);
+		sv_conn_put(c);
 	}
+}
+
+/* tx_lock held: take the first QP off conn's waiters and reschedule it.
+ * The caller holds its own reference to conn, so the one dropped here is
+ * never the last. */
+static void unpark_first(struct sv_conn *conn)
+{
+	struct sv_qp *qp = SV_CONTAINER_OF(conn->tx_waiters.next, struct sv_qp, txwait_link);
+	struct sv_conn *c = atomic_exchange(&qp->txwait_conn, NULL);
+
+	sv_list_del(&qp->txwait_link);
+	sv_engine_schedule(conn->eng, qp);
+	if (c)
+		sv_conn_put(c);
 }
 
 /* A connection broke or misbehaved: it is gone for good (engine thread). */
@@ -245,13 +263,8 @@ void sv_engine_conn_fail(struct sv_conn *conn)
 		pthread_mutex_lock(&conn->tx_lock);
 		conn->ops->close(conn);
 		/* blocked QPs must not wait for room that never comes: rerun them */
-		while (!sv_list_empty(&conn->tx_waiters)) {
-			struct sv_qp *qp =
-				SV_CONTAINER_OF(conn->tx_waiters.next, struct sv_qp, txwait_link);
-
-			sv_list_del(&qp->txwait_link);
-			sv_engine_schedule(eng, qp);
-		}
+		while (!sv_list_empty(&conn->tx_waiters))
+			unpark_first(conn);
 		pthread_mutex_unlock(&conn->tx_lock);
 	}
 	/* the list's reference is dropped later by the engine thread, at a point
@@ -298,13 +311,8 @@ static void conn_flush(struct sv_conn *c)
 		conn_arm(c, true);
 	}
 	if (!sv_conn_congested(c)) {
-		while (!sv_list_empty(&c->tx_waiters)) {
-			struct sv_qp *qp =
-				SV_CONTAINER_OF(c->tx_waiters.next, struct sv_qp, txwait_link);
-
-			sv_list_del(&qp->txwait_link);
-			sv_engine_schedule(c->eng, qp);
-		}
+		while (!sv_list_empty(&c->tx_waiters))
+			unpark_first(c);
 	}
 	pthread_mutex_unlock(&c->tx_lock);
 }

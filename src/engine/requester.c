@@ -221,9 +221,8 @@ static enum ibv_wc_status send_packet(struct sv_qp *qp, struct req_pass *p, stru
 }
 
 /*
- * UD datagrams go to many connections, and a destroyed UD QP is only taken
- * off its own connection's waiter list (sv_engine_forget_qp): UD keeps
- * queueing up to this much before it waits, as it always did.
+ * UD datagrams go to many connections, and a UD QP parked on one of them
+ * waits for all: UD keeps queueing up to this much before it parks.
  */
 #define SV_UD_TXQ_HIGH (4u << 20)
 
@@ -242,8 +241,13 @@ static bool park_on(struct sv_qp *qp, struct sv_conn *conn)
 
 	pthread_mutex_lock(&conn->tx_lock);
 	if (congested(qp, conn)) {
-		if (!sv_list_linked(&qp->txwait_link))
+		if (!sv_list_linked(&qp->txwait_link)) {
 			sv_list_add_tail(&conn->tx_waiters, &qp->txwait_link);
+			/* a UD QP parks on an AH's connection, not its own:
+			 * remember which, for sv_engine_forget_qp */
+			sv_conn_get(conn);
+			atomic_store(&qp->txwait_conn, conn);
+		}
 		parked = true;
 	}
 	pthread_mutex_unlock(&conn->tx_lock);

@@ -236,6 +236,9 @@ struct sv_qp {
 	struct sv_list timer_link;  /* engine->timer_qps */
 	struct sv_list run_link;    /* engine->run_qps: requester has work */
 	struct sv_list txwait_link; /* conn->tx_waiters */
+	/* the connection whose tx_waiters holds txwait_link, with a reference;
+	 * whoever exchanges it for NULL owns that reference (engine.c) */
+	struct sv_conn *_Atomic txwait_conn;
 
 	/* responder state */
 	uint32_t epsn;        /* expected PSN */
