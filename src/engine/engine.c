@@ -74,6 +74,14 @@ static int conn_arm(struct sv_conn *c, bool out)
 	return epoll_ctl(c->eng->epfd, EPOLL_CTL_MOD, c->fd, &ev);
 }
 
+/* eng->lock held: take c off the connection list (and the epoll count). */
+static void conn_unlist(struct sv_engine *eng, struct sv_conn *c)
+{
+	sv_list_del(&c->link);
+	if (!c->ops->rx_pending)
+		eng->nconns_polled--;
+}
+
 static int conn_register(struct sv_engine *eng, struct sv_conn *c)
 {
 	struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP |
@@ -100,9 +108,7 @@ static int conn_register(struct sv_engine *eng, struct sv_conn *c)
 	if (epoll_ctl(eng->epfd, EPOLL_CTL_ADD, c->fd, &ev)) {
 		err = -errno;
 		pthread_mutex_lock(&eng->lock);
-		sv_list_del(&c->link);
-		if (!c->ops->rx_pending)
-			eng->nconns_polled--;
+		conn_unlist(eng, c);
 		pthread_mutex_unlock(&eng->lock);
 		return err;
 	}
@@ -271,10 +277,8 @@ void sv_engine_conn_fail(struct sv_conn *conn)
 	 * where no stale epoll event can still name this connection */
 	pthread_mutex_lock(&eng->lock);
 	if (sv_list_linked(&conn->link)) {
-		sv_list_del(&conn->link);
+		conn_unlist(eng, conn);
 		sv_list_add_tail(&eng->graveyard, &conn->link);
-		if (!conn->ops->rx_pending)
-			eng->nconns_polled--;
 	}
 	pthread_mutex_unlock(&eng->lock);
 }
@@ -450,6 +454,12 @@ static void accept_all_shm(struct sv_engine *eng)
 	}
 }
 
+/* eng->lock held: an established connection whose data is in memory (shm). */
+static bool conn_in_memory(struct sv_conn *c)
+{
+	return c->ops->rx_pending && c->tp && atomic_load(&c->state) == SV_CONN_UP;
+}
+
 /*
  * shm connections carry their data in memory: whoever makes progress looks
  * at their rings directly (no epoll, no system call) and handles those that
@@ -464,8 +474,7 @@ static void shm_scan(struct sv_engine *eng)
 	for (struct sv_list *l = eng->conns.next; l != &eng->conns && n < 32; l = l->next) {
 		struct sv_conn *c = SV_CONTAINER_OF(l, struct sv_conn, link);
 
-		if (c->ops->rx_pending && c->tp && atomic_load(&c->state) == SV_CONN_UP &&
-		    c->ops->rx_pending(c)) {
+		if (conn_in_memory(c) && c->ops->rx_pending(c)) {
 			sv_conn_get(c);
 			ready[n++] = c;
 		}
@@ -493,7 +502,7 @@ static bool shm_arm_all(struct sv_engine *eng, bool *tick)
 	for (struct sv_list *l = eng->conns.next; l != &eng->conns; l = l->next) {
 		struct sv_conn *c = SV_CONTAINER_OF(l, struct sv_conn, link);
 
-		if (!c->ops->arm || !c->tp || atomic_load(&c->state) != SV_CONN_UP)
+		if (!conn_in_memory(c))
 			continue;
 		if (lease) {
 			*tick = true; /* an shm connection, and an application polls */

@@ -352,35 +352,58 @@ static void ring_bell(struct sv_conn *c)
  */
 #define SHM_SAFE_MIN 4096u
 
-struct self_copy {
+/*
+ * Pieces gathered for one process_vm_readv: local destinations l[i] filled
+ * from remote sources r[i] (in our own process for the self copy below, in
+ * the peer for single-copy reads).
+ */
+struct cma_batch {
 	struct iovec l[SHM_CMA_BATCH], r[SHM_CMA_BATCH];
 	int n;
 	size_t bytes;
 };
 
+static void cma_add(struct cma_batch *b, void *dst, const void *src, size_t len)
+{
+	b->l[b->n] = (struct iovec){ dst, len };
+	b->r[b->n++] = (struct iovec){ (void *)src, len };
+	b->bytes += len;
+}
+
+/* Copy the batch; returns bytes copied or -1 (errno), and empties it. */
+static ssize_t cma_pull(pid_t pid, struct cma_batch *b)
+{
+	ssize_t got = process_vm_readv(pid, b->l, (unsigned long)b->n, b->r,
+				       (unsigned long)b->n, 0);
+
+	b->n = 0;
+	b->bytes = 0;
+	return got;
+}
+
 static int self_copy_ok = -1; /* process_vm_readv works on ourselves */
 
-static void self_copy_flush(struct self_copy *b)
+static void self_copy_flush(struct cma_batch *b)
 {
+	int n = b->n;
+	size_t bytes = b->bytes;
 	ssize_t got;
 
-	if (!b->n)
+	if (!n)
 		return;
-	got = process_vm_readv(getpid(), b->l, (unsigned long)b->n, b->r, (unsigned long)b->n, 0);
+	got = cma_pull(getpid(), b);
 	if (got < 0 && (errno == EPERM || errno == ENOSYS)) {
 		/* a seccomp filter forbids it: the CPU copies from now on */
 		__atomic_store_n(&self_copy_ok, 0, __ATOMIC_RELAXED);
-		for (int i = 0; i < b->n; i++)
+		for (int i = 0; i < n; i++)
 			memcpy(b->l[i].iov_base, b->r[i].iov_base, b->l[i].iov_len);
-	} else if (got != (ssize_t)b->bytes) {
+	} else if (got != (ssize_t)bytes) {
 		sv_warn("shm: a payload in unmapped memory was sent as it stood (%zd of %zu bytes)",
-			got, b->bytes);
+			got, bytes);
 	}
-	b->n = 0;
-	b->bytes = 0;
 }
 
-static void copy_piece(struct self_copy *b, void *dst, const void *src, size_t len)
+static void copy_piece(struct cma_batch *b, void *dst, const void *src, size_t len)
 {
 	if (len < SHM_SAFE_MIN || !__atomic_load_n(&self_copy_ok, __ATOMIC_RELAXED)) {
 		memcpy(dst, src, len);
@@ -388,12 +411,10 @@ static void copy_piece(struct self_copy *b, void *dst, const void *src, size_t l
 	}
 	if (b->n == SHM_CMA_BATCH)
 		self_copy_flush(b);
-	b->l[b->n] = (struct iovec){ dst, len };
-	b->r[b->n++] = (struct iovec){ (void *)src, len };
-	b->bytes += len;
+	cma_add(b, dst, src, len);
 }
 
-static void ring_copy_in(struct sv_shm *s, struct self_copy *b, uint64_t pos, const void *src,
+static void ring_copy_in(struct sv_shm *s, struct cma_batch *b, uint64_t pos, const void *src,
 			 size_t len)
 {
 	size_t o = (size_t)(pos & (SHM_RING_BYTES - 1)), first = SV_MIN(len, SHM_RING_BYTES - o);
@@ -423,7 +444,7 @@ static size_t ring_put(struct sv_conn *c, const struct iovec *iov, int iovcnt, b
 	struct sv_shm *s = to_shm(c);
 	uint64_t head = __atomic_load_n(&s->tx->head, __ATOMIC_SEQ_CST); /* after `room` */
 	uint64_t wpos = s->tx->tail, start = wpos;
-	struct self_copy sc = { .n = 0, .bytes = 0 };
+	struct cma_batch sc = { .n = 0, .bytes = 0 };
 	size_t taken = 0;
 	int i = 0;
 	size_t off = 0;
@@ -528,29 +549,22 @@ static ssize_t shm_writev(struct sv_conn *c, const struct iovec *iov, int iovcnt
 	return (ssize_t)taken;
 }
 
-/* A pending batch of single-copy pieces. */
-struct cma_batch {
-	struct iovec l[SHM_CMA_BATCH], r[SHM_CMA_BATCH];
-	int n;
-	size_t bytes;
-};
-
+/* Single-copy reads from the peer's memory; 0 or -EIO. */
 static int cma_flush(struct sv_shm *s, struct cma_batch *b)
 {
+	size_t bytes = b->bytes;
 	ssize_t got;
 
 	if (!b->n)
 		return 0;
-	got = process_vm_readv(s->peer_pid, b->l, (unsigned long)b->n, b->r, (unsigned long)b->n, 0);
-	if (got != (ssize_t)b->bytes) {
+	got = cma_pull(s->peer_pid, b);
+	if (got != (ssize_t)bytes) {
 		/* the peer's memory went away under a posted request (or the peer
 		 * did): the stream cannot go on, as with a broken link */
 		sv_warn("shm: single-copy read from pid %d failed (%zd of %zu: %s)",
-			(int)s->peer_pid, got, b->bytes, got < 0 ? strerror(errno) : "short");
+			(int)s->peer_pid, got, bytes, got < 0 ? strerror(errno) : "short");
 		return -EIO;
 	}
-	b->n = 0;
-	b->bytes = 0;
 	return 0;
 }
 
@@ -592,9 +606,7 @@ static ssize_t shm_readv(struct sv_conn *c, const struct iovec *iov, int iovcnt)
 		if (s->rec_indirect) {
 			if (b.n == SHM_CMA_BATCH && cma_flush(s, &b))
 				return -EIO;
-			b.l[b.n] = (struct iovec){ dst, l };
-			b.r[b.n++] = (struct iovec){ (void *)(uintptr_t)s->rec_addr, l };
-			b.bytes += l;
+			cma_add(&b, dst, (const void *)(uintptr_t)s->rec_addr, l);
 			s->rec_addr += l;
 		} else {
 			ring_copy_out(s, s->rpos, dst, l);
@@ -661,19 +673,18 @@ static void shm_poll_in(struct sv_conn *c)
 	}
 }
 
+/* seq_cst: in shm_arm it is the load after the store of `bell` */
 static bool shm_rx_pending(struct sv_conn *c)
 {
 	struct sv_shm *s = to_shm(c);
 
-	return s->rec_left || __atomic_load_n(&s->rx->tail, __ATOMIC_ACQUIRE) != s->rpos;
+	return s->rec_left || __atomic_load_n(&s->rx->tail, __ATOMIC_SEQ_CST) != s->rpos;
 }
 
 static bool shm_arm(struct sv_conn *c)
 {
-	struct sv_shm *s = to_shm(c);
-
-	__atomic_store_n(&s->rx->bell, 1, __ATOMIC_SEQ_CST);
-	return s->rec_left || __atomic_load_n(&s->rx->tail, __ATOMIC_SEQ_CST) != s->rpos;
+	__atomic_store_n(&to_shm(c)->rx->bell, 1, __ATOMIC_SEQ_CST);
+	return shm_rx_pending(c);
 }
 
 /* The peer sees the socket end; the rings stay mapped until the last

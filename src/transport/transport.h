@@ -123,7 +123,7 @@ struct sv_transport_ops {
 	/* Bytes handed to the transport that the peer has not taken yet. */
 	size_t (*unsent)(struct sv_conn *conn);
 
-	/* Transports whose data does not come through the fd (may be NULL): */
+	/* Transports whose data does not come through the fd (all three or none): */
 	/* the fd said readable (bells, end of stream) */
 	void (*poll_in)(struct sv_conn *conn);
 	/* data waits, seen without a system call */
