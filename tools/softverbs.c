@@ -26,6 +26,7 @@
 #include <inttypes.h>
 #include <limits.h>
 #include <stdarg.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -130,6 +131,23 @@ static int prepend_env_list(const char *name, const char *entry)
 	return ret;
 }
 
+/* Whether LD_PRELOAD already names lib (a nested `softverbs run`). */
+static bool preloaded(const char *lib)
+{
+	const char *p = getenv("LD_PRELOAD");
+	size_t n = strlen(lib);
+
+	while (p && *p) {
+		size_t l = strcspn(p, ": ");
+
+		if (l == n && !strncmp(p, lib, n))
+			return true;
+		p += l;
+		p += strspn(p, ": ");
+	}
+	return false;
+}
+
 #ifdef SV_ASAN_BUILD
 /*
  * In a sanitizer build libibverbs.so.1 itself is instrumented, and the
@@ -219,6 +237,18 @@ static int cmd_run(int argc, char **argv)
 	 */
 	if (prepend_env_list("LD_LIBRARY_PATH", lib_dir) != 0) {
 		fprintf(stderr, "softverbs: setting LD_LIBRARY_PATH: %s\n", strerror(errno));
+		return EXIT_EXEC_FAILED;
+	}
+	/*
+	 * The file-system view of the devices (src/preload/fsview.c): middleware
+	 * that looks for /dev/infiniband/uverbsN or /sys/class/infiniband finds
+	 * softverbs' devices there.  LD_PRELOAD, unlike a library search path,
+	 * also holds for programs that only stat those paths, and is inherited
+	 * by every child (mpirun's daemons and ranks).
+	 */
+	snprintf(probe, sizeof(probe), "%s/libsoftverbs-fsview.so", lib_dir);
+	if (access(probe, R_OK) == 0 && !preloaded(probe) && prepend_env_list("LD_PRELOAD", probe)) {
+		fprintf(stderr, "softverbs: setting LD_PRELOAD: %s\n", strerror(errno));
 		return EXIT_EXEC_FAILED;
 	}
 #ifdef SV_ASAN_BUILD

@@ -9,9 +9,11 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -123,13 +125,35 @@ void ibv_copy_path_rec_to_kern(struct ib_user_path_rec *dst, struct ibv_sa_path_
 
 /* ---- sysfs helpers ---- */
 
+static char sysfs_path[256] = "/sys";
+
+static void init_sysfs_path(void)
+{
+	const char *env = getuid() == geteuid() ? getenv("SYSFS_PATH") : NULL;
+	size_t len;
+
+	if (!env || !*env || strlen(env) >= sizeof(sysfs_path))
+		return;
+	len = strlen(env);
+	while (len > 1 && env[len - 1] == '/')
+		len--;
+	memcpy(sysfs_path, env, len);
+	sysfs_path[len] = '\0';
+}
+
 /*
- * softverbs devices are not kernel devices and have no sysfs entries; this
- * path is only what old callers concatenate with their own relative paths.
+ * The sysfs mount point, as rdma-core answers it: $SYSFS_PATH (trailing
+ * slashes removed) when set and the process is not set-uid, else "/sys";
+ * read once.  Device paths (ibdev_path, dev_path) are built on it.  Under
+ * `softverbs run`, /sys/class/infiniband* shows softverbs' devices (see
+ * src/verbs/sysfs.c).
  */
 const char *ibv_get_sysfs_path(void)
 {
-	return "/sys";
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+	pthread_once(&once, init_sysfs_path);
+	return sysfs_path;
 }
 
 /*

@@ -16,6 +16,7 @@
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 /* epoll tags for the non-connection fds */
@@ -839,6 +840,28 @@ void sv_engine_quiesce(struct sv_engine *eng, uint64_t deadline_ns)
 			return;
 		poll(NULL, 0, 1);
 	}
+}
+
+/*
+ * Stop the engine thread and wait for it, within a bound: at exit, a thread
+ * stuck elsewhere must not hang the process.  The engine's state stays as it
+ * is; callers of the verbs still make progress themselves.
+ */
+void sv_engine_halt(struct sv_engine *eng)
+{
+	struct timespec until;
+
+	if (!eng || !eng->thread_started)
+		return;
+	atomic_store(&eng->stop, true);
+	wake(eng);
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 2;
+	if (pthread_timedjoin_np(eng->thread, NULL, &until)) {
+		sv_warn("engine thread did not stop");
+		return;
+	}
+	eng->thread_started = false;
 }
 
 void sv_engine_stop(struct sv_engine *eng)

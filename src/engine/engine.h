@@ -48,6 +48,7 @@ struct sv_engine {
 
 int sv_engine_start(struct sv_context *ctx, struct in_addr ip);
 void sv_engine_stop(struct sv_engine *eng);
+void sv_engine_halt(struct sv_engine *eng); /* stop the thread only (library unload) */
 /* Wait, until deadline_ns at most, for connections being set up and queued
  * output to go out; the engine keeps running (used at process exit). */
 void sv_engine_quiesce(struct sv_engine *eng, uint64_t deadline_ns);

@@ -14,11 +14,13 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "rdmacm/cm.h"
@@ -676,10 +678,13 @@ static void expire_deadlines(void)
 	}
 }
 
+static pthread_t cm_tid;
+static atomic_bool cm_stopping;
+
 static void *cm_thread(void *arg)
 {
 	(void)arg;
-	for (;;) {
+	while (!atomic_load(&cm_stopping)) {
 		struct epoll_event evs[32];
 		int timeout;
 
@@ -718,7 +723,6 @@ int cm_thread_start(void)
 {
 	static bool started;
 	pthread_t t;
-	pthread_attr_t attr;
 	struct epoll_event ev = { .events = EPOLLIN, .data.u64 = 0 };
 
 	if (started)
@@ -727,13 +731,9 @@ int cm_thread_start(void)
 	wakefd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (epfd < 0 || wakefd < 0 || epoll_ctl(epfd, EPOLL_CTL_ADD, wakefd, &ev))
 		goto fail;
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	if (pthread_create(&t, &attr, cm_thread, NULL)) {
-		pthread_attr_destroy(&attr);
+	if (pthread_create(&t, NULL, cm_thread, NULL))
 		goto fail;
-	}
-	pthread_attr_destroy(&attr);
+	cm_tid = t;
 	started = true;
 	return 0;
 fail:
@@ -743,4 +743,38 @@ fail:
 		close(wakefd);
 	epfd = wakefd = -1;
 	return ENOMEM;
+}
+
+/*
+ * rdma-core's librdmacm starts no thread of its own, so middleware (Open
+ * MPI's components, libfabric's providers) dlcloses it freely; were the CM
+ * thread still running when the library's code is unmapped, the process
+ * would crash.  So when the library is unloaded (dlclose, or exit) the
+ * thread is stopped and joined.  The ids and devices it served stay as the
+ * program left them; nothing else runs in their name afterwards.
+ */
+__attribute__((destructor)) static void cm_thread_stop_at_unload(void)
+{
+	uint64_t one = 1;
+	struct timespec until;
+
+	pthread_mutex_lock(&cm_lock);
+	bool running = epfd >= 0 && !atomic_load(&cm_stopping);
+	if (running)
+		atomic_store(&cm_stopping, true);
+	pthread_mutex_unlock(&cm_lock);
+	if (!running)
+		return;
+	if (write(wakefd, &one, sizeof(one)) < 0)
+		sv_err("cm: wake write: %s", strerror(errno));
+	/* bounded: an exiting process must not hang on a thread stuck elsewhere */
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 2;
+	if (pthread_timedjoin_np(cm_tid, NULL, &until)) {
+		sv_warn("cm: the CM thread did not stop");
+		return;
+	}
+	close(epfd);
+	close(wakefd);
+	epfd = wakefd = -1;
 }

@@ -134,9 +134,9 @@ static void scan_devices(void)
 		snprintf(d->ibdev.name, sizeof(d->ibdev.name), "sv_%s", i->ifa_name);
 		snprintf(d->ibdev.dev_name, sizeof(d->ibdev.dev_name), "uverbs%d", d->index);
 		snprintf(d->ibdev.dev_path, sizeof(d->ibdev.dev_path),
-			 "/sys/class/infiniband_verbs/uverbs%d", d->index);
-		snprintf(d->ibdev.ibdev_path, sizeof(d->ibdev.ibdev_path),
-			 "/sys/class/infiniband/%s", d->ibdev.name);
+			 "%s/class/infiniband_verbs/uverbs%d", ibv_get_sysfs_path(), d->index);
+		snprintf(d->ibdev.ibdev_path, sizeof(d->ibdev.ibdev_path), "%s/class/infiniband/%s",
+			 ibv_get_sysfs_path(), d->ibdev.name);
 		devs[ndevs++] = d;
 	}
 	freeifaddrs(ifa);
@@ -190,16 +190,25 @@ static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
  * A program may exit without closing its devices (librdmacm never closes the
  * ones it opens).  A NIC would still put on the wire what it has completed;
  * here that output sits in user space, so at exit we give queued packets and
- * connections still being set up a bounded moment to go out.  Nothing is
- * freed: other threads may still be using the contexts.
+ * connections still being set up a bounded moment to go out.
+ *
+ * Then the engine threads stop.  rdma-core's libibverbs starts no threads, so
+ * middleware dlcloses it freely (Open MPI unloads its components at
+ * MPI_Finalize, libfabric its providers); a thread left running in unmapped
+ * code would crash the process.  This destructor runs at that unload as well
+ * as at exit.  Nothing is freed: at exit other threads may still be using
+ * the contexts, and they keep working (caller-driven progress); a later
+ * ibv_close_device finds the thread already gone.
  */
-__attribute__((destructor)) static void flush_at_exit(void)
+__attribute__((destructor)) static void stop_engines_at_unload(void)
 {
 	uint64_t deadline = sv_now_ns() + 200000000ull;
 
 	pthread_mutex_lock(&open_lock);
 	for (struct sv_list *l = open_contexts.next; l != &open_contexts; l = l->next)
 		sv_engine_quiesce(SV_CONTAINER_OF(l, struct sv_context, open_link)->eng, deadline);
+	for (struct sv_list *l = open_contexts.next; l != &open_contexts; l = l->next)
+		sv_engine_halt(SV_CONTAINER_OF(l, struct sv_context, open_link)->eng);
 	pthread_mutex_unlock(&open_lock);
 }
 

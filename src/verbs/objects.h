@@ -76,6 +76,15 @@ struct sv_context {
 	int async_wfd; /* write end of the async event pipe (read end: async_fd) */
 };
 
+/* rdma-core's (infiniband/driver.h, not installed by Debian); src/abi/compat.c */
+const char *ibv_get_sysfs_path(void);
+
+/* query.c: the answers of ibv_query_device/port/gid, per device (sysfs.c uses them too) */
+void sv_device_attr(const struct sv_device *dev, struct ibv_device_attr *a);
+void sv_port_attr(struct ibv_port_attr *p);
+int sv_gid_entry(const struct sv_device *dev, const struct sv_context *ctx, uint32_t index,
+		 struct ibv_gid_entry *e); /* ctx may be NULL; ENODATA past the table */
+
 static inline struct sv_context *to_sv_ctx(struct ibv_context *c)
 {
 	return SV_CONTAINER_OF(c, struct sv_context, vctx.context);

@@ -118,6 +118,16 @@ static struct ibv_qp *qp_create(struct ibv_context *context, struct ibv_qp_init_
 	qp->srq = ia->srq ? to_sv_srq(ia->srq) : NULL;
 	qp->sq_sig_all = ia->sq_sig_all;
 	qp->cap = *cap;
+	/*
+	 * As in Soft-RoCE, a send WQE's slot holds either its SGL or its inline
+	 * bytes, so the inline capacity is at least what the SGL takes
+	 * (max_send_sge * 16 bytes) and is reported back as such: programs
+	 * (rdma_xclient) send small inline messages on QPs created with
+	 * max_inline_data 0 and one SGE.
+	 */
+	qp->cap.max_inline_data = SV_MIN(SV_MAX(cap->max_inline_data,
+						(uint32_t)(cap->max_send_sge * sizeof(struct ibv_sge))),
+					 (uint32_t)SV_MAX_INLINE);
 	if (qp->srq) {
 		qp->cap.max_recv_wr = 0;
 		qp->cap.max_recv_sge = 0;
@@ -134,9 +144,9 @@ static struct ibv_qp *qp_create(struct ibv_context *context, struct ibv_qp_init_
 	qp->sq.wqe = calloc(qp->sq.size, sizeof(*qp->sq.wqe));
 	qp->sq.sge_pool = calloc((size_t)qp->sq.size * SV_MAX(cap->max_send_sge, 1u),
 				 sizeof(struct ibv_sge));
-	if (cap->max_inline_data)
-		qp->sq.inline_pool = malloc((size_t)qp->sq.size * cap->max_inline_data);
-	if (!qp->sq.wqe || !qp->sq.sge_pool || (cap->max_inline_data && !qp->sq.inline_pool) ||
+	if (qp->cap.max_inline_data)
+		qp->sq.inline_pool = malloc((size_t)qp->sq.size * qp->cap.max_inline_data);
+	if (!qp->sq.wqe || !qp->sq.sge_pool || (qp->cap.max_inline_data && !qp->sq.inline_pool) ||
 	    (!qp->srq && rq_init(&qp->rq, cap->max_recv_wr, cap->max_recv_sge))) {
 		err = ENOMEM;
 		goto fail_free;

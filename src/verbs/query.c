@@ -7,12 +7,16 @@
 #include <stdio.h>
 #include <string.h>
 
-static void fill_device_attr(struct sv_context *ctx, struct ibv_device_attr *a)
+/*
+ * The answers below depend on the device, not on an opened context, so the
+ * file-system view of the devices (sysfs.c) is made from the same functions.
+ */
+void sv_device_attr(const struct sv_device *dev, struct ibv_device_attr *a)
 {
 	memset(a, 0, sizeof(*a));
 	snprintf(a->fw_ver, sizeof(a->fw_ver), "softverbs-0.1.0");
-	a->node_guid = ctx->dev->guid;
-	a->sys_image_guid = ctx->dev->guid;
+	a->node_guid = dev->guid;
+	a->sys_image_guid = dev->guid;
 	a->max_mr_size = SV_MAX_MR_SIZE;
 	a->page_size_cap = 0xfffff000; /* any power of two from 4 KiB */
 	a->vendor_id = SV_VENDOR_ID;
@@ -46,7 +50,7 @@ int ibv_query_device(struct ibv_context *context, struct ibv_device_attr *device
 {
 	if (!context || !device_attr)
 		return EINVAL;
-	fill_device_attr(to_sv_ctx(context), device_attr);
+	sv_device_attr(to_sv_ctx(context)->dev, device_attr);
 	return 0;
 }
 
@@ -61,14 +65,14 @@ static int sv_query_device_ex(struct ibv_context *context,
 	if (attr_size < sizeof(a.orig_attr))
 		return EINVAL;
 	memset(&a, 0, sizeof(a));
-	fill_device_attr(to_sv_ctx(context), &a.orig_attr);
+	sv_device_attr(to_sv_ctx(context)->dev, &a.orig_attr);
 	a.max_dm_size = 0;
 	a.phys_port_cnt_ex = 1;
 	memcpy(attr, &a, SV_MIN(attr_size, sizeof(a)));
 	return 0;
 }
 
-static void fill_port_attr(struct ibv_port_attr *p)
+void sv_port_attr(struct ibv_port_attr *p)
 {
 	memset(p, 0, sizeof(*p));
 	p->state = IBV_PORT_ACTIVE;
@@ -102,7 +106,7 @@ int(ibv_query_port)(struct ibv_context *context, uint8_t port_num,
 
 	if (!context || !port_attr || port_num != 1)
 		return EINVAL;
-	fill_port_attr(&a);
+	sv_port_attr(&a);
 	/* the legacy struct is today's ibv_port_attr up to (not including) flags */
 	memcpy(port_attr, &a, offsetof(struct ibv_port_attr, flags));
 	return 0;
@@ -116,16 +120,41 @@ static int sv_query_port(struct ibv_context *context, uint8_t port_num,
 	(void)context;
 	if (port_num != 1 || !port_attr)
 		return EINVAL;
-	fill_port_attr(&a);
+	sv_port_attr(&a);
 	memcpy(port_attr, &a, SV_MIN(len, sizeof(a)));
+	return 0;
+}
+
+/*
+ * GID table entry index of the device's port 1.  Today the table has one
+ * entry, naming the endpoint of an opened context; without a context (the
+ * file-system view) its port field is 0: no endpoint exists yet.
+ */
+int sv_gid_entry(const struct sv_device *dev, const struct sv_context *ctx, uint32_t index,
+		 struct ibv_gid_entry *e)
+{
+	if (index != 0)
+		return ENODATA;
+	memset(e, 0, sizeof(*e));
+	if (ctx)
+		e->gid = ctx->gid;
+	else
+		sv_gid_encode(&e->gid, dev->ip, 0);
+	e->gid_index = index;
+	e->port_num = 1;
+	e->gid_type = IBV_GID_TYPE_ROCE_V2;
+	e->ndev_ifindex = (uint32_t)dev->ifindex;
 	return 0;
 }
 
 int ibv_query_gid(struct ibv_context *context, uint8_t port_num, int index, union ibv_gid *gid)
 {
-	if (!context || !gid || port_num != 1 || index != 0)
+	struct ibv_gid_entry e;
+
+	if (!context || !gid || port_num != 1 || index < 0 ||
+	    sv_gid_entry(to_sv_ctx(context)->dev, to_sv_ctx(context), (uint32_t)index, &e))
 		return -1; /* rdma-core returns -1 here */
-	*gid = to_sv_ctx(context)->gid;
+	*gid = e.gid;
 	return 0;
 }
 
@@ -133,22 +162,15 @@ int ibv_query_gid(struct ibv_context *context, uint8_t port_num, int index, unio
 int ibv_query_gid_type(struct ibv_context *context, uint8_t port_num, unsigned int index,
 		       int *type)
 {
-	if (!context || !type || port_num != 1 || index != 0) {
+	struct ibv_gid_entry e;
+
+	if (!context || !type || port_num != 1 ||
+	    sv_gid_entry(to_sv_ctx(context)->dev, to_sv_ctx(context), index, &e)) {
 		errno = EINVAL;
 		return -1;
 	}
-	*type = 1;
+	*type = e.gid_type == IBV_GID_TYPE_ROCE_V2 ? 1 : 0;
 	return 0;
-}
-
-static void fill_gid_entry(struct sv_context *ctx, struct ibv_gid_entry *e)
-{
-	memset(e, 0, sizeof(*e));
-	e->gid = ctx->gid;
-	e->gid_index = 0;
-	e->port_num = 1;
-	e->gid_type = IBV_GID_TYPE_ROCE_V2;
-	e->ndev_ifindex = (uint32_t)ctx->dev->ifindex;
 }
 
 int _ibv_query_gid_ex(struct ibv_context *context, uint32_t port_num, uint32_t gid_index,
@@ -160,9 +182,8 @@ int _ibv_query_gid_ex(struct ibv_context *context, uint32_t port_num, uint32_t g
 		return EINVAL;
 	if (port_num != 1)
 		return EINVAL;
-	if (gid_index != 0)
+	if (sv_gid_entry(to_sv_ctx(context)->dev, to_sv_ctx(context), gid_index, &e))
 		return ENODATA;
-	fill_gid_entry(to_sv_ctx(context), &e);
 	memcpy(entry, &e, sizeof(e));
 	return 0;
 }
@@ -172,10 +193,18 @@ ssize_t _ibv_query_gid_table(struct ibv_context *context, struct ibv_gid_entry *
 {
 	if (!context || flags || entry_size < sizeof(struct ibv_gid_entry))
 		return -EINVAL;
-	if (max_entries < 1)
-		return -EINVAL;
-	fill_gid_entry(to_sv_ctx(context), entries);
-	return 1;
+	struct sv_context *ctx = to_sv_ctx(context);
+	struct ibv_gid_entry e;
+	size_t n = 0;
+
+	while (!sv_gid_entry(ctx->dev, ctx, (uint32_t)n, &e)) {
+		if (n == max_entries)
+			return -EINVAL; /* the table does not fit */
+		/* entries are entry_size apart: the caller's struct may have grown */
+		memcpy((char *)entries + n * entry_size, &e, sizeof(e));
+		n++;
+	}
+	return (ssize_t)n;
 }
 
 int ibv_query_pkey(struct ibv_context *context, uint8_t port_num, int index, __be16 *pkey)
