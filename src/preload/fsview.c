@@ -7,7 +7,8 @@
  * has it too: mpirun's daemons, the ranks they start).  It interposes the C
  * library's path-taking calls, and a path under
  *
- *   /sys/class/infiniband, /sys/class/infiniband_verbs, /dev/infiniband
+ *   /sys/class/infiniband, /sys/class/infiniband_verbs, /dev/infiniband,
+ *   /sys/devices/virtual/infiniband (where the class entries link to)
  *
  * is redirected into the view that softverbs' libibverbs writes for the
  * devices this process sees (softverbs_fs_view(), src/verbs/sysfs.c).  Every
@@ -48,6 +49,7 @@ static const struct {
 } trees[] = {
 	{ "/sys/class/infiniband", sizeof("/sys/class/infiniband") - 1 },
 	{ "/sys/class/infiniband_verbs", sizeof("/sys/class/infiniband_verbs") - 1 },
+	{ "/sys/devices/virtual/infiniband", sizeof("/sys/devices/virtual/infiniband") - 1 },
 	{ "/dev/infiniband", sizeof("/dev/infiniband") - 1 },
 };
 
@@ -417,6 +419,17 @@ SV_EXPORT char *realpath(const char *path, char *resolved)
 
 	return unmap_result(NEXT(char *(*)(const char *, char *), realpath)(map(path, buf),
 									      resolved));
+}
+
+/* _FORTIFY_SOURCE builds call realpath() as this (UCX, libfabric, Open MPI do) */
+char *__realpath_chk(const char *path, char *resolved, size_t resolved_len);
+
+SV_EXPORT char *__realpath_chk(const char *path, char *resolved, size_t resolved_len)
+{
+	char buf[PATH_MAX];
+
+	return unmap_result(NEXT(char *(*)(const char *, char *, size_t), __realpath_chk)(
+		map(path, buf), resolved, resolved_len));
 }
 
 SV_EXPORT char *canonicalize_file_name(const char *path)

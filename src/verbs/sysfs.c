@@ -7,7 +7,8 @@
  * tree that mirrors those parts of /sys and /dev for the devices this
  * process sees:
  *
- *   ROOT/sys/class/infiniband/sv_X/...          node_type, node_guid, ports/1/...
+ *   ROOT/sys/class/infiniband/sv_X              -> ../../devices/virtual/infiniband/sv_X
+ *   ROOT/sys/devices/virtual/infiniband/sv_X/... node_type, node_guid, ports/1/...
  *   ROOT/sys/class/infiniband_verbs/uverbsN/... ibdev, abi_version, dev
  *   ROOT/dev/infiniband/uverbsN, rdma_cm        symlinks to /dev/null
  *
@@ -211,15 +212,35 @@ static void add_port(struct view *v, const struct sv_device *d, const char *devd
 	}
 }
 
+/* every CPU as a kernel cpumask ("%*pb": 32-bit hex words, most significant first) */
+static void cpu_mask(long ncpu, char *out, size_t len)
+{
+	size_t at = 0;
+
+	for (long w = (ncpu + 31) / 32 - 1; w >= 0 && at + 10 < len; w--) {
+		long bits = ncpu - w * 32 > 32 ? 32 : ncpu - w * 32;
+		uint32_t word = bits == 32 ? 0xffffffffu : (1u << bits) - 1;
+
+		if (at == 0)
+			at += (size_t)snprintf(out, len, "%x", word);
+		else
+			at += (size_t)snprintf(out + at, len - at, ",%08x", word);
+	}
+}
+
 static void add_device(struct view *v, const struct sv_device *d, long ncpu)
 {
 	struct ibv_device_attr da;
-	char dir[128], sub[200];
+	char dir[128], sub[200], link[128], mask[256];
 	uint64_t guid = be64toh(d->guid);
 
 	sv_device_attr(d, &da);
-	snprintf(dir, sizeof(dir), "sys/class/infiniband/%s", d->ibdev.name);
+	/* as in sysfs: the class entry is a link to the device's directory (hwloc checks) */
+	snprintf(dir, sizeof(dir), "sys/devices/virtual/infiniband/%s", d->ibdev.name);
 	add_dir(v, dir);
+	snprintf(sub, sizeof(sub), "sys/class/infiniband/%s", d->ibdev.name);
+	snprintf(link, sizeof(link), "../../devices/virtual/infiniband/%s", d->ibdev.name);
+	add_link(v, sub, link);
 	add_attr(v, dir, "node_type", "%d: %s", (int)d->ibdev.node_type,
 		 d->ibdev.node_type == IBV_NODE_CA ? "CA" : "unknown");
 	add_attr(v, dir, "node_guid", "%04x:%04x:%04x:%04x", (unsigned)(guid >> 48) & 0xffff,
@@ -239,7 +260,9 @@ static void add_device(struct view *v, const struct sv_device *d, long ncpu)
 	snprintf(sub, sizeof(sub), "%s/device", dir);
 	add_dir(v, sub);
 	add_attr(v, sub, "numa_node", "-1");
-	add_attr(v, sub, "local_cpulist", "0-%ld", ncpu > 0 ? ncpu - 1 : 0);
+	add_attr(v, sub, "local_cpulist", "0-%ld", ncpu - 1);
+	cpu_mask(ncpu, mask, sizeof(mask));
+	add_attr(v, sub, "local_cpus", "%s", mask);
 	add_attr(v, sub, "vendor", "0x%04x", da.vendor_id);
 	add_attr(v, sub, "device", "0x%04x", da.vendor_part_id);
 	add_port(v, d, dir);
@@ -261,11 +284,14 @@ static void add_device(struct view *v, const struct sv_device *d, long ncpu)
 static void build(struct view *v)
 {
 	struct ibv_device **list = ibv_get_device_list(NULL);
-	long ncpu = sysconf(_SC_NPROCESSORS_CONF);
+	long ncpu = SV_MAX(sysconf(_SC_NPROCESSORS_CONF), 1L);
 
 	add_dir(v, "sys");
 	add_dir(v, "sys/class");
 	add_dir(v, "sys/class/infiniband");
+	add_dir(v, "sys/devices");
+	add_dir(v, "sys/devices/virtual");
+	add_dir(v, "sys/devices/virtual/infiniband");
 	add_dir(v, "sys/class/infiniband_verbs");
 	add_attr(v, "sys/class/infiniband_verbs", "abi_version", "6"); /* uverbs' kernel ABI */
 	add_dir(v, "dev");
