@@ -41,10 +41,13 @@ static void to_ai_hints(struct addrinfo *h, const struct rdma_addrinfo *hints)
 		h->ai_socktype = SOCK_DGRAM;
 	else if (hints->ai_qp_type)
 		h->ai_socktype = SOCK_STREAM;
-	if (hints->ai_port_space == RDMA_PS_UDP || hints->ai_port_space == RDMA_PS_IB)
-		h->ai_protocol = IPPROTO_UDP;
-	else if (hints->ai_port_space == RDMA_PS_TCP)
+	/* the protocol follows the port space; RDMA_PS_IB carries both kinds */
+	if (hints->ai_port_space == RDMA_PS_TCP)
 		h->ai_protocol = IPPROTO_TCP;
+	else if (hints->ai_port_space == RDMA_PS_UDP || hints->ai_port_space == RDMA_PS_IPOIB)
+		h->ai_protocol = IPPROTO_UDP;
+	else if (hints->ai_port_space == RDMA_PS_IB && h->ai_socktype)
+		h->ai_protocol = h->ai_socktype == SOCK_DGRAM ? IPPROTO_UDP : IPPROTO_TCP;
 	if (!h->ai_socktype && !h->ai_protocol)
 		h->ai_socktype = SOCK_STREAM; /* one answer per address, not one per socket type */
 }
@@ -69,12 +72,12 @@ static int resolve_name(const char *node, const char *service, const struct rdma
 		freeaddrinfo(ai);
 		return EADDRNOTAVAIL;
 	}
-	r->ai_flags = hints->ai_flags;
+	r->ai_flags = hints->ai_flags & RAI_PASSIVE; /* as rdma-core: the rest were for the lookup */
 	r->ai_family = AF_INET;
 	r->ai_qp_type = hints->ai_qp_type ? hints->ai_qp_type
 			: a->ai_socktype == SOCK_DGRAM ? IBV_QPT_UD : IBV_QPT_RC;
 	r->ai_port_space = hints->ai_port_space ? hints->ai_port_space
-			   : r->ai_qp_type == IBV_QPT_UD ? RDMA_PS_UDP : RDMA_PS_TCP;
+			   : a->ai_protocol == IPPROTO_UDP ? RDMA_PS_UDP : RDMA_PS_TCP;
 	if (hints->ai_flags & RAI_PASSIVE)
 		ret = copy_addr(&r->ai_src_addr, &r->ai_src_len, a->ai_addr, a->ai_addrlen);
 	else

@@ -679,6 +679,7 @@ static void expire_deadlines(void)
 }
 
 static pthread_t cm_tid;
+static pid_t cm_pid; /* the process the thread runs in: a forked child has none */
 static atomic_bool cm_stopping;
 
 static void *cm_thread(void *arg)
@@ -734,6 +735,7 @@ int cm_thread_start(void)
 	if (pthread_create(&t, NULL, cm_thread, NULL))
 		goto fail;
 	cm_tid = t;
+	cm_pid = getpid();
 	started = true;
 	return 0;
 fail:
@@ -758,6 +760,9 @@ __attribute__((destructor)) static void cm_thread_stop_at_unload(void)
 	uint64_t one = 1;
 	struct timespec until;
 
+	/* a forked child has no CM thread, and cm_lock may have been held at fork */
+	if (!cm_pid || cm_pid != getpid())
+		return;
 	pthread_mutex_lock(&cm_lock);
 	bool running = epfd >= 0 && !atomic_load(&cm_stopping);
 	if (running)

@@ -203,13 +203,43 @@ static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
 __attribute__((destructor)) static void stop_engines_at_unload(void)
 {
 	uint64_t deadline = sv_now_ns() + 200000000ull;
+	pid_t self = getpid();
 
 	pthread_mutex_lock(&open_lock);
-	for (struct sv_list *l = open_contexts.next; l != &open_contexts; l = l->next)
-		sv_engine_quiesce(SV_CONTAINER_OF(l, struct sv_context, open_link)->eng, deadline);
-	for (struct sv_list *l = open_contexts.next; l != &open_contexts; l = l->next)
-		sv_engine_halt(SV_CONTAINER_OF(l, struct sv_context, open_link)->eng);
+	/*
+	 * A forked child inherits the parent's contexts but none of their
+	 * threads, and their locks may have been held when it forked: it leaves
+	 * them alone (rdma-core: a child must not use its parent's resources).
+	 */
+	for (struct sv_list *l = open_contexts.next; l != &open_contexts; l = l->next) {
+		struct sv_context *ctx = SV_CONTAINER_OF(l, struct sv_context, open_link);
+
+		if (ctx->owner == self)
+			sv_engine_quiesce(ctx->eng, deadline);
+	}
+	for (struct sv_list *l = open_contexts.next; l != &open_contexts; l = l->next) {
+		struct sv_context *ctx = SV_CONTAINER_OF(l, struct sv_context, open_link);
+
+		if (ctx->owner == self)
+			sv_engine_halt(ctx->eng);
+	}
 	pthread_mutex_unlock(&open_lock);
+}
+
+/* open_lock is consistent in a forked child: held across fork() */
+static void open_lock_take(void)
+{
+	pthread_mutex_lock(&open_lock);
+}
+
+static void open_lock_give(void)
+{
+	pthread_mutex_unlock(&open_lock);
+}
+
+__attribute__((constructor)) static void open_lock_at_fork(void)
+{
+	pthread_atfork(open_lock_take, open_lock_give, open_lock_give);
 }
 
 struct ibv_context *ibv_open_device(struct ibv_device *device)
@@ -223,6 +253,7 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 		return NULL;
 	}
 	ctx->dev = dev;
+	ctx->owner = getpid();
 	ctx->key_secret = sv_random_u32();
 	pthread_mutex_init(&ctx->lock, NULL);
 	pthread_rwlock_init(&ctx->mrs.lock, NULL);

@@ -58,6 +58,8 @@ struct sv_mr_table {
 
 struct sv_context {
 	struct sv_list open_link;      /* in the list of open contexts (device.c) */
+	pid_t owner;                   /* the process that opened it (a forked child
+					  inherits the list, not the threads) */
 	struct verbs_context vctx; /* application sees &vctx.context */
 	struct sv_device *dev;
 	struct sv_engine *eng;

@@ -1,0 +1,232 @@
+#!/usr/bin/env bash
+# Middleware over softverbs: Debian's UCX, Open MPI, libfabric and qperf,
+# unmodified, under `softverbs run`, between two processes of this host
+# (MODE lo) or of two hosts (MODE netns: two network namespaces joined by a
+# veth pair, so the traffic crosses TCP).  Each case checks the data, not
+# only the exit status.
+#
+#   middleware.sh MODE CASE [ARGS...]
+#
+# CASE:
+#   ucx-info                 ucx_info -d lists rc_verbs and ud_verbs on the sv devices
+#   ucx-perf TLS TEST [OPT]  ucx_perftest server + client with UCX_TLS=TLS; the
+#                            client's final line must count every iteration
+#   ucx-check TLS            ucx_check (tests/middleware/ucx_check.c): UCP tag,
+#                            PUT/GET and atomics with every byte compared
+#   mpi PML                  mpi_check (ping-pong 1 B - 4 MiB, allreduce, bcast,
+#                            data compared) under mpirun, 2 ranks, PML ucx or
+#                            ofi (mtl ofi, verbs;ofi_rxm); the log must show the
+#                            ranks talking over an sv device, not shared memory
+#   fi-info                  fi_info -p verbs lists the sv devices (msg, dgram, rdm)
+#   fi-pingpong PROV EP      fi_pingpong with data integrity checks (-c)
+#   qperf TEST...            qperf -cm1; every test must report a result
+#
+# Needs SV_TOOL (build/bin/softverbs) and, for ucx-check / mpi, SV_BIN (the
+# folder holding ucx_check / mpi_check).
+set -u
+. "$(dirname "$0")/../clients/lib.sh"
+
+MODE=$1 CASE=$2
+shift 2
+SV_BIN=${SV_BIN:-}
+
+# Where the two sides run: namespaces, devices, the server's address.
+if [ "$MODE" = netns ]; then
+	sv_netns_pair mw "$((RANDOM % 200 + 20))"
+	# Both ends of the veth pair get one name, as two hosts' NICs often
+	# share one: UCT-level ucx_perftest hands its device name to the server.
+	for ns in "$SV_NS_A:sva" "$SV_NS_B:svb"; do
+		ip -n "${ns%%:*}" link set "${ns#*:}" down &&
+			ip -n "${ns%%:*}" link set "${ns#*:}" name svm &&
+			ip -n "${ns%%:*}" link set svm up || sv_fail "renaming ${ns#*:} to svm"
+	done
+	deadline=$((SECONDS + 5))
+	until ip -n "$SV_NS_A" link show svm | grep -q LOWER_UP &&
+		ip -n "$SV_NS_B" link show svm | grep -q LOWER_UP; do
+		[ "$SECONDS" -lt "$deadline" ] || sv_fail "veth pair did not come up again"
+		sleep 0.05
+	done
+	SNS=$SV_NS_A CNS=$SV_NS_B SDEV=sv_svm CDEV=sv_svm
+	HOST=$(ip -n "$SNS" -4 -o addr show svm | awk '{print $4}' | cut -d/ -f1)
+else
+	SNS="" CNS="" SDEV=sv_lo CDEV=sv_lo HOST=127.0.0.1
+fi
+
+# A TCP port for the out-of-band exchange, free in the server's namespace.
+oob_port() { sv_free_port "$SNS" "$((20000 + RANDOM % 20000))"; }
+
+# check_no_crash NAME: the output shows no crash report.
+check_no_crash() {
+	! grep -qE 'Caught signal|Segmentation fault|backtrace|Assertion|ASan|AddressSanitizer' \
+		"$SV_WORK/$1.out" || sv_fail "$1 reported a crash"
+}
+
+# server_client NAME SECS SERVER_ARGV... -- CLIENT_ARGV...: the server in the
+# background (in $SNS), the client in the foreground (in $CNS); both must
+# exit 0.
+server_client() {
+	local name=$1 secs=$2; shift 2
+	local srv=() cli=()
+	while [ "$1" != -- ]; do srv+=("$1"); shift; done
+	shift
+	cli=("$@")
+	sv_run_bg "$name-server" "$secs" "$SNS" "${srv[@]}"
+	local spid=$SV_PID
+	sleep 0.3
+	local crc=0 src=0 try
+	for try in 1 2 3 4 5; do
+		crc=0
+		sv_run "$name-client" "$secs" "$CNS" "${cli[@]}" || crc=$?
+		# the server may not listen yet: its out-of-band connect was refused
+		if [ "$crc" != 0 ] && grep -qiE 'refused|connect to' "$SV_WORK/$name-client.out" &&
+			kill -0 "$spid" 2>/dev/null; then
+			sleep 0.5
+			continue
+		fi
+		break
+	done
+	sv_wait "$spid" "$([ "$crc" = 0 ] && echo "$secs" || echo 3)" || src=$?
+	check_no_crash "$name-server"
+	check_no_crash "$name-client"
+	[ "$crc" = 0 ] || sv_fail "$name client exited $crc"
+	[ "$src" = 0 ] || sv_fail "$name server exited $src"
+}
+
+# UCX: only the softverbs device of each side, and only the transports asked.
+ucx_env() {
+	export UCX_TLS=$1 UCX_NET_DEVICES=$SDEV:1 UCX_WARN_UNUSED_ENV_VARS=n
+}
+
+case $CASE in
+ucx-info)
+	sv_require ucx_info
+	sv_run info 20 "$SNS" ucx_info -d || sv_fail "ucx_info -d failed"
+	for tl in rc_verbs ud_verbs; do
+		awk -v tl="$tl" -v dev="$SDEV:1" '
+			/Transport:/ { t = $3 } /Device:/ { if (t == tl && $3 == dev) found = 1 }
+			END { exit !found }' "$SV_WORK/info.out" ||
+			sv_fail "ucx_info -d lists no $tl on $SDEV:1"
+	done
+	sv_log "ucx_info -d: rc_verbs and ud_verbs on $SDEV:1"
+	;;
+ucx-perf)
+	sv_require ucx_perftest
+	tls=$1 test=$2; shift 2
+	ucx_env "$tls"
+	iters=2000
+	port=$(oob_port)
+	set -- "${@//@DEV@/$SDEV:1}" # the device of UCT-level tests
+	server_client perf 40 ucx_perftest -p "$port" -- \
+		ucx_perftest "$HOST" -p "$port" -t "$test" -n "$iters" -w 100 "$@"
+	# the final line: "Final: <iterations> ..." must count every iteration
+	n=$(awk '/^Final:/ { print $2 }' "$SV_WORK/perf-client.out")
+	[ "$n" = "$iters" ] || sv_fail "ucx_perftest $test: $n of $iters iterations reported"
+	grep '^Final:' "$SV_WORK/perf-client.out" | sed "s/^/   $test ($tls): /"
+	;;
+ucx-check)
+	ucx_env "$1"
+	[ -x "$SV_BIN/ucx_check" ] || sv_skip "ucx_check not built (no UCX headers)"
+	port=$(oob_port)
+	server_client check 40 "$SV_BIN/ucx_check" -s "$port" -- \
+		"$SV_BIN/ucx_check" -c "$HOST" "$port"
+	grep -q '^ucx_check: OK' "$SV_WORK/check-client.out" || sv_fail "ucx_check: no OK"
+	grep -q '^ucx_check: server OK' "$SV_WORK/check-server.out" || sv_fail "ucx_check server: no OK"
+	grep '^ucx_check: OK' "$SV_WORK/check-client.out" | sed "s/^/   /"
+	;;
+mpi)
+	sv_require mpirun
+	[ -x "$SV_BIN/mpi_check" ] || sv_skip "mpi_check not built (no MPI compiler)"
+	pml=$1
+	args=(--allow-run-as-root --oversubscribe -np 2 --mca btl self)
+	if [ "$pml" = ucx ]; then
+		# UCX's info log names the transport each endpoint uses
+		ucx_env rc_verbs,ud_verbs,self
+		export UCX_LOG_LEVEL=info
+		args+=(--mca pml ucx -x UCX_TLS -x UCX_NET_DEVICES -x UCX_LOG_LEVEL
+		       -x UCX_WARN_UNUSED_ENV_VARS)
+		want="tag\\(rc_verbs/$SDEV:1\\)"
+	else
+		args+=(--mca pml cm --mca mtl ofi --mca mtl_ofi_provider_include "verbs;ofi_rxm"
+		       --mca mtl_base_verbose 100)
+		want="mtl:ofi:provider: $SDEV"
+	fi
+	if [ "$MODE" = netns ]; then
+		sv_skip "mpirun between namespaces is not set up by this test (see COMPATIBILITY.md)"
+	fi
+	sv_run mpi 50 "" mpirun "${args[@]}" "$SV_BIN/mpi_check" || sv_fail "mpirun failed"
+	check_no_crash mpi
+	grep -q '^mpi_check: OK' "$SV_WORK/mpi.out" || sv_fail "mpi_check did not report OK"
+	# both ranks, over the softverbs device
+	[ "$(grep -cE "$want" "$SV_WORK/mpi.out")" -ge 2 ] ||
+		sv_fail "the log does not show both ranks on $SDEV ($want)"
+	grep '^mpi_check: OK' "$SV_WORK/mpi.out" | sed "s/^/   /"
+	;;
+fi-info)
+	sv_require fi_info
+	sv_run info 20 "$SNS" fi_info -p verbs || sv_fail "fi_info -p verbs failed"
+	for t in FI_EP_MSG FI_EP_DGRAM FI_EP_RDM; do
+		grep -B3 "type: $t" "$SV_WORK/info.out" | grep -q "domain: $SDEV" ||
+			sv_fail "fi_info -p verbs lists no $t endpoint on $SDEV"
+	done
+	sv_log "fi_info -p verbs: msg, dgram and rdm on $SDEV"
+	;;
+fi-pingpong)
+	sv_require fi_pingpong
+	prov=${1/+/;ofi_} ep=$2 # verbs+rxm: "verbs;ofi_rxm" (a ';' would not survive CTest)
+	sizes="1 65536"
+	[ "$ep" = dgram ] && sizes="1 4000"
+	for size in $sizes; do
+		port=$(oob_port)
+		dom=$SDEV
+		[ "$ep" = dgram ] && dom=$SDEV-dgram
+		# -c: every message's payload is checked; -d: the device's domain
+		common=(-p "$prov" -e "$ep" -I 200 -S "$size" -c -d "$dom")
+		server_client "pp$size" 40 fi_pingpong "${common[@]}" -B "$port" -- \
+			fi_pingpong "${common[@]}" -P "$port" "$HOST"
+		# the result line counts the iterations both ways: "<size> 200 =200 ..."
+		for f in "pp$size-server" "pp$size-client"; do
+			awk '$2 == 200 && $3 == "=200" { ok = 1 } END { exit !ok }' "$SV_WORK/$f.out" ||
+				sv_fail "$f: no line with 200/200 transfers"
+		done
+		awk '$2 == 200' "$SV_WORK/pp$size-client.out" | sed "s/^/   $prov $ep: /"
+	done
+	;;
+qperf)
+	sv_require qperf
+	port=$(oob_port)
+	sv_run_bg qperf-server 50 "$SNS" qperf --listen_port "$port"
+	spid=$SV_PID
+	sv_wait_listen "$SNS" "$port" "$spid" || sv_fail "qperf server did not listen"
+	sv_run qperf-client 50 "$CNS" qperf -lp "$port" -cm1 -t 1 -vvs "$HOST" "$@" ||
+		sv_fail "qperf exited $?"
+	check_no_crash qperf-client
+	for t in "$@"; do
+		# each test prints its name, then a figure (bw, latency or msg_rate) > 0
+		awk -v t="$t:" '
+			$1 == t { in_t = 1; next }
+			/^[a-z_]+:$/ { in_t = 0 }
+			in_t && ($1 == "bw" || $1 == "latency" || $1 == "msg_rate") && $3 + 0 > 0 { ok = 1 }
+			END { exit !ok }' "$SV_WORK/qperf-client.out" || sv_fail "qperf $t reported no result"
+		# what one side sent, the other received (-vvs: message and byte counts)
+		awk -v t="$t:" '
+			function diff(a, b) { gsub(",", "", a); gsub(",", "", b); return a > b ? a - b : b - a }
+			$1 == t { in_t = 1; next }
+			/^[a-z_]+:$/ { in_t = 0 }
+			in_t && $1 ~ /^(loc|rem)_(send|recv)_msgs$/ { v[$1] = $3 }
+			END {
+				# the two sides stop counting at their own moment: one
+				# message may still be on its way
+				if (("loc_send_msgs" in v) && ("rem_recv_msgs" in v) &&
+				    diff(v["loc_send_msgs"], v["rem_recv_msgs"]) > 1) exit 1
+				if (("rem_send_msgs" in v) && ("loc_recv_msgs" in v) &&
+				    diff(v["rem_send_msgs"], v["loc_recv_msgs"]) > 1) exit 1
+			}' "$SV_WORK/qperf-client.out" || sv_fail "qperf $t: sent and received counts differ"
+	done
+	grep -E '^[a-z_]+:$|^ +(bw|latency|msg_rate) ' "$SV_WORK/qperf-client.out" | paste - - |
+		sed 's/^/   /'
+	;;
+*)
+	sv_fail "unknown case $CASE"
+	;;
+esac
+echo "PASS"
