@@ -232,7 +232,17 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 
 struct ibv_qp *sv_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_attr_ex *ia)
 {
-	const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+	/*
+	 * A comp_mask bit only says that its field was filled in.  CREATE_FLAGS
+	 * and MAX_TSO_HEADER are accepted when their value asks for nothing
+	 * (flags 0, no TSO header): a program that always sets the bits gets
+	 * its QP, as on Soft-RoCE.  Every create flag asks for something this
+	 * device does not do (raw packet offloads, a fixed source QPN, PCI
+	 * padding, blocking self multicast of a device without multicast), so
+	 * any flag is EOPNOTSUPP, which is also what rxe answers.
+	 */
+	const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS |
+			       IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_MAX_TSO_HEADER;
 	const uint64_t ops = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
 			     IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
 			     IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
@@ -242,7 +252,9 @@ struct ibv_qp *sv_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_a
 		errno = (ia->comp_mask & ~known) ? EOPNOTSUPP : EINVAL;
 		return NULL;
 	}
-	if ((ia->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && (ia->send_ops_flags & ~ops)) {
+	if (((ia->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && (ia->send_ops_flags & ~ops)) ||
+	    ((ia->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && ia->create_flags) ||
+	    ((ia->comp_mask & IBV_QP_INIT_ATTR_MAX_TSO_HEADER) && ia->max_tso_header)) {
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
