@@ -320,7 +320,15 @@ static void reset_qp(struct sv_qp *qp)
 {
 	struct sv_sq *sq = &qp->sq;
 
-	/* RESET discards everything without completions (ibv_modify_qp(3)) */
+	/*
+	 * RESET discards outstanding work without completions (ibv_modify_qp(3)),
+	 * and in InfiniBand's Reset state the QP's CQs hold nothing of it either:
+	 * the completions it left there (flushes of its ERR state, say) are
+	 * taken out, as the hardware providers of rdma-core do (mlx4/mlx5
+	 * cq_clean), so a program that brings the QP back never polls its
+	 * previous life.  Soft-RoCE leaves them.  Receive WQEs still in an SRQ
+	 * belong to the SRQ and stay there.
+	 */
 	sq->head = sq->next = sq->tail = sq->seg_off = sq->rd_atomic_inflight = 0;
 	qp->rq.head = qp->rq.count = 0;
 	qp->resp_have_rwqe = qp->resp_in_msg = qp->resp_drop_msg = false;
@@ -335,6 +343,9 @@ static void reset_qp(struct sv_qp *qp)
 		sv_conn_put(qp->conn);
 		qp->conn = NULL;
 	}
+	sv_cq_clean(qp->scq, qp->ex.qp_base.qp_num);
+	if (qp->rcq != qp->scq)
+		sv_cq_clean(qp->rcq, qp->ex.qp_base.qp_num);
 }
 
 static int check_attr_values(struct sv_qp *qp, struct ibv_qp_attr *a, int mask,

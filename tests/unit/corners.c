@@ -129,9 +129,179 @@ static void test_create_flags(void)
 	svt_dev_close(&d);
 }
 
+/* ------------------------------------------------------------------------- */
+/* 2. A QP moved to RESET                                                     */
+/* ------------------------------------------------------------------------- */
+
+#define PAY 100
+
+/* Two connected RC QPs, each side with its own send and receive CQ. */
+static void rc_pair(struct svt_pair *p, struct svt_pair_opts *o)
+{
+	svt_pair_opts_default(o, IBV_QPT_RC);
+	o->separate_cqs = true;
+	svt_pair_create(p, IBV_QPT_RC, o);
+}
+
+/* Poll exactly the wr_ids in want[] (in that order), with status st, and
+ * then nothing more for a moment. */
+static void expect_wcs(struct ibv_cq *cq, const uint64_t *want, int n,
+		       enum ibv_wc_status st, uint32_t qpn_or_0)
+{
+	struct ibv_wc wc[8];
+
+	SVT_CHECK_LE(n, 8);
+	if (n)
+		svt_poll_n(cq, n, wc, 0);
+	for (int i = 0; i < n; i++) {
+		SVT_CHECK_EQ(wc[i].wr_id, want[i]);
+		SVT_CHECK_WC_STATUS(wc[i], st);
+		if (qpn_or_0)
+			SVT_CHECK_EQ(wc[i].qp_num, qpn_or_0);
+	}
+	svt_expect_no_wc(cq, 30);
+}
+
+/*
+ * RTS -> RESET with work outstanding: a SEND the peer keeps refusing (no
+ * receive: RNR NAKs, retried forever), a WRITE queued behind it, a posted
+ * receive.  None of them completes, none reaches the peer afterwards, and
+ * the QP's next life sees only its own work.
+ */
+static void test_reset_outstanding(void)
+{
+	struct svt_pair_opts o;
+	struct svt_pair p;
+
+	rc_pair(&p, &o);
+	struct svt_side *a = &p.a, *b = &p.b;
+	char *src = (char *)a->buf + 4096, *dst = (char *)b->buf + 8192;
+
+	SVT_CHECK_OK(svt_post_recv(a->qp, 11, a->buf, PAY, a->mr->lkey));
+	svt_fill(src, PAY, 1);
+	SVT_CHECK_OK(svt_post_send(a->qp, 1, IBV_WR_SEND, IBV_SEND_SIGNALED, src,
+				   PAY, a->mr->lkey, 0, 0, 0));
+	SVT_CHECK_OK(svt_post_send(a->qp, 2, IBV_WR_RDMA_WRITE, IBV_SEND_SIGNALED,
+				   src, PAY, a->mr->lkey, (uintptr_t)dst,
+				   b->mr->rkey, 0));
+	svt_sleep_ms(20); /* a few RNR NAKs and resends */
+	SVT_CHECK_OK(svt_qp_to_state(a->qp, IBV_QPS_RESET));
+	svt_expect_no_wc(a->send_cq, 30);
+	svt_expect_no_wc(a->recv_cq, 0);
+
+	/* The peer is now ready for the SEND: it must not come any more (and
+	 * the WRITE behind it neither), not even once a is connected again
+	 * with the same PSN the peer expects. */
+	SVT_CHECK_OK(svt_post_recv(b->qp, 31, b->buf, PAY, b->mr->lkey));
+	svt_expect_no_wc(b->recv_cq, 30);
+	svt_qp_connect(a->qp, &o.conn, &b->gid, b->qp->qp_num);
+	svt_expect_no_wc(b->recv_cq, 30);
+	svt_expect_no_wc(a->send_cq, 0);
+	for (int i = 0; i < PAY; i++)
+		SVT_CHECK_EQ(dst[i], 0);
+
+	/* The new life: one SEND, its own payload, its own completion. */
+	svt_fill(src, PAY, 2);
+	SVT_CHECK_OK(svt_post_send(a->qp, 3, IBV_WR_SEND, IBV_SEND_SIGNALED, src,
+				   PAY, a->mr->lkey, 0, 0, 0));
+	uint64_t w3 = 3, w31 = 31;
+
+	expect_wcs(a->send_cq, &w3, 1, IBV_WC_SUCCESS, a->qp->qp_num);
+	expect_wcs(b->recv_cq, &w31, 1, IBV_WC_SUCCESS, b->qp->qp_num);
+	SVT_CHECK_FILL(b->buf, PAY, 2);
+	for (int i = 0; i < PAY; i++)
+		SVT_CHECK_EQ(dst[i], 0);
+
+	/* The receive posted before the reset is gone: a SEND from b lands in
+	 * the one posted now. */
+	SVT_CHECK_OK(svt_post_recv(a->qp, 12, a->buf, PAY, a->mr->lkey));
+	svt_fill((char *)b->buf + 4096, PAY, 4);
+	SVT_CHECK_OK(svt_post_send(b->qp, 41, IBV_WR_SEND, 0, (char *)b->buf + 4096,
+				   PAY, b->mr->lkey, 0, 0, 0));
+	uint64_t w12 = 12;
+
+	expect_wcs(a->recv_cq, &w12, 1, IBV_WC_SUCCESS, a->qp->qp_num);
+	SVT_CHECK_FILL(a->buf, PAY, 4);
+	svt_pair_destroy(&p);
+}
+
+/* a (ERR) and other (ERR) share a's CQs: flush one receive of each, in the
+ * order other, a, a, other on the receive CQ, and one send of a. */
+static void make_flushes(struct svt_side *a, struct ibv_qp *other, uint64_t base)
+{
+	SVT_CHECK_OK(svt_post_recv(other, base + 1, a->buf, PAY, a->mr->lkey));
+	SVT_CHECK_OK(svt_post_recv(a->qp, base + 2, a->buf, PAY, a->mr->lkey));
+	SVT_CHECK_OK(svt_post_recv(a->qp, base + 3, a->buf, PAY, a->mr->lkey));
+	SVT_CHECK_OK(svt_post_recv(other, base + 4, a->buf, PAY, a->mr->lkey));
+	SVT_CHECK_OK(svt_post_send(a->qp, base + 5, IBV_WR_SEND, 0, a->buf, PAY,
+				   a->mr->lkey, 0, 0, 0));
+}
+
+/*
+ * ERR -> RESET: the flushes the ERR state produced and nobody polled leave
+ * the QP's CQs with it; another QP's completions on the same CQs stay, in
+ * order.  A refused modify (wrong IBV_QP_CUR_STATE) removes nothing.
+ */
+static void test_reset_cleans_cqs(void)
+{
+	struct svt_pair_opts o;
+	struct svt_pair p;
+	struct svt_qp_init qi;
+	struct ibv_qp_attr attr;
+
+	rc_pair(&p, &o);
+	struct svt_side *a = &p.a, *b = &p.b;
+
+	svt_qp_init_default(&qi, IBV_QPT_RC);
+	struct ibv_qp *other = svt_create_qp(a->pd, a->send_cq, a->recv_cq, &qi);
+
+	SVT_CHECK_OK(svt_qp_to_init(other, &o.conn));
+	SVT_CHECK_OK(svt_qp_to_state(other, IBV_QPS_ERR));
+	SVT_CHECK_OK(svt_qp_to_state(a->qp, IBV_QPS_ERR));
+
+	/* Error path: RESET refused, nothing taken out, the QP still in ERR. */
+	make_flushes(a, other, 100);
+	memset(&attr, 0, sizeof(attr));
+	attr.qp_state = IBV_QPS_RESET;
+	attr.cur_qp_state = IBV_QPS_RTS;
+	SVT_CHECK_RC(ibv_modify_qp(a->qp, &attr, IBV_QP_STATE | IBV_QP_CUR_STATE), EINVAL);
+	SVT_CHECK_EQ(svt_qp_state(a->qp), IBV_QPS_ERR);
+	const uint64_t all_recv[] = { 101, 102, 103, 104 }, all_send[] = { 105 };
+
+	expect_wcs(a->recv_cq, all_recv, 4, IBV_WC_WR_FLUSH_ERR, 0);
+	expect_wcs(a->send_cq, all_send, 1, IBV_WC_WR_FLUSH_ERR, a->qp->qp_num);
+
+	/* The real RESET: only other's flushes are left. */
+	make_flushes(a, other, 200);
+	attr.cur_qp_state = IBV_QPS_ERR;
+	SVT_CHECK_OK(ibv_modify_qp(a->qp, &attr, IBV_QP_STATE | IBV_QP_CUR_STATE));
+	const uint64_t others[] = { 201, 204 };
+
+	expect_wcs(a->recv_cq, others, 2, IBV_WC_WR_FLUSH_ERR, other->qp_num);
+	svt_expect_no_wc(a->send_cq, 0);
+
+	/* Brought back, the QP produces no completion of its previous life,
+	 * and its new work completes. */
+	svt_qp_connect(a->qp, &o.conn, &b->gid, b->qp->qp_num);
+	svt_expect_no_wc(a->send_cq, 30);
+	svt_expect_no_wc(a->recv_cq, 0);
+	SVT_CHECK_OK(svt_post_recv(b->qp, 31, b->buf, PAY, b->mr->lkey));
+	SVT_CHECK_OK(svt_post_send(a->qp, 3, IBV_WR_SEND, IBV_SEND_SIGNALED,
+				   a->buf, PAY, a->mr->lkey, 0, 0, 0));
+	const uint64_t w3 = 3, w31 = 31;
+
+	expect_wcs(a->send_cq, &w3, 1, IBV_WC_SUCCESS, a->qp->qp_num);
+	expect_wcs(b->recv_cq, &w31, 1, IBV_WC_SUCCESS, b->qp->qp_num);
+
+	SVT_CHECK_OK(ibv_destroy_qp(other));
+	svt_pair_destroy(&p);
+}
+
 int main(void)
 {
 	svt_watchdog(50);
 	test_create_flags();
+	test_reset_outstanding();
+	test_reset_cleans_cqs();
 	return 0;
 }
