@@ -17,6 +17,7 @@
 #include "sv_test.h"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -297,11 +298,167 @@ static void test_reset_cleans_cqs(void)
 	svt_pair_destroy(&p);
 }
 
+/* ------------------------------------------------------------------------- */
+/* 3. ibv_rereg_mr                                                            */
+/* ------------------------------------------------------------------------- */
+
+#define WLEN 256
+
+/* a WRITEs WLEN bytes of pattern seed to (va, rkey) on b; the completion
+ * must have status st. */
+static void write_to(struct svt_pair *p, void *va, uint32_t rkey, uint32_t seed,
+		     enum ibv_wc_status st)
+{
+	struct ibv_wc wc;
+
+	svt_fill(p->a.buf, WLEN, seed);
+	SVT_CHECK_OK(svt_post_send(p->a.qp, seed, IBV_WR_RDMA_WRITE, IBV_SEND_SIGNALED,
+				   p->a.buf, WLEN, p->a.mr->lkey, (uintptr_t)va, rkey, 0));
+	svt_poll_n(p->a.send_cq, 1, &wc, 0);
+	SVT_CHECK_EQ(wc.wr_id, seed);
+	SVT_CHECK_WC_STATUS(wc, st);
+}
+
+/* After a refused WRITE both QPs are in ERR: bring them back. */
+static void repair(struct svt_pair *p)
+{
+	SVT_CHECK_OK(svt_qp_to_state(p->a.qp, IBV_QPS_RESET));
+	SVT_CHECK_OK(svt_qp_to_state(p->b.qp, IBV_QPS_RESET));
+	svt_pair_connect(p);
+}
+
+static void check_zero(const char *buf, size_t len)
+{
+	for (size_t i = 0; i < len; i++)
+		SVT_CHECK_EQ(buf[i], 0);
+}
+
+static void test_rereg(void)
+{
+	struct svt_pair_opts o;
+	struct svt_pair p;
+	size_t page = (size_t)sysconf(_SC_PAGESIZE);
+
+	rc_pair(&p, &o);
+	char *t1 = svt_alloc(page), *t2 = svt_alloc(page);
+	struct ibv_pd *pd2 = ibv_alloc_pd(p.b.ctx);
+
+	SVT_CHECK_PTR(pd2);
+	struct ibv_mr *mr = svt_reg_mr(p.b.pd, t1, page,
+				       IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+	/* what the peer was told */
+	const uint32_t rkey = mr->rkey, lkey = mr->lkey;
+
+	/* Without REMOTE_WRITE the WRITE is refused; then grant it: the same
+	 * rkey now writes. */
+	write_to(&p, t1, rkey, 1, IBV_WC_REM_ACCESS_ERR);
+	check_zero(t1, page);
+	repair(&p);
+	SVT_CHECK_OK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0,
+				  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+					  IBV_ACCESS_REMOTE_READ));
+	SVT_CHECK_EQ(mr->rkey, rkey);
+	SVT_CHECK_EQ(mr->lkey, lkey);
+	write_to(&p, t1, rkey, 2, IBV_WC_SUCCESS);
+	SVT_CHECK_FILL(t1, WLEN, 2);
+
+	/* A new translation: the same rkey reaches the new memory, and the old
+	 * address is outside the MR. */
+	SVT_CHECK_OK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, t2, page, 0));
+	SVT_CHECK_EQ(mr->rkey, rkey);
+	SVT_CHECK(mr->addr == t2);
+	write_to(&p, t2, rkey, 3, IBV_WC_SUCCESS);
+	SVT_CHECK_FILL(t2, WLEN, 3);
+	SVT_CHECK_FILL(t1, WLEN, 2);
+
+	/* Refused calls change nothing: errors of libibverbs' own checks ... */
+	errno = 0;
+	SVT_CHECK_EQ(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_TRANSLATION, NULL, NULL, page, 0),
+		     IBV_REREG_MR_ERR_INPUT);
+	SVT_CHECK_EQ(errno, EINVAL);
+	errno = 0;
+	SVT_CHECK_EQ(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_PD, p.b.pd, NULL, 0,
+				  IBV_ACCESS_LOCAL_WRITE),
+		     IBV_REREG_MR_ERR_INPUT);
+	SVT_CHECK_EQ(errno, EINVAL);
+	errno = 0;
+	SVT_CHECK_EQ(ibv_rereg_mr(mr, 1 << 8, NULL, NULL, 0, 0), IBV_REREG_MR_ERR_INPUT);
+	SVT_CHECK_EQ(errno, EINVAL);
+	/* ... and of the device's (the kernel's, with rdma-core) */
+	struct {
+		int flags;
+		struct ibv_pd *pd;
+		void *addr;
+		int access;
+		int err;
+	} bad[] = {
+		{ 0, NULL, NULL, 0, EINVAL },
+		{ IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, IBV_ACCESS_REMOTE_WRITE, EINVAL },
+		{ IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL,
+		  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ZERO_BASED, EOPNOTSUPP },
+		{ IBV_REREG_MR_CHANGE_PD, NULL, NULL, 0, EINVAL },
+		{ IBV_REREG_MR_CHANGE_PD, p.a.pd, NULL, 0, EINVAL }, /* another context's */
+		{ IBV_REREG_MR_CHANGE_TRANSLATION, NULL, NULL, 0, EFAULT },
+	};
+	/* a read-only page cannot hold an MR with LOCAL_WRITE */
+	char *ro = mmap(NULL, page, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	SVT_CHECK(ro != MAP_FAILED);
+	bad[5].addr = ro;
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		errno = 0;
+		SVT_CHECK_EQ(ibv_rereg_mr(mr, bad[i].flags, bad[i].pd, bad[i].addr,
+					  bad[i].addr ? page : 0, bad[i].access),
+			     IBV_REREG_MR_ERR_CMD);
+		SVT_CHECK_EQ(errno, bad[i].err);
+	}
+	SVT_CHECK_EQ(mr->rkey, rkey);
+	SVT_CHECK_EQ(mr->lkey, lkey);
+	SVT_CHECK(mr->addr == t2);
+	SVT_CHECK_EQ(mr->length, page);
+	SVT_CHECK(mr->pd == p.b.pd);
+	write_to(&p, t2, rkey, 4, IBV_WC_SUCCESS);
+	SVT_CHECK_FILL(t2, WLEN, 4);
+
+	/* Access taken away: refused at once, memory untouched. */
+	SVT_CHECK_OK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_ACCESS, NULL, NULL, 0,
+				  IBV_ACCESS_LOCAL_WRITE));
+	write_to(&p, t2, rkey, 5, IBV_WC_REM_ACCESS_ERR);
+	SVT_CHECK_FILL(t2, WLEN, 4);
+	repair(&p);
+
+	/* Another PD: the QP's PD no longer matches the MR's. Moved back, the
+	 * same rkey works again; the PDs count the MR where it is. */
+	SVT_CHECK_OK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_PD | IBV_REREG_MR_CHANGE_ACCESS,
+				  pd2, NULL, 0,
+				  IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE));
+	SVT_CHECK(mr->pd == pd2);
+	SVT_CHECK_RC(ibv_dealloc_pd(pd2), EBUSY);
+	write_to(&p, t2, rkey, 6, IBV_WC_REM_ACCESS_ERR);
+	SVT_CHECK_FILL(t2, WLEN, 4);
+	repair(&p);
+	SVT_CHECK_OK(ibv_rereg_mr(mr, IBV_REREG_MR_CHANGE_PD, p.b.pd, NULL, 0, 0));
+	SVT_CHECK_OK(ibv_dealloc_pd(pd2));
+	write_to(&p, t2, rkey, 7, IBV_WC_SUCCESS);
+	SVT_CHECK_FILL(t2, WLEN, 7);
+	SVT_CHECK_EQ(mr->rkey, rkey);
+
+	SVT_CHECK_OK(ibv_dereg_mr(mr));
+	/* once deregistered, the key is dead */
+	write_to(&p, t2, rkey, 8, IBV_WC_REM_ACCESS_ERR);
+	SVT_CHECK_FILL(t2, WLEN, 7);
+	free(t1);
+	free(t2);
+	SVT_CHECK_OK(munmap(ro, page));
+	svt_pair_destroy(&p);
+}
+
 int main(void)
 {
 	svt_watchdog(50);
 	test_create_flags();
 	test_reset_outstanding();
 	test_reset_cleans_cqs();
+	test_rereg();
 	return 0;
 }
