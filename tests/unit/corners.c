@@ -453,12 +453,115 @@ static void test_rereg(void)
 	svt_pair_destroy(&p);
 }
 
-int main(void)
+/* ------------------------------------------------------------------------- */
+/* 4. context->cmd_fd and ibv_import_device                                   */
+/* ------------------------------------------------------------------------- */
+
+static void check_import(int fd, int err)
 {
+	SVT_CHECK_NULL_ERRNO(ibv_import_device(fd), err);
+}
+
+/* Child: argv[0] is a cmd_fd it inherited; importing it is refused there too. */
+static int importer(int rfd, int wfd, int argc, char **argv)
+{
+	(void)rfd;
+	(void)wfd;
+	SVT_CHECK_EQ(argc, 1);
+	check_import(atoi(argv[0]), EOPNOTSUPP);
+	return 0;
+}
+
+static void test_cmd_fd(void)
+{
+	struct ibv_context *c1 = svt_open_context(), *c2 = svt_open_context();
+	int fd1 = c1->cmd_fd, fd2 = c2->cmd_fd;
+	struct stat st;
+
+	/* A descriptor of its own per context, close-on-exec, usable as one. */
+	SVT_CHECK_GE(fd1, 0);
+	SVT_CHECK_GE(fd2, 0);
+	SVT_CHECK_NE(fd1, fd2);
+	SVT_CHECK_NE(fd1, c1->async_fd);
+	SVT_CHECK(fcntl(fd1, F_GETFD) & FD_CLOEXEC);
+	SVT_CHECK_OK(fstat(fd1, &st));
+	char head[32] = { 0 };
+
+	SVT_CHECK_GT(pread(fd1, head, sizeof(head) - 1, 0), 0);
+	SVT_CHECK(strstr(head, c1->device->name) != NULL);
+	errno = 0;
+	SVT_CHECK_EQ(write(fd1, "x", 1), -1); /* sealed: nobody changes what it says */
+	SVT_CHECK_EQ(errno, EPERM);
+	int d = dup(fd1);
+
+	SVT_CHECK_GE(d, 0);
+
+	/* Import: ours are refused cleanly, the original or a copy, here or in
+	 * another process, and the context goes on working. */
+	check_import(fd1, EOPNOTSUPP);
+	check_import(fd2, EOPNOTSUPP);
+	check_import(d, EOPNOTSUPP);
+	int inherit = fcntl(fd1, F_DUPFD, 3); /* without FD_CLOEXEC */
+	char num[16];
+	char *args[] = { num, NULL };
+	struct svt_child child;
+
+	SVT_CHECK_GE(inherit, 0);
+	snprintf(num, sizeof(num), "%d", inherit);
+	svt_spawn(&child, "importer", args);
+	SVT_CHECK_EQ(svt_child_wait(&child, 0), 0);
+	SVT_CHECK_OK(close(inherit));
+	struct ibv_pd *pd = ibv_alloc_pd(c1);
+
+	SVT_CHECK_PTR(pd);
+	SVT_CHECK_OK(ibv_dealloc_pd(pd));
+
+	/* Error path: what is not a context's descriptor, as rdma-core answers. */
+	int p[2], nul = open("/dev/null", O_RDWR | O_CLOEXEC);
+	int mfd = memfd_create("not-sealed", MFD_CLOEXEC);
+	static const char text[] = "softverbs context\nsv_lo\n";
+
+	SVT_CHECK_GE(nul, 0);
+	SVT_CHECK_GE(mfd, 0);
+	SVT_CHECK_OK(pipe2(p, O_CLOEXEC));
+	SVT_CHECK_EQ(write(mfd, text, sizeof(text) - 1), (ssize_t)sizeof(text) - 1);
+	check_import(-1, EINVAL);
+	check_import(nul, ENODEV);    /* a character device, not an RDMA one */
+	check_import(p[0], EINVAL);   /* not a character device */
+	check_import(mfd, EINVAL);    /* the right text is not enough */
+	SVT_CHECK_OK(close(p[0]));
+	SVT_CHECK_OK(close(p[1]));
+	SVT_CHECK_OK(close(nul));
+	SVT_CHECK_OK(close(mfd));
+
+	/* ibv_close_device closes the context's own descriptor; a copy still
+	 * names a (closed) context and is still refused as one. */
+	SVT_CHECK_OK(ibv_close_device(c2));
+	SVT_CHECK_OK(ibv_close_device(c1));
+	errno = 0;
+	SVT_CHECK_EQ(fcntl(fd1, F_GETFD), -1);
+	SVT_CHECK_EQ(errno, EBADF);
+	errno = 0;
+	SVT_CHECK_EQ(fcntl(fd2, F_GETFD), -1);
+	SVT_CHECK_EQ(errno, EBADF);
+	check_import(fd1, EINVAL);
+	check_import(d, EOPNOTSUPP);
+	SVT_CHECK_OK(close(d));
+}
+
+int main(int argc, char **argv)
+{
+	static const struct svt_child_role roles[] = {
+		{ "importer", importer },
+		{ NULL, NULL },
+	};
+
+	svt_child_dispatch(argc, argv, roles);
 	svt_watchdog(50);
 	test_create_flags();
 	test_reset_outstanding();
 	test_reset_cleans_cqs();
 	test_rereg();
+	test_cmd_fd();
 	return 0;
 }
