@@ -297,6 +297,26 @@ bool sv_cq_push(struct sv_cq *cq, const struct ibv_wc *wc, bool solicited)
 	return stored;
 }
 
+/*
+ * Take every completion of QP qpn out of the CQ, keeping the others in their
+ * order (a QP moved to RESET, qp.c).  The caller holds that QP's lock, under
+ * which all its completions are pushed, so none can arrive meanwhile.
+ */
+void sv_cq_clean(struct sv_cq *cq, uint32_t qpn)
+{
+	uint32_t kept = 0;
+
+	pthread_mutex_lock(&cq->lock);
+	for (uint32_t i = 0; i < cq->count; i++) {
+		const struct ibv_wc *wc = &cq->ring[(cq->head + i) % cq->size];
+
+		if (wc->qp_num != qpn)
+			cq->ring[(cq->head + kept++) % cq->size] = *wc;
+	}
+	cq->count = kept;
+	pthread_mutex_unlock(&cq->lock);
+}
+
 int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq, void **cq_context)
 {
 	for (;;) {

@@ -19,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static pthread_mutex_t devs_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -182,6 +184,55 @@ int ibv_get_device_index(struct ibv_device *device)
 
 void sv_context_fill_ops(struct sv_context *ctx);
 
+/*
+ * context->cmd_fd.  With rdma-core it is the open uverbs device, the channel
+ * of every command; here no command travels through a descriptor, but
+ * programs still dup it, fstat it or hand it to ibv_import_device (after
+ * passing it to another process, say).  So each context gets a descriptor of
+ * its own: a sealed memfd holding this text and the device's name.  The text
+ * lets ibv_import_device recognise one of ours in any process.
+ */
+static const char cmd_fd_magic[] = "softverbs context\n";
+
+static int cmd_fd_open(const char *devname)
+{
+	int fd = memfd_create("softverbs-context", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	char text[sizeof(cmd_fd_magic) + IBV_SYSFS_NAME_MAX + 1];
+	ssize_t w;
+	int n, err;
+
+	if (fd < 0)
+		return -1;
+	n = snprintf(text, sizeof(text), "%s%s\n", cmd_fd_magic, devname);
+	if (n < 0 || (size_t)n >= sizeof(text))
+		n = (int)strlen(cmd_fd_magic);
+	w = write(fd, text, (size_t)n);
+	if (w != n) {
+		err = w < 0 ? errno : EIO;
+	} else if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_WRITE | F_SEAL_SEAL)) {
+		err = errno;
+	} else {
+		return fd;
+	}
+	close(fd);
+	errno = err;
+	return -1;
+}
+
+/* Is fd (fstat'ed into st) a cmd_fd of some softverbs context? */
+static bool is_cmd_fd(int fd, const struct stat *st)
+{
+	char head[sizeof(cmd_fd_magic) - 1];
+	int seals;
+
+	if (!S_ISREG(st->st_mode))
+		return false;
+	seals = fcntl(fd, F_GET_SEALS);
+	return seals >= 0 && (seals & F_SEAL_WRITE) &&
+	       pread(fd, head, sizeof(head), 0) == (ssize_t)sizeof(head) &&
+	       !memcmp(head, cmd_fd_magic, sizeof(head));
+}
+
 /* Contexts open in this process, for the exit-time flush below. */
 static struct sv_list open_contexts = { &open_contexts, &open_contexts };
 static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -266,7 +317,11 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 	ctx->vctx.context.async_fd = pfd[0];
 	ctx->async_wfd = pfd[1];
 	ctx->vctx.context.device = device;
-	ctx->vctx.context.cmd_fd = -1;
+	ctx->vctx.context.cmd_fd = cmd_fd_open(device->name);
+	if (ctx->vctx.context.cmd_fd < 0) {
+		err = errno;
+		goto fail_pipe;
+	}
 	ctx->vctx.context.num_comp_vectors = 1;
 	pthread_mutex_init(&ctx->vctx.context.mutex, NULL);
 	ctx->vctx.context.abi_compat = __VERBS_ABI_IS_EXTENDED;
@@ -274,13 +329,15 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 	sv_context_fill_ops(ctx);
 	err = sv_engine_start(ctx, dev->ip);
 	if (err)
-		goto fail_pipe;
+		goto fail_cmd_fd;
 	sv_info("opened %s: endpoint %s:%u", device->name, inet_ntoa(dev->ip), ctx->eng->port);
 	pthread_mutex_lock(&open_lock);
 	sv_list_add_tail(&open_contexts, &ctx->open_link);
 	pthread_mutex_unlock(&open_lock);
 	return &ctx->vctx.context;
 
+fail_cmd_fd:
+	close(ctx->vctx.context.cmd_fd);
 fail_pipe:
 	close(pfd[0]);
 	close(pfd[1]);
@@ -302,6 +359,7 @@ int ibv_close_device(struct ibv_context *context)
 	sv_engine_stop(ctx->eng);
 	close(context->async_fd);
 	close(ctx->async_wfd);
+	close(context->cmd_fd);
 	free(ctx->qpt);
 	free(ctx->mrs.slots);
 	pthread_rwlock_destroy(&ctx->mrs.lock);
@@ -310,9 +368,24 @@ int ibv_close_device(struct ibv_context *context)
 	return 0;
 }
 
+/*
+ * rdma-core imports a context by its uverbs descriptor, and only through a
+ * provider that can (rxe cannot: EOPNOTSUPP).  A softverbs context is not
+ * shared kernel state but memory and threads of the process that opened it,
+ * so ours cannot be imported either, in this process or another; anything
+ * else is refused as rdma-core refuses it: not a descriptor or not a
+ * character device (EINVAL), a character device that is no RDMA device
+ * (ENODEV).
+ */
 struct ibv_context *ibv_import_device(int cmd_fd)
 {
-	(void)cmd_fd; /* there is no kernel command fd to share */
-	errno = EOPNOTSUPP;
+	struct stat st;
+
+	if (fstat(cmd_fd, &st))
+		errno = EINVAL;
+	else if (is_cmd_fd(cmd_fd, &st))
+		errno = EOPNOTSUPP;
+	else
+		errno = S_ISCHR(st.st_mode) ? ENODEV : EINVAL;
 	return NULL;
 }

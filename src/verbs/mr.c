@@ -254,6 +254,17 @@ int ibv_dereg_mr(struct ibv_mr *ibmr)
 	return 0;
 }
 
+/*
+ * The keys stay what they were, as on Soft-RoCE (and on hardware when it can
+ * change an MR in place): the peers that hold the rkey keep using it, and the
+ * new access flags, PD and translation decide every access made with it once
+ * this returns (the table's write lock waits out the accesses in progress).
+ *
+ * Errors as rdma-core reports them: what libibverbs checks itself fails with
+ * IBV_REREG_MR_ERR_INPUT and EINVAL; what the kernel refuses (no flags, a bad
+ * PD, access flags, unmapped memory) with IBV_REREG_MR_ERR_CMD and its errno.
+ * Either way nothing changes.
+ */
 int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd, void *addr, size_t length,
 		 int access)
 {
@@ -263,18 +274,32 @@ int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd, void *addr, 
 	unsigned int nacc;
 	void *naddr;
 	size_t nlen;
+	int err;
 
-	if (!ibmr || (flags & ~IBV_REREG_MR_FLAGS_SUPPORTED) || !flags)
+	if (!ibmr || (flags & ~IBV_REREG_MR_FLAGS_SUPPORTED) ||
+	    ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && (!addr || !length)) ||
+	    (access && !(flags & IBV_REREG_MR_CHANGE_ACCESS))) {
+		errno = EINVAL;
 		return IBV_REREG_MR_ERR_INPUT;
+	}
 	mr = to_sv_mr(ibmr);
 	ctx = to_sv_ctx(ibmr->context);
 	npd = (flags & IBV_REREG_MR_CHANGE_PD) ? (pd ? to_sv_pd(pd) : NULL) : mr->pd;
-	nacc = (flags & IBV_REREG_MR_CHANGE_ACCESS) ? (unsigned int)access : mr->access;
+	/* optional-range bits may be ignored, as at registration */
+	nacc = (flags & IBV_REREG_MR_CHANGE_ACCESS) ?
+		       (unsigned int)access & ~(unsigned int)IBV_ACCESS_OPTIONAL_RANGE : mr->access;
 	naddr = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? addr : mr->vaddr;
 	nlen = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? length : mr->len;
-	if (!npd || check_access(nacc) || !nlen || !range_mapped(naddr, nlen) ||
-	    ((nacc & IBV_ACCESS_LOCAL_WRITE) && !range_writable(naddr, nlen)))
-		return IBV_REREG_MR_ERR_INPUT;
+	err = check_access(nacc);
+	if (!flags || !npd || npd->ibpd.context != ibmr->context || nlen > SV_MAX_MR_SIZE)
+		err = EINVAL;
+	else if (!err && (!range_mapped(naddr, nlen) ||
+			  ((nacc & IBV_ACCESS_LOCAL_WRITE) && !range_writable(naddr, nlen))))
+		err = EFAULT;
+	if (err) {
+		errno = err;
+		return IBV_REREG_MR_ERR_CMD;
+	}
 
 	pthread_rwlock_wrlock(&ctx->mrs.lock);
 	if (npd != mr->pd) {
@@ -291,10 +316,6 @@ int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd, void *addr, 
 		ibmr->addr = naddr;
 		ibmr->length = nlen;
 	}
-	/* new keys: old ones must stop working */
-	ibmr->lkey = ibmr->rkey =
-		((mr->slot << 8) | ((((ibmr->lkey ^ ctx->key_secret) & 0xff) + 1 +
-				     (sv_random_u32() % 254)) & 0xff)) ^ ctx->key_secret;
 	pthread_rwlock_unlock(&ctx->mrs.lock);
 	return 0;
 }

@@ -298,6 +298,8 @@ void sv_qp_enter_error(struct sv_qp *qp);
 
 /* Add a completion; returns false on CQ overrun (reported asynchronously). */
 bool sv_cq_push(struct sv_cq *cq, const struct ibv_wc *wc, bool solicited);
+/* Remove the completions of QP qpn from the CQ (its lock held: none can be added). */
+void sv_cq_clean(struct sv_cq *cq, uint32_t qpn);
 
 /* Post an async event (element is cq/qp/srq pointer or port number). */
 void sv_async_event(struct sv_context *ctx, enum ibv_event_type type, void *element,

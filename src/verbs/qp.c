@@ -242,7 +242,17 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *attr)
 
 struct ibv_qp *sv_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_attr_ex *ia)
 {
-	const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+	/*
+	 * A comp_mask bit only says that its field was filled in.  CREATE_FLAGS
+	 * and MAX_TSO_HEADER are accepted when their value asks for nothing
+	 * (flags 0, no TSO header): a program that always sets the bits gets
+	 * its QP, as on Soft-RoCE.  Every create flag asks for something this
+	 * device does not do (raw packet offloads, a fixed source QPN, PCI
+	 * padding, blocking self multicast of a device without multicast), so
+	 * any flag is EOPNOTSUPP, which is also what rxe answers.
+	 */
+	const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS |
+			       IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_MAX_TSO_HEADER;
 	const uint64_t ops = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
 			     IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
 			     IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
@@ -252,7 +262,9 @@ struct ibv_qp *sv_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_a
 		errno = (ia->comp_mask & ~known) ? EOPNOTSUPP : EINVAL;
 		return NULL;
 	}
-	if ((ia->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && (ia->send_ops_flags & ~ops)) {
+	if (((ia->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && (ia->send_ops_flags & ~ops)) ||
+	    ((ia->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && ia->create_flags) ||
+	    ((ia->comp_mask & IBV_QP_INIT_ATTR_MAX_TSO_HEADER) && ia->max_tso_header)) {
 		errno = EOPNOTSUPP;
 		return NULL;
 	}
@@ -318,7 +330,15 @@ static void reset_qp(struct sv_qp *qp)
 {
 	struct sv_sq *sq = &qp->sq;
 
-	/* RESET discards everything without completions (ibv_modify_qp(3)) */
+	/*
+	 * RESET discards outstanding work without completions (ibv_modify_qp(3)),
+	 * and in InfiniBand's Reset state the QP's CQs hold nothing of it either:
+	 * the completions it left there (flushes of its ERR state, say) are
+	 * taken out, as the hardware providers of rdma-core do (mlx4/mlx5
+	 * cq_clean), so a program that brings the QP back never polls its
+	 * previous life.  Soft-RoCE leaves them.  Receive WQEs still in an SRQ
+	 * belong to the SRQ and stay there.
+	 */
 	sq->head = sq->next = sq->tail = sq->seg_off = sq->rd_atomic_inflight = 0;
 	qp->rq.head = qp->rq.count = 0;
 	qp->resp_have_rwqe = qp->resp_in_msg = qp->resp_drop_msg = false;
@@ -333,6 +353,9 @@ static void reset_qp(struct sv_qp *qp)
 		sv_conn_put(qp->conn);
 		qp->conn = NULL;
 	}
+	sv_cq_clean(qp->scq, qp->ex.qp_base.qp_num);
+	if (qp->rcq != qp->scq)
+		sv_cq_clean(qp->rcq, qp->ex.qp_base.qp_num);
 }
 
 static int check_attr_values(struct sv_qp *qp, struct ibv_qp_attr *a, int mask,
