@@ -287,7 +287,7 @@ void sv_responder_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opc
 		return; /* not ready to receive: dropped; RC requesters retry */
 	if (qp->state == IBV_QPS_RTR && !qp->comm_est_sent) {
 		qp->comm_est_sent = true;
-		sv_async_event(qp->ctx, IBV_EVENT_COMM_EST, qp, 0);
+		sv_async_event(qp->ctx, IBV_EVENT_COMM_EST, qp, &qp->async, 0);
 	}
 	if (qpt == IBV_QPT_UD) {
 		ud_rx(qp, conn, op, pkt, payload, plen);

@@ -163,6 +163,7 @@ int ibv_destroy_cq(struct ibv_cq *ibcq)
 
 	if (atomic_load(&cq->users))
 		return EBUSY;
+	sv_async_forget(ctx, &cq->async);
 	if (cq->ex.channel)
 		__atomic_sub_fetch(&cq->ex.channel->refcnt, 1, __ATOMIC_ACQ_REL);
 	sv_ctx_release(ctx, &ctx->ncq);
@@ -292,7 +293,7 @@ bool sv_cq_push(struct sv_cq *cq, const struct ibv_wc *wc, bool solicited)
 	}
 	if (overrun) {
 		sv_err("CQ %p overrun: completion lost, CQ in error", (void *)cq);
-		sv_async_event(cq->ctx, IBV_EVENT_CQ_ERR, cq, 0);
+		sv_async_event(cq->ctx, IBV_EVENT_CQ_ERR, cq, &cq->async, 0);
 	}
 	return stored;
 }

@@ -316,6 +316,7 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 	fcntl(pfd[1], F_SETFL, O_NONBLOCK);
 	ctx->vctx.context.async_fd = pfd[0];
 	ctx->async_wfd = pfd[1];
+	sv_async_init(ctx);
 	ctx->vctx.context.device = device;
 	ctx->vctx.context.cmd_fd = cmd_fd_open(device->name);
 	if (ctx->vctx.context.cmd_fd < 0) {
@@ -341,6 +342,7 @@ fail_cmd_fd:
 fail_pipe:
 	close(pfd[0]);
 	close(pfd[1]);
+	sv_async_fini(ctx);
 fail:
 	pthread_rwlock_destroy(&ctx->mrs.lock);
 	pthread_mutex_destroy(&ctx->lock);
@@ -359,6 +361,7 @@ int ibv_close_device(struct ibv_context *context)
 	sv_engine_stop(ctx->eng);
 	close(context->async_fd);
 	close(ctx->async_wfd);
+	sv_async_fini(ctx);
 	close(context->cmd_fd);
 	free(ctx->qpt);
 	free(ctx->mrs.slots);

@@ -37,6 +37,12 @@
 #define SV_FIRST_QPN 0x11   /* 0 and 1 are the IB special QPs */
 
 struct sv_engine;
+struct sv_async_pending;
+
+/* affiliated async events of one QP, CQ or SRQ: read and acknowledged (async_event.c) */
+struct sv_async_count {
+	uint32_t reported, acked; /* under the context's async_lock */
+};
 
 struct sv_device {
 	struct ibv_device ibdev;
@@ -76,6 +82,9 @@ struct sv_context {
 
 	struct sv_mr_table mrs;
 	int async_wfd; /* write end of the async event pipe (read end: async_fd) */
+	pthread_mutex_t async_lock;       /* the pending events and every object's counts */
+	pthread_cond_t async_acked;
+	struct sv_async_pending *async_head, *async_tail; /* one pipe byte each */
 };
 
 /* rdma-core's (infiniband/driver.h, not installed by Debian); src/abi/compat.c */
@@ -123,6 +132,7 @@ struct sv_comp_channel {
 struct sv_cq {
 	struct ibv_cq_ex ex; /* ibv_cq is its prefix */
 	struct sv_context *ctx;
+	struct sv_async_count async;
 	pthread_mutex_t lock;
 	struct ibv_wc *ring;
 	uint32_t size; /* slots = cqe + 1 */
@@ -159,6 +169,7 @@ struct sv_rq {
 struct sv_srq {
 	struct ibv_srq ibsrq;
 	struct sv_context *ctx;
+	struct sv_async_count async;
 	struct sv_pd *pd;
 	pthread_mutex_t lock;
 	struct sv_rq rq;
@@ -221,6 +232,7 @@ struct sv_sq {
 struct sv_qp {
 	struct ibv_qp_ex ex; /* ibv_qp is its prefix */
 	struct sv_context *ctx;
+	struct sv_async_count async;
 	struct sv_pd *pd;
 	struct sv_cq *scq, *rcq;
 	struct sv_srq *srq;
@@ -301,9 +313,19 @@ bool sv_cq_push(struct sv_cq *cq, const struct ibv_wc *wc, bool solicited);
 /* Remove the completions of QP qpn from the CQ (its lock held: none can be added). */
 void sv_cq_clean(struct sv_cq *cq, uint32_t qpn);
 
-/* Post an async event (element is cq/qp/srq pointer or port number). */
+/*
+ * Affiliated asynchronous events (async_event.c).  As with rdma-core, an
+ * event not yet read when its object is destroyed is dropped, and destroying
+ * an object waits until every event read for it has been acknowledged, so an
+ * event never names freed memory.  Each QP, CQ and SRQ counts its events.
+ */
+/* Post an event: element is the QP, CQ or SRQ (counted by obj), or NULL for port events. */
 void sv_async_event(struct sv_context *ctx, enum ibv_event_type type, void *element,
-		    int port);
+		    struct sv_async_count *obj, int port);
+/* Destroying obj: drop its unread events, wait for the read ones to be acknowledged. */
+void sv_async_forget(struct sv_context *ctx, struct sv_async_count *obj);
+void sv_async_init(struct sv_context *ctx);
+void sv_async_fini(struct sv_context *ctx);
 
 /*
  * Memory access: translate [iova, iova+len) under key into a local pointer

@@ -323,7 +323,7 @@ void sv_qp_enter_error(struct sv_qp *qp)
 	__atomic_store_n(&qp->ack_deadline, 0, __ATOMIC_RELAXED);
 	sv_engine_timer_update(qp->ctx->eng, qp);
 	if (!was_err && qp->srq)
-		sv_async_event(qp->ctx, IBV_EVENT_QP_LAST_WQE_REACHED, qp, 0);
+		sv_async_event(qp->ctx, IBV_EVENT_QP_LAST_WQE_REACHED, qp, &qp->async, 0);
 }
 
 static void reset_qp(struct sv_qp *qp)
@@ -488,7 +488,7 @@ int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 		qp->attr.cur_qp_state = next;
 		ibqp->state = next;
 		if (next == IBV_QPS_SQD && qp->attr.en_sqd_async_notify)
-			sv_async_event(qp->ctx, IBV_EVENT_SQ_DRAINED, qp, 0);
+			sv_async_event(qp->ctx, IBV_EVENT_SQ_DRAINED, qp, &qp->async, 0);
 		if (next == IBV_QPS_RTS)
 			sv_requester_run(qp);
 	}
@@ -551,6 +551,7 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 	/* wait for the engine to let go of it (references are short-lived) */
 	while (atomic_load(&qp->refcnt) > 1)
 		sched_yield();
+	sv_async_forget(ctx, &qp->async); /* no event can be raised for it any more */
 	if (qp->conn)
 		sv_conn_put(qp->conn);
 	atomic_fetch_sub(&qp->pd->users, 1);
@@ -722,7 +723,7 @@ bool sv_qp_take_recv(struct sv_qp *qp)
 		}
 		pthread_mutex_unlock(&qp->srq->lock);
 		if (limit)
-			sv_async_event(qp->ctx, IBV_EVENT_SRQ_LIMIT_REACHED, qp->srq, 0);
+			sv_async_event(qp->ctx, IBV_EVENT_SRQ_LIMIT_REACHED, qp->srq, &qp->srq->async, 0);
 	}
 	qp->resp_have_rwqe = true;
 	qp->rwqe_off = 0;

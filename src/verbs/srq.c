@@ -119,6 +119,7 @@ int ibv_destroy_srq(struct ibv_srq *ibsrq)
 
 	if (atomic_load(&srq->users))
 		return EBUSY;
+	sv_async_forget(ctx, &srq->async);
 	atomic_fetch_sub(&srq->pd->users, 1);
 	sv_ctx_release(ctx, &ctx->nsrq);
 	free(srq->rq.wqe);

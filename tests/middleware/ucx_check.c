@@ -115,6 +115,19 @@ static void flush(void)
 	wait_req(ucp_worker_flush_nbx(worker, &p), "flush");
 }
 
+/* after the last barrier: the peer may already be gone, so a failed close is no failed check */
+static void close_ep(ucp_ep_h ep)
+{
+	ucp_request_param_t cp = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
+				   .flags = UCP_EP_CLOSE_FLAG_FORCE };
+	void *r = ucp_ep_close_nbx(ep, &cp);
+
+	while (r && !UCS_PTR_IS_ERR(r) && ucp_request_check_status(r) == UCS_INPROGRESS)
+		ucp_worker_progress(worker);
+	if (r && !UCS_PTR_IS_ERR(r))
+		ucp_request_free(r);
+}
+
 static ucp_ep_h connect_ep(int fd)
 {
 	ucp_address_t *addr;
@@ -196,14 +209,7 @@ static void run_server(int fd)
 	tag_send(ep, ok, sizeof(ok), TAG_DONE);
 	flush();
 	oob_barrier(fd); /* the client stays until our last message is acknowledged */
-	ucp_request_param_t cp = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
-				   .flags = UCP_EP_CLOSE_FLAG_FORCE };
-	/* the client may already be gone: a failed close is not a failed check */
-	void *r = ucp_ep_close_nbx(ep, &cp);
-	while (r && !UCS_PTR_IS_ERR(r) && ucp_request_check_status(r) == UCS_INPROGRESS)
-		ucp_worker_progress(worker);
-	if (r && !UCS_PTR_IS_ERR(r))
-		ucp_request_free(r);
+	close_ep(ep);
 	ucp_mem_unmap(ctx, memh);
 	free(msg);
 	printf("ucx_check: server OK\n");
@@ -306,13 +312,7 @@ static void run_client(int fd)
 	flush();
 	oob_barrier(fd);
 	ucp_rkey_destroy(rkey);
-	ucp_request_param_t cp = { .op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS,
-				   .flags = UCP_EP_CLOSE_FLAG_FORCE };
-	void *r = ucp_ep_close_nbx(ep, &cp);
-	while (r && !UCS_PTR_IS_ERR(r) && ucp_request_check_status(r) == UCS_INPROGRESS)
-		ucp_worker_progress(worker);
-	if (r && !UCS_PTR_IS_ERR(r))
-		ucp_request_free(r);
+	close_ep(ep);
 	free(msg);
 	free(local);
 	printf("ucx_check: OK (tag 1 B - 1 MiB, GET/PUT 1 MiB and 512 B, %d fetch-and-add, "
