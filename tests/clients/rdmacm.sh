@@ -11,6 +11,8 @@
 #   udaddy CONNS COUNT   UD over rdma_cm (SIDR), fixed rdma_cm port 7174
 #   ucmatose CONNS COUNT SIZE   several RC connections, SENDs both ways
 #   rdma_server          rdma_server/rdma_client (rdma_create_ep, sync ids)
+#   rdma_xserver         rdma_xserver/rdma_xclient -c r (RC; inline SEND on a QP
+#                        created with max_inline_data 0)
 #   cmtime CONNS         CONNS connections set up and torn down
 # PORT is the rdma_cm port (a TCP port on the device's address here).
 . "$(dirname "$0")/lib.sh"
@@ -20,6 +22,7 @@ mode=$1 scen=$2 port=$3
 shift 3
 case $scen in
 rdma_server) sv_require rdma_server rdma_client ;;
+rdma_xserver) sv_require rdma_xserver rdma_xclient ;;
 *) sv_require "$scen" ;;
 esac
 [ -e "$(dirname "$SV_TOOL")/../lib/librdmacm.so.1" ] || sv_fail "librdmacm.so.1 not built"
@@ -100,6 +103,15 @@ rdma_server)
 	finish "$crc"
 	grep -q 'rdma_server: end 0' "$SV_WORK/server.out" || sv_fail "server did not end with 0"
 	grep -q 'rdma_client: end 0' "$SV_WORK/client.out" || sv_fail "client did not end with 0"
+	;;
+rdma_xserver)
+	[ "$mode" = lo ] && port=$(sv_free_port "" "$port")
+	start_server "$port" rdma_xserver -c r -p "$port"
+	sv_run client "$(($(sv_left) - 5))" "$cns" rdma_xclient -c r -s "$saddr" -p "$port" ||
+		crc=$?
+	finish "$crc"
+	grep -q 'rdma_xserver: end 0' "$SV_WORK/server.out" || sv_fail "server did not end with 0"
+	grep -q 'rdma_xclient: end 0' "$SV_WORK/client.out" || sv_fail "client did not end with 0"
 	;;
 cmtime)
 	conns=$1
