@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static uint8_t pattern(size_t size, int iter, int dir, size_t i)
 {
@@ -89,9 +90,19 @@ int main(int argc, char **argv)
 		if (out[i] != (int64_t)i * 977)
 			return fail(rank, "bcast", N * sizeof(int64_t), 0, (size_t)i);
 
+	/* where the ranks ran: the tests between hosts check for two namespaces */
+	char ns[2][64] = { { 0 } };
+	ssize_t l = readlink("/proc/self/ns/net", ns[0], sizeof(ns[0]) - 1);
+
+	if (l < 0)
+		strcpy(ns[0], "?");
+	MPI_Gather(ns[0], sizeof(ns[0]), MPI_CHAR, ns, sizeof(ns[0]), MPI_CHAR, 0, MPI_COMM_WORLD);
 	MPI_Barrier(MPI_COMM_WORLD);
-	if (rank == 0)
+	if (rank == 0) {
+		printf("mpi_check: ranks in %d network namespace(s): %s %s\n",
+		       strcmp(ns[0], ns[1]) ? 2 : 1, ns[0], ns[1]);
 		printf("mpi_check: OK (ping-pong 1 B - 4 MiB x %d, allreduce, bcast)\n", iters);
+	}
 	free(buf);
 	MPI_Finalize();
 	return 0;
