@@ -61,10 +61,10 @@ one_run() {
 	wait "$spid" || true
 }
 
-# figure LOG METRIC: from the "Final:" line; lat = 50th percentile (us),
-# bw = average bandwidth (MB/s)
+# figure LOG METRIC: from the final line (-f: "iterations p50 avg overall
+# bw_avg bw_overall ..."); lat = 50th percentile (us), bw = average MB/s
 figure() {
-	awk -v m="$2" '/^Final:/ { print (m == "lat" ? $3 : $6) }' "$1" | tail -n1
+	awk -v m="$2" '$1 ~ /^[0-9]+$/ && NF >= 7 { v = (m == "lat" ? $2 : $5) } END { print v }' "$1"
 }
 
 median() { sort -g | awk '{ v[NR] = $1 } END { if (NR) print v[int((NR + 1) / 2)] }'; }
