@@ -3,7 +3,7 @@ BUILD ?= build
 JOBS  ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
 
-.PHONY: all build test demo deps bench bench-shm clean
+.PHONY: all build test demo deps bench bench-shm bench-ucx clean
 
 all: build
 
@@ -32,6 +32,12 @@ bench:
 # docs/PERFORMANCE.md, "Intra-host".
 bench-shm:
 	@bench/run-shm.sh
+
+# UCX over softverbs (rc_verbs) next to UCX's own shm and tcp transports,
+# two processes of this host; not part of `make test`.  QUICK=1 for a short
+# run.  See docs/PERFORMANCE.md, "UCX over softverbs".
+bench-ucx: build
+	@bench/run-ucx.sh
 
 clean:
 	rm -rf $(BUILD)
