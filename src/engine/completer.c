@@ -28,7 +28,7 @@ static struct sv_send_wqe *ack_before(struct sv_qp *qp, uint32_t psn, bool inclu
 		if (w->state != SV_WQE_SENT)
 			return NULL;
 		c = sv_psn_cmp(w->last_psn, psn);
-		if (c > 0 || (c == 0 && !inclusive) || sv_is_rd_atomic(w->wr.opcode))
+		if (c > 0 || (c == 0 && !inclusive) || sv_wr_rd_atomic(w->op))
 			return w;
 		w->state = SV_WQE_DONE;
 		w->status = IBV_WC_SUCCESS;
@@ -53,7 +53,7 @@ static void progress_made(struct sv_qp *qp)
 
 static void finish(struct sv_qp *qp, struct sv_send_wqe *w, enum ibv_wc_status st)
 {
-	if (sv_is_rd_atomic(w->wr.opcode) && qp->sq.rd_atomic_inflight)
+	if (sv_wr_rd_atomic(w->op) && qp->sq.rd_atomic_inflight)
 		qp->sq.rd_atomic_inflight--;
 	w->state = SV_WQE_DONE;
 	w->status = st;
@@ -96,7 +96,7 @@ void sv_completer_rx(struct sv_qp *qp, const struct sv_opcode_info *op, uint8_t 
 	uint8_t syn = 0;
 	struct sv_send_wqe *w;
 
-	if (qp->ex.qp_base.qp_type != IBV_QPT_RC || (bth->opcode & 0xe0) != SV_OP_RC)
+	if (!qp->ti->reliable || (bth->opcode & 0xe0) != qp->ti->wire_class)
 		return;
 	if (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_SQD && qp->state != IBV_QPS_SQE)
 		return;
@@ -134,7 +134,7 @@ void sv_completer_rx(struct sv_qp *qp, const struct sv_opcode_info *op, uint8_t 
 		uint32_t k = (psn - w->first_psn) & SV_PSN_MASK;
 		uint64_t off = (uint64_t)k * qp->mtu;
 
-		if (w->wr.opcode != IBV_WR_RDMA_READ || off + plen > w->length) {
+		if (!(w->op->flags & SV_WRF_READ) || off + plen > w->length) {
 			finish(qp, w, IBV_WC_BAD_RESP_ERR);
 		} else {
 			enum sv_mem_err e = sv_sgl_copy_in(qp->ctx, qp->pd, w->sge, w->num_sge, off,
@@ -148,8 +148,7 @@ void sv_completer_rx(struct sv_qp *qp, const struct sv_opcode_info *op, uint8_t 
 		const struct sv_atmack *a = (const void *)(pkt + op->off_atmack);
 		uint64_t orig = be64toh(a->orig);
 
-		if (w->wr.opcode != IBV_WR_ATOMIC_CMP_AND_SWP &&
-		    w->wr.opcode != IBV_WR_ATOMIC_FETCH_AND_ADD) {
+		if (!(w->op->flags & SV_WRF_ATOMIC)) {
 			finish(qp, w, IBV_WC_BAD_RESP_ERR);
 		} else {
 			/* the original value lands in the WQE's (8-byte) local buffer */

@@ -81,12 +81,6 @@ void sv_engine_conn_fail(struct sv_conn *conn);
 void sv_engine_want_output(struct sv_conn *conn);
 
 /* ---- roles ---- */
-/* READ and atomics: the WRs that wait for response data. */
-static inline bool sv_is_rd_atomic(enum ibv_wr_opcode op)
-{
-	return op == IBV_WR_RDMA_READ || op == IBV_WR_ATOMIC_CMP_AND_SWP ||
-	       op == IBV_WR_ATOMIC_FETCH_AND_ADD;
-}
 /* qp->lock held: the transport retry timer restarts from now. */
 void sv_requester_arm_ack_timer(struct sv_qp *qp);
 /* qp->lock held: send what the send queue and limits allow. */

@@ -19,23 +19,10 @@
 
 static uint32_t wqe_npkts(const struct sv_qp *qp, const struct sv_send_wqe *w)
 {
-	if (w->wr.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w->wr.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD)
-		return 1;
-	if (!w->length)
+	/* a READ request is one packet but reserves a PSN per response packet */
+	if ((w->op->flags & SV_WRF_ATOMIC) || !w->length)
 		return 1;
 	return (w->length + qp->mtu - 1) / qp->mtu;
-}
-
-static uint8_t transport_base(const struct sv_qp *qp)
-{
-	switch (qp->ex.qp_base.qp_type) {
-	case IBV_QPT_UC:
-		return SV_OP_UC;
-	case IBV_QPT_UD:
-		return SV_OP_UD;
-	default:
-		return SV_OP_RC;
-	}
 }
 
 struct sv_conn *sv_qp_conn(struct sv_qp *qp)
@@ -68,18 +55,13 @@ static struct sv_conn *ah_conn(struct sv_qp *qp, struct sv_ah *ah)
 /* Validate a WQE's local buffers before its first packet. */
 static enum ibv_wc_status check_local(struct sv_qp *qp, struct sv_send_wqe *w)
 {
-	unsigned int access = 0;
-
 	if (w->inline_buf)
 		return IBV_WC_SUCCESS;
-	if (sv_is_rd_atomic(w->wr.opcode))
-		access = IBV_ACCESS_LOCAL_WRITE; /* responses are written into them */
-	if (w->length > SV_MAX_MSG_SIZE)
+	if (w->length > SV_MAX_MSG_SIZE || w->length < w->op->min_len)
 		return IBV_WC_LOC_LEN_ERR;
-	if ((w->wr.opcode == IBV_WR_ATOMIC_CMP_AND_SWP ||
-	     w->wr.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD) && w->length < 8)
-		return IBV_WC_LOC_LEN_ERR;
-	return sv_mem_err_to_local_status(sv_sgl_check(qp->ctx, qp->pd, w->sge, w->num_sge, access));
+	/* READ and atomic responses are written into the local buffers */
+	return sv_mem_err_to_local_status(
+		sv_sgl_check(qp->ctx, qp->pd, w->sge, w->num_sge, w->op->local_access));
 }
 
 /* Build the headers of packet k of WQE w into hdr; returns header length. */
@@ -87,46 +69,22 @@ static size_t build_headers(struct sv_qp *qp, struct sv_send_wqe *w, uint32_t k,
 			    uint8_t *hdr)
 {
 	bool first = k == 0, last = k + 1 == w->npkts;
-	uint8_t low;
-	const struct sv_opcode_info *op;
+	const struct sv_wr_opcode_info *wo = w->op;
+	uint8_t opcode = qp->ti->wire_class | (first && last ? wo->wire_only
+					      : first	      ? wo->wire_first
+					      : last	      ? wo->wire_last
+							      : wo->wire_middle);
+	const struct sv_opcode_info *op = sv_opcode_info(opcode);
 	struct sv_bth *bth = (void *)hdr;
-	bool imm = w->wr.opcode == IBV_WR_SEND_WITH_IMM || w->wr.opcode == IBV_WR_RDMA_WRITE_WITH_IMM;
-	uint32_t dqpn;
+	uint32_t dqpn = qp->ti->connected ? qp->attr.dest_qp_num : w->wr.wr.ud.remote_qpn;
 
 	(void)plen;
-	switch (w->wr.opcode) {
-	case IBV_WR_SEND:
-	case IBV_WR_SEND_WITH_IMM:
-		low = (first && last) ? (imm ? SV_OP_SEND_ONLY_IMM : SV_OP_SEND_ONLY)
-		      : first	      ? SV_OP_SEND_FIRST
-		      : last	      ? (imm ? SV_OP_SEND_LAST_IMM : SV_OP_SEND_LAST)
-				      : SV_OP_SEND_MIDDLE;
-		break;
-	case IBV_WR_RDMA_WRITE:
-	case IBV_WR_RDMA_WRITE_WITH_IMM:
-		low = (first && last) ? (imm ? SV_OP_WRITE_ONLY_IMM : SV_OP_WRITE_ONLY)
-		      : first	      ? SV_OP_WRITE_FIRST
-		      : last	      ? (imm ? SV_OP_WRITE_LAST_IMM : SV_OP_WRITE_LAST)
-				      : SV_OP_WRITE_MIDDLE;
-		break;
-	case IBV_WR_RDMA_READ:
-		low = SV_OP_READ_REQUEST;
-		break;
-	case IBV_WR_ATOMIC_CMP_AND_SWP:
-		low = SV_OP_CMP_SWAP;
-		break;
-	default:
-		low = SV_OP_FETCH_ADD;
-		break;
-	}
-	op = sv_opcode_info(transport_base(qp) | low);
-	dqpn = qp->ex.qp_base.qp_type == IBV_QPT_UD ? w->wr.wr.ud.remote_qpn : qp->attr.dest_qp_num;
 	memset(hdr, 0, op->hdr_len);
-	bth->opcode = transport_base(qp) | low;
+	bth->opcode = opcode;
 	bth->flags = 0;
 	if (last && (w->wr.send_flags & IBV_SEND_SOLICITED))
 		bth->flags |= SV_BTH_SE;
-	if (last && qp->ex.qp_base.qp_type == IBV_QPT_RC)
+	if (last && qp->ti->reliable)
 		bth->flags |= SV_BTH_ACKREQ;
 	bth->pkey = 0xffff;
 	bth->dqpn = htonl(dqpn & SV_PSN_MASK);
@@ -228,7 +186,7 @@ static enum ibv_wc_status send_packet(struct sv_qp *qp, struct req_pass *p, stru
 
 static bool congested(struct sv_qp *qp, struct sv_conn *conn)
 {
-	if (qp->ex.qp_base.qp_type == IBV_QPT_UD)
+	if (!qp->ti->connected)
 		return __atomic_load_n(&conn->txq_bytes, __ATOMIC_RELAXED) > SV_UD_TXQ_HIGH;
 	return sv_conn_congested(conn);
 }
@@ -267,7 +225,7 @@ void sv_requester_arm_ack_timer(struct sv_qp *qp)
 void sv_requester_run(struct sv_qp *qp)
 {
 	struct sv_sq *sq = &qp->sq;
-	enum ibv_qp_type qpt = qp->ex.qp_base.qp_type;
+	const struct sv_qp_type_info *ti = qp->ti;
 	uint32_t max_rd = SV_MAX(1u, qp->attr.max_rd_atomic);
 	int budget = SV_REQ_BUDGET, quanta = SV_REQ_QUANTA;
 	struct req_pass pass = { .mr_locked = false };
@@ -277,7 +235,7 @@ void sv_requester_run(struct sv_qp *qp)
 	sv_txbatch_init(&pass.b);
 	/* RC payloads stay put until their ACK, which comes after the peer has
 	 * read them: shm may let the peer copy them straight from the SGL */
-	pass.b.ref = qpt == IBV_QPT_RC;
+	pass.b.ref = ti->reliable;
 	while (sq->next != sq->tail) {
 		struct sv_send_wqe *w = &sq->wqe[sq->next & (sq->size - 1)];
 		struct sv_conn *conn;
@@ -288,7 +246,7 @@ void sv_requester_run(struct sv_qp *qp)
 			/* starting this WQE */
 			if ((w->wr.send_flags & IBV_SEND_FENCE) && sq->rd_atomic_inflight)
 				break;
-			if (sv_is_rd_atomic(w->wr.opcode) && sq->rd_atomic_inflight >= max_rd)
+			if (sv_wr_rd_atomic(w->op) && sq->rd_atomic_inflight >= max_rd)
 				break;
 			st = check_local(qp, w);
 			if (st != IBV_WC_SUCCESS) {
@@ -311,7 +269,7 @@ void sv_requester_run(struct sv_qp *qp)
 			pass_flush(qp, &pass);
 			budget = SV_REQ_BUDGET - 1;
 		}
-		if (qpt == IBV_QPT_UD && w->length > qp->mtu) {
+		if (ti->datagram && w->length > qp->mtu) {
 			/* as in Soft-RoCE: the datagram completes and the wire drops it */
 			w->state = SV_WQE_DONE;
 			w->status = IBV_WC_SUCCESS;
@@ -319,24 +277,24 @@ void sv_requester_run(struct sv_qp *qp)
 			sq->next++;
 			continue;
 		}
-		if (qpt == IBV_QPT_UD)
+		if (!ti->connected)
 			pass_flush(qp, &pass); /* each datagram may go elsewhere */
-		conn = qpt == IBV_QPT_UD ? ah_conn(qp, w->ah) : sv_qp_conn(qp);
+		conn = ti->connected ? sv_qp_conn(qp) : ah_conn(qp, w->ah);
 		if (!conn)
 			break; /* out of memory: the retry timer tries again */
 		if (!pass.b.nframes && congested(qp, conn) && park_on(qp, conn)) {
 			/* resume when the engine has flushed this connection */
-			if (qpt == IBV_QPT_UD)
+			if (!ti->connected)
 				sv_conn_put(conn);
 			break;
 		}
 		k = sq->seg_off / qp->mtu;
-		if (sv_is_rd_atomic(w->wr.opcode))
+		if (sv_wr_rd_atomic(w->op))
 			plen = 0; /* the request carries no payload */
 		else
 			plen = SV_MIN(qp->mtu, w->length - sq->seg_off);
 		st = send_packet(qp, &pass, conn, w, k, sq->seg_off, plen);
-		if (qpt == IBV_QPT_UD)
+		if (!ti->connected)
 			sv_conn_put(conn); /* the batch holds its own reference */
 		if (st != IBV_WC_SUCCESS) {
 			w->status = st;
@@ -352,9 +310,9 @@ void sv_requester_run(struct sv_qp *qp)
 		sq->psn = sv_psn_add(w->first_psn, w->npkts);
 		sq->seg_off = 0;
 		sq->next++;
-		if (qpt == IBV_QPT_RC) {
+		if (ti->reliable) {
 			w->state = SV_WQE_SENT;
-			if (sv_is_rd_atomic(w->wr.opcode))
+			if (sv_wr_rd_atomic(w->op))
 				sq->rd_atomic_inflight++;
 			if (!qp->ack_deadline)
 				sv_requester_arm_ack_timer(qp);
@@ -369,37 +327,20 @@ retire:
 	sv_requester_retire(qp);
 }
 
-static enum ibv_wc_opcode wc_opcode(enum ibv_wr_opcode op)
-{
-	switch (op) {
-	case IBV_WR_RDMA_WRITE:
-	case IBV_WR_RDMA_WRITE_WITH_IMM:
-		return IBV_WC_RDMA_WRITE;
-	case IBV_WR_RDMA_READ:
-		return IBV_WC_RDMA_READ;
-	case IBV_WR_ATOMIC_CMP_AND_SWP:
-		return IBV_WC_COMP_SWAP;
-	case IBV_WR_ATOMIC_FETCH_AND_ADD:
-		return IBV_WC_FETCH_ADD;
-	default:
-		return IBV_WC_SEND;
-	}
-}
-
 static void sv_requester_complete(struct sv_qp *qp, struct sv_send_wqe *w, enum ibv_wc_status st)
 {
 	struct ibv_wc wc = {
 		.wr_id = w->wr.wr_id,
 		.status = st,
-		.opcode = wc_opcode(w->wr.opcode),
+		.opcode = w->op->wc_opcode,
 		.qp_num = qp->ex.qp_base.qp_num,
 	};
 
 	if (st == IBV_WC_SUCCESS && !qp->sq_sig_all && !(w->wr.send_flags & IBV_SEND_SIGNALED))
 		return;
-	if (st == IBV_WC_SUCCESS && (w->wr.opcode == IBV_WR_RDMA_READ))
+	if (st == IBV_WC_SUCCESS && (w->op->flags & SV_WRF_READ))
 		wc.byte_len = w->length;
-	else if (st == IBV_WC_SUCCESS && sv_is_rd_atomic(w->wr.opcode))
+	else if (st == IBV_WC_SUCCESS && (w->op->flags & SV_WRF_ATOMIC))
 		wc.byte_len = 8;
 	if (st != IBV_WC_SUCCESS)
 		wc.vendor_err = st;
@@ -445,7 +386,7 @@ void sv_requester_rewind(struct sv_qp *qp, uint32_t to_psn)
 		if (target != end) {
 			w->state = SV_WQE_PENDING;
 			w->npkts = 0; /* PSNs are reassigned identically on resend */
-		} else if (sv_is_rd_atomic(w->wr.opcode)) {
+		} else if (sv_wr_rd_atomic(w->op)) {
 			sq->rd_atomic_inflight++;
 		}
 	}

@@ -50,7 +50,7 @@ static void send_ack(struct sv_qp *qp, struct sv_conn *conn, uint32_t psn, uint8
 /* A responder-side error on RC: NAK it and take the QP to ERR (IBA class B/C). */
 static void nak_fatal(struct sv_qp *qp, struct sv_conn *conn, uint32_t psn, uint8_t code)
 {
-	if (qp->ex.qp_base.qp_type == IBV_QPT_RC)
+	if (qp->ti->reliable)
 		send_ack(qp, conn, psn, SV_AETH_NAK | code);
 	sv_qp_enter_error(qp);
 }
@@ -135,7 +135,7 @@ static void ud_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opcode
 static bool packet_done(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opcode_info *op,
 			uint32_t psn)
 {
-	bool rc = qp->ex.qp_base.qp_type == IBV_QPT_RC;
+	bool rc = qp->ti->reliable;
 
 	if (rc)
 		qp->epsn = sv_psn_add(psn, 1);
@@ -272,15 +272,13 @@ void sv_responder_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opc
 		     uint8_t *pkt, const uint8_t *payload, uint32_t plen)
 {
 	const struct sv_bth *bth = (const void *)pkt;
-	enum ibv_qp_type qpt = qp->ex.qp_base.qp_type;
 	uint8_t cls = bth->opcode & 0xe0, low = bth->opcode & 0x1f;
 	uint32_t psn = ntohl(bth->psn) & SV_PSN_MASK;
 	const struct sv_immdt *imm = op->off_immdt ? (const void *)(pkt + op->off_immdt) : NULL;
-	bool rc = qpt == IBV_QPT_RC;
+	bool rc = qp->ti->reliable;
 	enum ibv_wc_status st;
 
-	if ((qpt == IBV_QPT_RC && cls != SV_OP_RC) || (qpt == IBV_QPT_UC && cls != SV_OP_UC) ||
-	    (qpt == IBV_QPT_UD && cls != SV_OP_UD))
+	if (cls != qp->ti->wire_class)
 		return; /* wrong transport for this QP: dropped */
 	if (qp->state != IBV_QPS_RTR && qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_SQD &&
 	    qp->state != IBV_QPS_SQE)
@@ -289,7 +287,7 @@ void sv_responder_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opc
 		qp->comm_est_sent = true;
 		sv_async_event(qp->ctx, IBV_EVENT_COMM_EST, qp, &qp->async, 0);
 	}
-	if (qpt == IBV_QPT_UD) {
+	if (qp->ti->datagram) {
 		ud_rx(qp, conn, op, pkt, payload, plen);
 		return;
 	}
@@ -469,14 +467,13 @@ bool sv_responder_direct(struct sv_qp *qp, const struct sv_opcode_info *op, cons
 			 uint32_t plen, uint8_t **dst, uint32_t *msg_left)
 {
 	const struct sv_bth *bth = (const void *)pkt;
-	enum ibv_qp_type qpt = qp->ex.qp_base.qp_type;
 	uint8_t cls = bth->opcode & 0xe0;
 	uint64_t va;
 	uint32_t rkey, left;
 
 	if (!(op->mask & SV_OPF_WRITE) || op->off_immdt)
 		return false;
-	if (!((qpt == IBV_QPT_RC && cls == SV_OP_RC) || (qpt == IBV_QPT_UC && cls == SV_OP_UC)))
+	if (cls != qp->ti->wire_class || qp->ti->datagram)
 		return false;
 	if (qp->state != IBV_QPS_RTR && qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_SQD &&
 	    qp->state != IBV_QPS_SQE)

@@ -16,6 +16,7 @@
 
 #include "common/util.h"
 #include "transport/transport.h"
+#include "engine/wr_opcode.h"
 
 /* ---- device limits: reported by query_device and enforced ---- */
 #define SV_MAX_QP 16384
@@ -202,6 +203,7 @@ enum sv_wqe_state {
 
 struct sv_send_wqe {
 	struct ibv_send_wr wr; /* copy; sg_list/next unused */
+	const struct sv_wr_opcode_info *op; /* wr.opcode's row, checked at post */
 	struct ibv_sge *sge;   /* into the QP's send SGE pool */
 	uint32_t num_sge;
 	uint32_t length;       /* total payload bytes */
@@ -232,6 +234,7 @@ struct sv_sq {
 struct sv_qp {
 	struct ibv_qp_ex ex; /* ibv_qp is its prefix */
 	struct sv_context *ctx;
+	const struct sv_qp_type_info *ti; /* what its QP type means to the roles */
 	struct sv_async_count async;
 	struct sv_pd *pd;
 	struct sv_cq *scq, *rcq;

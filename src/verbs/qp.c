@@ -92,7 +92,7 @@ static struct ibv_qp *qp_create(struct ibv_context *context, struct ibv_qp_init_
 
 	if (!ia->pd || !ia->send_cq || (!ia->recv_cq && !ia->srq))
 		goto fail;
-	if (ia->qp_type != IBV_QPT_RC && ia->qp_type != IBV_QPT_UC && ia->qp_type != IBV_QPT_UD) {
+	if (!sv_qp_type_info(ia->qp_type)) {
 		err = EOPNOTSUPP;
 		goto fail;
 	}
@@ -112,6 +112,7 @@ static struct ibv_qp *qp_create(struct ibv_context *context, struct ibv_qp_init_
 		goto fail;
 	}
 	qp->ctx = ctx;
+	qp->ti = sv_qp_type_info(ia->qp_type);
 	qp->pd = to_sv_pd(ia->pd);
 	qp->scq = to_sv_cq(ia->send_cq);
 	qp->rcq = to_sv_cq(ia->recv_cq);
@@ -569,50 +570,33 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 	return 0;
 }
 
-static bool opcode_allowed(enum ibv_qp_type t, enum ibv_wr_opcode op)
-{
-	switch (op) {
-	case IBV_WR_SEND:
-	case IBV_WR_SEND_WITH_IMM:
-		return true;
-	case IBV_WR_RDMA_WRITE:
-	case IBV_WR_RDMA_WRITE_WITH_IMM:
-		return t != IBV_QPT_UD;
-	case IBV_WR_RDMA_READ:
-	case IBV_WR_ATOMIC_CMP_AND_SWP:
-	case IBV_WR_ATOMIC_FETCH_AND_ADD:
-		return t == IBV_QPT_RC;
-	default:
-		return false;
-	}
-}
-
 /* qp->lock held: validate and copy one WR into the send ring. */
 static int sq_post_one(struct sv_qp *qp, const struct ibv_send_wr *wr)
 {
+	const struct sv_wr_opcode_info *op = sv_wr_opcode_info(wr->opcode);
 	struct sv_sq *sq = &qp->sq;
 	struct sv_send_wqe *w;
 	uint64_t len;
 	bool inl;
 
-	if (!opcode_allowed(qp->ex.qp_base.qp_type, wr->opcode))
+	if (!op || !(op->qp_types & SV_QPT_BIT(qp->ti->type)))
 		return EINVAL;
 	if (wr->num_sge < 0 || (uint32_t)wr->num_sge > qp->cap.max_send_sge)
 		return EINVAL;
 	if (wr->num_sge && !wr->sg_list)
 		return EINVAL;
-	if (qp->ex.qp_base.qp_type == IBV_QPT_UD && !wr->wr.ud.ah)
+	if (!qp->ti->connected && !wr->wr.ud.ah)
 		return EINVAL;
 	if (sq->tail - sq->head >= sq->max_wr)
 		return ENOMEM;
 	len = sv_sgl_len(wr->sg_list, (uint32_t)wr->num_sge);
-	inl = (wr->send_flags & IBV_SEND_INLINE) && wr->opcode != IBV_WR_RDMA_READ &&
-	      wr->opcode != IBV_WR_ATOMIC_CMP_AND_SWP && wr->opcode != IBV_WR_ATOMIC_FETCH_AND_ADD;
+	inl = (wr->send_flags & IBV_SEND_INLINE) && (op->flags & SV_WRF_INLINE_OK);
 	if (inl && len > qp->cap.max_inline_data)
 		return EINVAL;
 
 	w = &sq->wqe[sq->tail & (sq->size - 1)];
 	w->wr = *wr;
+	w->op = op;
 	w->wr.next = NULL;
 	w->wr.sg_list = NULL;
 	w->num_sge = (uint32_t)wr->num_sge;
@@ -631,7 +615,7 @@ static int sq_post_one(struct sv_qp *qp, const struct ibv_send_wr *wr)
 		}
 		w->inline_buf = dst;
 	}
-	w->ah = qp->ex.qp_base.qp_type == IBV_QPT_UD ? to_sv_ah(wr->wr.ud.ah) : NULL;
+	w->ah = qp->ti->connected ? NULL : to_sv_ah(wr->wr.ud.ah);
 	w->state = SV_WQE_PENDING;
 	w->status = IBV_WC_SUCCESS;
 	w->npkts = 0;
