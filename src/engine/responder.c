@@ -95,6 +95,7 @@ static enum ibv_wc_status place(struct sv_qp *qp, const uint8_t *data, uint32_t 
 	return IBV_WC_SUCCESS;
 }
 
+/* A UD datagram whose Q_Key matched, into the receive WQE taken for it. */
 static void ud_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opcode_info *op,
 		  uint8_t *pkt, const uint8_t *payload, uint32_t plen)
 {
@@ -104,10 +105,6 @@ static void ud_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opcode
 	uint8_t grh[40] = { 0 };
 	enum ibv_wc_status st;
 
-	if (ntohl(deth->qkey) != qp->attr.qkey)
-		return; /* wrong Q_Key: silently dropped, as the IBA requires */
-	if (!sv_qp_take_recv(qp))
-		return; /* UD has no RNR: no receive posted means dropped */
 	/* the 40-byte GRH precedes the payload: IPv6-style header, GIDs at 8 and 24 */
 	grh[0] = 6 << 4;
 	grh[4] = (uint8_t)(plen >> 8);
@@ -148,26 +145,193 @@ static bool packet_done(struct sv_qp *qp, struct sv_conn *conn, const struct sv_
 	return true;
 }
 
+/*
+ * ---- The check path ----
+ *
+ * Every request packet goes through the same named steps, each returning a
+ * named result; the first result that is not RESP_OK ends the path, and
+ * respond() turns it into what the IBA prescribes for the QP's type (one
+ * table, resp_actions[]).  Modelled on rxe_resp.c's states.  The direct
+ * receive of WRITE payloads (receive.c) runs the same steps, side-effect
+ * free, before a payload is read into place.
+ */
+enum resp_result {
+	RESP_OK,             /* go on with the next step */
+	RESP_DONE,           /* executed: answered (or not) by the step itself */
+	RESP_DROP,           /* not for this QP now: silently dropped */
+	RESP_DUPLICATE,      /* RC, PSN behind: answered again (READ, atomic, ACK) */
+	RESP_PSN_AHEAD,      /* RC, PSN beyond a gap: dropped, the requester resends */
+	RESP_NO_RECV,        /* SEND with no receive WQE posted */
+	RESP_NO_RECV_IMM,    /* WRITE with immediate, no receive WQE at its LAST */
+	RESP_ERR_LENGTH,     /* packet longer than the path MTU */
+	RESP_ERR_SEQUENCE,   /* MIDDLE/LAST with no message open */
+	RESP_ERR_QP_ACCESS,  /* the QP does not allow this operation (or misaligned atomic) */
+	RESP_ERR_RKEY,       /* key, bounds, access or PD refused at the message start */
+	RESP_ERR_RKEY_LATE,  /* the MR went away in the middle of a WRITE */
+	RESP_ERR_WRITE_LEN,  /* payload beyond (or short of) the WRITE's DMA length */
+	RESP_ERR_RECV_LEN,   /* SEND longer than its receive WQE */
+	RESP_ERR_RECV_PROT,  /* receive WQE's memory refused */
+	RESP_NRESULTS,
+};
+
+/* What a result does, per QP type (sv_qp_type_info.index: RC, UC, UD). */
+struct resp_action {
+	uint8_t nak;        /* AETH syndrome to send (RC), 0 for none */
+	bool to_error;      /* the QP moves to ERR (and flushes) */
+	bool drop_message;  /* UC: drop the rest of the message, until a FIRST */
+	bool end_message;   /* the open message is over */
+};
+
+#define NAK(code) (SV_AETH_NAK | (code))
+static const struct resp_action resp_actions[RESP_NRESULTS][3] = {
+	/* RC: NAK and ERR for every error (IBA classes B and C); UC: the
+	 * message is lost, or the QP fails where the receive WQE would be
+	 * left half filled; UD never gets past its Q_Key and receive checks */
+	/*                         RC                                   UC                  UD */
+	[RESP_ERR_LENGTH] = { { NAK(SV_NAK_INV_REQ), true, false, false }, { 0, true, false, false } },
+	[RESP_ERR_SEQUENCE] = { { NAK(SV_NAK_INV_REQ), true, false, false } },
+	[RESP_ERR_QP_ACCESS] = { { NAK(SV_NAK_INV_REQ), true, false, false } },
+	[RESP_ERR_RKEY] = { { NAK(SV_NAK_REM_ACCESS), true, false, true }, { 0, false, true, true } },
+	[RESP_ERR_RKEY_LATE] = { { NAK(SV_NAK_REM_ACCESS), true, false, true },
+				 { 0, false, false, true } },
+	[RESP_ERR_WRITE_LEN] = { { NAK(SV_NAK_INV_REQ), true, false, true }, { 0, false, false, true } },
+	[RESP_ERR_RECV_LEN] = { { NAK(SV_NAK_INV_REQ), true, false, true }, { 0, true, false, true },
+				{ 0 } },
+	[RESP_ERR_RECV_PROT] = { { NAK(SV_NAK_REM_OP), true, false, true }, { 0, true, false, true },
+				 { 0 } },
+	/* RC: an RNR NAK (respond()); UC: the message is lost; UD: the datagram */
+	[RESP_NO_RECV] = { { 0 }, { 0, false, true, false }, { 0 } },
+	[RESP_NO_RECV_IMM] = { { 0, false, false, true }, { 0, false, false, true } },
+};
+#undef NAK
+
+/* One incoming request, as the steps see it. */
+struct resp_pkt {
+	struct sv_qp *qp;
+	struct sv_conn *conn;
+	const struct sv_opcode_info *op;
+	uint8_t *hdr;
+	const uint8_t *payload;
+	uint32_t plen;
+	uint32_t psn;
+	uint8_t low; /* opcode within its class */
+	const struct sv_immdt *imm;
+	bool solicited;
+};
+
+/* Step: the packet's transport class is the QP's. */
+static enum resp_result check_transport(const struct resp_pkt *p)
+{
+	return (p->hdr[0] & 0xe0) == p->qp->ti->wire_class ? RESP_OK : RESP_DROP;
+}
+
+/* Step: the QP receives in RTR, RTS, SQD and SQE; elsewhere packets are dropped. */
+static enum resp_result check_state(const struct resp_pkt *p)
+{
+	enum ibv_qp_state s = p->qp->state;
+
+	return s == IBV_QPS_RTR || s == IBV_QPS_RTS || s == IBV_QPS_SQD || s == IBV_QPS_SQE
+		       ? RESP_OK
+		       : RESP_DROP;
+}
+
+/* Step: a packet carries at most one path MTU. */
+static enum resp_result check_length(const struct resp_pkt *p)
+{
+	return p->plen > p->qp->mtu ? RESP_ERR_LENGTH : RESP_OK;
+}
+
+/* Step (UD): the Q_Key must match; a wrong one is dropped, as the IBA requires. */
+static enum resp_result check_qkey(const struct resp_pkt *p)
+{
+	const struct sv_deth *deth = (const void *)(p->hdr + p->op->off_deth);
+
+	return ntohl(deth->qkey) == p->qp->attr.qkey ? RESP_OK : RESP_DROP;
+}
+
+/*
+ * Step: the PSN.  RC: the expected one executes, an older one is a
+ * duplicate, a newer one lies beyond a gap.  UC: a gap loses the current
+ * message, and the next FIRST or ONLY starts over.
+ */
+static enum resp_result check_psn(const struct resp_pkt *p)
+{
+	struct sv_qp *qp = p->qp;
+
+	if (qp->ti->reliable) {
+		int32_t c = sv_psn_cmp(p->psn, qp->epsn);
+
+		return c < 0 ? RESP_DUPLICATE : c > 0 ? RESP_PSN_AHEAD : RESP_OK;
+	}
+	if (p->op->mask & SV_OPF_FIRST) {
+		if (qp->resp_in_msg && qp->resp_have_rwqe)
+			qp->rwqe_off = 0; /* reuse the WQE for the new message */
+		qp->resp_in_msg = false;
+		qp->resp_drop_msg = false;
+	} else if (p->psn != qp->epsn) {
+		qp->resp_drop_msg = true;
+	}
+	qp->epsn = sv_psn_add(p->psn, 1);
+	return qp->resp_drop_msg ? RESP_DROP : RESP_OK;
+}
+
+/* Step: a MIDDLE or LAST continues an open message of the same kind. */
+static enum resp_result check_sequence(const struct resp_pkt *p, bool write)
+{
+	const struct sv_qp *qp = p->qp;
+
+	if (p->op->mask & SV_OPF_FIRST)
+		return RESP_OK;
+	return qp->resp_in_msg && qp->resp_in_write == write ? RESP_OK : RESP_ERR_SEQUENCE;
+}
+
+/* Step: the QP allows the remote operation (and an atomic's address is aligned). */
+static enum resp_result check_qp_access(const struct resp_pkt *p, unsigned int access,
+					uint64_t va)
+{
+	if (!(p->qp->attr.qp_access_flags & access))
+		return RESP_ERR_QP_ACCESS;
+	if (access == IBV_ACCESS_REMOTE_ATOMIC && (va & 7))
+		return RESP_ERR_QP_ACCESS;
+	return RESP_OK;
+}
+
+/*
+ * Step: key, PD, access flag and bounds of [va, va+len) under rkey; *mem is
+ * where it is here.  The only place an rkey is checked.  The caller holds
+ * the MR read lock for as long as it uses *mem.
+ */
+static enum resp_result check_rkey(const struct sv_qp *qp, uint32_t rkey, uint64_t va,
+				   uint64_t len, unsigned int access, uint8_t **mem)
+{
+	return sv_mr_translate(qp->ctx, rkey, qp->pd, va, len, access, mem) ? RESP_ERR_RKEY
+									   : RESP_OK;
+}
+
+/* Step: a receive WQE for the message (the QP's or its SRQ's). */
+static enum resp_result check_recv(struct sv_qp *qp)
+{
+	return qp->resp_have_rwqe || sv_qp_take_recv(qp) ? RESP_OK : RESP_NO_RECV;
+}
+
 /* READ request: send the response packets (possibly a replay of a duplicate). */
-static void do_read(struct sv_qp *qp, struct sv_conn *conn, uint32_t psn, uint64_t va,
-		    uint32_t rkey, uint32_t dma_len)
+static enum resp_result do_read(struct sv_qp *qp, struct sv_conn *conn, uint32_t psn,
+				uint64_t va, uint32_t rkey, uint32_t dma_len)
 {
 	uint32_t npkts = dma_len ? (dma_len + qp->mtu - 1) / qp->mtu : 1;
 	uint8_t *mem = NULL;
-	enum sv_mem_err e = SV_MEM_OK;
+	struct resp_pkt p = { .qp = qp };
+	enum resp_result r = check_qp_access(&p, IBV_ACCESS_REMOTE_READ, 0);
 	struct sv_txbatch b;
 
-	if (!(qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_READ)) {
-		nak_fatal(qp, conn, psn, SV_NAK_INV_REQ);
-		return;
-	}
+	if (r != RESP_OK)
+		return r;
 	sv_mr_read_lock(qp->ctx);
 	if (dma_len)
-		e = sv_mr_translate(qp->ctx, rkey, qp->pd, va, dma_len, IBV_ACCESS_REMOTE_READ, &mem);
-	if (e) {
+		r = check_rkey(qp, rkey, va, dma_len, IBV_ACCESS_REMOTE_READ, &mem);
+	if (r != RESP_OK) {
 		sv_mr_read_unlock(qp->ctx);
-		nak_fatal(qp, conn, psn, SV_NAK_REM_ACCESS);
-		return;
+		return r;
 	}
 	/* responses leave in batches, one write for many packets */
 	sv_txbatch_init(&b);
@@ -198,6 +362,7 @@ static void do_read(struct sv_qp *qp, struct sv_conn *conn, uint32_t psn, uint64
 	}
 	sv_txbatch_flush(&b);
 	sv_mr_read_unlock(qp->ctx);
+	return RESP_DONE;
 }
 
 static void send_atomic_ack(struct sv_qp *qp, struct sv_conn *conn, uint32_t psn, uint64_t orig)
@@ -214,290 +379,321 @@ static void send_atomic_ack(struct sv_qp *qp, struct sv_conn *conn, uint32_t psn
 	sv_send_packet(conn, &p, sizeof(p), NULL, 0);
 }
 
-static void do_atomic(struct sv_qp *qp, struct sv_conn *conn, uint8_t low, uint32_t psn,
-		      const struct sv_atmeth *a)
+/* Atomic request: executed once, its result kept for duplicates. */
+static enum resp_result exec_atomic(const struct resp_pkt *p)
 {
+	struct sv_qp *qp = p->qp;
+	const struct sv_atmeth *a = (const void *)(p->hdr + p->op->off_atmeth);
 	uint64_t va = be64toh(a->va), orig;
-	uint64_t *p;
-	enum sv_mem_err e;
+	enum resp_result r = check_qp_access(p, IBV_ACCESS_REMOTE_ATOMIC, va);
+	uint64_t *word;
 
-	if (!(qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_ATOMIC) || (va & 7)) {
-		nak_fatal(qp, conn, psn, SV_NAK_INV_REQ);
-		return;
-	}
+	if (r != RESP_OK)
+		return r;
 	sv_mr_read_lock(qp->ctx);
-	e = sv_mr_translate(qp->ctx, ntohl(a->rkey), qp->pd, va, 8, IBV_ACCESS_REMOTE_ATOMIC,
-			    (uint8_t **)&p);
-	if (e) {
+	r = check_rkey(qp, ntohl(a->rkey), va, 8, IBV_ACCESS_REMOTE_ATOMIC, (uint8_t **)&word);
+	if (r != RESP_OK) {
 		sv_mr_read_unlock(qp->ctx);
-		nak_fatal(qp, conn, psn, SV_NAK_REM_ACCESS);
-		return;
+		return r;
 	}
 	/* atomic with respect to every other softverbs atomic on this memory */
-	if (low == SV_OP_CMP_SWAP) {
+	if (p->low == SV_OP_CMP_SWAP) {
 		orig = be64toh(a->compare);
-		__atomic_compare_exchange_n(p, &orig, be64toh(a->swap_add), false, __ATOMIC_SEQ_CST,
-					    __ATOMIC_SEQ_CST);
+		__atomic_compare_exchange_n(word, &orig, be64toh(a->swap_add), false,
+					    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
 	} else {
-		orig = __atomic_fetch_add(p, be64toh(a->swap_add), __ATOMIC_SEQ_CST);
+		orig = __atomic_fetch_add(word, be64toh(a->swap_add), __ATOMIC_SEQ_CST);
 	}
 	sv_mr_read_unlock(qp->ctx);
-	qp->atomic_cache[qp->atomic_cache_next].psn = psn;
+	qp->atomic_cache[qp->atomic_cache_next].psn = p->psn;
 	qp->atomic_cache[qp->atomic_cache_next].orig = orig;
 	qp->atomic_cache[qp->atomic_cache_next].valid = true;
 	qp->atomic_cache_next = (qp->atomic_cache_next + 1) % SV_MAX_QP_RD_ATOM;
-	qp->epsn = sv_psn_add(psn, 1);
+	qp->epsn = sv_psn_add(p->psn, 1);
 	qp->msn++;
-	send_atomic_ack(qp, conn, psn, orig);
+	send_atomic_ack(qp, p->conn, p->psn, orig);
+	return RESP_DONE;
+}
+
+/* READ request: the expected PSN moves past the PSNs its responses use. */
+static enum resp_result exec_read(const struct resp_pkt *p)
+{
+	struct sv_qp *qp = p->qp;
+	const struct sv_reth *r = (const void *)(p->hdr + p->op->off_reth);
+	uint32_t dma_len = ntohl(r->dma_len);
+	uint32_t npkts = dma_len ? (dma_len + qp->mtu - 1) / qp->mtu : 1;
+
+	qp->epsn = sv_psn_add(p->psn, npkts);
+	qp->msn++;
+	return do_read(qp, p->conn, p->psn, be64toh(r->va), ntohl(r->rkey), dma_len);
 }
 
 /* An RC request whose PSN we already executed: answer it again. */
-static void duplicate(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opcode_info *op,
-		      uint8_t *pkt, uint32_t psn)
+static void duplicate(const struct resp_pkt *p)
 {
-	if (op->mask & SV_OPF_READ) {
-		const struct sv_reth *r = (const void *)(pkt + op->off_reth);
+	struct sv_qp *qp = p->qp;
 
-		do_read(qp, conn, psn, be64toh(r->va), ntohl(r->rkey), ntohl(r->dma_len));
-	} else if (op->mask & SV_OPF_ATOMIC) {
+	if (p->op->mask & SV_OPF_READ) {
+		const struct sv_reth *r = (const void *)(p->hdr + p->op->off_reth);
+		enum resp_result res =
+			do_read(qp, p->conn, p->psn, be64toh(r->va), ntohl(r->rkey), ntohl(r->dma_len));
+
+		/* a replayed READ that fails now fails as a first one would */
+		if (res != RESP_DONE)
+			nak_fatal(qp, p->conn, p->psn,
+				  res == RESP_ERR_RKEY ? SV_NAK_REM_ACCESS : SV_NAK_INV_REQ);
+	} else if (p->op->mask & SV_OPF_ATOMIC) {
 		for (int i = 0; i < SV_MAX_QP_RD_ATOM; i++)
-			if (qp->atomic_cache[i].valid && qp->atomic_cache[i].psn == psn)
-				send_atomic_ack(qp, conn, psn, qp->atomic_cache[i].orig);
-	} else if (op->mask & SV_OPF_LAST) {
-		send_ack(qp, conn, sv_psn_add(qp->epsn, SV_PSN_MASK), SV_AETH_ACK | 0x1f);
+			if (qp->atomic_cache[i].valid && qp->atomic_cache[i].psn == p->psn)
+				send_atomic_ack(qp, p->conn, p->psn, qp->atomic_cache[i].orig);
+	} else if (p->op->mask & SV_OPF_LAST) {
+		send_ack(qp, p->conn, sv_psn_add(qp->epsn, SV_PSN_MASK), SV_AETH_ACK | 0x1f);
 	}
+}
+
+/* SEND packet: scattered into the message's receive WQE. */
+static enum resp_result exec_send(const struct resp_pkt *p)
+{
+	struct sv_qp *qp = p->qp;
+	enum resp_result r = check_sequence(p, false);
+	enum ibv_wc_status st;
+
+	if (r != RESP_OK)
+		return r;
+	if (p->op->mask & SV_OPF_FIRST) {
+		r = check_recv(qp);
+		if (r != RESP_OK)
+			return r;
+		qp->rwqe_off = 0;
+		qp->msg_first_psn = p->psn;
+		qp->resp_in_msg = true;
+		qp->resp_in_write = false;
+	}
+	st = place(qp, p->payload, p->plen);
+	if (st != IBV_WC_SUCCESS) {
+		complete_recv(qp, st, IBV_WC_RECV, 0, NULL, qp->attr.dest_qp_num, 0, false);
+		return st == IBV_WC_LOC_LEN_ERR ? RESP_ERR_RECV_LEN : RESP_ERR_RECV_PROT;
+	}
+	if (packet_done(qp, p->conn, p->op, p->psn)) {
+		sv_conn_uncork_now(p->conn); /* the ACK leaves before the completion */
+		complete_recv(qp, IBV_WC_SUCCESS, IBV_WC_RECV, qp->rwqe_off, p->imm,
+			      qp->attr.dest_qp_num, 0, p->solicited);
+	}
+	return RESP_DONE;
+}
+
+/*
+ * The checks of an RDMA WRITE packet, without side effects: the message
+ * (its start from the RETH, or the one open), the QP's access, the
+ * payload's length against what is left, the key over all of it.  *va,
+ * *rkey and *left describe the message from this packet on.  The MR read
+ * lock is held by the caller.
+ */
+static enum resp_result check_write(const struct resp_pkt *p, uint64_t *va, uint32_t *rkey,
+				    uint32_t *left, uint8_t **mem)
+{
+	const struct sv_qp *qp = p->qp;
+	enum resp_result r = check_sequence(p, true);
+
+	if (r != RESP_OK)
+		return r;
+	if (p->op->mask & SV_OPF_FIRST) {
+		const struct sv_reth *reth = (const void *)(p->hdr + p->op->off_reth);
+
+		r = check_qp_access(p, IBV_ACCESS_REMOTE_WRITE, 0);
+		if (r != RESP_OK)
+			return r;
+		*va = be64toh(reth->va);
+		*rkey = ntohl(reth->rkey);
+		*left = ntohl(reth->dma_len);
+		/* the whole target range, before any byte moves */
+		if (*left && check_rkey(qp, *rkey, *va, *left, IBV_ACCESS_REMOTE_WRITE, mem))
+			return RESP_ERR_RKEY;
+	} else {
+		*va = qp->wr_va;
+		*rkey = qp->wr_rkey;
+		*left = qp->wr_left;
+	}
+	if (p->plen > *left || ((p->op->mask & SV_OPF_LAST) && p->plen != *left))
+		return RESP_ERR_WRITE_LEN;
+	return RESP_OK;
+}
+
+/* RDMA WRITE packet: copied into the target range (unless received in place). */
+static enum resp_result exec_write(const struct resp_pkt *p)
+{
+	struct sv_qp *qp = p->qp;
+	uint8_t *mem = NULL;
+	uint64_t va;
+	uint32_t rkey, left;
+	enum resp_result r;
+
+	sv_mr_read_lock(qp->ctx);
+	r = check_write(p, &va, &rkey, &left, &mem);
+	sv_mr_read_unlock(qp->ctx);
+	if (r != RESP_OK)
+		return r;
+	if (p->op->mask & SV_OPF_FIRST) {
+		qp->wr_va = va;
+		qp->wr_rkey = rkey;
+		qp->wr_left = left;
+		qp->wr_total = left;
+		qp->msg_first_psn = p->psn;
+		qp->resp_in_msg = true;
+		qp->resp_in_write = true;
+	}
+	/* WRITE with immediate needs a receive WQE at its LAST */
+	if (p->imm && check_recv(qp) != RESP_OK)
+		return RESP_NO_RECV_IMM;
+	if (p->plen) {
+		sv_mr_read_lock(qp->ctx);
+		r = check_rkey(qp, qp->wr_rkey, qp->wr_va, p->plen, IBV_ACCESS_REMOTE_WRITE, &mem);
+		/* a directly received payload (receive.c) is in place already */
+		if (r == RESP_OK && mem != p->payload)
+			sv_dma_write(mem, p->payload, p->plen);
+		sv_mr_read_unlock(qp->ctx);
+		if (r != RESP_OK)
+			return RESP_ERR_RKEY_LATE; /* the MR went away mid-message */
+	}
+	qp->wr_va += p->plen;
+	qp->wr_left -= p->plen;
+	if (packet_done(qp, p->conn, p->op, p->psn) && p->imm) {
+		sv_conn_uncork_now(p->conn); /* the ACK leaves before the completion */
+		qp->rwqe_off = 0;
+		complete_recv(qp, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, qp->wr_total, p->imm,
+			      qp->attr.dest_qp_num, 0, p->solicited);
+	}
+	return RESP_DONE;
+}
+
+/* UD SEND: one datagram, GRH first. */
+static enum resp_result exec_datagram(const struct resp_pkt *p)
+{
+	enum resp_result r = check_qkey(p);
+
+	if (r == RESP_OK)
+		r = check_recv(p->qp);
+	if (r != RESP_OK)
+		return r;
+	ud_rx(p->qp, p->conn, p->op, p->hdr, p->payload, p->plen);
+	return RESP_DONE;
+}
+
+/* Carry out what the result of the check path means for this QP's type. */
+static void respond(const struct resp_pkt *p, enum resp_result r)
+{
+	struct sv_qp *qp = p->qp;
+	const struct resp_action *a = &resp_actions[r][qp->ti->index];
+
+	switch (r) {
+	case RESP_OK:
+	case RESP_DONE:
+	case RESP_DROP:
+	case RESP_PSN_AHEAD:
+		return;
+	case RESP_DUPLICATE:
+		duplicate(p);
+		return;
+	case RESP_NO_RECV:
+		if (qp->ti->reliable)
+			send_ack(qp, p->conn, p->psn,
+				 SV_AETH_RNR_NAK | (qp->attr.min_rnr_timer & 0x1f));
+		break;
+	case RESP_NO_RECV_IMM:
+		/* back off the whole message: the requester resends it from its start */
+		if (qp->ti->reliable) {
+			qp->epsn = qp->msg_first_psn;
+			send_ack(qp, p->conn, qp->msg_first_psn,
+				 SV_AETH_RNR_NAK | (qp->attr.min_rnr_timer & 0x1f));
+		}
+		break;
+	default:
+		break;
+	}
+	if (a->end_message)
+		qp->resp_in_msg = false;
+	if (a->drop_message)
+		qp->resp_drop_msg = true;
+	if (a->nak)
+		send_ack(qp, p->conn, p->psn, a->nak);
+	if (a->to_error)
+		sv_qp_enter_error(qp);
 }
 
 void sv_responder_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opcode_info *op,
 		     uint8_t *pkt, const uint8_t *payload, uint32_t plen)
 {
 	const struct sv_bth *bth = (const void *)pkt;
-	uint8_t cls = bth->opcode & 0xe0, low = bth->opcode & 0x1f;
-	uint32_t psn = ntohl(bth->psn) & SV_PSN_MASK;
-	const struct sv_immdt *imm = op->off_immdt ? (const void *)(pkt + op->off_immdt) : NULL;
-	bool rc = qp->ti->reliable;
-	enum ibv_wc_status st;
+	struct resp_pkt p = {
+		.qp = qp,
+		.conn = conn,
+		.op = op,
+		.hdr = pkt,
+		.payload = payload,
+		.plen = plen,
+		.psn = ntohl(bth->psn) & SV_PSN_MASK,
+		.low = bth->opcode & 0x1f,
+		.imm = op->off_immdt ? (const void *)(pkt + op->off_immdt) : NULL,
+		.solicited = bth->flags & SV_BTH_SE,
+	};
+	enum resp_result r = check_transport(&p);
 
-	if (cls != qp->ti->wire_class)
-		return; /* wrong transport for this QP: dropped */
-	if (qp->state != IBV_QPS_RTR && qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_SQD &&
-	    qp->state != IBV_QPS_SQE)
-		return; /* not ready to receive: dropped; RC requesters retry */
-	if (qp->state == IBV_QPS_RTR && !qp->comm_est_sent) {
+	if (r == RESP_OK)
+		r = check_state(&p);
+	if (r == RESP_OK && qp->state == IBV_QPS_RTR && !qp->comm_est_sent) {
 		qp->comm_est_sent = true;
 		sv_async_event(qp->ctx, IBV_EVENT_COMM_EST, qp, &qp->async, 0);
 	}
-	if (qp->ti->datagram) {
-		ud_rx(qp, conn, op, pkt, payload, plen);
+	if (r == RESP_OK && qp->ti->datagram) {
+		respond(&p, exec_datagram(&p));
 		return;
 	}
-	if (plen > qp->mtu) {
-		nak_fatal(qp, conn, psn, SV_NAK_INV_REQ);
-		return;
+	if (r == RESP_OK)
+		r = check_length(&p);
+	if (r == RESP_OK)
+		r = check_psn(&p);
+	if (r == RESP_OK) {
+		if (op->mask & SV_OPF_SEND)
+			r = exec_send(&p);
+		else if (op->mask & SV_OPF_WRITE)
+			r = exec_write(&p);
+		else if (op->mask & SV_OPF_READ)
+			r = exec_read(&p);
+		else if (op->mask & SV_OPF_ATOMIC)
+			r = exec_atomic(&p);
+		else
+			r = RESP_ERR_QP_ACCESS; /* not a request the QP type takes */
 	}
-
-	if (rc) {
-		int32_t c = sv_psn_cmp(psn, qp->epsn);
-
-		if (c < 0) {
-			duplicate(qp, conn, op, pkt, psn);
-			return;
-		}
-		if (c > 0)
-			return; /* ahead of a gap (after an RNR NAK): the requester resends */
-	} else {
-		/* UC: a gap loses the current message; resynchronise on the next FIRST */
-		if (op->mask & SV_OPF_FIRST) {
-			if (qp->resp_in_msg && qp->resp_have_rwqe)
-				qp->rwqe_off = 0; /* reuse the WQE for the new message */
-			qp->resp_in_msg = false;
-			qp->resp_drop_msg = false;
-		} else if (psn != qp->epsn) {
-			qp->resp_drop_msg = true;
-		}
-		qp->epsn = sv_psn_add(psn, 1);
-		if (qp->resp_drop_msg)
-			return;
-	}
-
-	if (op->mask & SV_OPF_SEND) {
-		if (op->mask & SV_OPF_FIRST) {
-			if (!qp->resp_have_rwqe && !sv_qp_take_recv(qp)) {
-				if (rc)
-					send_ack(qp, conn, psn, SV_AETH_RNR_NAK | (qp->attr.min_rnr_timer & 0x1f));
-				else
-					qp->resp_drop_msg = true;
-				return;
-			}
-			qp->rwqe_off = 0;
-			qp->msg_first_psn = psn;
-			qp->resp_in_msg = true;
-			qp->resp_in_write = false;
-		} else if (!qp->resp_in_msg) {
-			if (rc)
-				nak_fatal(qp, conn, psn, SV_NAK_INV_REQ);
-			return;
-		}
-		st = place(qp, payload, plen);
-		if (st != IBV_WC_SUCCESS) {
-			complete_recv(qp, st, IBV_WC_RECV, 0, NULL, qp->attr.dest_qp_num, 0, false);
-			qp->resp_in_msg = false;
-			nak_fatal(qp, conn, psn,
-				  st == IBV_WC_LOC_LEN_ERR ? SV_NAK_INV_REQ : SV_NAK_REM_OP);
-			return;
-		}
-		if (packet_done(qp, conn, op, psn)) {
-			sv_conn_uncork_now(conn); /* the ACK leaves before the completion */
-			complete_recv(qp, IBV_WC_SUCCESS, IBV_WC_RECV, qp->rwqe_off, imm,
-				      qp->attr.dest_qp_num, 0, bth->flags & SV_BTH_SE);
-		}
-		return;
-	}
-
-	if (op->mask & SV_OPF_WRITE) {
-		uint8_t *mem;
-		enum sv_mem_err e = SV_MEM_OK;
-
-		if (op->mask & SV_OPF_FIRST) {
-			const struct sv_reth *r = (const void *)(pkt + op->off_reth);
-
-			if (!(qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_WRITE)) {
-				if (rc)
-					nak_fatal(qp, conn, psn, SV_NAK_INV_REQ);
-				return;
-			}
-			qp->wr_va = be64toh(r->va);
-			qp->wr_rkey = ntohl(r->rkey);
-			qp->wr_left = ntohl(r->dma_len);
-			qp->wr_total = qp->wr_left;
-			qp->msg_first_psn = psn;
-			qp->resp_in_msg = true;
-			qp->resp_in_write = true;
-			/* check the whole target range before any byte moves */
-			if (qp->wr_left) {
-				sv_mr_read_lock(qp->ctx);
-				e = sv_mr_translate(qp->ctx, qp->wr_rkey, qp->pd, qp->wr_va, qp->wr_left,
-						    IBV_ACCESS_REMOTE_WRITE, &mem);
-				sv_mr_read_unlock(qp->ctx);
-			}
-			if (e) {
-				qp->resp_in_msg = false;
-				if (rc)
-					nak_fatal(qp, conn, psn, SV_NAK_REM_ACCESS);
-				else
-					qp->resp_drop_msg = true;
-				return;
-			}
-		} else if (!qp->resp_in_msg) {
-			if (rc)
-				nak_fatal(qp, conn, psn, SV_NAK_INV_REQ);
-			return;
-		}
-		if (plen > qp->wr_left || ((op->mask & SV_OPF_LAST) && plen != qp->wr_left)) {
-			qp->resp_in_msg = false;
-			if (rc)
-				nak_fatal(qp, conn, psn, SV_NAK_INV_REQ);
-			return;
-		}
-		if (imm && !qp->resp_have_rwqe && !sv_qp_take_recv(qp)) {
-			/* WRITE with immediate needs a receive WQE: back off the whole message */
-			if (rc) {
-				qp->epsn = qp->msg_first_psn;
-				send_ack(qp, conn, qp->msg_first_psn,
-					 SV_AETH_RNR_NAK | (qp->attr.min_rnr_timer & 0x1f));
-			}
-			qp->resp_in_msg = false;
-			return;
-		}
-		if (plen) {
-			sv_mr_read_lock(qp->ctx);
-			e = sv_mr_translate(qp->ctx, qp->wr_rkey, qp->pd, qp->wr_va, plen,
-					    IBV_ACCESS_REMOTE_WRITE, &mem);
-			/* a directly received payload (receive.c) is in place already */
-			if (!e && mem != payload)
-				sv_dma_write(mem, payload, plen);
-			sv_mr_read_unlock(qp->ctx);
-			if (e) { /* the MR went away mid-message */
-				qp->resp_in_msg = false;
-				if (rc)
-					nak_fatal(qp, conn, psn, SV_NAK_REM_ACCESS);
-				return;
-			}
-		}
-		qp->wr_va += plen;
-		qp->wr_left -= plen;
-		if (packet_done(qp, conn, op, psn) && imm) {
-			sv_conn_uncork_now(conn); /* the ACK leaves before the completion */
-			qp->rwqe_off = 0;
-			complete_recv(qp, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, qp->wr_total, imm,
-				      qp->attr.dest_qp_num, 0, bth->flags & SV_BTH_SE);
-		}
-		return;
-	}
-
-	if (!rc)
-		return; /* READ/atomics do not exist on UC */
-
-	if (op->mask & SV_OPF_READ) {
-		const struct sv_reth *r = (const void *)(pkt + op->off_reth);
-		uint32_t dma_len = ntohl(r->dma_len);
-		uint32_t npkts = dma_len ? (dma_len + qp->mtu - 1) / qp->mtu : 1;
-
-		qp->epsn = sv_psn_add(psn, npkts);
-		qp->msn++;
-		do_read(qp, conn, psn, be64toh(r->va), ntohl(r->rkey), dma_len);
-		return;
-	}
-	if (op->mask & SV_OPF_ATOMIC) {
-		do_atomic(qp, conn, low, psn, (const void *)(pkt + op->off_atmeth));
-		return;
-	}
-	nak_fatal(qp, conn, psn, SV_NAK_INV_REQ);
+	respond(&p, r);
 }
 
 /*
- * The acceptance test of an RDMA WRITE packet above, for a packet whose
- * payload has not arrived: receive.c then reads the payload straight into
- * place.  It accepts less than sv_responder_rx (in-order packets of a
- * WRITE without immediate data only, whose whole remaining range
- * translates), never more: a packet that passes here is placed where the
- * responder would copy it, and sv_responder_rx still runs for it.
+ * The acceptance test of an RDMA WRITE packet whose payload has not
+ * arrived: receive.c then reads the payload straight into place.  The same
+ * steps as sv_responder_rx, without side effects, and it accepts less
+ * (in-order packets of a WRITE without immediate data only): a packet that
+ * passes here is placed where the responder would copy it, and
+ * sv_responder_rx still runs for it.  The MR read lock is held by the caller.
  */
 bool sv_responder_direct(struct sv_qp *qp, const struct sv_opcode_info *op, const uint8_t *pkt,
 			 uint32_t plen, uint8_t **dst, uint32_t *msg_left)
 {
 	const struct sv_bth *bth = (const void *)pkt;
-	uint8_t cls = bth->opcode & 0xe0;
+	struct resp_pkt p = { .qp = qp, .op = op, .hdr = (uint8_t *)pkt, .plen = plen };
 	uint64_t va;
 	uint32_t rkey, left;
 
-	if (!(op->mask & SV_OPF_WRITE) || op->off_immdt)
+	if (!(op->mask & SV_OPF_WRITE) || op->off_immdt || qp->ti->datagram)
 		return false;
-	if (cls != qp->ti->wire_class || qp->ti->datagram)
+	if (check_transport(&p) != RESP_OK || check_state(&p) != RESP_OK ||
+	    check_length(&p) != RESP_OK)
 		return false;
-	if (qp->state != IBV_QPS_RTR && qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_SQD &&
-	    qp->state != IBV_QPS_SQE)
+	if ((ntohl(bth->psn) & SV_PSN_MASK) != qp->epsn || qp->resp_drop_msg)
+		return false; /* in order only */
+	if (check_write(&p, &va, &rkey, &left, dst) != RESP_OK || !left)
 		return false;
-	if (plen > qp->mtu || (ntohl(bth->psn) & SV_PSN_MASK) != qp->epsn)
-		return false;
-	if (op->mask & SV_OPF_FIRST) {
-		const struct sv_reth *r = (const void *)(pkt + op->off_reth);
-
-		if (!(qp->attr.qp_access_flags & IBV_ACCESS_REMOTE_WRITE))
-			return false;
-		va = be64toh(r->va);
-		rkey = ntohl(r->rkey);
-		left = ntohl(r->dma_len);
-	} else {
-		if (!qp->resp_in_msg || !qp->resp_in_write || qp->resp_drop_msg)
-			return false;
-		va = qp->wr_va;
-		rkey = qp->wr_rkey;
-		left = qp->wr_left;
-	}
-	if (!left || plen > left || ((op->mask & SV_OPF_LAST) && plen != left))
-		return false;
-	if (sv_mr_translate(qp->ctx, rkey, qp->pd, va, left, IBV_ACCESS_REMOTE_WRITE, dst))
+	/* the message's whole remaining range, from here */
+	if (check_rkey(qp, rkey, va, left, IBV_ACCESS_REMOTE_WRITE, dst) != RESP_OK)
 		return false;
 	*msg_left = left;
 	return true;

@@ -54,9 +54,9 @@ const struct sv_wr_opcode_info *sv_wr_opcode_info(enum ibv_wr_opcode op)
 }
 
 static const struct sv_qp_type_info qp_types[] = {
-	{ IBV_QPT_RC, "RC", SV_OP_RC, true, true, false },
-	{ IBV_QPT_UC, "UC", SV_OP_UC, false, true, false },
-	{ IBV_QPT_UD, "UD", SV_OP_UD, false, false, true },
+	{ IBV_QPT_RC, 0, "RC", SV_OP_RC, true, true, false },
+	{ IBV_QPT_UC, 1, "UC", SV_OP_UC, false, true, false },
+	{ IBV_QPT_UD, 2, "UD", SV_OP_UD, false, false, true },
 };
 
 const struct sv_qp_type_info *sv_qp_type_info(enum ibv_qp_type type)

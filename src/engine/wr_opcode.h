@@ -51,6 +51,7 @@ static inline bool sv_wr_rd_atomic(const struct sv_wr_opcode_info *op)
 /* What a QP type means to the roles. */
 struct sv_qp_type_info {
 	enum ibv_qp_type type;
+	uint8_t index;       /* 0 RC, 1 UC, 2 UD: its column in per-type tables */
 	const char *name;
 	uint8_t wire_class;  /* high three bits of its wire opcodes (SV_OP_RC/UC/UD) */
 	bool reliable;       /* ACKs, retries, READ and atomics (RC) */
