@@ -46,7 +46,7 @@ static void progress_made(struct sv_qp *qp)
 	for (uint32_t i = sq->head; i != sq->next && !outstanding; i++)
 		outstanding = sq->wqe[i & (sq->size - 1)].state == SV_WQE_SENT;
 	if (!outstanding)
-		__atomic_store_n(&qp->ack_deadline, 0, __ATOMIC_RELAXED);
+		atomic_store_explicit(&qp->ack_deadline, 0, memory_order_relaxed);
 	else
 		sv_requester_arm_ack_timer(qp);
 }
@@ -83,8 +83,8 @@ static void on_rnr_nak(struct sv_qp *qp, struct sv_send_wqe *w, uint32_t psn, ui
 		qp->rnr_retries_left--;
 	sv_requester_rewind(qp, psn);
 	/* the responder's timer code says how long to back off */
-	__atomic_store_n(&qp->rnr_until, sv_now_ns() + sv_rnr_timer_ns(timer), __ATOMIC_RELAXED);
-	__atomic_store_n(&qp->ack_deadline, 0, __ATOMIC_RELAXED);
+	atomic_store_explicit(&qp->rnr_until, sv_now_ns() + sv_rnr_timer_ns(timer), memory_order_relaxed);
+	atomic_store_explicit(&qp->ack_deadline, 0, memory_order_relaxed);
 }
 
 void sv_completer_rx(struct sv_qp *qp, const struct sv_opcode_info *op, uint8_t *pkt,

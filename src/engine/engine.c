@@ -58,7 +58,7 @@ static struct sv_conn *conn_new(struct sv_engine *eng, int fd, bool outgoing,
 	c->ops = ops;
 	c->fd = fd;
 	c->outgoing = outgoing;
-	atomic_init(&c->refcnt, 1); /* the engine's list reference */
+	sv_ref_init(&c->ref, 1); /* the engine's list reference */
 	atomic_init(&c->state, outgoing ? SV_CONN_CONNECTING : SV_CONN_UP);
 	pthread_mutex_init(&c->tx_lock, NULL);
 	sv_list_init(&c->link);
@@ -192,7 +192,7 @@ void sv_engine_schedule(struct sv_engine *eng, struct sv_qp *qp)
 
 	pthread_mutex_lock(&eng->lock);
 	if (!sv_list_linked(&qp->run_link) && !qp->destroyed) {
-		atomic_fetch_add(&qp->refcnt, 1);
+		sv_qp_get(qp);
 		sv_list_add_tail(&eng->run_qps, &qp->run_link);
 		kick = true;
 	}
@@ -229,7 +229,7 @@ void sv_engine_forget_qp(struct sv_engine *eng, struct sv_qp *qp)
 		sv_list_del(&qp->timer_link);
 	if (sv_list_linked(&qp->run_link)) {
 		sv_list_del(&qp->run_link);
-		atomic_fetch_sub(&qp->refcnt, 1);
+		sv_qp_put(qp);
 	}
 	pthread_mutex_unlock(&eng->lock);
 	/* parked on a connection (its own, or an AH's for UD): leave its list */
@@ -302,7 +302,7 @@ static void bury_dead(struct sv_engine *eng)
 static void conn_flush(struct sv_conn *c)
 {
 	pthread_mutex_lock(&c->tx_lock);
-	__atomic_store_n(&c->tx_corked, false, __ATOMIC_RELAXED);
+	atomic_store_explicit(&c->tx_corked, false, memory_order_relaxed);
 	if (sv_conn_txq_write(c) < 0) {
 		pthread_mutex_unlock(&c->tx_lock);
 		sv_engine_conn_fail(c);
@@ -404,7 +404,7 @@ static void conn_event(struct sv_conn *c, uint32_t events)
 	}
 	if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
 		pthread_mutex_lock(&c->tx_lock);
-		__atomic_store_n(&c->tx_corked, true, __ATOMIC_RELAXED);
+		atomic_store_explicit(&c->tx_corked, true, memory_order_relaxed);
 		pthread_mutex_unlock(&c->tx_lock);
 		sv_conn_input(c, events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR));
 		if (atomic_load(&c->state) == SV_CONN_DEAD)
@@ -494,7 +494,7 @@ static void shm_scan(struct sv_engine *eng)
  */
 static bool shm_arm_all(struct sv_engine *eng, bool *tick)
 {
-	uint64_t last = __atomic_load_n(&eng->last_poll_ns, __ATOMIC_RELAXED);
+	uint64_t last = atomic_load_explicit(&eng->last_poll_ns, memory_order_relaxed);
 	bool lease = last && sv_now_ns() - last < SV_POLL_LEASE_NS;
 	bool pending = false;
 
@@ -560,12 +560,12 @@ static int run_timers(struct sv_engine *eng)
 	}
 	for (l = eng->timer_qps.next; l != &eng->timer_qps; l = l->next) {
 		struct sv_qp *qp = SV_CONTAINER_OF(l, struct sv_qp, timer_link);
-		uint64_t r = __atomic_load_n(&qp->rnr_until, __ATOMIC_RELAXED);
-		uint64_t a = __atomic_load_n(&qp->ack_deadline, __ATOMIC_RELAXED);
+		uint64_t r = atomic_load_explicit(&qp->rnr_until, memory_order_relaxed);
+		uint64_t a = atomic_load_explicit(&qp->ack_deadline, memory_order_relaxed);
 		uint64_t d = (r && (!a || r < a)) ? r : a;
 
 		if (d && d <= now && ndue < (int)SV_ARRAY_SIZE(due)) {
-			atomic_fetch_add(&qp->refcnt, 1);
+			sv_qp_get(qp);
 			due[ndue++] = qp;
 		} else if (d && d < next) {
 			next = d;
@@ -630,10 +630,10 @@ void sv_engine_progress(struct sv_engine *eng)
 	if (pthread_mutex_trylock(&eng->progress_lock))
 		return; /* someone is already making progress */
 	tls_progress = eng;
-	__atomic_store_n(&eng->last_poll_ns, sv_now_ns(), __ATOMIC_RELAXED);
+	atomic_store_explicit(&eng->last_poll_ns, sv_now_ns(), memory_order_relaxed);
 	shm_scan(eng);
 	/* only sockets need a system call to be looked at */
-	if (__atomic_load_n(&eng->nconns_polled, __ATOMIC_RELAXED)) {
+	if (atomic_load_explicit(&eng->nconns_polled, memory_order_relaxed)) {
 		n = epoll_wait(eng->epfd, evs, 16, 0);
 		if (n > 0)
 			handle_events(eng, evs, n, false);

@@ -42,8 +42,8 @@ struct sv_engine {
 	struct sv_list timer_qps;
 	struct sv_list run_qps;
 	uint64_t sleep_until; /* when the engine thread next wakes by itself */
-	int nconns_polled;    /* connections only epoll can look at (tcp) */
-	uint64_t last_poll_ns; /* an application thread last made progress */
+	atomic_int nconns_polled;      /* connections only epoll can look at (tcp) */
+	_Atomic uint64_t last_poll_ns; /* an application thread last made progress */
 };
 
 int sv_engine_start(struct sv_context *ctx, struct in_addr ip);

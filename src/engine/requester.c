@@ -187,7 +187,7 @@ static enum ibv_wc_status send_packet(struct sv_qp *qp, struct req_pass *p, stru
 static bool congested(struct sv_qp *qp, struct sv_conn *conn)
 {
 	if (!qp->ti->connected)
-		return __atomic_load_n(&conn->txq_bytes, __ATOMIC_RELAXED) > SV_UD_TXQ_HIGH;
+		return atomic_load_explicit(&conn->txq_bytes, memory_order_relaxed) > SV_UD_TXQ_HIGH;
 	return sv_conn_congested(conn);
 }
 
@@ -219,7 +219,7 @@ void sv_requester_arm_ack_timer(struct sv_qp *qp)
 	/* below a millisecond the engine's tick cannot honour it anyway */
 	if (t < 1000000ull)
 		t = 1000000ull;
-	__atomic_store_n(&qp->ack_deadline, sv_now_ns() + t, __ATOMIC_RELAXED);
+	atomic_store_explicit(&qp->ack_deadline, sv_now_ns() + t, memory_order_relaxed);
 }
 
 void sv_requester_run(struct sv_qp *qp)
@@ -402,12 +402,13 @@ void sv_requester_timeout(struct sv_qp *qp, uint64_t now)
 	struct sv_sq *sq = &qp->sq;
 
 	if (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_SQD) {
-		qp->rnr_until = qp->ack_deadline = 0;
+		atomic_store_explicit(&qp->rnr_until, 0, memory_order_relaxed);
+		atomic_store_explicit(&qp->ack_deadline, 0, memory_order_relaxed);
 		sv_engine_timer_update(qp->ctx->eng, qp);
 		return;
 	}
 	if (qp->rnr_until && now >= qp->rnr_until) {
-		__atomic_store_n(&qp->rnr_until, 0, __ATOMIC_RELAXED);
+		atomic_store_explicit(&qp->rnr_until, 0, memory_order_relaxed);
 		sv_requester_run(qp);
 	}
 	if (qp->ack_deadline && now >= qp->ack_deadline) {
@@ -422,7 +423,7 @@ void sv_requester_timeout(struct sv_qp *qp, uint64_t now)
 			}
 		}
 		if (!oldest) {
-			__atomic_store_n(&qp->ack_deadline, 0, __ATOMIC_RELAXED);
+			atomic_store_explicit(&qp->ack_deadline, 0, memory_order_relaxed);
 		} else if (qp->conn && sv_conn_busy(qp->conn)) {
 			/* still queued behind other traffic: the wire has not lost it,
 			 * it has not even carried it yet; wait without using a retry */
@@ -431,7 +432,7 @@ void sv_requester_timeout(struct sv_qp *qp, uint64_t now)
 			/* transport retries exhausted: the peer is gone */
 			oldest->status = IBV_WC_RETRY_EXC_ERR;
 			oldest->state = SV_WQE_DONE;
-			__atomic_store_n(&qp->ack_deadline, 0, __ATOMIC_RELAXED);
+			atomic_store_explicit(&qp->ack_deadline, 0, memory_order_relaxed);
 			sv_requester_retire(qp);
 		} else {
 			if (qp->attr.timeout)

@@ -33,6 +33,7 @@
 #include <limits.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,20 +59,20 @@ static char root[PATH_MAX];
 static size_t root_len;
 
 /* The C library's own function behind each interposed name. */
-static void *next_fn(void **slot, const char *name)
+static void *next_fn(void *_Atomic *slot, const char *name)
 {
-	void *f = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+	void *f = atomic_load_explicit(slot, memory_order_acquire);
 
 	if (!f) {
 		f = dlsym(RTLD_NEXT, name);
-		__atomic_store_n(slot, f, __ATOMIC_RELEASE);
+		atomic_store_explicit(slot, f, memory_order_release);
 	}
 	return f;
 }
 
 #define NEXT(type, name)                                  \
 	({                                                \
-		static void *slot_;                       \
+		static void *_Atomic slot_;               \
 		(type)next_fn(&slot_, #name);             \
 	})
 
@@ -284,16 +285,16 @@ SV_EXPORT int statx(int dirfd, const char *path, int flags, unsigned int mask, s
  * and friends, which remain only as compatibility versions: found with
  * dlvsym under the version of this architecture's first glibc.
  */
-static void *next_compat(void **slot, const char *name)
+static void *next_compat(void *_Atomic *slot, const char *name)
 {
 	static const char *const versions[] = { "GLIBC_2.2.5", "GLIBC_2.17", "GLIBC_2.0",
 						"GLIBC_2.2", "GLIBC_2.27" };
-	void *f = __atomic_load_n(slot, __ATOMIC_ACQUIRE);
+	void *f = atomic_load_explicit(slot, memory_order_acquire);
 
 	for (size_t i = 0; !f && i < sizeof(versions) / sizeof(versions[0]); i++)
 		f = dlvsym(RTLD_NEXT, name, versions[i]);
 	if (f)
-		__atomic_store_n(slot, f, __ATOMIC_RELEASE);
+		atomic_store_explicit(slot, f, memory_order_release);
 	return f;
 }
 
@@ -301,7 +302,7 @@ static void *next_compat(void **slot, const char *name)
 	int name(int ver, const char *path, struct st_type *st);                          \
 	SV_EXPORT int name(int ver, const char *path, struct st_type *st)                 \
 	{                                                                                \
-		static void *slot;                                                       \
+		static void *_Atomic slot;                                               \
 		char buf[PATH_MAX];                                                      \
 		int (*f)(int, const char *, struct st_type *) =                          \
 			(int (*)(int, const char *, struct st_type *))next_compat(&slot, #name); \
@@ -321,7 +322,7 @@ DEF_XSTAT(__lxstat64, stat64)
 	int name(int ver, int dirfd, const char *path, struct st_type *st, int flags);        \
 	SV_EXPORT int name(int ver, int dirfd, const char *path, struct st_type *st, int flags) \
 	{                                                                                    \
-		static void *slot;                                                           \
+		static void *_Atomic slot;                                                   \
 		char buf[PATH_MAX];                                                          \
 		int (*f)(int, int, const char *, struct st_type *, int) =                    \
 			(int (*)(int, int, const char *, struct st_type *, int))next_compat( \

@@ -15,12 +15,12 @@
 
 void sv_conn_get(struct sv_conn *conn)
 {
-	atomic_fetch_add(&conn->refcnt, 1);
+	sv_ref_get(&conn->ref);
 }
 
 void sv_conn_put(struct sv_conn *conn)
 {
-	if (atomic_fetch_sub(&conn->refcnt, 1) != 1)
+	if (!sv_ref_put(&conn->ref))
 		return;
 	conn->ops->close(conn);
 	if (conn->ops->destroy)
@@ -40,7 +40,7 @@ bool sv_conn_busy(struct sv_conn *conn)
 {
 	if (atomic_load(&conn->state) != SV_CONN_UP)
 		return false;
-	return __atomic_load_n(&conn->txq_bytes, __ATOMIC_RELAXED) || conn->ops->unsent(conn);
+	return atomic_load_explicit(&conn->txq_bytes, memory_order_relaxed) || conn->ops->unsent(conn);
 }
 
 bool sv_conn_congested(struct sv_conn *conn)
@@ -49,8 +49,8 @@ bool sv_conn_congested(struct sv_conn *conn)
 	 * requester's timers must see them sent, or a dead peer is never noticed */
 	/* corked bytes leave as soon as the receive pass ends */
 	return atomic_load(&conn->state) == SV_CONN_UP &&
-	       __atomic_load_n(&conn->txq_bytes, __ATOMIC_RELAXED) != 0 &&
-	       !__atomic_load_n(&conn->tx_corked, __ATOMIC_RELAXED);
+	       atomic_load_explicit(&conn->txq_bytes, memory_order_relaxed) != 0 &&
+	       !atomic_load_explicit(&conn->tx_corked, memory_order_relaxed);
 }
 
 /* tx_lock held: copy the unsent tail of iov (after `skip` bytes) to the queue */
@@ -82,7 +82,7 @@ static int queue_tail(struct sv_conn *conn, const struct iovec *iov, int iovcnt,
 	else
 		conn->txq_head = b;
 	conn->txq_tail = b;
-	__atomic_store_n(&conn->txq_bytes, conn->txq_bytes + off, __ATOMIC_RELAXED);
+	atomic_store_explicit(&conn->txq_bytes, conn->txq_bytes + off, memory_order_relaxed);
 	return 0;
 }
 
@@ -117,12 +117,12 @@ int sv_conn_txq_write(struct sv_conn *c)
 				c->txq_head = b->next;
 				if (!c->txq_head)
 					c->txq_tail = NULL;
-				__atomic_store_n(&c->txq_bytes, c->txq_bytes - left, __ATOMIC_RELAXED);
+				atomic_store_explicit(&c->txq_bytes, c->txq_bytes - left, memory_order_relaxed);
 				free(b);
 			} else {
 				b->off += (size_t)w;
-				__atomic_store_n(&c->txq_bytes, c->txq_bytes - (size_t)w,
-						 __ATOMIC_RELAXED);
+				atomic_store_explicit(&c->txq_bytes, c->txq_bytes - (size_t)w,
+						 memory_order_relaxed);
 				w = 0;
 			}
 		}

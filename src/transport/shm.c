@@ -69,19 +69,19 @@
 
 /* One direction.  Producer and consumer fields on separate cache lines. */
 struct shm_ring {
-	_Alignas(64) uint64_t tail;     /* producer: ring bytes published */
-	uint64_t tail_logical;          /* producer: stream bytes published */
-	uint32_t room;                  /* producer waits for space: ring back */
-	_Alignas(64) uint64_t head;     /* consumer: ring bytes released */
-	uint64_t head_logical;
-	uint32_t bell;                  /* consumer sleeps: ring the doorbell */
-	uint32_t cma_ok;                /* consumer may read the producer's memory */
+	_Alignas(64) _Atomic uint64_t tail;     /* producer: ring bytes published */
+	_Atomic uint64_t tail_logical;          /* producer: stream bytes published */
+	_Atomic uint32_t room;                  /* producer waits for space: ring back */
+	_Alignas(64) _Atomic uint64_t head;     /* consumer: ring bytes released */
+	_Atomic uint64_t head_logical;
+	_Atomic uint32_t bell;                  /* consumer sleeps: ring the doorbell */
+	_Atomic uint32_t cma_ok;                /* consumer may read the producer's memory */
 };
 
 struct shm_area {
 	uint32_t magic, version;
 	uint64_t ring_bytes;
-	uint64_t base[2]; /* where each side mapped the area (CMA self-test) */
+	_Atomic uint64_t base[2]; /* where each side mapped the area (CMA self-test) */
 	_Alignas(64) struct shm_ring ring[2]; /* [0]: connector -> acceptor */
 };
 
@@ -173,18 +173,18 @@ static struct sv_shm *shm_attach(void *map, int side, pid_t peer)
 	s->rxdata = (uint8_t *)map + SHM_DATA_OFF(1 - side);
 	/* a child forked later must not share the rings */
 	madvise(map, SHM_MAP_LEN, MADV_DONTFORK);
-	__atomic_store_n(&s->area->base[side], (uint64_t)(uintptr_t)map, __ATOMIC_RELEASE);
+	atomic_store_explicit(&s->area->base[side], (uint64_t)(uintptr_t)map, memory_order_release);
 	return s;
 }
 
 static bool cma_allowed(void)
 {
-	static int allowed = -1;
-	int a = __atomic_load_n(&allowed, __ATOMIC_RELAXED);
+	static atomic_int allowed = -1;
+	int a = atomic_load_explicit(&allowed, memory_order_relaxed);
 
 	if (a < 0) {
 		a = sv_env_long("SOFTVERBS_SHM_CMA", 1) != 0;
-		__atomic_store_n(&allowed, a, __ATOMIC_RELAXED);
+		atomic_store_explicit(&allowed, a, memory_order_relaxed);
 	}
 	return a;
 }
@@ -197,7 +197,7 @@ static bool cma_allowed(void)
  */
 static void cma_test(struct sv_shm *s)
 {
-	uint64_t peer_base = __atomic_load_n(&s->area->base[1 - s->side], __ATOMIC_ACQUIRE);
+	uint64_t peer_base = atomic_load_explicit(&s->area->base[1 - s->side], memory_order_acquire);
 	uint32_t got = 0;
 	struct iovec l = { &got, sizeof(got) }, r = { (void *)(uintptr_t)peer_base, sizeof(got) };
 
@@ -208,7 +208,7 @@ static void cma_test(struct sv_shm *s)
 		return;
 	if (process_vm_readv(s->peer_pid, &l, 1, &r, 1, 0) == (ssize_t)sizeof(got) &&
 	    got == SHM_MAGIC) {
-		__atomic_store_n(&s->rx->cma_ok, 1, __ATOMIC_RELEASE);
+		atomic_store_explicit(&s->rx->cma_ok, 1, memory_order_release);
 		sv_dbg("shm: single-copy reads from pid %d allowed", (int)s->peer_pid);
 	} else {
 		sv_dbg("shm: cannot read pid %d's memory (%s): payloads inline", (int)s->peer_pid,
@@ -381,7 +381,7 @@ static ssize_t cma_pull(pid_t pid, struct cma_batch *b)
 	return got;
 }
 
-static int self_copy_ok = -1; /* process_vm_readv works on ourselves */
+static atomic_int self_copy_ok = -1; /* process_vm_readv works on ourselves */
 
 static void self_copy_flush(struct cma_batch *b)
 {
@@ -394,7 +394,7 @@ static void self_copy_flush(struct cma_batch *b)
 	got = cma_pull(getpid(), b);
 	if (got < 0 && (errno == EPERM || errno == ENOSYS)) {
 		/* a seccomp filter forbids it: the CPU copies from now on */
-		__atomic_store_n(&self_copy_ok, 0, __ATOMIC_RELAXED);
+		atomic_store_explicit(&self_copy_ok, 0, memory_order_relaxed);
 		for (int i = 0; i < n; i++)
 			memcpy(b->l[i].iov_base, b->r[i].iov_base, b->l[i].iov_len);
 	} else if (got != (ssize_t)bytes) {
@@ -405,7 +405,7 @@ static void self_copy_flush(struct cma_batch *b)
 
 static void copy_piece(struct cma_batch *b, void *dst, const void *src, size_t len)
 {
-	if (len < SHM_SAFE_MIN || !__atomic_load_n(&self_copy_ok, __ATOMIC_RELAXED)) {
+	if (len < SHM_SAFE_MIN || !atomic_load_explicit(&self_copy_ok, memory_order_relaxed)) {
 		memcpy(dst, src, len);
 		return;
 	}
@@ -442,15 +442,15 @@ static inline uint64_t round8(uint64_t v)
 static size_t ring_put(struct sv_conn *c, const struct iovec *iov, int iovcnt, bool indirect_ok)
 {
 	struct sv_shm *s = to_shm(c);
-	uint64_t head = __atomic_load_n(&s->tx->head, __ATOMIC_SEQ_CST); /* after `room` */
+	uint64_t head = atomic_load_explicit(&s->tx->head, memory_order_seq_cst); /* after `room` */
 	uint64_t wpos = s->tx->tail, start = wpos;
 	struct cma_batch sc = { .n = 0, .bytes = 0 };
 	size_t taken = 0;
 	int i = 0;
 	size_t off = 0;
 
-	if (__atomic_load_n(&self_copy_ok, __ATOMIC_RELAXED) < 0)
-		__atomic_store_n(&self_copy_ok, cma_allowed(), __ATOMIC_RELAXED);
+	if (atomic_load_explicit(&self_copy_ok, memory_order_relaxed) < 0)
+		atomic_store_explicit(&self_copy_ok, cma_allowed(), memory_order_relaxed);
 
 	while (i < iovcnt) {
 		uint64_t space = SHM_RING_BYTES - (wpos - head);
@@ -497,9 +497,9 @@ static size_t ring_put(struct sv_conn *c, const struct iovec *iov, int iovcnt, b
 	if (wpos != start) {
 		/* tail before tail_logical: what readable() counts is readable.
 		 * seq_cst: ordered before the load of `bell` that follows */
-		__atomic_store_n(&s->tx->tail, wpos, __ATOMIC_SEQ_CST);
-		__atomic_store_n(&s->tx->tail_logical, s->tx->tail_logical + taken,
-				 __ATOMIC_RELEASE);
+		atomic_store_explicit(&s->tx->tail, wpos, memory_order_seq_cst);
+		atomic_store_explicit(&s->tx->tail_logical, s->tx->tail_logical + taken,
+				 memory_order_release);
 	}
 	return taken;
 }
@@ -516,7 +516,7 @@ static size_t iov_total(const struct iovec *iov, int iovcnt)
 static ssize_t shm_writev(struct sv_conn *c, const struct iovec *iov, int iovcnt)
 {
 	struct sv_shm *s = to_shm(c);
-	bool indirect_ok = c->tx_ref && __atomic_load_n(&s->tx->cma_ok, __ATOMIC_ACQUIRE);
+	bool indirect_ok = c->tx_ref && atomic_load_explicit(&s->tx->cma_ok, memory_order_acquire);
 	size_t total = iov_total(iov, iovcnt), taken;
 
 	taken = ring_put(c, iov, iovcnt, indirect_ok);
@@ -527,7 +527,7 @@ static ssize_t shm_writev(struct sv_conn *c, const struct iovec *iov, int iovcnt
 		int n = 0;
 		size_t skip = taken;
 
-		__atomic_store_n(&s->tx->room, 1, __ATOMIC_SEQ_CST);
+		atomic_store_explicit(&s->tx->room, 1, memory_order_seq_cst);
 		for (int i = 0; i < iovcnt && n < (int)SV_ARRAY_SIZE(rest); i++) {
 			if (skip >= iov[i].iov_len) {
 				skip -= iov[i].iov_len;
@@ -543,8 +543,8 @@ static ssize_t shm_writev(struct sv_conn *c, const struct iovec *iov, int iovcnt
 	/* Each side stores, then loads what the other stores, all seq_cst (no
 	 * fences: ThreadSanitizer does not model them): either the consumer
 	 * sees our tail, or we see its bell */
-	if (taken && __atomic_load_n(&s->tx->bell, __ATOMIC_SEQ_CST) &&
-	    __atomic_exchange_n(&s->tx->bell, 0, __ATOMIC_SEQ_CST))
+	if (taken && atomic_load_explicit(&s->tx->bell, memory_order_seq_cst) &&
+	    atomic_exchange_explicit(&s->tx->bell, 0, memory_order_seq_cst))
 		ring_bell(c);
 	return (ssize_t)taken;
 }
@@ -573,7 +573,7 @@ static ssize_t shm_readv(struct sv_conn *c, const struct iovec *iov, int iovcnt)
 {
 	struct sv_shm *s = to_shm(c);
 	struct cma_batch b = { .n = 0, .bytes = 0 };
-	uint64_t tail = __atomic_load_n(&s->rx->tail, __ATOMIC_ACQUIRE), start = s->rpos;
+	uint64_t tail = atomic_load_explicit(&s->rx->tail, memory_order_acquire), start = s->rpos;
 	size_t got = 0, off = 0;
 	int i = 0;
 
@@ -621,10 +621,10 @@ static ssize_t shm_readv(struct sv_conn *c, const struct iovec *iov, int iovcnt)
 	if (cma_flush(s, &b))
 		return -EIO;
 	if (s->rpos != start || got) {
-		__atomic_store_n(&s->rx->head, s->rpos, __ATOMIC_SEQ_CST);
-		__atomic_store_n(&s->rx->head_logical, s->rx->head_logical + got, __ATOMIC_RELEASE);
-		if (__atomic_load_n(&s->rx->room, __ATOMIC_SEQ_CST) &&
-		    __atomic_exchange_n(&s->rx->room, 0, __ATOMIC_SEQ_CST))
+		atomic_store_explicit(&s->rx->head, s->rpos, memory_order_seq_cst);
+		atomic_store_explicit(&s->rx->head_logical, s->rx->head_logical + got, memory_order_release);
+		if (atomic_load_explicit(&s->rx->room, memory_order_seq_cst) &&
+		    atomic_exchange_explicit(&s->rx->room, 0, memory_order_seq_cst))
 			ring_bell(c);
 	}
 	if (got)
@@ -643,7 +643,7 @@ static ssize_t shm_readable(struct sv_conn *c)
 {
 	struct sv_shm *s = to_shm(c);
 
-	return (ssize_t)(__atomic_load_n(&s->rx->tail_logical, __ATOMIC_ACQUIRE) -
+	return (ssize_t)(atomic_load_explicit(&s->rx->tail_logical, memory_order_acquire) -
 			 s->rx->head_logical);
 }
 
@@ -678,12 +678,12 @@ static bool shm_rx_pending(struct sv_conn *c)
 {
 	struct sv_shm *s = to_shm(c);
 
-	return s->rec_left || __atomic_load_n(&s->rx->tail, __ATOMIC_SEQ_CST) != s->rpos;
+	return s->rec_left || atomic_load_explicit(&s->rx->tail, memory_order_seq_cst) != s->rpos;
 }
 
 static bool shm_arm(struct sv_conn *c)
 {
-	__atomic_store_n(&to_shm(c)->rx->bell, 1, __ATOMIC_SEQ_CST);
+	atomic_store_explicit(&to_shm(c)->rx->bell, 1, memory_order_seq_cst);
 	return shm_rx_pending(c);
 }
 
@@ -716,8 +716,8 @@ static size_t shm_unsent(struct sv_conn *c)
 	if (!s)
 		return 0;
 	/* any thread may ask (sv_conn_busy), not only the producer */
-	return (size_t)(__atomic_load_n(&s->tx->tail, __ATOMIC_ACQUIRE) -
-			__atomic_load_n(&s->tx->head, __ATOMIC_ACQUIRE));
+	return (size_t)(atomic_load_explicit(&s->tx->tail, memory_order_acquire) -
+			atomic_load_explicit(&s->tx->head, memory_order_acquire));
 }
 
 const struct sv_transport_ops sv_shm_ops = {

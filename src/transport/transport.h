@@ -17,6 +17,7 @@
 #include <sys/uio.h>
 
 #include "common/util.h"
+#include "common/ref.h"
 
 struct sv_engine;
 
@@ -45,7 +46,7 @@ struct sv_conn {
 	void *tp;              /* the transport's own state (shm) */
 	int fd;
 	_Atomic int state;     /* enum sv_conn_state */
-	atomic_int refcnt;
+	struct sv_ref ref;     /* freed by the last put (sv_conn_put) */
 	bool outgoing;         /* we initiated it (and keyed it by peer addr) */
 	bool hello_seen;       /* peer's HELLO arrived */
 	struct sv_endpoint_addr peer;
@@ -54,9 +55,9 @@ struct sv_conn {
 
 	pthread_mutex_t tx_lock;
 	struct sv_txbuf *txq_head, *txq_tail;
-	size_t txq_bytes;
+	_Atomic size_t txq_bytes;
 	bool want_out;         /* EPOLLOUT armed */
-	bool tx_corked;        /* a receive pass is running: small frames wait for its end */
+	atomic_bool tx_corked; /* a receive pass is running: small frames wait for its end */
 	bool tx_ref;           /* tx_lock held, during one writev: the payloads stay valid
 				* until the peer acknowledges them, so they may be referenced
 				* rather than copied (shm single copy) */

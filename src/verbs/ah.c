@@ -33,7 +33,7 @@ struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 	pthread_mutex_init(&ah->lock, NULL);
 	ah->ibah.context = pd->context;
 	ah->ibah.pd = pd;
-	atomic_fetch_add(&ah->pd->users, 1);
+	sv_ref_get(&ah->pd->users);
 	return &ah->ibah;
 }
 
@@ -45,7 +45,7 @@ int ibv_destroy_ah(struct ibv_ah *ibah)
 	sv_ctx_release(ctx, &ctx->nah);
 	if (ah->conn)
 		sv_conn_put(ah->conn);
-	atomic_fetch_sub(&ah->pd->users, 1);
+	sv_ref_put(&ah->pd->users);
 	pthread_mutex_destroy(&ah->lock);
 	free(ah);
 	return 0;

@@ -31,6 +31,7 @@ struct ibv_comp_channel *ibv_create_comp_channel(struct ibv_context *context)
 	ch->ibch.fd = p[0];
 	ch->ibch.refcnt = 0;
 	ch->wfd = p[1];
+	sv_ref_init(&ch->cqs, 0);
 	return &ch->ibch;
 }
 
@@ -38,7 +39,7 @@ int ibv_destroy_comp_channel(struct ibv_comp_channel *channel)
 {
 	struct sv_comp_channel *ch = SV_CONTAINER_OF(channel, struct sv_comp_channel, ibch);
 
-	if (__atomic_load_n(&channel->refcnt, __ATOMIC_ACQUIRE))
+	if (sv_ref_count(&ch->cqs))
 		return EBUSY;
 	/* every CQ of this channel is destroyed: what the pipe still holds are
 	 * unread events of zombie CQs, and the last one frees its CQ */
@@ -106,6 +107,7 @@ static struct sv_cq *cq_create(struct ibv_context *context, int cqe, void *cq_co
 		return NULL;
 	}
 	cq->ctx = ctx;
+	sv_ref_init(&cq->users, 0);
 	cq->size = (uint32_t)cqe + 1;
 	pthread_mutex_init(&cq->lock, NULL);
 	cq->ex.context = context;
@@ -115,7 +117,7 @@ static struct sv_cq *cq_create(struct ibv_context *context, int cqe, void *cq_co
 	pthread_mutex_init(&cq->ex.mutex, NULL);
 	pthread_cond_init(&cq->ex.cond, NULL);
 	if (channel)
-		__atomic_add_fetch(&channel->refcnt, 1, __ATOMIC_ACQ_REL);
+		sv_ref_get(&SV_CONTAINER_OF(channel, struct sv_comp_channel, ibch)->cqs);
 	return cq;
 }
 
@@ -161,11 +163,11 @@ int ibv_destroy_cq(struct ibv_cq *ibcq)
 	struct sv_context *ctx = cq->ctx;
 	bool zombie;
 
-	if (atomic_load(&cq->users))
+	if (sv_ref_count(&cq->users))
 		return EBUSY;
 	sv_async_forget(ctx, &cq->async);
 	if (cq->ex.channel)
-		__atomic_sub_fetch(&cq->ex.channel->refcnt, 1, __ATOMIC_ACQ_REL);
+		sv_ref_put(&SV_CONTAINER_OF(cq->ex.channel, struct sv_comp_channel, ibch)->cqs);
 	sv_ctx_release(ctx, &ctx->ncq);
 	pthread_mutex_destroy(&cq->lock);
 	free(cq->ring);

@@ -195,7 +195,7 @@ static struct sv_mr *mr_create(struct ibv_pd *ibpd, void *addr, size_t length, u
 	mr->ibmr.lkey = key;
 	mr->ibmr.rkey = key;
 	pthread_rwlock_unlock(&ctx->mrs.lock);
-	atomic_fetch_add(&mr->pd->users, 1);
+	sv_ref_get(&mr->pd->users);
 	return mr;
 }
 
@@ -249,7 +249,7 @@ int ibv_dereg_mr(struct ibv_mr *ibmr)
 		ctx->mrs.free_hint = mr->slot;
 	ctx->mrs.count--;
 	pthread_rwlock_unlock(&ctx->mrs.lock);
-	atomic_fetch_sub(&mr->pd->users, 1);
+	sv_ref_put(&mr->pd->users);
 	free(mr);
 	return 0;
 }
@@ -303,8 +303,8 @@ int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd, void *addr, 
 
 	pthread_rwlock_wrlock(&ctx->mrs.lock);
 	if (npd != mr->pd) {
-		atomic_fetch_sub(&mr->pd->users, 1);
-		atomic_fetch_add(&npd->users, 1);
+		sv_ref_put(&mr->pd->users);
+		sv_ref_get(&npd->users);
 		mr->pd = npd;
 		ibmr->pd = &npd->ibpd;
 	}

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "common/util.h"
+#include "common/ref.h"
 #include "transport/transport.h"
 #include "engine/wr_opcode.h"
 
@@ -104,7 +105,7 @@ static inline struct sv_context *to_sv_ctx(struct ibv_context *c)
 
 struct sv_pd {
 	struct ibv_pd ibpd;
-	atomic_int users; /* MRs, QPs, SRQs, AHs: dealloc fails with EBUSY */
+	struct sv_ref users; /* MRs, QPs, SRQs, AHs: dealloc fails with EBUSY */
 };
 static inline struct sv_pd *to_sv_pd(struct ibv_pd *p)
 {
@@ -128,6 +129,8 @@ static inline struct sv_mr *to_sv_mr(struct ibv_mr *m)
 struct sv_comp_channel {
 	struct ibv_comp_channel ibch; /* ibch.fd is the pipe's read end */
 	int wfd;
+	struct sv_ref cqs; /* CQs attached: destroy fails with EBUSY (ibch.refcnt
+			      is rdma-core's own bookkeeping, unused here) */
 };
 
 struct sv_cq {
@@ -140,7 +143,7 @@ struct sv_cq {
 	uint32_t head, count;
 	bool armed, solicited_only;
 	bool overrun; /* reported once via IBV_EVENT_CQ_ERR */
-	atomic_int users;
+	struct sv_ref users; /* QPs using it: destroy fails with EBUSY */
 	uint32_t events_reported; /* comp events handed to the application */
 	atomic_uint events_in_pipe; /* written to the channel, not yet read */
 	bool zombie; /* destroyed with events still in the pipe: reader frees it */
@@ -175,7 +178,7 @@ struct sv_srq {
 	pthread_mutex_t lock;
 	struct sv_rq rq;
 	uint32_t srq_limit; /* armed when nonzero */
-	atomic_int users;
+	struct sv_ref users; /* QPs using it: destroy fails with EBUSY */
 };
 static inline struct sv_srq *to_sv_srq(struct ibv_srq *s)
 {
@@ -239,7 +242,7 @@ struct sv_qp {
 	struct sv_pd *pd;
 	struct sv_cq *scq, *rcq;
 	struct sv_srq *srq;
-	atomic_int refcnt;
+	struct sv_ref ref;    /* the owner's, and the engine's while it holds it */
 	bool destroyed;
 
 	pthread_mutex_t lock; /* everything below */
@@ -256,8 +259,8 @@ struct sv_qp {
 	struct sv_conn *conn;         /* RC/UC */
 
 	/* timers (engine), deadlines in ns; 0 = not armed */
-	uint64_t rnr_until;      /* requester paused after an RNR NAK */
-	uint64_t ack_deadline;   /* oldest unacked WQE times out */
+	_Atomic uint64_t rnr_until;    /* requester paused after an RNR NAK */
+	_Atomic uint64_t ack_deadline; /* oldest unacked WQE times out */
 	uint32_t retries_left, rnr_retries_left;
 	struct sv_list timer_link;  /* engine->timer_qps */
 	struct sv_list run_link;    /* engine->run_qps: requester has work */
@@ -307,7 +310,15 @@ void sv_ctx_release(struct sv_context *ctx, uint32_t *count);
 
 /* Look up a QP by number and take a reference (NULL if none). */
 struct sv_qp *sv_qp_lookup(struct sv_context *ctx, uint32_t qpn);
-void sv_qp_put(struct sv_qp *qp);
+static inline void sv_qp_get(struct sv_qp *qp)
+{
+	sv_ref_get(&qp->ref);
+}
+/* the QP is freed by ibv_destroy_qp, which waits for the last put */
+static inline void sv_qp_put(struct sv_qp *qp)
+{
+	sv_ref_put(&qp->ref);
+}
 /* qp->lock held: move to ERR, flush everything outstanding */
 void sv_qp_enter_error(struct sv_qp *qp);
 

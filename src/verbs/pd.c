@@ -21,7 +21,7 @@ struct ibv_pd *ibv_alloc_pd(struct ibv_context *context)
 	}
 	pd->ibpd.context = context;
 	pd->ibpd.handle = sv_random_u32();
-	atomic_init(&pd->users, 0);
+	sv_ref_init(&pd->users, 0);
 	return &pd->ibpd;
 }
 
@@ -30,7 +30,7 @@ int ibv_dealloc_pd(struct ibv_pd *ibpd)
 	struct sv_pd *pd = to_sv_pd(ibpd);
 	struct sv_context *ctx = to_sv_ctx(ibpd->context);
 
-	if (atomic_load(&pd->users))
+	if (sv_ref_count(&pd->users))
 		return EBUSY;
 	sv_ctx_release(ctx, &ctx->npd);
 	free(pd);

@@ -34,15 +34,10 @@ struct sv_qp *sv_qp_lookup(struct sv_context *ctx, uint32_t qpn)
 	pthread_mutex_lock(&ctx->lock);
 	if (qpn >= SV_FIRST_QPN && i < ctx->qpt_size && ctx->qpt[i]) {
 		qp = ctx->qpt[i];
-		atomic_fetch_add(&qp->refcnt, 1);
+		sv_qp_get(qp);
 	}
 	pthread_mutex_unlock(&ctx->lock);
 	return qp;
-}
-
-void sv_qp_put(struct sv_qp *qp)
-{
-	atomic_fetch_sub(&qp->refcnt, 1);
 }
 
 static int rq_init(struct sv_rq *rq, uint32_t max_wr, uint32_t max_sge)
@@ -134,7 +129,7 @@ static struct ibv_qp *qp_create(struct ibv_context *context, struct ibv_qp_init_
 		qp->cap.max_recv_sge = 0;
 	}
 	qp->mtu = sv_mtu_bytes(SV_PORT_MTU);
-	atomic_init(&qp->refcnt, 1);
+	sv_ref_init(&qp->ref, 1);
 	pthread_mutex_init(&qp->lock, NULL);
 	sv_list_init(&qp->timer_link);
 	sv_list_init(&qp->run_link);
@@ -201,11 +196,11 @@ static struct ibv_qp *qp_create(struct ibv_context *context, struct ibv_qp_init_
 	qp->attr.port_num = 1;
 	sv_qp_ex_init(qp, (ia->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) ? ia->send_ops_flags : 0);
 
-	atomic_fetch_add(&qp->pd->users, 1);
-	atomic_fetch_add(&qp->scq->users, 1);
-	atomic_fetch_add(&qp->rcq->users, 1);
+	sv_ref_get(&qp->pd->users);
+	sv_ref_get(&qp->scq->users);
+	sv_ref_get(&qp->rcq->users);
 	if (qp->srq)
-		atomic_fetch_add(&qp->srq->users, 1);
+		sv_ref_get(&qp->srq->users);
 	*cap = qp->cap;
 	return &qp->ex.qp_base;
 
@@ -320,8 +315,8 @@ void sv_qp_enter_error(struct sv_qp *qp)
 	flush_send_queue(qp);
 	flush_recv_queue(qp);
 	qp->resp_in_msg = false;
-	__atomic_store_n(&qp->rnr_until, 0, __ATOMIC_RELAXED);
-	__atomic_store_n(&qp->ack_deadline, 0, __ATOMIC_RELAXED);
+	atomic_store_explicit(&qp->rnr_until, 0, memory_order_relaxed);
+	atomic_store_explicit(&qp->ack_deadline, 0, memory_order_relaxed);
 	sv_engine_timer_update(qp->ctx->eng, qp);
 	if (!was_err && qp->srq)
 		sv_async_event(qp->ctx, IBV_EVENT_QP_LAST_WQE_REACHED, qp, &qp->async, 0);
@@ -346,8 +341,8 @@ static void reset_qp(struct sv_qp *qp)
 	qp->comm_est_sent = false;
 	qp->msn = 0;
 	memset(qp->atomic_cache, 0, sizeof(qp->atomic_cache));
-	__atomic_store_n(&qp->rnr_until, 0, __ATOMIC_RELAXED);
-	__atomic_store_n(&qp->ack_deadline, 0, __ATOMIC_RELAXED);
+	atomic_store_explicit(&qp->rnr_until, 0, memory_order_relaxed);
+	atomic_store_explicit(&qp->ack_deadline, 0, memory_order_relaxed);
 	sv_engine_timer_update(qp->ctx->eng, qp);
 	if (qp->conn) {
 		sv_engine_forget_qp(qp->ctx->eng, qp);
@@ -545,21 +540,20 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 	pthread_mutex_unlock(&ctx->lock);
 	pthread_mutex_lock(&qp->lock);
 	qp->destroyed = true;
-	__atomic_store_n(&qp->rnr_until, 0, __ATOMIC_RELAXED);
-	__atomic_store_n(&qp->ack_deadline, 0, __ATOMIC_RELAXED);
+	atomic_store_explicit(&qp->rnr_until, 0, memory_order_relaxed);
+	atomic_store_explicit(&qp->ack_deadline, 0, memory_order_relaxed);
 	pthread_mutex_unlock(&qp->lock);
 	sv_engine_forget_qp(ctx->eng, qp);
 	/* wait for the engine to let go of it (references are short-lived) */
-	while (atomic_load(&qp->refcnt) > 1)
-		sched_yield();
+	sv_ref_drop_and_wait(&qp->ref);
 	sv_async_forget(ctx, &qp->async); /* no event can be raised for it any more */
 	if (qp->conn)
 		sv_conn_put(qp->conn);
-	atomic_fetch_sub(&qp->pd->users, 1);
-	atomic_fetch_sub(&qp->scq->users, 1);
-	atomic_fetch_sub(&qp->rcq->users, 1);
+	sv_ref_put(&qp->pd->users);
+	sv_ref_put(&qp->scq->users);
+	sv_ref_put(&qp->rcq->users);
 	if (qp->srq)
-		atomic_fetch_sub(&qp->srq->users, 1);
+		sv_ref_put(&qp->srq->users);
 	sv_qp_ex_free(qp);
 	free(qp->sq.wqe);
 	free(qp->sq.sge_pool);

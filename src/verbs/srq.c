@@ -39,6 +39,7 @@ static struct ibv_srq *srq_create(struct ibv_pd *ibpd, struct ibv_srq_init_attr 
 	for (uint32_t i = 0; i < rq->size; i++)
 		rq->wqe[i].sge = rq->sge_pool + (size_t)i * rq->max_sge;
 	srq->ctx = ctx;
+	sv_ref_init(&srq->users, 0);
 	srq->pd = to_sv_pd(ibpd);
 	srq->srq_limit = ia->attr.srq_limit;
 	pthread_mutex_init(&srq->lock, NULL);
@@ -47,7 +48,7 @@ static struct ibv_srq *srq_create(struct ibv_pd *ibpd, struct ibv_srq_init_attr 
 	srq->ibsrq.pd = ibpd;
 	pthread_mutex_init(&srq->ibsrq.mutex, NULL);
 	pthread_cond_init(&srq->ibsrq.cond, NULL);
-	atomic_fetch_add(&srq->pd->users, 1);
+	sv_ref_get(&srq->pd->users);
 	return &srq->ibsrq;
 nomem:
 	sv_ctx_release(ctx, &ctx->nsrq);
@@ -117,10 +118,10 @@ int ibv_destroy_srq(struct ibv_srq *ibsrq)
 	struct sv_srq *srq = to_sv_srq(ibsrq);
 	struct sv_context *ctx = srq->ctx;
 
-	if (atomic_load(&srq->users))
+	if (sv_ref_count(&srq->users))
 		return EBUSY;
 	sv_async_forget(ctx, &srq->async);
-	atomic_fetch_sub(&srq->pd->users, 1);
+	sv_ref_put(&srq->pd->users);
 	sv_ctx_release(ctx, &ctx->nsrq);
 	free(srq->rq.wqe);
 	free(srq->rq.sge_pool);
