@@ -40,6 +40,8 @@ static int tag_listen, tag_listen_shm, tag_wake;
  */
 static __thread struct sv_engine *tls_progress, *tls_engine_thread;
 
+static const struct sv_conn_host engine_host;
+
 static struct sv_conn *conn_new(struct sv_engine *eng, int fd, bool outgoing,
 				const struct sv_transport_ops *ops)
 {
@@ -55,6 +57,7 @@ static struct sv_conn *conn_new(struct sv_engine *eng, int fd, bool outgoing,
 	c->rx_cap = SV_RXBUF_CAP;
 	c->rx_lowat = 1; /* the socket's default */
 	c->eng = eng;
+	c->host = &engine_host;
 	c->ops = ops;
 	c->fd = fd;
 	c->outgoing = outgoing;
@@ -160,11 +163,14 @@ struct sv_conn *sv_engine_conn_to(struct sv_engine *eng, const struct sv_endpoin
 	return c; /* the caller's reference, beside the engine list's */
 }
 
-void sv_engine_want_output(struct sv_conn *conn)
+/* Any thread, tx_lock held: flush conn when it has room (EPOLLOUT). */
+static void want_output(struct sv_conn *conn)
 {
 	if (conn->fd >= 0)
 		conn_arm(conn, true);
 }
+
+static const struct sv_conn_host engine_host = { .want_output = want_output };
 
 static void wake(struct sv_engine *eng)
 {

@@ -77,8 +77,6 @@ void sv_engine_rx_placed(struct sv_conn *conn, uint8_t *hdr, const uint8_t *payl
 void sv_conn_input(struct sv_conn *conn, bool closing);
 /* A connection broke or misbehaved: it is gone for good. */
 void sv_engine_conn_fail(struct sv_conn *conn);
-/* Any thread, tx_lock held: the engine should flush conn when it has room. */
-void sv_engine_want_output(struct sv_conn *conn);
 
 /* ---- roles ---- */
 /* qp->lock held: the transport retry timer restarts from now. */

@@ -6,7 +6,6 @@
  * thread never blocks at all.
  */
 #include "transport/transport.h"
-#include "engine/engine.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -177,7 +176,7 @@ static int conn_write(struct sv_conn *conn, const struct iovec *v, int cnt, size
 		ret = queue_tail(conn, v, cnt, (size_t)n, total);
 		if (!ret && !conn->want_out && !conn->tx_corked) {
 			conn->want_out = true;
-			sv_engine_want_output(conn); /* ask the engine to poll for room */
+			conn->host->want_output(conn); /* ask the engine to poll for room */
 		}
 	}
 out:

@@ -9,6 +9,7 @@
 #ifndef SV_TRANSPORT_H
 #define SV_TRANSPORT_H
 
+#include <infiniband/verbs.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -20,12 +21,17 @@
 #include "common/ref.h"
 
 struct sv_engine;
+struct sv_conn;
 
-/* Where a peer endpoint listens: decoded from its GID (see device.c). */
+/* Where a peer endpoint listens: decoded from its GID (endpoint.c). */
 struct sv_endpoint_addr {
 	struct in_addr ip;
 	uint16_t port; /* host order */
 };
+
+/* The GID that names an endpoint, and back (false: not a softverbs GID). */
+void sv_gid_encode(union ibv_gid *gid, struct in_addr ip, uint16_t port);
+bool sv_gid_decode(const union ibv_gid *gid, struct sv_endpoint_addr *out);
 
 enum sv_conn_state {
 	SV_CONN_CONNECTING,
@@ -40,8 +46,18 @@ struct sv_txbuf {
 	uint8_t data[];
 };
 
+/*
+ * What a connection asks of its owner (the engine), set when it is made:
+ * the transports call upwards only through this.
+ */
+struct sv_conn_host {
+	/* tx_lock held: bytes wait in the queue; flush when the transport has room */
+	void (*want_output)(struct sv_conn *conn);
+};
+
 struct sv_conn {
-	struct sv_engine *eng;
+	struct sv_engine *eng;     /* the owner, opaque to the transports */
+	const struct sv_conn_host *host;
 	const struct sv_transport_ops *ops;
 	void *tp;              /* the transport's own state (shm) */
 	int fd;

@@ -1,13 +1,9 @@
 /*
  * Devices and contexts.  A device is an up network interface with an IPv4
  * address (loopback included); opening it creates an endpoint: a listener on
- * that address and an engine thread.  GID index 0 names the endpoint:
- *
- *   fe80:0000:0000:0000:5356:PPPP:AABB:CCDD
- *
- * a link-local-style prefix, the marker 0x5356 ("SV"), the listener's TCP
- * port PPPP and the IPv4 address AA.BB.CC.DD — so a peer given only
- * (GID, QPN), which is what verbs programs exchange, can reach it.
+ * that address and an engine thread.  GID index 0 names the endpoint
+ * (src/transport/endpoint.c), so a peer given only (GID, QPN), which is
+ * what verbs programs exchange, can reach it.
  */
 #include "verbs/objects.h"
 #include "engine/engine.h"
@@ -26,28 +22,6 @@
 static pthread_mutex_t devs_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct sv_device **devs;
 static int ndevs;
-
-void sv_gid_encode(union ibv_gid *gid, struct in_addr ip, uint16_t port)
-{
-	memset(gid, 0, sizeof(*gid));
-	gid->raw[0] = 0xfe;
-	gid->raw[1] = 0x80;
-	gid->raw[8] = 0x53;
-	gid->raw[9] = 0x56;
-	gid->raw[10] = (uint8_t)(port >> 8);
-	gid->raw[11] = (uint8_t)port;
-	memcpy(&gid->raw[12], &ip.s_addr, 4);
-}
-
-bool sv_gid_decode(const union ibv_gid *gid, struct sv_endpoint_addr *out)
-{
-	if (gid->raw[0] != 0xfe || gid->raw[1] != 0x80 || gid->raw[8] != 0x53 ||
-	    gid->raw[9] != 0x56)
-		return false;
-	out->port = (uint16_t)((gid->raw[10] << 8) | gid->raw[11]);
-	memcpy(&out->ip.s_addr, &gid->raw[12], 4);
-	return out->port != 0;
-}
 
 bool sv_ctx_reserve(struct sv_context *ctx, uint32_t *count, uint32_t max)
 {

@@ -360,7 +360,6 @@ bool sv_qp_take_recv(struct sv_qp *qp);
 uint32_t sv_mtu_bytes(enum ibv_mtu mtu);
 
 /* GID <-> endpoint address (format documented in docs/ARCHITECTURE.md) */
-void sv_gid_encode(union ibv_gid *gid, struct in_addr ip, uint16_t port);
-bool sv_gid_decode(const union ibv_gid *gid, struct sv_endpoint_addr *out);
+
 
 #endif

@@ -1,0 +1,37 @@
+/*
+ * Endpoint addresses and the GIDs that carry them.  GID index 0 of an
+ * opened device names its endpoint (where its transports listen):
+ *
+ *   fe80:0000:0000:0000:5356:PPPP:AABB:CCDD
+ *
+ * a link-local-style prefix, the marker 0x5356 ("SV"), the listener's TCP
+ * port PPPP and the IPv4 address AA.BB.CC.DD.  The codec lives with the
+ * transports, which are what the address reaches; the verbs (address
+ * vectors, AHs) and the engine (HELLO) use it from here.
+ */
+#include "transport/transport.h"
+
+#include <string.h>
+
+void sv_gid_encode(union ibv_gid *gid, struct in_addr ip, uint16_t port)
+{
+	memset(gid, 0, sizeof(*gid));
+	gid->raw[0] = 0xfe;
+	gid->raw[1] = 0x80;
+	gid->raw[8] = 0x53;
+	gid->raw[9] = 0x56;
+	gid->raw[10] = (uint8_t)(port >> 8);
+	gid->raw[11] = (uint8_t)port;
+	memcpy(&gid->raw[12], &ip.s_addr, 4);
+}
+
+bool sv_gid_decode(const union ibv_gid *gid, struct sv_endpoint_addr *out)
+{
+	if (gid->raw[0] != 0xfe || gid->raw[1] != 0x80 || gid->raw[8] != 0x53 ||
+	    gid->raw[9] != 0x56)
+		return false;
+	out->port = (uint16_t)((gid->raw[10] << 8) | gid->raw[11]);
+	memcpy(&out->ip.s_addr, &gid->raw[12], 4);
+	return out->port != 0;
+}
+
