@@ -15,15 +15,15 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
-/* epoll tags for the non-connection fds */
-static int tag_listen, tag_listen_shm, tag_wake;
+/* epoll tag of the doorbell; listeners are tagged with their sv_listener */
+static int tag_wake;
 
 /*
- * A polling application thread keeps the shm rings' bells unarmed for this
+ * A polling application thread keeps the bells of in-memory connections
+ * (transports whose data is in memory, not behind an fd) unarmed for this
  * long after its last poll, so that a busy pair exchanges messages without a
  * system call.  Meanwhile the engine thread looks at the rings every
  * SV_POLL_TICK_NS by itself: the application may be spinning on memory
@@ -136,22 +136,14 @@ struct sv_conn *sv_engine_conn_to(struct sv_engine *eng, const struct sv_endpoin
 	}
 	pthread_mutex_unlock(&eng->lock);
 
-	/* same host and namespace: shm, unless told otherwise; an endpoint
-	 * that has no shm listener (tcp forced there) is reached by tcp */
-	c = conn_new(eng, -1, true, eng->mode == SV_TRANSPORT_TCP ? &sv_tcp_ops : &sv_shm_ops);
+	c = conn_new(eng, -1, true, NULL);
 	if (!c)
 		return NULL;
 	c->peer = *peer;
 	/* the caller's reference, taken before the engine thread can see the
 	 * connection (and fail and release it) */
 	sv_conn_get(c);
-	if (c->ops == &sv_shm_ops && c->ops->connect(c)) {
-		sv_dbg("no shm path to %s:%u", inet_ntoa(peer->ip), peer->port);
-		if (eng->mode == SV_TRANSPORT_AUTO)
-			c->ops = &sv_tcp_ops;
-	}
-	if ((c->ops == &sv_tcp_ops && c->ops->connect(c)) ||
-	    (c->ops == &sv_shm_ops && c->fd < 0) || conn_register(eng, c)) {
+	if (sv_transport_connect(c, eng->mode) || conn_register(eng, c)) {
 		/* an unreachable peer behaves like a dead link: packets vanish and
 		 * the requester's retry timer turns that into RETRY_EXC_ERR */
 		sv_dbg("connect to %s:%u failed", inet_ntoa(peer->ip), peer->port);
@@ -399,10 +391,7 @@ static void conn_event(struct sv_conn *c, uint32_t events)
 	    (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)))
 		c->ops->poll_in(c);
 	if (atomic_load(&c->state) == SV_CONN_CONNECTING && (events & (EPOLLOUT | EPOLLERR | EPOLLHUP))) {
-		int err = 0;
-		socklen_t l = sizeof(err);
-
-		if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &l) || err) {
+		if (c->ops->finish_connect(c)) {
 			sv_engine_conn_fail(c);
 			return;
 		}
@@ -422,57 +411,39 @@ static void conn_event(struct sv_conn *c, uint32_t events)
 		conn_flush(c);
 }
 
-static void accept_all(struct sv_engine *eng)
+/* Accept every peer waiting on one of the endpoint's listeners. */
+static void accept_all(struct sv_engine *eng, const struct sv_listener *l)
 {
 	for (;;) {
-		int fd = sv_tcp_accept(eng->listen_fd);
-		struct sv_conn *c;
-
-		if (fd < 0)
-			return;
-		c = conn_new(eng, fd, false, &sv_tcp_ops);
-		if (!c) {
-			close(fd);
-			continue;
-		}
-		if (conn_register(eng, c))
-			sv_conn_put(c); /* closes fd */
-	}
-}
-
-static void accept_all_shm(struct sv_engine *eng)
-{
-	for (;;) {
-		struct sv_conn *c = conn_new(eng, -1, false, &sv_shm_ops);
+		struct sv_conn *c = conn_new(eng, -1, false, l->ops);
 		int err;
 
 		if (!c)
 			return;
-		err = sv_shm_accept(eng->listen_shm_fd, c);
+		err = l->ops->accept(l->fd, c);
 		if (err) {
 			sv_conn_put(c);
-			if (err == -EAGAIN || err == -EWOULDBLOCK || err == -EMFILE ||
-			    err == -ENFILE || err == -ENOMEM)
+			if (err == -EAGAIN)
 				return;
 			continue; /* a refused peer: look for the next */
 		}
 		if (conn_register(eng, c))
-			sv_conn_put(c);
+			sv_conn_put(c); /* closes its fd */
 	}
 }
 
-/* eng->lock held: an established connection whose data is in memory (shm). */
+/* eng->lock held: an established connection whose data is in memory. */
 static bool conn_in_memory(struct sv_conn *c)
 {
 	return c->ops->rx_pending && c->tp && atomic_load(&c->state) == SV_CONN_UP;
 }
 
 /*
- * shm connections carry their data in memory: whoever makes progress looks
+ * In-memory connections carry their data in memory: whoever makes progress looks
  * at their rings directly (no epoll, no system call) and handles those that
  * have something.  Holder of progress_lock only.
  */
-static void shm_scan(struct sv_engine *eng)
+static void scan_in_memory(struct sv_engine *eng)
 {
 	struct sv_conn *ready[32];
 	int n = 0;
@@ -494,11 +465,11 @@ static void shm_scan(struct sv_engine *eng)
 }
 
 /*
- * Engine thread, before it sleeps: arm the bells of the shm rings, unless an
+ * Engine thread, before it sleeps: arm the bells of in-memory connections, unless an
  * application thread polls: then *tick says to sleep one SV_POLL_TICK_NS.  Returns
  * true when a ring already holds data, so it must not sleep at all.
  */
-static bool shm_arm_all(struct sv_engine *eng, bool *tick)
+static bool arm_in_memory(struct sv_engine *eng, bool *tick)
 {
 	uint64_t last = atomic_load_explicit(&eng->last_poll_ns, memory_order_relaxed);
 	bool lease = last && sv_now_ns() - last < SV_POLL_LEASE_NS;
@@ -512,7 +483,7 @@ static bool shm_arm_all(struct sv_engine *eng, bool *tick)
 		if (!conn_in_memory(c))
 			continue;
 		if (lease) {
-			*tick = true; /* an shm connection, and an application polls */
+			*tick = true; /* an in-memory connection, and an application polls */
 			break;
 		}
 		if (c->ops->arm(c))
@@ -607,11 +578,13 @@ static void handle_events(struct sv_engine *eng, struct epoll_event *evs, int n,
 			ssize_t r = read(eng->wake_fd, &v, sizeof(v));
 
 			(void)r;
-		} else if (p == &tag_listen) {
-			accept_all(eng);
-		} else if (p == &tag_listen_shm) {
-			if (engine_thread)
-				accept_all_shm(eng); /* may wait briefly for the setup */
+		} else if (p >= (void *)eng->listeners && p < (void *)(eng->listeners + eng->nlisteners)) {
+			const struct sv_listener *l = p;
+
+			/* a transport whose accept waits for its peer is left to the
+			 * engine thread, so that no application call blocks */
+			if (engine_thread || !l->ops->accept_waits)
+				accept_all(eng, l);
 		} else {
 			struct sv_conn *c = p;
 
@@ -637,8 +610,8 @@ void sv_engine_progress(struct sv_engine *eng)
 		return; /* someone is already making progress */
 	tls_progress = eng;
 	atomic_store_explicit(&eng->last_poll_ns, sv_now_ns(), memory_order_relaxed);
-	shm_scan(eng);
-	/* only sockets need a system call to be looked at */
+	scan_in_memory(eng);
+	/* only connections behind an fd need a system call to be looked at */
 	if (atomic_load_explicit(&eng->nconns_polled, memory_order_relaxed)) {
 		n = epoll_wait(eng->epfd, evs, 16, 0);
 		if (n > 0)
@@ -678,41 +651,28 @@ static void *engine_main(void *arg)
 		tls_progress = eng;
 		if (n > 0)
 			handle_events(eng, evs, n, true);
-		shm_scan(eng);
+		scan_in_memory(eng);
 		run_deferred(eng);
 		tls_progress = NULL; /* timers may schedule: the doorbell brings us back */
 		timeout = run_timers(eng);
-		if (shm_arm_all(eng, &tick))
+		if (arm_in_memory(eng, &tick))
 			timeout = 0;
 		pthread_mutex_unlock(&eng->progress_lock);
 	}
 	return NULL;
 }
 
-/* SOFTVERBS_TRANSPORT: auto (shm to peers on this host, else tcp), tcp, shm. */
-static enum sv_transport_mode transport_mode(void)
-{
-	const char *m = sv_env_str("SOFTVERBS_TRANSPORT", "auto");
-
-	if (!strcmp(m, "tcp"))
-		return SV_TRANSPORT_TCP;
-	if (!strcmp(m, "shm"))
-		return SV_TRANSPORT_SHM;
-	if (strcmp(m, "auto"))
-		sv_warn("SOFTVERBS_TRANSPORT=%s: expected auto, tcp or shm; using auto", m);
-	return SV_TRANSPORT_AUTO;
-}
-
 int sv_engine_start(struct sv_context *ctx, struct in_addr ip)
 {
 	struct sv_engine *eng = calloc(1, sizeof(*eng));
 	struct epoll_event ev = { .events = EPOLLIN };
-	int fd, err;
+	const struct sv_transport_ops *tps[SV_MAX_TRANSPORTS];
+	int ntps, err;
 
 	if (!eng)
 		return ENOMEM;
 	eng->ctx = ctx;
-	eng->listen_fd = eng->listen_shm_fd = eng->wake_fd = eng->epfd = -1;
+	eng->wake_fd = eng->epfd = -1;
 	eng->sleep_until = UINT64_MAX;
 	pthread_mutex_init(&eng->lock, NULL);
 	pthread_mutex_init(&eng->progress_lock, NULL);
@@ -726,29 +686,29 @@ int sv_engine_start(struct sv_context *ctx, struct in_addr ip)
 	eng->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
 	if (eng->epfd < 0 || eng->wake_fd < 0)
 		goto fail_errno;
-	fd = sv_tcp_listen(ip, &eng->port);
-	if (fd < 0) {
-		err = -fd;
-		sv_err("cannot listen on %s: %s", inet_ntoa(ip), strerror(err));
-		goto fail;
-	}
-	eng->listen_fd = fd;
-	ev.data.ptr = &tag_listen;
-	if (epoll_ctl(eng->epfd, EPOLL_CTL_ADD, eng->listen_fd, &ev))
-		goto fail_errno;
-	eng->mode = transport_mode();
-	if (eng->mode != SV_TRANSPORT_TCP) {
-		/* peers on this host and in this namespace find us here */
-		fd = sv_shm_listen(ip, eng->port);
-		if (fd < 0) {
-			sv_warn("no shm listener for %s:%u (%s): tcp only", inet_ntoa(ip), eng->port,
-				strerror(-fd));
-		} else {
-			eng->listen_shm_fd = fd;
-			ev.data.ptr = &tag_listen_shm;
-			if (epoll_ctl(eng->epfd, EPOLL_CTL_ADD, fd, &ev))
-				goto fail_errno;
+	eng->mode = sv_transport_mode();
+	ntps = sv_transports_listening(eng->mode, tps);
+	for (int i = 0; i < ntps; i++) {
+		struct sv_listener *l = &eng->listeners[eng->nlisteners];
+		int fd = tps[i]->listen(ip, &eng->port);
+
+		if (fd < 0 && i == 0) {
+			/* the first transport gives the endpoint its port: no endpoint */
+			err = -fd;
+			sv_err("cannot listen on %s: %s", inet_ntoa(ip), strerror(err));
+			goto fail;
 		}
+		if (fd < 0) {
+			sv_warn("no %s listener for %s:%u (%s)", tps[i]->name, inet_ntoa(ip),
+				eng->port, strerror(-fd));
+			continue;
+		}
+		l->ops = tps[i];
+		l->fd = fd;
+		eng->nlisteners++;
+		ev.data.ptr = l;
+		if (epoll_ctl(eng->epfd, EPOLL_CTL_ADD, fd, &ev))
+			goto fail_errno;
 	}
 	ev.data.ptr = &tag_wake;
 	if (epoll_ctl(eng->epfd, EPOLL_CTL_ADD, eng->wake_fd, &ev))
@@ -768,65 +728,11 @@ fail:
 	return err;
 }
 
-/*
- * Closing a device: a connection still being set up comes up, what is still
- * queued (ACKs, READ responses, UD SENDs that completed once queued, as a
- * NIC's complete once on the wire) goes out first, and the peer sees an
- * orderly end of stream, all within one bound.  We then wait for the peer's
- * own end of stream: closing with its data (its HELLO, say) still on the way
- * would make our kernel answer with a reset, and a reset lets the peer's
- * kernel discard what we sent and it has not read yet.
- */
+/* Closing a device: each transport sends what is queued and ends the stream. */
 static void conn_drain(struct sv_conn *c)
 {
-	uint64_t deadline = sv_now_ns() + 200000000ull;
-	char sink[4096];
-
-	if (c->fd < 0)
-		return;
-	if (c->ops->room_by_bell) {
-		/* shm: the peer reads the ring (and our memory, for single-copy
-		 * payloads) after we are gone only if it was drained before */
-		while ((c->txq_head || c->ops->unsent(c)) && sv_now_ns() < deadline &&
-		       atomic_load(&c->state) == SV_CONN_UP) {
-			conn_flush(c);
-			poll(NULL, 0, 1);
-		}
-		return;
-	}
-	while (atomic_load(&c->state) == SV_CONN_CONNECTING && sv_now_ns() < deadline) {
-		struct pollfd p = { .fd = c->fd, .events = POLLOUT };
-		int err = 0;
-		socklen_t l = sizeof(err);
-
-		if (poll(&p, 1, 10) <= 0)
-			continue;
-		if (getsockopt(c->fd, SOL_SOCKET, SO_ERROR, &err, &l) || err)
-			return;
-		atomic_store(&c->state, SV_CONN_UP);
-	}
-	if (atomic_load(&c->state) != SV_CONN_UP)
-		return;
-	while (c->txq_head && sv_now_ns() < deadline) {
-		struct pollfd p = { .fd = c->fd, .events = POLLOUT };
-
-		conn_flush(c);
-		if (atomic_load(&c->state) != SV_CONN_UP)
-			return;
-		if (c->txq_head)
-			poll(&p, 1, 10);
-	}
-	shutdown(c->fd, SHUT_WR);
-	while (sv_now_ns() < deadline) {
-		struct pollfd p = { .fd = c->fd, .events = POLLIN };
-		ssize_t n;
-
-		if (poll(&p, 1, 10) <= 0)
-			continue;
-		n = recv(c->fd, sink, sizeof(sink), MSG_DONTWAIT);
-		if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
-			return;
-	}
+	if (c->fd >= 0)
+		c->ops->drain(c, sv_now_ns() + 200000000ull);
 }
 
 void sv_engine_quiesce(struct sv_engine *eng, uint64_t deadline_ns)
@@ -886,10 +792,8 @@ void sv_engine_stop(struct sv_engine *eng)
 		sv_engine_conn_fail(c);
 	}
 	bury_dead(eng);
-	if (eng->listen_fd >= 0)
-		close(eng->listen_fd);
-	if (eng->listen_shm_fd >= 0)
-		close(eng->listen_shm_fd);
+	for (int i = 0; i < eng->nlisteners; i++)
+		close(eng->listeners[i].fd);
 	if (eng->wake_fd >= 0)
 		close(eng->wake_fd);
 	if (eng->epfd >= 0)

@@ -17,10 +17,10 @@
 /* Receive buffer of a connection: frames are parsed out of large reads. */
 #define SV_RXBUF_CAP (256u << 10)
 
-enum sv_transport_mode {
-	SV_TRANSPORT_AUTO, /* shm to peers on this host and namespace, else tcp */
-	SV_TRANSPORT_TCP,
-	SV_TRANSPORT_SHM,  /* shm only: a peer it cannot reach is unreachable */
+/* One transport's listening socket for the endpoint (epoll data points here). */
+struct sv_listener {
+	const struct sv_transport_ops *ops;
+	int fd;
 };
 
 struct sv_engine {
@@ -29,8 +29,8 @@ struct sv_engine {
 	pthread_t thread;
 	bool thread_started;
 	int epfd;
-	int listen_fd;
-	int listen_shm_fd; /* abstract unix socket, -1 if tcp only */
+	struct sv_listener listeners[SV_MAX_TRANSPORTS];
+	int nlisteners;
 	int wake_fd; /* eventfd: doorbell */
 	uint16_t port;
 	atomic_bool stop;

@@ -85,6 +85,16 @@ static int queue_tail(struct sv_conn *conn, const struct iovec *iov, int iovcnt,
 	return 0;
 }
 
+int sv_conn_flush_queue(struct sv_conn *c)
+{
+	int r;
+
+	pthread_mutex_lock(&c->tx_lock);
+	r = sv_conn_txq_write(c);
+	pthread_mutex_unlock(&c->tx_lock);
+	return r;
+}
+
 int sv_conn_txq_write(struct sv_conn *c)
 {
 	struct iovec v[16];

@@ -129,7 +129,9 @@ static void shm_name(struct sockaddr_un *sa, socklen_t *len, struct in_addr ip, 
 	*len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
 }
 
-int sv_shm_listen(struct in_addr ip, uint16_t port)
+/* Listen on the abstract unix name of the endpoint's tcp address and port:
+ * only peers on this host and in this network namespace can reach it. */
+static int shm_listen(struct in_addr ip, uint16_t *port)
 {
 	struct sockaddr_un sa;
 	socklen_t sl;
@@ -137,7 +139,7 @@ int sv_shm_listen(struct in_addr ip, uint16_t port)
 
 	if (fd < 0)
 		return -errno;
-	shm_name(&sa, &sl, ip, port);
+	shm_name(&sa, &sl, ip, *port);
 	if (bind(fd, (struct sockaddr *)&sa, sl) || listen(fd, 512)) {
 		int e = -errno;
 
@@ -216,7 +218,8 @@ static void cma_test(struct sv_shm *s)
 	}
 }
 
-int sv_shm_accept(int lfd, struct sv_conn *c)
+/* Accept one peer and map its rings into conn (fd, tp). */
+static int shm_accept(int lfd, struct sv_conn *c)
 {
 	char cbuf[CMSG_SPACE(sizeof(int))];
 	struct shm_setup su;
@@ -232,7 +235,7 @@ int sv_shm_accept(int lfd, struct sv_conn *c)
 
 	fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 	if (fd < 0)
-		return -errno;
+		return sv_accept_error(errno);
 	if (!peer_is_us(fd, &pid))
 		goto bad;
 	/* the connector sends its setup right after connect(): wait for it
@@ -720,9 +723,33 @@ static size_t shm_unsent(struct sv_conn *c)
 			atomic_load_explicit(&s->tx->head, memory_order_acquire));
 }
 
+/* Set up synchronously by shm_connect: nothing left to finish. */
+static int shm_finish_connect(struct sv_conn *c)
+{
+	(void)c;
+	return 0;
+}
+
+/* Closing: the peer reads the ring (and our memory, for single-copy
+ * payloads) after we are gone only if it was drained before. */
+static void shm_drain(struct sv_conn *c, uint64_t deadline)
+{
+	while ((c->txq_head || shm_unsent(c)) && sv_now_ns() < deadline &&
+	       atomic_load(&c->state) == SV_CONN_UP) {
+		if (sv_conn_flush_queue(c) < 0)
+			return;
+		poll(NULL, 0, 1);
+	}
+}
+
 const struct sv_transport_ops sv_shm_ops = {
 	.name = "shm",
 	.room_by_bell = true,
+	.listen = shm_listen,
+	.accept = shm_accept,
+	.accept_waits = true,
+	.finish_connect = shm_finish_connect,
+	.drain = shm_drain,
 	.connect = shm_connect,
 	.writev = shm_writev,
 	.read = shm_read,

@@ -6,6 +6,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <linux/sockios.h>
 #include <netinet/tcp.h>
 #include <sys/ioctl.h>
@@ -22,7 +23,7 @@ static void tcp_tune(int fd)
 	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
 }
 
-int sv_tcp_listen(struct in_addr ip, uint16_t *port_out)
+static int tcp_listen(struct in_addr ip, uint16_t *port_out)
 {
 	long pmin = sv_env_long("SOFTVERBS_PORT_MIN", 0);
 	long pmax = sv_env_long("SOFTVERBS_PORT_MAX", pmin > 0 ? pmin + 1000 : 0);
@@ -64,14 +65,71 @@ int sv_tcp_listen(struct in_addr ip, uint16_t *port_out)
 	return fd;
 }
 
-int sv_tcp_accept(int lfd)
+static int tcp_accept(int lfd, struct sv_conn *conn)
 {
 	int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
 
 	if (fd < 0)
-		return -errno;
+		return sv_accept_error(errno);
 	tcp_tune(fd);
-	return fd;
+	conn->fd = fd;
+	return 0;
+}
+
+/* The connect started by tcp_connect finished: did it succeed? */
+static int tcp_finish_connect(struct sv_conn *conn)
+{
+	int err = 0;
+	socklen_t l = sizeof(err);
+
+	if (getsockopt(conn->fd, SOL_SOCKET, SO_ERROR, &err, &l))
+		return -errno;
+	return -err;
+}
+
+/*
+ * Closing a device: a connection still being set up comes up, what is still
+ * queued (ACKs, READ responses, UD SENDs that completed once queued, as a
+ * NIC's complete once on the wire) goes out first, and the peer sees an
+ * orderly end of stream, all within one bound.  We then wait for the peer's
+ * own end of stream: closing with its data (its HELLO, say) still on the way
+ * would make our kernel answer with a reset, and a reset lets the peer's
+ * kernel discard what we sent and it has not read yet.
+ */
+static void tcp_drain(struct sv_conn *c, uint64_t deadline)
+{
+	char sink[4096];
+
+	while (atomic_load(&c->state) == SV_CONN_CONNECTING && sv_now_ns() < deadline) {
+		struct pollfd p = { .fd = c->fd, .events = POLLOUT };
+
+		if (poll(&p, 1, 10) <= 0)
+			continue;
+		if (tcp_finish_connect(c))
+			return;
+		atomic_store(&c->state, SV_CONN_UP);
+	}
+	if (atomic_load(&c->state) != SV_CONN_UP)
+		return;
+	while (c->txq_head && sv_now_ns() < deadline) {
+		struct pollfd p = { .fd = c->fd, .events = POLLOUT };
+
+		if (sv_conn_flush_queue(c) < 0)
+			return;
+		if (c->txq_head)
+			poll(&p, 1, 10);
+	}
+	shutdown(c->fd, SHUT_WR);
+	while (sv_now_ns() < deadline) {
+		struct pollfd p = { .fd = c->fd, .events = POLLIN };
+		ssize_t n;
+
+		if (poll(&p, 1, 10) <= 0)
+			continue;
+		n = recv(c->fd, sink, sizeof(sink), MSG_DONTWAIT);
+		if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR))
+			return;
+	}
 }
 
 static int tcp_connect(struct sv_conn *conn)
@@ -161,6 +219,10 @@ static size_t tcp_unsent(struct sv_conn *conn)
 
 const struct sv_transport_ops sv_tcp_ops = {
 	.name = "tcp",
+	.listen = tcp_listen,
+	.accept = tcp_accept,
+	.finish_connect = tcp_finish_connect,
+	.drain = tcp_drain,
 	.connect = tcp_connect,
 	.writev = tcp_writev,
 	.read = tcp_read,

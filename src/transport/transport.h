@@ -10,6 +10,7 @@
 #define SV_TRANSPORT_H
 
 #include <infiniband/verbs.h>
+#include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -140,6 +141,22 @@ struct sv_transport_ops {
 	/* Bytes handed to the transport that the peer has not taken yet. */
 	size_t (*unsent)(struct sv_conn *conn);
 
+	/* ---- the endpoint side: listening, accepting, setting up, closing ---- */
+	/* Listen for an endpoint at ip: returns the listening fd or -errno.  The
+	 * first transport of an endpoint picks its port (*port 0 on entry) and
+	 * sets it; the others listen under that same port. */
+	int (*listen)(struct in_addr ip, uint16_t *port);
+	/* Accept one waiting peer on lfd into conn (its fd and transport state):
+	 * 0; -EAGAIN when none waits, or when accepting must stop (out of
+	 * descriptors, memory); any other -errno: that peer was refused. */
+	int (*accept)(int lfd, struct sv_conn *conn);
+	/* accept may wait briefly for the peer (the engine thread alone calls it) */
+	bool accept_waits;
+	/* A connection being set up reported writable or an error: 0 once it is up. */
+	int (*finish_connect)(struct sv_conn *conn);
+	/* Closing: what is queued goes out and the stream ends, by deadline_ns. */
+	void (*drain)(struct sv_conn *conn, uint64_t deadline_ns);
+
 	/* Transports whose data does not come through the fd (all three or none): */
 	/* the fd said readable (bells, end of stream) */
 	void (*poll_in)(struct sv_conn *conn);
@@ -152,16 +169,33 @@ struct sv_transport_ops {
 extern const struct sv_transport_ops sv_tcp_ops;
 extern const struct sv_transport_ops sv_shm_ops;
 
-/* shm: listen on the abstract unix name of a tcp endpoint (same host and
- * network namespace only); returns fd or -errno. */
-int sv_shm_listen(struct in_addr ip, uint16_t port);
-/* shm: accept one peer and map its rings into conn (fd, tp); 0 or -errno. */
-int sv_shm_accept(int lfd, struct sv_conn *conn);
+/* ---- choosing transports (select.c): the only place that names them ---- */
+enum sv_transport_mode {
+	SV_TRANSPORT_AUTO, /* shm to peers on this host and namespace, else tcp */
+	SV_TRANSPORT_TCP,
+	SV_TRANSPORT_SHM,  /* shm only: a peer it cannot reach is unreachable */
+};
+#define SV_MAX_TRANSPORTS 4
+/* SOFTVERBS_TRANSPORT, read when a device is opened. */
+enum sv_transport_mode sv_transport_mode(void);
+/* The transports an endpoint listens with, the one that picks the port first. */
+int sv_transports_listening(enum sv_transport_mode mode,
+			    const struct sv_transport_ops *out[SV_MAX_TRANSPORTS]);
+/* Start a connection to conn->peer over the transport mode picks for it:
+ * sets conn->ops (and conn->fd); 0, or -errno with conn->ops set. */
+int sv_transport_connect(struct sv_conn *conn, enum sv_transport_mode mode);
 
-/* TCP listener of one endpoint: binds to the device's address only. */
-int sv_tcp_listen(struct in_addr ip, uint16_t *port_out);
-/* Accept one connection; returns fd or -errno. */
-int sv_tcp_accept(int lfd);
+/* An accept4() failure as the accept op reports it (-EAGAIN: stop for now). */
+static inline int sv_accept_error(int err)
+{
+	return err == EAGAIN || err == EWOULDBLOCK || err == EMFILE || err == ENFILE ||
+		       err == ENOBUFS || err == ENOMEM
+	       ? -EAGAIN
+	       : -err;
+}
+
+/* Takes tx_lock: write what is queued while the transport takes it; 0 or -errno. */
+int sv_conn_flush_queue(struct sv_conn *conn);
 
 /*
  * Queue one frame (the u32 length prefix is added here).  Never blocks:

@@ -1,0 +1,53 @@
+/*
+ * Which transport carries what: the one place that names transports.
+ * An endpoint listens with every transport the mode allows; a connection to
+ * a peer takes shm when the peer is on this host and in this network
+ * namespace (its abstract unix name answers), tcp otherwise.
+ * SOFTVERBS_TRANSPORT=tcp or shm forces one.  Adding a transport is a file
+ * in this folder and a line here.
+ */
+#include "transport/transport.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <string.h>
+
+enum sv_transport_mode sv_transport_mode(void)
+{
+	const char *m = sv_env_str("SOFTVERBS_TRANSPORT", "auto");
+
+	if (!strcmp(m, "tcp"))
+		return SV_TRANSPORT_TCP;
+	if (!strcmp(m, "shm"))
+		return SV_TRANSPORT_SHM;
+	if (strcmp(m, "auto"))
+		sv_warn("SOFTVERBS_TRANSPORT=%s: expected auto, tcp or shm; using auto", m);
+	return SV_TRANSPORT_AUTO;
+}
+
+int sv_transports_listening(enum sv_transport_mode mode,
+			    const struct sv_transport_ops *out[SV_MAX_TRANSPORTS])
+{
+	int n = 0;
+
+	/* tcp first: it picks the endpoint's port, which shm's name carries */
+	out[n++] = &sv_tcp_ops;
+	if (mode != SV_TRANSPORT_TCP)
+		out[n++] = &sv_shm_ops;
+	return n;
+}
+
+int sv_transport_connect(struct sv_conn *c, enum sv_transport_mode mode)
+{
+	if (mode != SV_TRANSPORT_TCP) {
+		c->ops = &sv_shm_ops;
+		if (!c->ops->connect(c) && c->fd >= 0)
+			return 0;
+		sv_dbg("no shm path to %s:%u", inet_ntoa(c->peer.ip), c->peer.port);
+		if (mode == SV_TRANSPORT_SHM)
+			return -EHOSTUNREACH;
+	}
+	/* another host or namespace, or a peer with tcp forced: no shm name */
+	c->ops = &sv_tcp_ops;
+	return c->ops->connect(c);
+}
