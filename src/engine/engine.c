@@ -91,14 +91,11 @@ static int conn_register(struct sv_engine *eng, struct sv_conn *c)
 	struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP |
 					    (c->ops->room_by_bell ? 0 : EPOLLOUT),
 				  .data.ptr = c };
-	struct sv_hello h = { .magic = htonl(SV_WIRE_MAGIC), .version = htons(SV_WIRE_VERSION) };
-	struct iovec iov = { &h, sizeof(h) };
 	int err;
 
-	memcpy(h.gid, eng->ctx->gid.raw, 16);
 	/* the HELLO goes first; EPOLLOUT is armed below, so it is only queued */
 	c->want_out = true;
-	err = sv_conn_send(c, &iov, 1);
+	err = sv_conn_send_hello(c, &eng->ctx->gid);
 	if (err)
 		return err;
 	/* on the list before epoll can report it: the engine thread may fail
@@ -320,24 +317,6 @@ static void conn_flush(struct sv_conn *c)
 	pthread_mutex_unlock(&c->tx_lock);
 }
 
-static bool handle_hello(struct sv_conn *c, const uint8_t *f, size_t len)
-{
-	const struct sv_hello *h = (const void *)f;
-	union ibv_gid gid;
-
-	if (len != sizeof(*h) || ntohl(h->magic) != SV_WIRE_MAGIC ||
-	    ntohs(h->version) != SV_WIRE_VERSION) {
-		sv_warn("peer speaks another protocol (or version); closing connection");
-		return false;
-	}
-	memcpy(gid.raw, h->gid, 16);
-	memcpy(c->peer_gid, h->gid, 16);
-	if (!c->outgoing)
-		sv_gid_decode(&gid, &c->peer);
-	c->hello_seen = true;
-	return true;
-}
-
 static void dispatch(struct sv_conn *conn, const struct sv_opcode_info *op, uint8_t *hdr,
 		     const uint8_t *payload, uint32_t plen)
 {
@@ -361,7 +340,7 @@ void sv_engine_rx_frame(struct sv_conn *conn, uint8_t *f, size_t len)
 	const struct sv_bth *bth = (const void *)f;
 
 	if (!conn->hello_seen) {
-		if (!handle_hello(conn, f, len))
+		if (!sv_conn_take_hello(conn, f, len))
 			sv_engine_conn_fail(conn);
 		return;
 	}

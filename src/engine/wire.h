@@ -7,23 +7,13 @@
  *   frame   := u32 frame_len (bytes after this field) | packet
  *   packet  := BTH | extension headers (by opcode, see opcode.c) | payload
  *
- * The first frame in each direction of a connection is a HELLO (not a
- * packet): it carries the protocol version and the sender endpoint's GID.
+ * The first frame in each direction of a connection is the transport's
+ * HELLO (src/transport/conn.c), not a packet.
  */
 #ifndef SV_WIRE_H
 #define SV_WIRE_H
 
 #include <stdint.h>
-
-#define SV_WIRE_MAGIC 0x53565242u /* "SVRB" */
-#define SV_WIRE_VERSION 1
-
-struct sv_hello {
-	uint32_t magic;
-	uint16_t version;
-	uint16_t flags;
-	uint8_t gid[16]; /* the sending endpoint's GID (see device.c) */
-} __attribute__((packed));
 
 /* Base transport header. */
 struct sv_bth {

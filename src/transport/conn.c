@@ -264,3 +264,31 @@ int sv_txbatch_flush(struct sv_txbatch *b)
 	b->ref = ref; /* a property of the pass, not of one flush */
 	return ret;
 }
+
+int sv_conn_send_hello(struct sv_conn *conn, const union ibv_gid *gid)
+{
+	struct sv_hello h = { .magic = htonl(SV_WIRE_MAGIC), .version = htons(SV_WIRE_VERSION) };
+	struct iovec iov = { &h, sizeof(h) };
+
+	memcpy(h.gid, gid->raw, 16);
+	return sv_conn_send(conn, &iov, 1);
+}
+
+bool sv_conn_take_hello(struct sv_conn *conn, const uint8_t *f, size_t len)
+{
+	const struct sv_hello *h = (const void *)f;
+	union ibv_gid gid;
+
+	if (len != sizeof(*h) || ntohl(h->magic) != SV_WIRE_MAGIC ||
+	    ntohs(h->version) != SV_WIRE_VERSION) {
+		sv_warn("peer speaks another protocol (or version); closing connection");
+		return false;
+	}
+	memcpy(gid.raw, h->gid, 16);
+	memcpy(conn->peer_gid, h->gid, 16);
+	/* an incoming connection learns here where its peer listens */
+	if (!conn->outgoing)
+		sv_gid_decode(&gid, &conn->peer);
+	conn->hello_seen = true;
+	return true;
+}

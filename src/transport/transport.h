@@ -194,6 +194,27 @@ static inline int sv_accept_error(int err)
 	       : -err;
 }
 
+/*
+ * The handshake: the first frame in each direction is a HELLO, carrying the
+ * protocol version and the sending endpoint's GID.  A connection's owner
+ * queues ours when it registers the connection (it goes out first), and
+ * hands the first frame it receives to sv_conn_take_hello.
+ */
+#define SV_WIRE_MAGIC 0x53565242u /* "SVRB" */
+#define SV_WIRE_VERSION 1
+
+struct sv_hello {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t flags;
+	uint8_t gid[16]; /* the sending endpoint's GID (endpoint.c) */
+} __attribute__((packed));
+
+/* Queue our HELLO, naming the endpoint gid; 0 or -errno. */
+int sv_conn_send_hello(struct sv_conn *conn, const union ibv_gid *gid);
+/* The peer's HELLO (the first frame): false if it is not one we speak. */
+bool sv_conn_take_hello(struct sv_conn *conn, const uint8_t *frame, size_t len);
+
 /* Takes tx_lock: write what is queued while the transport takes it; 0 or -errno. */
 int sv_conn_flush_queue(struct sv_conn *conn);
 
