@@ -49,13 +49,10 @@ static struct sv_conn *conn_new(struct sv_engine *eng, int fd, bool outgoing,
 
 	if (!c)
 		return NULL;
-	c->rxbuf = malloc(SV_RXBUF_CAP);
-	if (!c->rxbuf) {
+	if (sv_stream_init(c)) {
 		free(c);
 		return NULL;
 	}
-	c->rx_cap = SV_RXBUF_CAP;
-	c->rx_lowat = 1; /* the socket's default */
 	c->eng = eng;
 	c->host = &engine_host;
 	c->ops = ops;
@@ -159,7 +156,6 @@ static void want_output(struct sv_conn *conn)
 		conn_arm(conn, true);
 }
 
-static const struct sv_conn_host engine_host = { .want_output = want_output };
 
 static void wake(struct sv_engine *eng)
 {
@@ -334,16 +330,14 @@ static void dispatch(struct sv_conn *conn, const struct sv_opcode_info *op, uint
 	sv_qp_put(qp);
 }
 
-void sv_engine_rx_frame(struct sv_conn *conn, uint8_t *f, size_t len)
+_Static_assert(SV_MAX_PACKET_LEN <= SV_MAX_FRAME, "a packet fits a transport frame");
+
+/* Transport upcall: one frame after the HELLO, checked, then dispatched to a role. */
+static void rx_frame(struct sv_conn *conn, uint8_t *f, size_t len)
 {
 	const struct sv_opcode_info *op;
 	const struct sv_bth *bth = (const void *)f;
 
-	if (!conn->hello_seen) {
-		if (!sv_conn_take_hello(conn, f, len))
-			sv_engine_conn_fail(conn);
-		return;
-	}
 	if (len < sizeof(*bth) || !(op = sv_opcode_info(bth->opcode)) || len < op->hdr_len) {
 		sv_warn("malformed packet (len %zu); closing connection", len);
 		sv_engine_conn_fail(conn);
@@ -352,11 +346,23 @@ void sv_engine_rx_frame(struct sv_conn *conn, uint8_t *f, size_t len)
 	dispatch(conn, op, f, f + op->hdr_len, (uint32_t)(len - op->hdr_len));
 }
 
-void sv_engine_rx_placed(struct sv_conn *conn, uint8_t *hdr, const uint8_t *payload,
-			 uint32_t plen)
+/* Transport upcall: a packet whose headers were checked, its payload in place. */
+static void rx_placed(struct sv_conn *conn, uint8_t *hdr, const uint8_t *payload, uint32_t plen)
 {
 	dispatch(conn, sv_opcode_info(((const struct sv_bth *)hdr)->opcode), hdr, payload, plen);
 }
+
+/* What the transports may ask of the engine about a connection. */
+static const struct sv_conn_host engine_host = {
+	.want_output = want_output,
+	.rx_frame = rx_frame,
+	.fail = sv_engine_conn_fail,
+	.rx_classify = sv_engine_rx_classify,
+	.rx_plan = sv_engine_rx_plan,
+	.rx_plan_end = sv_engine_rx_plan_end,
+	.rx_match = sv_engine_rx_match,
+	.rx_placed = rx_placed,
+};
 
 static void conn_event(struct sv_conn *c, uint32_t events)
 {
@@ -380,7 +386,7 @@ static void conn_event(struct sv_conn *c, uint32_t events)
 		pthread_mutex_lock(&c->tx_lock);
 		atomic_store_explicit(&c->tx_corked, true, memory_order_relaxed);
 		pthread_mutex_unlock(&c->tx_lock);
-		sv_conn_input(c, events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR));
+		sv_stream_input(c, events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR));
 		if (atomic_load(&c->state) == SV_CONN_DEAD)
 			return;
 		conn_flush(c); /* uncorks */

@@ -14,8 +14,6 @@
 #include "engine/wire.h"
 #include "engine/opcode.h"
 
-/* Receive buffer of a connection: frames are parsed out of large reads. */
-#define SV_RXBUF_CAP (256u << 10)
 
 /* One transport's listening socket for the endpoint (epoll data points here). */
 struct sv_listener {
@@ -67,16 +65,16 @@ void sv_engine_timer_update(struct sv_engine *eng, struct sv_qp *qp);
 /* Forget a QP (destroy): removes it from timer/run/wait lists. */
 void sv_engine_forget_qp(struct sv_engine *eng, struct sv_qp *qp);
 
-/* Transport upcalls (engine thread, or the thread holding progress_lock). */
-/* One frame, contiguous in memory: checked, then dispatched to a role. */
-void sv_engine_rx_frame(struct sv_conn *conn, uint8_t *frame, size_t len);
-/* A packet whose headers receive.c has checked, its payload elsewhere. */
-void sv_engine_rx_placed(struct sv_conn *conn, uint8_t *hdr, const uint8_t *payload,
-			 uint32_t plen);
-/* Read and dispatch what a connection has (receive.c). */
-void sv_conn_input(struct sv_conn *conn, bool closing);
 /* A connection broke or misbehaved: it is gone for good. */
 void sv_engine_conn_fail(struct sv_conn *conn);
+/* The engine's answers to a stream's direct receive (direct.c; struct sv_conn_host). */
+int sv_engine_rx_classify(struct sv_conn *c, const uint8_t *frame, size_t have, uint32_t flen,
+			  uint32_t *hdr_len);
+bool sv_engine_rx_plan(struct sv_conn *c, const uint8_t *frame, uint32_t plen, uint32_t have,
+		       struct sv_rx_plan *plan);
+void sv_engine_rx_plan_end(struct sv_conn *c, struct sv_rx_plan *plan);
+bool sv_engine_rx_match(const struct sv_rx_plan *plan, int k, uint32_t plen, bool last,
+			const uint8_t *hdr);
 
 /* ---- roles ---- */
 /* qp->lock held: the transport retry timer restarts from now. */
@@ -97,7 +95,7 @@ void sv_responder_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opc
  * qp->lock and the MR read lock held: would the responder accept this
  * RDMA WRITE packet (headers at pkt, payload not here yet) in order?  If so,
  * *dst is where its payload goes and *msg_left the bytes of the message
- * from there on, contiguous in one MR (direct receive, receive.c).
+ * from there on, contiguous in one MR (direct receive: direct.c, src/transport/stream.c).
  */
 bool sv_responder_direct(struct sv_qp *qp, const struct sv_opcode_info *op, const uint8_t *pkt,
 			 uint32_t plen, uint8_t **dst, uint32_t *msg_left);

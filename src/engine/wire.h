@@ -78,7 +78,8 @@ struct sv_deth {
 	 sizeof(struct sv_immdt) + sizeof(struct sv_reth) + sizeof(struct sv_aeth) + \
 	 sizeof(struct sv_atmack))
 
-/* Largest frame we accept: a max-MTU payload plus headers, with room. */
-#define SV_MAX_FRAME_LEN (4096 + 256)
+/* A packet is at most a max-MTU payload plus headers: it fits a transport
+ * frame (SV_MAX_FRAME, transport.h). */
+#define SV_MAX_PACKET_LEN (4096 + SV_MAX_HDR_LEN)
 
 #endif

@@ -47,6 +47,21 @@ struct sv_txbuf {
 	uint8_t data[];
 };
 
+/* Largest frame a transport carries: a max-MTU packet with room for headers. */
+#define SV_MAX_FRAME (4096 + 256)
+
+/*
+ * Direct receive of an RDMA WRITE's payloads by a stream transport
+ * (stream.c): the owner plans where they go, the stream reads into place.
+ */
+struct sv_rx_plan {
+	uint8_t *dst;          /* the first frame's payload goes here ... */
+	uint32_t msg_left;     /* ... and the message's next bytes behind it */
+	uint32_t seg;          /* payload bytes of each frame that follows */
+	uint32_t next_hdr_len; /* header bytes of each frame that follows */
+	uint32_t cookie[4];    /* the owner's: what the next frames must say */
+};
+
 /*
  * What a connection asks of its owner (the engine), set when it is made:
  * the transports call upwards only through this.
@@ -54,7 +69,36 @@ struct sv_txbuf {
 struct sv_conn_host {
 	/* tx_lock held: bytes wait in the queue; flush when the transport has room */
 	void (*want_output)(struct sv_conn *conn);
+	/* a frame arrived after the HELLO (contiguous, len bytes) */
+	void (*rx_frame)(struct sv_conn *conn, uint8_t *frame, size_t len);
+	/* the connection broke or its peer misbehaved: it is gone for good */
+	void (*fail)(struct sv_conn *conn);
+
+	/* Direct receive (may be NULL).  Is the frame beginning at frame (have
+	 * bytes of it here, flen in all) a packet whose payload may be received
+	 * in place?  1 with *hdr_len set, 0 no, -1 not known until more of its
+	 * headers are here.  Nothing is held afterwards. */
+	int (*rx_classify)(struct sv_conn *conn, const uint8_t *frame, size_t have, uint32_t flen,
+			   uint32_t *hdr_len);
+	/* The owner accepts it: fills plan, copies the `have` payload bytes that
+	 * are here already into place, and keeps plan->dst valid until
+	 * rx_plan_end.  False: it does not (nothing held). */
+	bool (*rx_plan)(struct sv_conn *conn, const uint8_t *frame, uint32_t plen, uint32_t have,
+			struct sv_rx_plan *plan);
+	void (*rx_plan_end)(struct sv_conn *conn, struct sv_rx_plan *plan);
+	/* Is hdr (plan->next_hdr_len bytes) the header of following frame k,
+	 * carrying plen payload bytes, the message's last if last? */
+	bool (*rx_match)(const struct sv_rx_plan *plan, int k, uint32_t plen, bool last,
+			 const uint8_t *hdr);
+	/* a packet whose payload was received in place at payload */
+	void (*rx_placed)(struct sv_conn *conn, uint8_t *hdr, const uint8_t *payload,
+			  uint32_t plen);
 };
+
+/* Read what a stream connection has and hand up its frames (stream.c). */
+void sv_stream_input(struct sv_conn *conn, bool closing);
+/* The receive buffer a stream connection needs; 0 or -ENOMEM. */
+int sv_stream_init(struct sv_conn *conn);
 
 struct sv_conn {
 	struct sv_engine *eng;     /* the owner, opaque to the transports */
@@ -83,7 +127,7 @@ struct sv_conn {
 	/* receive side (engine thread only) */
 	uint8_t *rxbuf;
 	size_t rx_len, rx_cap;
-	bool rx_direct;   /* the stream is in direct receive (receive.c) */
+	bool rx_direct;   /* the stream is in direct receive (stream.c) */
 	size_t rx_lowat;  /* bytes the transport waits for before it says readable */
 };
 
