@@ -1,10 +1,12 @@
 /*
- * Transports carry frames between two endpoints.  The engine sees only this
- * interface: open a connection to a peer endpoint, queue a frame on it, and
- * receive frames through sv_engine_rx_frame().  Two exist: tcp (any two
- * endpoints) and shm (same host and network namespace: shared-memory rings
- * plus single-copy transfers between the address spaces), chosen per peer
- * by sv_engine_conn_to.
+ * Transports carry frames between two endpoints.  Each one owns its side of
+ * an endpoint (listening, accepting), its connections (connecting,
+ * readiness, draining at close), its framing and the HELLO handshake; the
+ * engine calls the ops below, and a transport calls its connection's owner
+ * only through struct sv_conn_host (frames in, failures, room for output).
+ * Two exist: tcp (any two endpoints) and shm (same host and network
+ * namespace: shared-memory rings plus single-copy transfers between the
+ * address spaces), chosen per peer by select.c.
  */
 #ifndef SV_TRANSPORT_H
 #define SV_TRANSPORT_H
