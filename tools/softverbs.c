@@ -7,11 +7,11 @@
  *   softverbs help
  *
  * "run" only arranges the dynamic linker's search path: softverbs' libraries
- * live in <prefix>/lib next to this binary's <prefix>/bin, and putting that
- * directory first in LD_LIBRARY_PATH makes the program load softverbs'
- * libibverbs.so.1 instead of the system one. Nothing else about the program
- * changes, which is the point: it is the same binary the user would run on RDMA
- * hardware.
+ * live in a private directory (installed: <libdir>/softverbs; in the build
+ * tree: build/lib), and putting that directory first in LD_LIBRARY_PATH makes
+ * the program load softverbs' libibverbs.so.1 instead of the system one.
+ * Nothing else about the program changes, which is the point: it is the same
+ * binary the user would run on RDMA hardware.
  *
  * "devices" goes through the public verbs API only, like any other client, so
  * it also shows that the library answers the calls programs make first.
@@ -37,6 +37,10 @@
 #ifndef SOFTVERBS_VERSION
 #define SOFTVERBS_VERSION "0.1.0"
 #endif
+/* From <bindir> to the installed private library directory (CMakeLists.txt). */
+#ifndef SV_BIN_TO_PKGLIB
+#define SV_BIN_TO_PKGLIB "../lib/softverbs"
+#endif
 
 /* Highest libibverbs ABI node that softverbs exports (see src/abi/libibverbs.map). */
 #define SOFTVERBS_ABI "IBVERBS_1.14"
@@ -46,13 +50,15 @@ enum { EXIT_USAGE = 2, EXIT_EXEC_FAILED = 126, EXIT_NOT_FOUND = 127 };
 static const char usage_text[] =
 	"Usage: softverbs <command> [arguments]\n"
 	"\n"
-	"softverbs implements the RDMA verbs (libibverbs) in user space, over TCP,\n"
+	"softverbs implements the RDMA verbs (libibverbs, librdmacm) in user space,\n"
 	"so that unmodified verbs programs run on any Linux machine.\n"
 	"\n"
 	"Commands:\n"
-	"  run [--] PROGRAM [ARGS...]  run PROGRAM with softverbs' libibverbs.so.1 in place\n"
-	"                              of the system library (prepends softverbs' lib/\n"
-	"                              directory to LD_LIBRARY_PATH, then executes PROGRAM)\n"
+	"  run [--] PROGRAM [ARGS...]  run PROGRAM with softverbs' libibverbs.so.1 and\n"
+	"                              librdmacm.so.1 in place of the system libraries\n"
+	"                              (prepends softverbs' library directory to\n"
+	"                              LD_LIBRARY_PATH, preloads libsoftverbs-fsview.so,\n"
+	"                              then executes PROGRAM)\n"
 	"  devices                     list softverbs devices: node GUID, port state,\n"
 	"                              GID 0, MTU, link layer and device limits\n"
 	"  version                     print the softverbs version\n"
@@ -72,6 +78,7 @@ static const char usage_text[] =
 	"  SOFTVERBS_PORT_MAX  highest TCP port, used with SOFTVERBS_PORT_MIN\n"
 	"                      (default: SOFTVERBS_PORT_MIN + 1000, at most 65535)\n"
 	"  SOFTVERBS_LOG       log level: error, warn, info or debug (default: warn)\n"
+	"  (every variable: man 7 softverbs)\n"
 	"\n"
 	"Examples:\n"
 	"  softverbs devices\n"
@@ -171,12 +178,30 @@ static int preload_asan_runtime(void)
 }
 #endif
 
+/* Does dir hold softverbs' libraries?  The preload library is softverbs'
+ * own, so a directory with only some other libibverbs.so.1 (a self-built
+ * rdma-core in /usr/local/lib, say) does not qualify. */
+static bool is_lib_dir(const char *dir)
+{
+	char probe[PATH_MAX + 32];
+
+	snprintf(probe, sizeof(probe), "%s/libibverbs.so.1", dir);
+	if (access(probe, R_OK) != 0)
+		return false;
+	snprintf(probe, sizeof(probe), "%s/libsoftverbs-fsview.so", dir);
+	return access(probe, R_OK) == 0;
+}
+
 /*
- * Directory holding softverbs' libraries: <dir of this executable>/../lib,
- * resolved to an absolute path so that the program may chdir freely.
+ * Directory holding softverbs' libraries, found relative to this executable
+ * so that an installed tree works wherever it was put (DESTDIR, a moved
+ * prefix): first the installed layout, <bindir>/SV_BIN_TO_PKGLIB (e.g.
+ * /usr/local/bin/../lib/softverbs), then the build tree's build/bin/../lib.
+ * Resolved to an absolute path so that the program may chdir freely.
  */
 static int find_lib_dir(char *out, size_t out_size)
 {
+	static const char *const rel[] = { SV_BIN_TO_PKGLIB, "../lib" };
 	char exe[PATH_MAX];
 	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 
@@ -193,20 +218,25 @@ static int find_lib_dir(char *out, size_t out_size)
 	}
 	*slash = '\0';
 
-	char candidate[PATH_MAX + 8];
-	snprintf(candidate, sizeof(candidate), "%s/../lib", exe);
+	for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
+		char candidate[2 * PATH_MAX];
+		char resolved[PATH_MAX];
 
-	char resolved[PATH_MAX];
-	if (!realpath(candidate, resolved)) {
-		fprintf(stderr, "softverbs: library directory %s: %s\n", candidate, strerror(errno));
-		return -1;
+		snprintf(candidate, sizeof(candidate), "%s/%s", exe, rel[i]);
+		if (!realpath(candidate, resolved) || !is_lib_dir(resolved))
+			continue;
+		if (strlen(resolved) >= out_size) {
+			fprintf(stderr, "softverbs: library directory path too long\n");
+			return -1;
+		}
+		strcpy(out, resolved);
+		return 0;
 	}
-	if (strlen(resolved) >= out_size) {
-		fprintf(stderr, "softverbs: library directory path too long\n");
-		return -1;
-	}
-	strcpy(out, resolved);
-	return 0;
+	fprintf(stderr,
+		"softverbs: softverbs' libraries (libibverbs.so.1, libsoftverbs-fsview.so) are "
+		"neither in %s/%s nor in %s/../lib (is the build or the installation complete?)\n",
+		exe, SV_BIN_TO_PKGLIB, exe);
+	return -1;
 }
 
 static int cmd_run(int argc, char **argv)
@@ -221,14 +251,6 @@ static int cmd_run(int argc, char **argv)
 	char lib_dir[PATH_MAX];
 	if (find_lib_dir(lib_dir, sizeof(lib_dir)) != 0)
 		return EXIT_EXEC_FAILED;
-
-	char probe[PATH_MAX + 32];
-	snprintf(probe, sizeof(probe), "%s/libibverbs.so.1", lib_dir);
-	if (access(probe, R_OK) != 0) {
-		fprintf(stderr, "softverbs: %s: %s (is the build complete?)\n", probe,
-			strerror(errno));
-		return EXIT_EXEC_FAILED;
-	}
 
 	/*
 	 * Ours first, the user's own entries after. (An empty element would mean
@@ -246,8 +268,9 @@ static int cmd_run(int argc, char **argv)
 	 * also holds for programs that only stat those paths, and is inherited
 	 * by every child (mpirun's daemons and ranks).
 	 */
+	char probe[PATH_MAX + 32];
 	snprintf(probe, sizeof(probe), "%s/libsoftverbs-fsview.so", lib_dir);
-	if (access(probe, R_OK) == 0 && !preloaded(probe) && prepend_env_list("LD_PRELOAD", probe)) {
+	if (!preloaded(probe) && prepend_env_list("LD_PRELOAD", probe)) {
 		fprintf(stderr, "softverbs: setting LD_PRELOAD: %s\n", strerror(errno));
 		return EXIT_EXEC_FAILED;
 	}
