@@ -6,7 +6,7 @@ CMAKE_FLAGS ?=
 PREFIX ?= /usr/local
 DESTDIR ?=
 
-.PHONY: all build test demo deps bench bench-shm bench-ucx clean install uninstall
+.PHONY: all build test demo deps bench bench-shm bench-ucx clean install uninstall deb
 
 all: build
 
@@ -58,6 +58,11 @@ uninstall:
 	xargs -d '\n' rm -f -- < $(BUILD)/make-install-manifest.txt
 	@sed -n 's|/libibverbs.so.1$$||p' $(BUILD)/make-install-manifest.txt | xargs -r -d '\n' rmdir --ignore-fail-on-non-empty --
 	@rm -f $(BUILD)/make-install-manifest.txt
+
+# The Debian package (dpkg-buildpackage + debhelper, debian/), built from a
+# staged copy of the source; the .deb lands in $(BUILD)/deb.
+deb:
+	@JOBS=$(JOBS) scripts/build-deb.sh $(BUILD)/deb
 
 clean:
 	rm -rf $(BUILD)

@@ -3,6 +3,7 @@
  *
  *   softverbs run [--] PROGRAM [ARGS...]   run an unmodified verbs program on softverbs
  *   softverbs devices                      what ibv_devices/ibv_devinfo would show
+ *   softverbs system enable|disable|status softverbs as the system's libibverbs (system.c)
  *   softverbs version
  *   softverbs help
  *
@@ -34,6 +35,8 @@
 
 #include <infiniband/verbs.h>
 
+#include "tool.h"
+
 #ifndef SOFTVERBS_VERSION
 #define SOFTVERBS_VERSION "0.1.0"
 #endif
@@ -44,8 +47,6 @@
 
 /* Highest libibverbs ABI node that softverbs exports (see src/abi/libibverbs.map). */
 #define SOFTVERBS_ABI "IBVERBS_1.14"
-
-enum { EXIT_USAGE = 2, EXIT_EXEC_FAILED = 126, EXIT_NOT_FOUND = 127 };
 
 static const char usage_text[] =
 	"Usage: softverbs <command> [arguments]\n"
@@ -61,6 +62,10 @@ static const char usage_text[] =
 	"                              then executes PROGRAM)\n"
 	"  devices                     list softverbs devices: node GUID, port state,\n"
 	"                              GID 0, MTU, link layer and device limits\n"
+	"  system enable|disable|status\n"
+	"                              make softverbs' libraries the system's libibverbs\n"
+	"                              and librdmacm for every program (an ld.so.conf.d\n"
+	"                              drop-in, root only), undo that, or say which is in use\n"
 	"  version                     print the softverbs version\n"
 	"  help                        print this help\n"
 	"\n"
@@ -91,10 +96,7 @@ static void usage(FILE *out)
 	fputs(usage_text, out);
 }
 
-/* Bad command line: say what is wrong, show the usage, exit status 2. */
-static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static int usage_error(const char *fmt, ...)
+int usage_error(const char *fmt, ...)
 {
 	va_list ap;
 
@@ -181,7 +183,7 @@ static int preload_asan_runtime(void)
 /* Does dir hold softverbs' libraries?  The preload library is softverbs'
  * own, so a directory with only some other libibverbs.so.1 (a self-built
  * rdma-core in /usr/local/lib, say) does not qualify. */
-static bool is_lib_dir(const char *dir)
+bool is_lib_dir(const char *dir)
 {
 	char probe[PATH_MAX + 32];
 
@@ -199,7 +201,7 @@ static bool is_lib_dir(const char *dir)
  * /usr/local/bin/../lib/softverbs), then the build tree's build/bin/../lib.
  * Resolved to an absolute path so that the program may chdir freely.
  */
-static int find_lib_dir(char *out, size_t out_size)
+int find_lib_dir(char *out, size_t out_size)
 {
 	static const char *const rel[] = { SV_BIN_TO_PKGLIB, "../lib" };
 	char exe[PATH_MAX];
@@ -483,6 +485,8 @@ int main(int argc, char **argv)
 		return cmd_run(sub_argc, sub_argv);
 	if (strcmp(cmd, "devices") == 0)
 		return cmd_devices(sub_argc, sub_argv);
+	if (strcmp(cmd, "system") == 0)
+		return cmd_system(sub_argc, sub_argv);
 	if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0)
 		return cmd_version(sub_argc, sub_argv);
 	if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {
