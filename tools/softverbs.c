@@ -3,6 +3,7 @@
  *
  *   softverbs run [--] PROGRAM [ARGS...]   run an unmodified verbs program on softverbs
  *   softverbs devices                      what ibv_devices/ibv_devinfo would show
+ *   softverbs stat [--json] / top          counters of the contexts on this host (stat.c)
  *   softverbs system enable|disable|status softverbs as the system's libibverbs (system.c)
  *   softverbs version
  *   softverbs help
@@ -62,6 +63,12 @@ static const char usage_text[] =
 	"                              then executes PROGRAM)\n"
 	"  devices                     list softverbs devices: node GUID, port state,\n"
 	"                              GID 0, MTU, link layer and device limits\n"
+	"  stat [--json] [--pid PID] [--device DEV]\n"
+	"                              the softverbs contexts (processes, devices, QPs) of\n"
+	"                              this host and their counters, per context, QP and\n"
+	"                              device; --json for machine-readable output\n"
+	"  top [--delay S] [--iterations N] [--pid PID] [--device DEV]\n"
+	"                              the same, refreshed live: packet and byte rates\n"
 	"  system enable|disable|status\n"
 	"                              make softverbs' libraries the system's libibverbs\n"
 	"                              and librdmacm for every program (an ld.so.conf.d\n"
@@ -485,6 +492,10 @@ int main(int argc, char **argv)
 		return cmd_run(sub_argc, sub_argv);
 	if (strcmp(cmd, "devices") == 0)
 		return cmd_devices(sub_argc, sub_argv);
+	if (strcmp(cmd, "stat") == 0)
+		return cmd_stat(sub_argc, sub_argv);
+	if (strcmp(cmd, "top") == 0)
+		return cmd_top(sub_argc, sub_argv);
 	if (strcmp(cmd, "system") == 0)
 		return cmd_system(sub_argc, sub_argv);
 	if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0)

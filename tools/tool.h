@@ -20,5 +20,8 @@ int find_lib_dir(char *out, size_t out_size);
 
 /* softverbs system enable|disable|status (system.c) */
 int cmd_system(int argc, char **argv);
+/* softverbs stat, softverbs top (stat.c) */
+int cmd_stat(int argc, char **argv);
+int cmd_top(int argc, char **argv);
 
 #endif

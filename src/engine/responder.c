@@ -7,6 +7,7 @@
  * so one-sided operations need nothing from the target application.
  */
 #include "engine/engine.h"
+#include "verbs/stats.h"
 #include "engine/dma.h"
 
 #include <arpa/inet.h>
@@ -45,6 +46,7 @@ static void send_ack(struct sv_qp *qp, struct sv_conn *conn, uint32_t psn, uint8
 	fill_bth(qp, &p.bth, SV_OP_ACK, psn);
 	p.aeth.syn_msn = htonl(((uint32_t)syn << 24) | (qp->msn & SV_PSN_MASK));
 	sv_send_packet(conn, &p, sizeof(p), NULL, 0);
+	sv_stat_ack_tx(qp, syn);
 }
 
 /* A responder-side error on RC: NAK it and take the QP to ERR (IBA class B/C). */
@@ -104,8 +106,10 @@ static void ud_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opcode
 	uint8_t grh[40] = { 0 };
 	enum ibv_wc_status st;
 
-	if (ntohl(deth->qkey) != qp->attr.qkey)
+	if (ntohl(deth->qkey) != qp->attr.qkey) {
+		sv_stat_count(qp, SV_QPC_QKEY_VIOL);
 		return; /* wrong Q_Key: silently dropped, as the IBA requires */
+	}
 	if (!sv_qp_take_recv(qp))
 		return; /* UD has no RNR: no receive posted means dropped */
 	/* the 40-byte GRH precedes the payload: IPv6-style header, GIDs at 8 and 24 */
@@ -195,6 +199,7 @@ static void do_read(struct sv_qp *qp, struct sv_conn *conn, uint32_t psn, uint64
 			hl += sizeof(aeth);
 		}
 		sv_txbatch_add(&b, conn, hl, &iov, dma_len ? 1 : 0);
+		sv_stat_tx(qp, dma_len ? (uint32_t)iov.iov_len : 0);
 	}
 	sv_txbatch_flush(&b);
 	sv_mr_read_unlock(qp->ctx);
@@ -212,6 +217,7 @@ static void send_atomic_ack(struct sv_qp *qp, struct sv_conn *conn, uint32_t psn
 	p.aeth.syn_msn = htonl(((uint32_t)SV_AETH_ACK << 24) | (qp->msn & SV_PSN_MASK));
 	p.ack.orig = htobe64(orig);
 	sv_send_packet(conn, &p, sizeof(p), NULL, 0);
+	sv_stat_tx(qp, 0);
 }
 
 static void do_atomic(struct sv_qp *qp, struct sv_conn *conn, uint8_t low, uint32_t psn,
@@ -302,11 +308,14 @@ void sv_responder_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opc
 		int32_t c = sv_psn_cmp(psn, qp->epsn);
 
 		if (c < 0) {
+			sv_stat_count(qp, SV_QPC_DUP_REQ);
 			duplicate(qp, conn, op, pkt, psn);
 			return;
 		}
-		if (c > 0)
+		if (c > 0) {
+			sv_stat_count(qp, SV_QPC_SEQ_ERR);
 			return; /* ahead of a gap (after an RNR NAK): the requester resends */
+		}
 	} else {
 		/* UC: a gap loses the current message; resynchronise on the next FIRST */
 		if (op->mask & SV_OPF_FIRST) {
@@ -315,6 +324,7 @@ void sv_responder_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opc
 			qp->resp_in_msg = false;
 			qp->resp_drop_msg = false;
 		} else if (psn != qp->epsn) {
+			sv_stat_count(qp, SV_QPC_SEQ_ERR);
 			qp->resp_drop_msg = true;
 		}
 		qp->epsn = sv_psn_add(psn, 1);
@@ -384,10 +394,12 @@ void sv_responder_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opc
 			}
 			if (e) {
 				qp->resp_in_msg = false;
-				if (rc)
+				if (rc) {
 					nak_fatal(qp, conn, psn, SV_NAK_REM_ACCESS);
-				else
+				} else {
+					sv_stat_count(qp, SV_QPC_REM_ACCESS_SENT);
 					qp->resp_drop_msg = true;
+				}
 				return;
 			}
 		} else if (!qp->resp_in_msg) {
