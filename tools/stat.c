@@ -108,27 +108,40 @@ static bool selected(const struct options *o, const struct sv_stat_ctx_view *v)
 	return (!o->pid || v->pid == o->pid) && (!o->device || !strcmp(v->dev, o->device));
 }
 
-/* The device totals: one per device among the selected contexts. */
+/* A device is its name in one network namespace: index of v's in dev[0..nd), or nd. */
+static size_t device_of(const struct sv_stat_ctx_view *dev, size_t nd,
+			const struct sv_stat_ctx_view *v)
+{
+	size_t d;
+
+	for (d = 0; d < nd && (strcmp(dev[d].dev, v->dev) || dev[d].netns != v->netns); d++)
+		;
+	return d;
+}
+
+/*
+ * The device totals: for each device a selected context uses, the sum over
+ * all its contexts (whichever --pid shows), which is what the device's
+ * sysfs counters files hold.  counts[d]: how many contexts.
+ */
 static size_t device_totals(const struct options *o, const struct sv_stat_ctx_view *v, size_t n,
 			    struct sv_stat_ctx_view *dev, size_t *counts)
 {
 	size_t nd = 0;
 
 	for (size_t i = 0; i < n; i++) {
-		size_t d;
-
-		if (!selected(o, &v[i]))
+		if (!selected(o, &v[i]) || device_of(dev, nd, &v[i]) < nd)
 			continue;
-		/* a device is its name in one network namespace */
-		for (d = 0; d < nd && (strcmp(dev[d].dev, v[i].dev) || dev[d].netns != v[i].netns); d++)
-			;
-		if (d == nd) {
-			memset(&dev[d], 0, sizeof(dev[d]));
-			snprintf(dev[d].dev, sizeof(dev[d].dev), "%s", v[i].dev);
-			dev[d].netns = v[i].netns;
-			counts[d] = 0;
-			nd++;
-		}
+		memset(&dev[nd], 0, sizeof(dev[nd]));
+		snprintf(dev[nd].dev, sizeof(dev[nd].dev), "%s", v[i].dev);
+		dev[nd].netns = v[i].netns;
+		counts[nd++] = 0;
+	}
+	for (size_t i = 0; i < n; i++) {
+		size_t d = device_of(dev, nd, &v[i]);
+
+		if (d == nd)
+			continue;
 		counts[d]++;
 		for (unsigned c = 0; c < SV_QPC_COUNT; c++)
 			dev[d].port[c] += v[i].port[c];
@@ -406,18 +419,34 @@ static const struct sv_stat_qp_view *previous_qp(const struct sv_stat_ctx_view *
 	return NULL;
 }
 
-/* Per second, from the previous frame's value (0 without one). */
-static double rate(const uint64_t *cur, const uint64_t *prev, unsigned c, double secs)
+/* Per second: since the previous frame, or without one (the first frame,
+ * a new context or QP) the average over `age` seconds. */
+static double rate(const uint64_t *cur, const uint64_t *prev, unsigned c, double secs, double age)
 {
-	return prev && cur[c] >= prev[c] ? (double)(cur[c] - prev[c]) / secs : 0.0;
+	if (!prev)
+		return age > 0 ? (double)cur[c] / age : 0.0;
+	return cur[c] >= prev[c] ? (double)(cur[c] - prev[c]) / secs : 0.0;
+}
+
+/* Seconds since a context was opened (opened_ns: CLOCK_REALTIME). */
+static double age_of(const struct sv_stat_ctx_view *c)
+{
+	struct timespec now;
+	double t;
+
+	clock_gettime(CLOCK_REALTIME, &now);
+	t = (double)now.tv_sec + (double)now.tv_nsec / 1e9 - (double)c->opened_ns / 1e9;
+	return t > 0 ? t : 0;
 }
 
 /* One row of top: the left columns given, then rates and totals of counters c. */
-static void top_row(const char *left, const uint64_t *c, const uint64_t *prev, double secs)
+static void top_row(const char *left, const uint64_t *c, const uint64_t *prev, double secs,
+		    double age)
 {
 	printf("%s %10.0f %10.0f %9.2f %9.2f %8" PRIu64 " %6" PRIu64 " %6" PRIu64 "\n", left,
-	       rate(c, prev, SV_QPC_TX_PKTS, secs), rate(c, prev, SV_QPC_RX_PKTS, secs),
-	       rate(c, prev, SV_QPC_TX_BYTES, secs) / 1e6, rate(c, prev, SV_QPC_RX_BYTES, secs) / 1e6,
+	       rate(c, prev, SV_QPC_TX_PKTS, secs, age), rate(c, prev, SV_QPC_RX_PKTS, secs, age),
+	       rate(c, prev, SV_QPC_TX_BYTES, secs, age) / 1e6,
+	       rate(c, prev, SV_QPC_RX_BYTES, secs, age) / 1e6,
 	       c[SV_QPC_RETRANS], c[SV_QPC_RNR_NAK_SENT] + c[SV_QPC_RNR_NAK_RCVD],
 	       c[SV_QPC_CQE_ERR]);
 }
@@ -451,7 +480,7 @@ static void top_frame(const struct options *o, const struct sv_stat_ctx_view *v,
 		snprintf(link, sizeof(link), "%s/1", c->dev); /* the device's port 1 */
 		snprintf(left, sizeof(left), "%-8d %-16s %-10s %4u %5zu", c->pid, c->comm, link,
 			 c->ctx_no, c->nqp);
-		top_row(left, c->port, p ? p->port : NULL, secs);
+		top_row(left, c->port, p ? p->port : NULL, secs, age_of(c));
 		for (size_t q = 0; q < c->nqp; q++) {
 			const struct sv_stat_qp_view *qp = &c->qp[q];
 			const struct sv_stat_qp_view *pq = previous_qp(p, qp->qpn);
@@ -460,7 +489,7 @@ static void top_frame(const struct options *o, const struct sv_stat_ctx_view *v,
 			snprintf(name, sizeof(name), "qp %u %s %s", qp->qpn, qp_type_str(qp->type),
 				 qp_state_str(qp->state));
 			snprintf(left, sizeof(left), "%-8s %-32s %5s", "", name, "");
-			top_row(left, qp->c, pq ? pq->c : NULL, secs);
+			top_row(left, qp->c, pq ? pq->c : NULL, secs, age_of(c));
 		}
 	}
 	if (!nctx)
