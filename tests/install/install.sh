@@ -68,11 +68,14 @@ echo "-- softverbs version: libibverbs $loaded"
 # `softverbs run` puts the installed library directory first, and preloads
 # the installed fsview library.
 got=$("$tool" run -- sh -c 'echo "$LD_LIBRARY_PATH|$LD_PRELOAD"')
-[ "${got%%|*}" = "$real_lib" ] ||
-	fail "softverbs run set LD_LIBRARY_PATH=${got%%|*}, expected $real_lib"
-case "|${got#*|}" in
-*"|$real_lib/libsoftverbs-fsview.so"*) ;;
-*) fail "softverbs run set LD_PRELOAD=${got#*|}, expected $real_lib/libsoftverbs-fsview.so first" ;;
+first=${got%%|*}
+first=${first%%:*}
+[ "$first" = "$real_lib" ] ||
+	fail "softverbs run set LD_LIBRARY_PATH=${got%%|*}, expected $real_lib first"
+# (a sanitizer build puts its runtime before it)
+case ":${got#*|}:" in
+*":$real_lib/libsoftverbs-fsview.so:"*) ;;
+*) fail "softverbs run set LD_PRELOAD=${got#*|}, without $real_lib/libsoftverbs-fsview.so" ;;
 esac
 "$tool" run -- ibv_devices >"$work/devices.out" 2>&1 ||
 	{ cat "$work/devices.out"; fail "installed softverbs run -- ibv_devices"; }

@@ -11,8 +11,9 @@
 #   4. the sysfs view's ports/1/counters and hw_counters files, read with
 #      cat under `softverbs run`, and the device line of `softverbs stat`:
 #      the sum over both contexts;
-#   5. when the program exits its segments are gone, and the segment of a
-#      program killed with SIGKILL is not listed and is removed by the tool.
+#   5. when the program exits with its devices open its segments are gone
+#      (closing them is checked by stats_traffic itself), and the segment of
+#      a program killed with SIGKILL is not listed and is removed by the tool.
 # As root the whole run happens in a network namespace of its own, where
 # sv_lo is this test's alone, so the device sums (4) are exact; otherwise
 # other users of sv_lo may add to them and they are checked as at least.
@@ -50,7 +51,7 @@ run() { "${in_ns[@]}" "$@"; }
 start_traffic() { # NAME
 	mkfifo "$work/$1.in"
 	SV_STATS_EXCLUSIVE=$([ "$exclusive" = 1 ] && echo 1) \
-		run "$traffic" "$work/$1.json" <"$work/$1.in" >"$work/$1.out" 2>&1 &
+		run "$traffic" "$work/$1.json" exit-open <"$work/$1.in" >"$work/$1.out" 2>&1 &
 	tjob=$!
 	exec {hold}>"$work/$1.in" # its standard input stays open until we close it
 	for _ in $(seq 300); do
