@@ -329,6 +329,26 @@ static size_t stats_dirs(unsigned flags, char (*dirs)[PATH_MAX], size_t max)
 	return n;
 }
 
+void sv_stat_sweep(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *e;
+
+	if (!d)
+		return;
+	while ((e = readdir(d))) {
+		int pid = atoi(e->d_name);
+		char path[PATH_MAX + 300];
+
+		if (e->d_name[0] < '1' || e->d_name[0] > '9' || pid <= 0)
+			continue;
+		if (kill(pid, 0) && errno == ESRCH &&
+		    (size_t)snprintf(path, sizeof(path), "%s/%s", dir, e->d_name) < sizeof(path))
+			unlink(path);
+	}
+	closedir(d);
+}
+
 #define MAX_DIRS 64
 
 int sv_stat_collect(unsigned flags, struct sv_stat_ctx_view **out, size_t *nout)

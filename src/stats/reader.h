@@ -56,6 +56,10 @@ enum {
 int sv_stat_collect(unsigned flags, struct sv_stat_ctx_view **out, size_t *n);
 void sv_stat_views_free(struct sv_stat_ctx_view *v, size_t n);
 
+/* Remove the segments in dir of processes that no longer exist (by the pid
+ * in their names: cheap, no file is opened). */
+void sv_stat_sweep(const char *dir);
+
 /* A segment mapped at h, as a view; 0, or -1 (ENOMEM for the QP list). */
 int sv_stat_snapshot(const struct sv_stat_hdr *h, unsigned flags, struct sv_stat_ctx_view *out);
 

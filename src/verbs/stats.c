@@ -31,6 +31,9 @@ static struct sv_stat_hdr *map_file(unsigned no, char *tmp, size_t len)
 	if (sv_private_dir(dir) ||
 	    (size_t)snprintf(tmp, len, "%s/%d-%u.new", dir, (int)getpid(), no) >= len)
 		return NULL;
+	/* what killed processes left, so that it never piles up between runs
+	 * of `softverbs stat` (which also removes those of reused pids) */
+	sv_stat_sweep(dir);
 	fd = open(tmp, O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return NULL;

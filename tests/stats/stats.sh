@@ -225,6 +225,11 @@ wait "$job" || { cat "$work/traffic.out"; fail "stats_traffic failed after READY
 run "$tool" stat --pid "$pid" | grep -q "no softverbs contexts match" ||
 	fail "softverbs stat still lists pid $pid after it exited"
 
+# A runtime directory of its own: a device opened by any other process
+# sweeps the segments of dead processes from the shared one, and this part
+# checks what the tool does with one.
+export XDG_RUNTIME_DIR=$work/xdg
+mkdir -m 700 "$XDG_RUNTIME_DIR"
 start_traffic killed
 kpid=$tpid
 kill -9 "$kpid"
