@@ -2,8 +2,11 @@
 BUILD ?= build
 JOBS  ?= $(shell nproc 2>/dev/null || echo 2)
 CMAKE_FLAGS ?=
+# make install [PREFIX=/usr/local] [DESTDIR=staging root]
+PREFIX ?= /usr/local
+DESTDIR ?=
 
-.PHONY: all build test demo deps bench bench-shm bench-ucx clean
+.PHONY: all build test demo deps bench bench-shm bench-ucx clean install uninstall deb
 
 all: build
 
@@ -38,6 +41,28 @@ bench-shm:
 # run.  See docs/PERFORMANCE.md, "UCX over softverbs".
 bench-ucx: build
 	@bench/run-ucx.sh
+
+# The tool in $(PREFIX)/bin, the libraries in the private $(PREFIX)/lib/softverbs
+# (they do not replace the system's rdma-core), man pages, pkg-config file.
+# The prefix is configured into the build (the pkg-config file names it).
+# The list of installed files (DESTDIR included) is kept for `make uninstall`.
+install:
+	@cmake -S . -B $(BUILD) -DCMAKE_INSTALL_PREFIX=$(PREFIX) $(CMAKE_FLAGS) >/dev/null
+	@cmake --build $(BUILD) -j $(JOBS)
+	DESTDIR="$(DESTDIR)" cmake --install $(BUILD)
+	@sed 's|^|$(DESTDIR)|' $(BUILD)/install_manifest.txt > $(BUILD)/make-install-manifest.txt
+
+uninstall:
+	@test -f $(BUILD)/make-install-manifest.txt || \
+		{ echo "uninstall: no $(BUILD)/make-install-manifest.txt (nothing installed from this build)"; exit 1; }
+	xargs -d '\n' rm -f -- < $(BUILD)/make-install-manifest.txt
+	@sed -n 's|/libibverbs.so.1$$||p' $(BUILD)/make-install-manifest.txt | xargs -r -d '\n' rmdir --ignore-fail-on-non-empty --
+	@rm -f $(BUILD)/make-install-manifest.txt
+
+# The Debian package (dpkg-buildpackage + debhelper, debian/), built from a
+# staged copy of the source; the .deb lands in $(BUILD)/deb.
+deb:
+	@JOBS=$(JOBS) scripts/build-deb.sh $(BUILD)/deb
 
 clean:
 	rm -rf $(BUILD)

@@ -3,15 +3,17 @@
  *
  *   softverbs run [--] PROGRAM [ARGS...]   run an unmodified verbs program on softverbs
  *   softverbs devices                      what ibv_devices/ibv_devinfo would show
+ *   softverbs stat [--json] / top          counters of the contexts on this host (stat.c)
+ *   softverbs system enable|disable|status softverbs as the system's libibverbs (system.c)
  *   softverbs version
  *   softverbs help
  *
  * "run" only arranges the dynamic linker's search path: softverbs' libraries
- * live in <prefix>/lib next to this binary's <prefix>/bin, and putting that
- * directory first in LD_LIBRARY_PATH makes the program load softverbs'
- * libibverbs.so.1 instead of the system one. Nothing else about the program
- * changes, which is the point: it is the same binary the user would run on RDMA
- * hardware.
+ * live in a private directory (installed: <libdir>/softverbs; in the build
+ * tree: build/lib), and putting that directory first in LD_LIBRARY_PATH makes
+ * the program load softverbs' libibverbs.so.1 instead of the system one.
+ * Nothing else about the program changes, which is the point: it is the same
+ * binary the user would run on RDMA hardware.
  *
  * "devices" goes through the public verbs API only, like any other client, so
  * it also shows that the library answers the calls programs make first.
@@ -34,27 +36,43 @@
 
 #include <infiniband/verbs.h>
 
+#include "tool.h"
+
 #ifndef SOFTVERBS_VERSION
 #define SOFTVERBS_VERSION "0.1.0"
+#endif
+/* From <bindir> to the installed private library directory (CMakeLists.txt). */
+#ifndef SV_BIN_TO_PKGLIB
+#define SV_BIN_TO_PKGLIB "../lib/softverbs"
 #endif
 
 /* Highest libibverbs ABI node that softverbs exports (see src/abi/libibverbs.map). */
 #define SOFTVERBS_ABI "IBVERBS_1.14"
 
-enum { EXIT_USAGE = 2, EXIT_EXEC_FAILED = 126, EXIT_NOT_FOUND = 127 };
-
 static const char usage_text[] =
 	"Usage: softverbs <command> [arguments]\n"
 	"\n"
-	"softverbs implements the RDMA verbs (libibverbs) in user space, over TCP,\n"
+	"softverbs implements the RDMA verbs (libibverbs, librdmacm) in user space,\n"
 	"so that unmodified verbs programs run on any Linux machine.\n"
 	"\n"
 	"Commands:\n"
-	"  run [--] PROGRAM [ARGS...]  run PROGRAM with softverbs' libibverbs.so.1 in place\n"
-	"                              of the system library (prepends softverbs' lib/\n"
-	"                              directory to LD_LIBRARY_PATH, then executes PROGRAM)\n"
+	"  run [--] PROGRAM [ARGS...]  run PROGRAM with softverbs' libibverbs.so.1 and\n"
+	"                              librdmacm.so.1 in place of the system libraries\n"
+	"                              (prepends softverbs' library directory to\n"
+	"                              LD_LIBRARY_PATH, preloads libsoftverbs-fsview.so,\n"
+	"                              then executes PROGRAM)\n"
 	"  devices                     list softverbs devices: node GUID, port state,\n"
 	"                              GID 0, MTU, link layer and device limits\n"
+	"  stat [--json] [--pid PID] [--device DEV]\n"
+	"                              the softverbs contexts (processes, devices, QPs) of\n"
+	"                              this host and their counters, per context, QP and\n"
+	"                              device; --json for machine-readable output\n"
+	"  top [--delay S] [--iterations N] [--pid PID] [--device DEV]\n"
+	"                              the same, refreshed live: packet and byte rates\n"
+	"  system enable|disable|status\n"
+	"                              make softverbs' libraries the system's libibverbs\n"
+	"                              and librdmacm for every program (an ld.so.conf.d\n"
+	"                              drop-in, root only), undo that, or say which is in use\n"
 	"  version                     print the softverbs version\n"
 	"  help                        print this help\n"
 	"\n"
@@ -72,6 +90,7 @@ static const char usage_text[] =
 	"  SOFTVERBS_PORT_MAX  highest TCP port, used with SOFTVERBS_PORT_MIN\n"
 	"                      (default: SOFTVERBS_PORT_MIN + 1000, at most 65535)\n"
 	"  SOFTVERBS_LOG       log level: error, warn, info or debug (default: warn)\n"
+	"  (every variable: man 7 softverbs)\n"
 	"\n"
 	"Examples:\n"
 	"  softverbs devices\n"
@@ -84,10 +103,7 @@ static void usage(FILE *out)
 	fputs(usage_text, out);
 }
 
-/* Bad command line: say what is wrong, show the usage, exit status 2. */
-static int usage_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-
-static int usage_error(const char *fmt, ...)
+int usage_error(const char *fmt, ...)
 {
 	va_list ap;
 
@@ -171,12 +187,30 @@ static int preload_asan_runtime(void)
 }
 #endif
 
-/*
- * Directory holding softverbs' libraries: <dir of this executable>/../lib,
- * resolved to an absolute path so that the program may chdir freely.
- */
-static int find_lib_dir(char *out, size_t out_size)
+/* Does dir hold softverbs' libraries?  The preload library is softverbs'
+ * own, so a directory with only some other libibverbs.so.1 (a self-built
+ * rdma-core in /usr/local/lib, say) does not qualify. */
+bool is_lib_dir(const char *dir)
 {
+	char probe[PATH_MAX + 32];
+
+	snprintf(probe, sizeof(probe), "%s/libibverbs.so.1", dir);
+	if (access(probe, R_OK) != 0)
+		return false;
+	snprintf(probe, sizeof(probe), "%s/libsoftverbs-fsview.so", dir);
+	return access(probe, R_OK) == 0;
+}
+
+/*
+ * Directory holding softverbs' libraries, found relative to this executable
+ * so that an installed tree works wherever it was put (DESTDIR, a moved
+ * prefix): first the installed layout, <bindir>/SV_BIN_TO_PKGLIB (e.g.
+ * /usr/local/bin/../lib/softverbs), then the build tree's build/bin/../lib.
+ * Resolved to an absolute path so that the program may chdir freely.
+ */
+int find_lib_dir(char *out, size_t out_size)
+{
+	static const char *const rel[] = { SV_BIN_TO_PKGLIB, "../lib" };
 	char exe[PATH_MAX];
 	ssize_t n = readlink("/proc/self/exe", exe, sizeof(exe) - 1);
 
@@ -193,20 +227,25 @@ static int find_lib_dir(char *out, size_t out_size)
 	}
 	*slash = '\0';
 
-	char candidate[PATH_MAX + 8];
-	snprintf(candidate, sizeof(candidate), "%s/../lib", exe);
+	for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
+		char candidate[2 * PATH_MAX];
+		char resolved[PATH_MAX];
 
-	char resolved[PATH_MAX];
-	if (!realpath(candidate, resolved)) {
-		fprintf(stderr, "softverbs: library directory %s: %s\n", candidate, strerror(errno));
-		return -1;
+		snprintf(candidate, sizeof(candidate), "%s/%s", exe, rel[i]);
+		if (!realpath(candidate, resolved) || !is_lib_dir(resolved))
+			continue;
+		if (strlen(resolved) >= out_size) {
+			fprintf(stderr, "softverbs: library directory path too long\n");
+			return -1;
+		}
+		strcpy(out, resolved);
+		return 0;
 	}
-	if (strlen(resolved) >= out_size) {
-		fprintf(stderr, "softverbs: library directory path too long\n");
-		return -1;
-	}
-	strcpy(out, resolved);
-	return 0;
+	fprintf(stderr,
+		"softverbs: softverbs' libraries (libibverbs.so.1, libsoftverbs-fsview.so) are "
+		"neither in %s/%s nor in %s/../lib (is the build or the installation complete?)\n",
+		exe, SV_BIN_TO_PKGLIB, exe);
+	return -1;
 }
 
 static int cmd_run(int argc, char **argv)
@@ -221,14 +260,6 @@ static int cmd_run(int argc, char **argv)
 	char lib_dir[PATH_MAX];
 	if (find_lib_dir(lib_dir, sizeof(lib_dir)) != 0)
 		return EXIT_EXEC_FAILED;
-
-	char probe[PATH_MAX + 32];
-	snprintf(probe, sizeof(probe), "%s/libibverbs.so.1", lib_dir);
-	if (access(probe, R_OK) != 0) {
-		fprintf(stderr, "softverbs: %s: %s (is the build complete?)\n", probe,
-			strerror(errno));
-		return EXIT_EXEC_FAILED;
-	}
 
 	/*
 	 * Ours first, the user's own entries after. (An empty element would mean
@@ -246,8 +277,9 @@ static int cmd_run(int argc, char **argv)
 	 * also holds for programs that only stat those paths, and is inherited
 	 * by every child (mpirun's daemons and ranks).
 	 */
+	char probe[PATH_MAX + 32];
 	snprintf(probe, sizeof(probe), "%s/libsoftverbs-fsview.so", lib_dir);
-	if (access(probe, R_OK) == 0 && !preloaded(probe) && prepend_env_list("LD_PRELOAD", probe)) {
+	if (!preloaded(probe) && prepend_env_list("LD_PRELOAD", probe)) {
 		fprintf(stderr, "softverbs: setting LD_PRELOAD: %s\n", strerror(errno));
 		return EXIT_EXEC_FAILED;
 	}
@@ -460,6 +492,12 @@ int main(int argc, char **argv)
 		return cmd_run(sub_argc, sub_argv);
 	if (strcmp(cmd, "devices") == 0)
 		return cmd_devices(sub_argc, sub_argv);
+	if (strcmp(cmd, "stat") == 0)
+		return cmd_stat(sub_argc, sub_argv);
+	if (strcmp(cmd, "top") == 0)
+		return cmd_top(sub_argc, sub_argv);
+	if (strcmp(cmd, "system") == 0)
+		return cmd_system(sub_argc, sub_argv);
 	if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0)
 		return cmd_version(sub_argc, sub_argv);
 	if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {

@@ -5,6 +5,7 @@
  * Runs in the engine thread with qp->lock held.
  */
 #include "engine/engine.h"
+#include "verbs/stats.h"
 #include "engine/dma.h"
 
 #include <arpa/inet.h>
@@ -107,6 +108,7 @@ void sv_completer_rx(struct sv_qp *qp, const struct sv_opcode_info *op, uint8_t 
 	}
 
 	if (low == SV_OP_ACK && (syn & SV_AETH_TYPE_MASK) != SV_AETH_ACK) {
+		sv_stat_nak(qp, syn, false);
 		/* a NAK names the PSN it refused; everything before it is done */
 		w = ack_before(qp, psn, false);
 		if (!w || sv_psn_cmp(w->first_psn, psn) > 0)

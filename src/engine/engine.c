@@ -6,6 +6,7 @@
  * one-sided operations without the application calling into the library.
  */
 #include "engine/engine.h"
+#include "verbs/stats.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -141,6 +142,7 @@ struct sv_conn *sv_engine_conn_to(struct sv_engine *eng, const struct sv_endpoin
 		/* an unreachable peer behaves like a dead link: packets vanish and
 		 * the requester's retry timer turns that into RETRY_EXC_ERR */
 		sv_dbg("connect to %s:%u failed", inet_ntoa(peer->ip), peer->port);
+		sv_stat_ctx_count(eng->ctx, SV_CTXC_CONNECT_FAIL);
 		atomic_store(&c->state, SV_CONN_DEAD);
 		c->ops->close(c);
 		sv_conn_put(c); /* not on the list: only the caller's reference */
@@ -253,9 +255,13 @@ static void unpark_first(struct sv_conn *conn)
 void sv_engine_conn_fail(struct sv_conn *conn)
 {
 	struct sv_engine *eng = conn->eng;
+	int was = atomic_exchange(&conn->state, SV_CONN_DEAD);
 
+	/* lost, unless this context is closing it */
+	if (was == SV_CONN_UP && !atomic_load(&eng->stop))
+		sv_stat_ctx_count(eng->ctx, SV_CTXC_CONN_LOST);
 	/* the first call closes; every call makes sure it leaves the list */
-	if (atomic_exchange(&conn->state, SV_CONN_DEAD) != SV_CONN_DEAD || conn->fd >= 0) {
+	if (was != SV_CONN_DEAD || conn->fd >= 0) {
 		if (conn->fd >= 0)
 			epoll_ctl(eng->epfd, EPOLL_CTL_DEL, conn->fd, NULL);
 		pthread_mutex_lock(&conn->tx_lock);
@@ -319,6 +325,7 @@ static void dispatch(struct sv_conn *conn, const struct sv_opcode_info *op, uint
 	const struct sv_bth *bth = (const void *)hdr;
 	struct sv_qp *qp = sv_qp_lookup(conn->eng->ctx, ntohl(bth->dqpn) & SV_PSN_MASK);
 
+	sv_stat_rx(conn->eng->ctx, qp, plen);
 	if (!qp)
 		return; /* no such QP: dropped, as a NIC drops it */
 	pthread_mutex_lock(&qp->lock);
@@ -377,6 +384,7 @@ static void conn_event(struct sv_conn *c, uint32_t events)
 		c->ops->poll_in(c);
 	if (atomic_load(&c->state) == SV_CONN_CONNECTING && (events & (EPOLLOUT | EPOLLERR | EPOLLHUP))) {
 		if (c->ops->finish_connect(c)) {
+			sv_stat_ctx_count(c->eng->ctx, SV_CTXC_CONNECT_FAIL);
 			sv_engine_conn_fail(c);
 			return;
 		}

@@ -6,6 +6,7 @@
  * engine thread.
  */
 #include "engine/engine.h"
+#include "verbs/stats.h"
 #include "engine/dma.h"
 
 #include <arpa/inet.h>
@@ -175,6 +176,7 @@ static enum ibv_wc_status send_packet(struct sv_qp *qp, struct req_pass *p, stru
 		sv_txbatch_flush(&p->b);
 	}
 	sv_txbatch_add(&p->b, conn, build_headers(qp, w, k, plen, sv_txbatch_hdr(&p->b)), iov, n);
+	sv_stat_req_tx(qp, sv_psn_add(w->first_psn, k), plen);
 	return IBV_WC_SUCCESS;
 }
 
@@ -437,6 +439,7 @@ void sv_requester_timeout(struct sv_qp *qp, uint64_t now)
 		} else {
 			if (qp->attr.timeout)
 				qp->retries_left--;
+			sv_stat_count(qp, SV_QPC_ACK_TIMEOUTS);
 			sv_dbg("qp %u: ack timeout, resending from psn %u", qp->ex.qp_base.qp_num,
 			       oldest->first_psn);
 			sv_requester_rewind(qp, oldest->first_psn);

@@ -7,6 +7,7 @@
  * so one-sided operations need nothing from the target application.
  */
 #include "engine/engine.h"
+#include "verbs/stats.h"
 #include "engine/dma.h"
 
 #include <arpa/inet.h>
@@ -45,6 +46,7 @@ static void send_ack(struct sv_qp *qp, struct sv_conn *conn, uint32_t psn, uint8
 	fill_bth(qp, &p.bth, SV_OP_ACK, psn);
 	p.aeth.syn_msn = htonl(((uint32_t)syn << 24) | (qp->msn & SV_PSN_MASK));
 	sv_send_packet(conn, &p, sizeof(p), NULL, 0);
+	sv_stat_ack_tx(qp, syn);
 }
 
 /* A responder-side error on RC: NAK it and take the QP to ERR (IBA class B/C). */
@@ -246,7 +248,10 @@ static enum resp_result check_qkey(const struct resp_pkt *p)
 {
 	const struct sv_deth *deth = (const void *)(p->hdr + p->op->off_deth);
 
-	return ntohl(deth->qkey) == p->qp->attr.qkey ? RESP_OK : RESP_DROP;
+	if (ntohl(deth->qkey) == p->qp->attr.qkey)
+		return RESP_OK;
+	sv_stat_count(p->qp, SV_QPC_QKEY_VIOL);
+	return RESP_DROP;
 }
 
 /*
@@ -269,6 +274,7 @@ static enum resp_result check_psn(const struct resp_pkt *p)
 		qp->resp_in_msg = false;
 		qp->resp_drop_msg = false;
 	} else if (p->psn != qp->epsn) {
+		sv_stat_count(qp, SV_QPC_SEQ_ERR);
 		qp->resp_drop_msg = true;
 	}
 	qp->epsn = sv_psn_add(p->psn, 1);
@@ -359,6 +365,7 @@ static enum resp_result do_read(struct sv_qp *qp, struct sv_conn *conn, uint32_t
 			hl += sizeof(aeth);
 		}
 		sv_txbatch_add(&b, conn, hl, &iov, dma_len ? 1 : 0);
+		sv_stat_tx(qp, dma_len ? (uint32_t)iov.iov_len : 0);
 	}
 	sv_txbatch_flush(&b);
 	sv_mr_read_unlock(qp->ctx);
@@ -377,6 +384,7 @@ static void send_atomic_ack(struct sv_qp *qp, struct sv_conn *conn, uint32_t psn
 	p.aeth.syn_msn = htonl(((uint32_t)SV_AETH_ACK << 24) | (qp->msn & SV_PSN_MASK));
 	p.ack.orig = htobe64(orig);
 	sv_send_packet(conn, &p, sizeof(p), NULL, 0);
+	sv_stat_tx(qp, 0);
 }
 
 /* Atomic request: executed once, its result kept for duplicates. */
@@ -589,11 +597,19 @@ static void respond(const struct resp_pkt *p, enum resp_result r)
 	case RESP_OK:
 	case RESP_DONE:
 	case RESP_DROP:
+		return;
 	case RESP_PSN_AHEAD:
+		sv_stat_count(qp, SV_QPC_SEQ_ERR);
 		return;
 	case RESP_DUPLICATE:
+		sv_stat_count(qp, SV_QPC_DUP_REQ);
 		duplicate(p);
 		return;
+	case RESP_ERR_RKEY:
+		/* UC answers nothing: count the refusal a NAK would have carried */
+		if (!qp->ti->reliable)
+			sv_stat_count(qp, SV_QPC_REM_ACCESS_SENT);
+		break;
 	case RESP_NO_RECV:
 		if (qp->ti->reliable)
 			send_ack(qp, p->conn, p->psn,

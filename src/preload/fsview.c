@@ -14,6 +14,10 @@
  * devices this process sees (softverbs_fs_view(), src/verbs/sysfs.c).  Every
  * other path goes to the C library untouched, after a few byte comparisons.
  *
+ * The counters files of a device's port (ports/1/counters, hw_counters)
+ * are the exception to a view that never changes: opening one gives a new
+ * file with the counter's value at that moment (counter_open).
+ *
  * What is covered: open/openat (and their 64-bit and fortified forms),
  * fopen/freopen, stat/lstat/fstatat/statx (and the __xstat forms older
  * binaries call), access/faccessat/euidaccess, opendir/scandir,
@@ -38,9 +42,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
 #include <unistd.h>
+
+#include "stats/reader.h"
 
 #define SV_EXPORT __attribute__((visibility("default")))
 
@@ -162,6 +169,74 @@ static char *unmap_result(char *res)
 	return res;
 }
 
+/*
+ * A device's ports/1/counters/NAME or ports/1/hw_counters/NAME.  The view is
+ * shared and never changes, so it holds these files empty; an open for
+ * reading gets a new file holding the value now: the device's counter summed
+ * over every live context of it (this user's, on this host) from their
+ * counters segments (src/stats), as `softverbs stat` shows it on its
+ * "device" line.  vpath is the path in the view.  Returns the descriptor, -1
+ * with errno, or -2 when vpath is no counters file (or is opened to write,
+ * which the view's read-only file refuses).
+ */
+static int counter_open(const char *vpath, int flags)
+{
+	static const char *const dirs[] = { "/sys/class/infiniband/",
+					    "/sys/devices/virtual/infiniband/" };
+	const char *p, *slash, *group;
+	char dev[65];
+	struct sv_stat_ctx_view sum;
+	int idx, fd;
+
+	if (!root_len || strncmp(vpath, root, root_len) || (flags & O_ACCMODE) != O_RDONLY)
+		return -2;
+	p = vpath + root_len;
+	for (size_t i = 0; i < sizeof(dirs) / sizeof(dirs[0]); i++) {
+		size_t n = strlen(dirs[i]);
+
+		if (!strncmp(p, dirs[i], n)) {
+			p += n;
+			break;
+		}
+	}
+	slash = strchr(p, '/');
+	if (p == vpath + root_len || !slash || (size_t)(slash - p) >= sizeof(dev) ||
+	    strncmp(slash, "/ports/1/", 9))
+		return -2;
+	memcpy(dev, p, (size_t)(slash - p));
+	dev[slash - p] = '\0';
+	group = slash + 9;
+	if (!strncmp(group, "counters/", 9))
+		idx = sv_stat_sysfs_find("counters", group + 9);
+	else if (!strncmp(group, "hw_counters/", 12))
+		idx = sv_stat_sysfs_find("hw_counters", group + 12);
+	else
+		return -2;
+	if (idx < 0)
+		return -2;
+	if (sv_stat_device_sum(dev, &sum) < 0)
+		return -1;
+	fd = memfd_create("softverbs-counter", (flags & O_CLOEXEC) ? MFD_CLOEXEC : 0);
+	if (fd < 0)
+		return -1;
+	if (dprintf(fd, "%llu\n", (unsigned long long)sv_stat_sysfs_value((size_t)idx, &sum)) < 0 ||
+	    lseek(fd, 0, SEEK_SET)) {
+		int err = errno;
+
+		close(fd);
+		errno = err;
+		return -1;
+	}
+	return fd;
+}
+
+/* fopen's mode string as open flags, as far as counter_open cares */
+static int fopen_flags(const char *mode)
+{
+	return mode[0] == 'r' && !strchr(mode, '+') ? O_RDONLY | (strchr(mode, 'e') ? O_CLOEXEC : 0)
+						     : O_RDWR;
+}
+
 static mode_t open_mode(int flags, va_list ap)
 {
 	return (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE ? (mode_t)va_arg(ap, int) : 0;
@@ -179,8 +254,11 @@ static mode_t open_mode(int flags, va_list ap)
 		va_start(ap, flags);                                                    \
 		mode = open_mode(flags, ap);                                            \
 		va_end(ap);                                                             \
-		return NEXT(int (*)(const char *, int, ...), name)(map(path, buf), flags, \
-								   mode);               \
+		const char *m = map(path, buf);                                         \
+		int fd = counter_open(m, flags);                                        \
+		if (fd != -2)                                                           \
+			return fd;                                                      \
+		return NEXT(int (*)(const char *, int, ...), name)(m, flags, mode);     \
 	}
 DEF_OPEN(open)
 DEF_OPEN(open64)
@@ -195,8 +273,11 @@ DEF_OPEN(open64)
 		va_start(ap, flags);                                                       \
 		mode = open_mode(flags, ap);                                               \
 		va_end(ap);                                                                \
-		return NEXT(int (*)(int, const char *, int, ...), name)(                   \
-			dirfd, map_at(dirfd, path, buf), flags, mode);                     \
+		const char *m = map_at(dirfd, path, buf);                                  \
+		int fd = counter_open(m, flags);                                           \
+		if (fd != -2)                                                              \
+			return fd;                                                         \
+		return NEXT(int (*)(int, const char *, int, ...), name)(dirfd, m, flags, mode); \
 	}
 DEF_OPENAT(openat)
 DEF_OPENAT(openat64)
@@ -207,8 +288,12 @@ DEF_OPENAT(openat64)
 	SV_EXPORT int name(const char *path, int flags)                              \
 	{                                                                            \
 		char buf[PATH_MAX];                                                  \
+		const char *m = map(path, buf);                                      \
+		int fd = counter_open(m, flags);                                     \
                                                                                      \
-		return NEXT(int (*)(const char *, int), name)(map(path, buf), flags); \
+		if (fd != -2)                                                        \
+			return fd;                                                   \
+		return NEXT(int (*)(const char *, int), name)(m, flags);             \
 	}
 DEF_OPEN_2(__open_2)
 DEF_OPEN_2(__open64_2)
@@ -218,9 +303,12 @@ DEF_OPEN_2(__open64_2)
 	SV_EXPORT int name(int dirfd, const char *path, int flags)                         \
 	{                                                                                  \
 		char buf[PATH_MAX];                                                        \
+		const char *m = map_at(dirfd, path, buf);                                  \
+		int fd = counter_open(m, flags);                                           \
                                                                                            \
-		return NEXT(int (*)(int, const char *, int), name)(                        \
-			dirfd, map_at(dirfd, path, buf), flags);                           \
+		if (fd != -2)                                                              \
+			return fd;                                                         \
+		return NEXT(int (*)(int, const char *, int), name)(dirfd, m, flags);       \
 	}
 DEF_OPENAT_2(__openat_2)
 DEF_OPENAT_2(__openat64_2)
@@ -229,9 +317,18 @@ DEF_OPENAT_2(__openat64_2)
 	SV_EXPORT FILE *name(const char *path, const char *mode)                          \
 	{                                                                                 \
 		char buf[PATH_MAX];                                                       \
+		const char *m = map(path, buf);                                           \
+		int fd = counter_open(m, fopen_flags(mode));                              \
+		FILE *f;                                                                  \
                                                                                           \
-		return NEXT(FILE * (*)(const char *, const char *), name)(map(path, buf), \
-									  mode);          \
+		if (fd == -2)                                                             \
+			return NEXT(FILE * (*)(const char *, const char *), name)(m, mode); \
+		if (fd < 0 || !(f = fdopen(fd, mode))) {                                  \
+			if (fd >= 0)                                                      \
+				close(fd);                                                \
+			return NULL;                                                      \
+		}                                                                         \
+		return f;                                                                 \
 	}
 DEF_FOPEN(fopen)
 DEF_FOPEN(fopen64)

@@ -6,6 +6,7 @@
  */
 #include "verbs/objects.h"
 #include "engine/engine.h"
+#include "verbs/stats.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -286,6 +287,7 @@ bool sv_cq_push(struct sv_cq *cq, const struct ibv_wc *wc, bool solicited)
 		}
 	}
 	pthread_mutex_unlock(&cq->lock);
+	sv_stat_cqe(cq, wc, stored);
 	if (notify) {
 		struct sv_comp_channel *sch = SV_CONTAINER_OF(ch, struct sv_comp_channel, ibch);
 		struct sv_cq *p = cq;

@@ -7,6 +7,7 @@
  */
 #include "verbs/objects.h"
 #include "engine/engine.h"
+#include "verbs/stats.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -245,8 +246,10 @@ __attribute__((destructor)) static void stop_engines_at_unload(void)
 	for (struct sv_list *l = open_contexts.next; l != &open_contexts; l = l->next) {
 		struct sv_context *ctx = SV_CONTAINER_OF(l, struct sv_context, open_link);
 
-		if (ctx->owner == self)
+		if (ctx->owner == self) {
 			sv_engine_halt(ctx->eng);
+			sv_stats_unlink(ctx); /* nobody will read this context's counters now */
+		}
 	}
 	pthread_mutex_unlock(&open_lock);
 }
@@ -302,15 +305,21 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 	ctx->vctx.context.abi_compat = __VERBS_ABI_IS_EXTENDED;
 	ctx->vctx.sz = sizeof(ctx->vctx);
 	sv_context_fill_ops(ctx);
-	err = sv_engine_start(ctx, dev->ip);
+	err = sv_stats_open(ctx); /* before the engine, which counts */
 	if (err)
 		goto fail_cmd_fd;
+	err = sv_engine_start(ctx, dev->ip);
+	if (err)
+		goto fail_stats;
+	sv_stats_publish(ctx);
 	sv_info("opened %s: endpoint %s:%u", device->name, inet_ntoa(dev->ip), ctx->eng->port);
 	pthread_mutex_lock(&open_lock);
 	sv_list_add_tail(&open_contexts, &ctx->open_link);
 	pthread_mutex_unlock(&open_lock);
 	return &ctx->vctx.context;
 
+fail_stats:
+	sv_stats_close(ctx);
 fail_cmd_fd:
 	close(ctx->vctx.context.cmd_fd);
 fail_pipe:
@@ -333,6 +342,7 @@ int ibv_close_device(struct ibv_context *context)
 	sv_list_del(&ctx->open_link);
 	pthread_mutex_unlock(&open_lock);
 	sv_engine_stop(ctx->eng);
+	sv_stats_close(ctx);
 	close(context->async_fd);
 	close(ctx->async_wfd);
 	sv_async_fini(ctx);

@@ -39,6 +39,7 @@
 #define SV_FIRST_QPN 0x11   /* 0 and 1 are the IB special QPs */
 
 struct sv_engine;
+struct sv_stat_hdr;
 struct sv_async_pending;
 
 /* affiliated async events of one QP, CQ or SRQ: read and acknowledged (async_event.c) */
@@ -87,6 +88,7 @@ struct sv_context {
 	pthread_mutex_t async_lock;       /* the pending events and every object's counts */
 	pthread_cond_t async_acked;
 	struct sv_async_pending *async_head, *async_tail; /* one pipe byte each */
+	struct sv_stat_hdr *stats; /* counters segment (verbs/stats.[ch]) */
 };
 
 /* rdma-core's (infiniband/driver.h, not installed by Debian); src/abi/compat.c */

@@ -7,6 +7,7 @@
 #include "verbs/objects.h"
 #include "verbs/qp_state.h"
 #include "engine/engine.h"
+#include "verbs/stats.h"
 #include "engine/dma.h"
 
 #include <errno.h>
@@ -201,6 +202,7 @@ static struct ibv_qp *qp_create(struct ibv_context *context, struct ibv_qp_init_
 	sv_ref_get(&qp->rcq->users);
 	if (qp->srq)
 		sv_ref_get(&qp->srq->users);
+	sv_stats_qp_create(qp);
 	*cap = qp->cap;
 	return &qp->ex.qp_base;
 
@@ -312,6 +314,7 @@ void sv_qp_enter_error(struct sv_qp *qp)
 	qp->state = IBV_QPS_ERR;
 	qp->attr.qp_state = IBV_QPS_ERR;
 	qp->ex.qp_base.state = IBV_QPS_ERR;
+	sv_stats_qp_update(qp);
 	flush_send_queue(qp);
 	flush_recv_queue(qp);
 	qp->resp_in_msg = false;
@@ -488,6 +491,7 @@ int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 		if (next == IBV_QPS_RTS)
 			sv_requester_run(qp);
 	}
+	sv_stats_qp_update(qp);
 	pthread_mutex_unlock(&qp->lock);
 	return 0;
 }
@@ -547,6 +551,7 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 	/* wait for the engine to let go of it (references are short-lived) */
 	sv_ref_drop_and_wait(&qp->ref);
 	sv_async_forget(ctx, &qp->async); /* no event can be raised for it any more */
+	sv_stats_qp_destroy(qp);
 	if (qp->conn)
 		sv_conn_put(qp->conn);
 	sv_ref_put(&qp->pd->users);

@@ -1,6 +1,7 @@
 /* Device, port, GID and P_Key queries: the device model of BRIEF §4. */
 #include "verbs/objects.h"
 #include "engine/engine.h"
+#include "verbs/stats.h"
 
 #include <errno.h>
 #include <stddef.h>
@@ -99,6 +100,21 @@ void sv_port_attr(struct ibv_port_attr *p)
 	p->port_cap_flags2 = 0;
 }
 
+/*
+ * The port's two counters.  P_Keys are never violated (one partition, every
+ * P_Key is 0xffff): bad_pkey_cntr stays 0.  qkey_viol_cntr counts UD
+ * datagrams dropped for a wrong Q_Key by every live context of the device
+ * (this user's, on this host), as hw_counters/qkey_violations in the sysfs
+ * view and `softverbs stat` show it; saturating at 2^32 - 1 (not at 0xffff
+ * as an InfiniBand port's 16-bit counter would).
+ */
+static uint32_t port_qkey_violations(struct sv_context *ctx)
+{
+	uint64_t n = sv_stats_device_counter(ctx, SV_QPC_QKEY_VIOL);
+
+	return n > UINT32_MAX ? UINT32_MAX : (uint32_t)n;
+}
+
 int(ibv_query_port)(struct ibv_context *context, uint8_t port_num,
 		    struct _compat_ibv_port_attr *port_attr)
 {
@@ -107,6 +123,7 @@ int(ibv_query_port)(struct ibv_context *context, uint8_t port_num,
 	if (!context || !port_attr || port_num != 1)
 		return EINVAL;
 	sv_port_attr(&a);
+	a.qkey_viol_cntr = port_qkey_violations(to_sv_ctx(context));
 	/* the legacy struct is today's ibv_port_attr up to (not including) flags */
 	memcpy(port_attr, &a, offsetof(struct ibv_port_attr, flags));
 	return 0;
@@ -117,10 +134,10 @@ static int sv_query_port(struct ibv_context *context, uint8_t port_num,
 {
 	struct ibv_port_attr a;
 
-	(void)context;
 	if (port_num != 1 || !port_attr)
 		return EINVAL;
 	sv_port_attr(&a);
+	a.qkey_viol_cntr = port_qkey_violations(to_sv_ctx(context));
 	memcpy(port_attr, &a, SV_MIN(len, sizeof(a)));
 	return 0;
 }

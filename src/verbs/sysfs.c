@@ -26,6 +26,8 @@
  * never sees half of one.
  */
 #include "verbs/objects.h"
+#include "stats/reader.h"
+#include "stats/rundir.h"
 
 #include <endian.h>
 #include <errno.h>
@@ -197,6 +199,24 @@ static void add_port(struct view *v, const struct sv_device *d, const char *devd
 	add_dir(v, sub);
 	snprintf(sub, sizeof(sub), "%s/gid_attrs/ndevs", dir);
 	add_dir(v, sub);
+	/*
+	 * Counters change, and this tree never does (it is shared and named
+	 * after its content): the files are here, empty, so that listing and
+	 * stat find them, and the preload library answers each open of one
+	 * with the device's current value (src/preload/fsview.c).
+	 */
+	snprintf(sub, sizeof(sub), "%s/counters", dir);
+	add_dir(v, sub);
+	snprintf(sub, sizeof(sub), "%s/hw_counters", dir);
+	add_dir(v, sub);
+	for (size_t i = 0; i < sv_stat_sysfs_count(); i++) {
+		const char *group, *name;
+		char path[400];
+
+		sv_stat_sysfs_file(i, &group, &name);
+		snprintf(path, sizeof(path), "%s/%s/%s", dir, group, name);
+		add(v, ENTRY_FILE, strdup(path), strdup(""));
+	}
 	for (uint32_t i = 0; !sv_gid_entry(d, NULL, i, &ge); i++) {
 		char gid[40], name[16];
 
@@ -323,22 +343,6 @@ static uint64_t view_hash(const struct view *v)
 	return h;
 }
 
-/* A directory of ours: made 0700 if missing, refused if anyone else could change it. */
-static int private_dir(const char *path)
-{
-	struct stat st;
-
-	if (mkdir(path, 0700) && errno != EEXIST)
-		return -1;
-	if (lstat(path, &st))
-		return -1;
-	if (!S_ISDIR(st.st_mode) || st.st_uid != getuid() || (st.st_mode & 022)) {
-		errno = EPERM;
-		return -1;
-	}
-	return 0;
-}
-
 static int write_file(const char *path, const char *data)
 {
 	size_t len = strlen(data);
@@ -397,20 +401,6 @@ static int materialize(const struct view *v, const char *root)
 	return 0;
 }
 
-/* $XDG_RUNTIME_DIR/softverbs if that is ours, else /tmp/softverbs-UID */
-static int base_dir(char *out, size_t len)
-{
-	const char *xdg = getenv("XDG_RUNTIME_DIR");
-	struct stat st;
-
-	if (xdg && *xdg == '/' && !stat(xdg, &st) && st.st_uid == getuid() &&
-	    (size_t)snprintf(out, len, "%s/softverbs", xdg) < len && !private_dir(out))
-		return 0;
-	if ((size_t)snprintf(out, len, "/tmp/softverbs-%u", (unsigned)getuid()) >= len)
-		return -1;
-	return private_dir(out);
-}
-
 static int write_view(char *out, size_t len)
 {
 	struct view v = { 0 };
@@ -423,7 +413,7 @@ static int write_view(char *out, size_t len)
 		errno = ENOMEM;
 		goto out;
 	}
-	if (base_dir(base, sizeof(base)))
+	if (sv_rundir(base, sizeof(base)))
 		goto out;
 	if ((size_t)snprintf(out, len, "%s/view-%016llx", base,
 			     (unsigned long long)view_hash(&v)) >= len) {
