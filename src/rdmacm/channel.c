@@ -58,6 +58,15 @@ struct rdma_event_channel *rdma_create_event_channel(void)
 	return &ch->pub;
 }
 
+/*
+ * Channels the application destroyed.  Their memory is kept (empty, and
+ * closed when no thread waits on them): a thread of the program may still be
+ * on its way into rdma_get_cm_event on one (rping's event thread at exit),
+ * and it must find a channel marked destroyed, not freed memory.  They stay
+ * reachable from here until the process ends; a program destroys few.
+ */
+static struct cm_channel *retired_channels;
+
 void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 {
 	if (!channel)
@@ -65,15 +74,28 @@ void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 	struct cm_channel *ch = cm_channel_of(channel);
 
 	pthread_mutex_lock(&cm_lock);
+	if (ch->destroyed) {
+		pthread_mutex_unlock(&cm_lock);
+		return;
+	}
+	ch->destroyed = true;
+	while (!sv_list_empty(&ch->events)) {
+		struct cm_event *ev = SV_CONTAINER_OF(ch->events.next, struct cm_event, link);
+
+		sv_list_del(&ev->link);
+		free(ev);
+	}
 	/*
-	 * A thread still blocked reading this channel (rping's event thread at
-	 * exit, say) stays blocked, as it would in the kernel's read(): the
-	 * channel is left to it rather than freed under its feet.
+	 * A thread still blocked reading this channel stays blocked, as it
+	 * would in the kernel's read(): its descriptors stay open for it.
 	 */
-	if (ch->waiters)
-		ch->destroyed = true;
-	else
-		cm_channel_destroy(ch);
+	if (!ch->waiters) {
+		close(ch->pub.fd);
+		close(ch->pipe_w);
+		ch->pub.fd = ch->pipe_w = -1;
+	}
+	ch->retired_next = retired_channels;
+	retired_channels = ch;
 	pthread_mutex_unlock(&cm_lock);
 }
 
@@ -172,8 +194,19 @@ int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event *
 		return cm_err(EINVAL);
 	struct cm_channel *ch = cm_channel_of(channel);
 
+	/*
+	 * cm_lock is held from each look at the queue until this thread counts
+	 * itself among the channel's waiters: a destroy in between would free
+	 * the channel under it (rping destroys it while its event thread reads).
+	 */
+	pthread_mutex_lock(&cm_lock);
 	for (;;) {
-		pthread_mutex_lock(&cm_lock);
+		if (ch->destroyed) {
+			/* nothing wakes a destroyed channel; wait as the kernel would */
+			pthread_mutex_unlock(&cm_lock);
+			for (;;)
+				pause();
+		}
 		if (!sv_list_empty(&ch->events)) {
 			struct cm_event *ev = SV_CONTAINER_OF(ch->events.next, struct cm_event, link);
 
@@ -183,32 +216,26 @@ int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event *
 			*event = &ev->pub;
 			return 0;
 		}
-		pthread_mutex_unlock(&cm_lock);
 
 		int fl = fcntl(channel->fd, F_GETFL);
 
-		if (fl >= 0 && (fl & O_NONBLOCK))
+		if (fl >= 0 && (fl & O_NONBLOCK)) {
+			pthread_mutex_unlock(&cm_lock);
 			return cm_err(EAGAIN);
+		}
 		struct pollfd pfd = { .fd = channel->fd, .events = POLLIN };
-		int n;
+		int n, e;
 
-		pthread_mutex_lock(&cm_lock);
 		ch->waiters++;
 		pthread_mutex_unlock(&cm_lock);
 		n = poll(&pfd, 1, -1);
-		int e = errno;
-
+		e = errno;
 		pthread_mutex_lock(&cm_lock);
 		ch->waiters--;
-		if (ch->destroyed) {
-			/* nothing wakes a destroyed channel; wait as the kernel would */
+		if (n < 0 && e != EINTR && !ch->destroyed) {
 			pthread_mutex_unlock(&cm_lock);
-			for (;;)
-				pause();
-		}
-		pthread_mutex_unlock(&cm_lock);
-		if (n < 0 && e != EINTR)
 			return cm_err(e);
+		}
 	}
 }
 

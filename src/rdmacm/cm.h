@@ -85,7 +85,8 @@ struct cm_channel {
 	int pipe_w;
 	bool armed;                    /* one byte sits in the pipe iff the queue is not empty */
 	int waiters;                   /* threads blocked in rdma_get_cm_event on it */
-	bool destroyed;                /* destroyed while threads wait: left to them */
+	bool destroyed;                /* rdma_destroy_event_channel'ed: kept, never freed */
+	struct cm_channel *retired_next; /* on the list of destroyed channels */
 	struct sv_list events;         /* struct cm_event, oldest first */
 };
 
