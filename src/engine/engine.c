@@ -46,12 +46,14 @@ static const struct sv_conn_host engine_host;
 static struct sv_conn *conn_new(struct sv_engine *eng, int fd, bool outgoing,
 				const struct sv_transport_ops *ops)
 {
-	struct sv_conn *c = calloc(1, sizeof(*c));
+	struct sv_engine_conn *ec = calloc(1, sizeof(*ec));
+	struct sv_conn *c = ec ? &ec->c : NULL;
 
+	_Static_assert(offsetof(struct sv_engine_conn, c) == 0, "sv_conn_put frees the whole");
 	if (!c)
 		return NULL;
 	if (sv_stream_init(c)) {
-		free(c);
+		free(ec);
 		return NULL;
 	}
 	c->eng = eng;
@@ -63,7 +65,7 @@ static struct sv_conn *conn_new(struct sv_engine *eng, int fd, bool outgoing,
 	atomic_init(&c->state, outgoing ? SV_CONN_CONNECTING : SV_CONN_UP);
 	pthread_mutex_init(&c->tx_lock, NULL);
 	sv_list_init(&c->link);
-	sv_list_init(&c->tx_waiters);
+	sv_list_init(&ec->tx_waiters);
 	return c;
 }
 
@@ -242,7 +244,7 @@ void sv_engine_forget_qp(struct sv_engine *eng, struct sv_qp *qp)
  * never the last. */
 static void unpark_first(struct sv_conn *conn)
 {
-	struct sv_qp *qp = SV_CONTAINER_OF(conn->tx_waiters.next, struct sv_qp, txwait_link);
+	struct sv_qp *qp = SV_CONTAINER_OF(sv_conn_waiters(conn)->next, struct sv_qp, txwait_link);
 	struct sv_conn *c = atomic_exchange(&qp->txwait_conn, NULL);
 
 	sv_list_del(&qp->txwait_link);
@@ -267,7 +269,7 @@ void sv_engine_conn_fail(struct sv_conn *conn)
 		pthread_mutex_lock(&conn->tx_lock);
 		conn->ops->close(conn);
 		/* blocked QPs must not wait for room that never comes: rerun them */
-		while (!sv_list_empty(&conn->tx_waiters))
+		while (!sv_list_empty(sv_conn_waiters(conn)))
 			unpark_first(conn);
 		pthread_mutex_unlock(&conn->tx_lock);
 	}
@@ -313,7 +315,7 @@ static void conn_flush(struct sv_conn *c)
 		conn_arm(c, true);
 	}
 	if (!sv_conn_congested(c)) {
-		while (!sv_list_empty(&c->tx_waiters))
+		while (!sv_list_empty(sv_conn_waiters(c)))
 			unpark_first(c);
 	}
 	pthread_mutex_unlock(&c->tx_lock);

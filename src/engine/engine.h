@@ -21,6 +21,21 @@ struct sv_listener {
 	int fd;
 };
 
+/*
+ * A connection as the engine holds it: the transport's struct, plus what
+ * only the engine uses.  The transport frees the whole at the last put, so
+ * its struct comes first.
+ */
+struct sv_engine_conn {
+	struct sv_conn c;
+	struct sv_list tx_waiters; /* QPs (sv_qp.txwait_link) waiting for room; c.tx_lock */
+};
+
+static inline struct sv_list *sv_conn_waiters(struct sv_conn *c)
+{
+	return &SV_CONTAINER_OF(c, struct sv_engine_conn, c)->tx_waiters;
+}
+
 struct sv_engine {
 	struct sv_context *ctx;
 	enum sv_transport_mode mode;

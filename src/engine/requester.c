@@ -202,7 +202,7 @@ static bool park_on(struct sv_qp *qp, struct sv_conn *conn)
 	pthread_mutex_lock(&conn->tx_lock);
 	if (congested(qp, conn)) {
 		if (!sv_list_linked(&qp->txwait_link)) {
-			sv_list_add_tail(&conn->tx_waiters, &qp->txwait_link);
+			sv_list_add_tail(sv_conn_waiters(conn), &qp->txwait_link);
 			/* a UD QP parks on an AH's connection, not its own:
 			 * remember which, for sv_engine_forget_qp */
 			sv_conn_get(conn);

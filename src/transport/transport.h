@@ -124,7 +124,6 @@ struct sv_conn {
 	bool tx_ref;           /* tx_lock held, during one writev: the payloads stay valid
 				* until the peer acknowledges them, so they may be referenced
 				* rather than copied (shm single copy) */
-	struct sv_list tx_waiters; /* QPs (sv_qp.txwait_link) waiting for room */
 
 	/* receive side (engine thread only) */
 	uint8_t *rxbuf;

@@ -266,7 +266,7 @@ struct sv_qp {
 	uint32_t retries_left, rnr_retries_left;
 	struct sv_list timer_link;  /* engine->timer_qps */
 	struct sv_list run_link;    /* engine->run_qps: requester has work */
-	struct sv_list txwait_link; /* conn->tx_waiters */
+	struct sv_list txwait_link; /* sv_conn_waiters(conn) */
 	/* the connection whose tx_waiters holds txwait_link, with a reference;
 	 * whoever exchanges it for NULL owns that reference (engine.c) */
 	struct sv_conn *_Atomic txwait_conn;
