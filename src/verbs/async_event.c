@@ -96,6 +96,32 @@ void sv_async_forget(struct sv_context *ctx, struct sv_async_count *obj)
 	pthread_mutex_unlock(&ctx->async_lock);
 }
 
+/* What an event's element names, by event type (ibv_get_async_event(3)). */
+enum element_kind { ELEMENT_QP, ELEMENT_CQ, ELEMENT_SRQ, ELEMENT_PORT, ELEMENT_NONE };
+
+static enum element_kind element_of(enum ibv_event_type type)
+{
+	switch (type) {
+	case IBV_EVENT_CQ_ERR:
+		return ELEMENT_CQ;
+	case IBV_EVENT_SRQ_ERR:
+	case IBV_EVENT_SRQ_LIMIT_REACHED:
+		return ELEMENT_SRQ;
+	case IBV_EVENT_PORT_ACTIVE:
+	case IBV_EVENT_PORT_ERR:
+	case IBV_EVENT_LID_CHANGE:
+	case IBV_EVENT_PKEY_CHANGE:
+	case IBV_EVENT_SM_CHANGE:
+	case IBV_EVENT_CLIENT_REREGISTER:
+	case IBV_EVENT_GID_CHANGE:
+		return ELEMENT_PORT;
+	case IBV_EVENT_DEVICE_FATAL:
+		return ELEMENT_NONE;
+	default:
+		return ELEMENT_QP;
+	}
+}
+
 int ibv_get_async_event(struct ibv_context *context, struct ibv_async_event *event)
 {
 	struct sv_context *ctx = to_sv_ctx(context);
@@ -121,26 +147,19 @@ int ibv_get_async_event(struct ibv_context *context, struct ibv_async_event *eve
 		/* the byte of an event dropped by a destroy: read on */
 	}
 	event->event_type = e->type;
-	switch (e->type) {
-	case IBV_EVENT_CQ_ERR:
+	switch (element_of(e->type)) {
+	case ELEMENT_CQ:
 		event->element.cq = (struct ibv_cq *)&((struct sv_cq *)e->element)->ex;
 		break;
-	case IBV_EVENT_SRQ_ERR:
-	case IBV_EVENT_SRQ_LIMIT_REACHED:
+	case ELEMENT_SRQ:
 		event->element.srq = &((struct sv_srq *)e->element)->ibsrq;
 		break;
-	case IBV_EVENT_PORT_ACTIVE:
-	case IBV_EVENT_PORT_ERR:
-	case IBV_EVENT_LID_CHANGE:
-	case IBV_EVENT_PKEY_CHANGE:
-	case IBV_EVENT_SM_CHANGE:
-	case IBV_EVENT_CLIENT_REREGISTER:
-	case IBV_EVENT_GID_CHANGE:
+	case ELEMENT_PORT:
 		event->element.port_num = e->port;
 		break;
-	case IBV_EVENT_DEVICE_FATAL:
+	case ELEMENT_NONE:
 		break;
-	default:
+	case ELEMENT_QP:
 		event->element.qp = &((struct sv_qp *)e->element)->ex.qp_base;
 		break;
 	}
@@ -155,27 +174,21 @@ int ibv_get_async_event(struct ibv_context *context, struct ibv_async_event *eve
 static struct sv_async_count *event_object(struct ibv_async_event *event,
 					   struct sv_context **ctx)
 {
-	switch (event->event_type) {
-	case IBV_EVENT_CQ_ERR:
+	switch (element_of(event->event_type)) {
+	case ELEMENT_CQ:
 		*ctx = to_sv_ctx(event->element.cq->context);
 		return &to_sv_cq(event->element.cq)->async;
-	case IBV_EVENT_SRQ_ERR:
-	case IBV_EVENT_SRQ_LIMIT_REACHED:
+	case ELEMENT_SRQ:
 		*ctx = to_sv_ctx(event->element.srq->context);
 		return &to_sv_srq(event->element.srq)->async;
-	case IBV_EVENT_PORT_ACTIVE:
-	case IBV_EVENT_PORT_ERR:
-	case IBV_EVENT_LID_CHANGE:
-	case IBV_EVENT_PKEY_CHANGE:
-	case IBV_EVENT_SM_CHANGE:
-	case IBV_EVENT_CLIENT_REREGISTER:
-	case IBV_EVENT_GID_CHANGE:
-	case IBV_EVENT_DEVICE_FATAL:
-		return NULL;
-	default:
+	case ELEMENT_QP:
 		*ctx = to_sv_ctx(event->element.qp->context);
 		return &to_sv_qp(event->element.qp)->async;
+	case ELEMENT_PORT:
+	case ELEMENT_NONE:
+		break;
 	}
+	return NULL;
 }
 
 void ibv_ack_async_event(struct ibv_async_event *event)
