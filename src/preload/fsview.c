@@ -244,40 +244,45 @@ static mode_t open_mode(int flags, va_list ap)
 
 /* ---- open ---- */
 
-#define DEF_OPEN(name)                                                                  \
-	SV_EXPORT int name(const char *path, int flags, ...)                           \
-	{                                                                               \
-		char buf[PATH_MAX];                                                     \
-		va_list ap;                                                             \
-		mode_t mode;                                                            \
-                                                                                        \
-		va_start(ap, flags);                                                    \
-		mode = open_mode(flags, ap);                                            \
-		va_end(ap);                                                             \
-		const char *m = map(path, buf);                                         \
-		int fd = counter_open(m, flags);                                        \
-		if (fd != -2)                                                           \
-			return fd;                                                      \
-		return NEXT(int (*)(const char *, int, ...), name)(m, flags, mode);     \
+/*
+ * Every open form ends here: open(path) is openat(AT_FDCWD, path), and on
+ * 64-bit Linux the *64 forms are the same calls.
+ */
+static int open_at(int dirfd, const char *path, int flags, mode_t mode)
+{
+	char buf[PATH_MAX];
+	const char *m = map_at(dirfd, path, buf);
+	int fd = counter_open(m, flags);
+
+	if (fd != -2)
+		return fd;
+	return NEXT(int (*)(int, const char *, int, ...), openat)(dirfd, m, flags, mode);
+}
+
+#define DEF_OPEN(name)                                               \
+	SV_EXPORT int name(const char *path, int flags, ...)        \
+	{                                                            \
+		va_list ap;                                          \
+		mode_t mode;                                         \
+                                                                     \
+		va_start(ap, flags);                                 \
+		mode = open_mode(flags, ap);                         \
+		va_end(ap);                                          \
+		return open_at(AT_FDCWD, path, flags, mode);         \
 	}
 DEF_OPEN(open)
 DEF_OPEN(open64)
 
-#define DEF_OPENAT(name)                                                                   \
-	SV_EXPORT int name(int dirfd, const char *path, int flags, ...)                   \
-	{                                                                                  \
-		char buf[PATH_MAX];                                                        \
-		va_list ap;                                                                \
-		mode_t mode;                                                               \
-                                                                                           \
-		va_start(ap, flags);                                                       \
-		mode = open_mode(flags, ap);                                               \
-		va_end(ap);                                                                \
-		const char *m = map_at(dirfd, path, buf);                                  \
-		int fd = counter_open(m, flags);                                           \
-		if (fd != -2)                                                              \
-			return fd;                                                         \
-		return NEXT(int (*)(int, const char *, int, ...), name)(dirfd, m, flags, mode); \
+#define DEF_OPENAT(name)                                             \
+	SV_EXPORT int name(int dirfd, const char *path, int flags, ...) \
+	{                                                            \
+		va_list ap;                                          \
+		mode_t mode;                                         \
+                                                                     \
+		va_start(ap, flags);                                 \
+		mode = open_mode(flags, ap);                         \
+		va_end(ap);                                          \
+		return open_at(dirfd, path, flags, mode);            \
 	}
 DEF_OPENAT(openat)
 DEF_OPENAT(openat64)
