@@ -9,7 +9,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -31,7 +30,6 @@ void ibv_copy_ah_attr_from_kern(struct ibv_ah_attr *dst, struct ib_uverbs_ah_att
 void ibv_copy_qp_attr_from_kern(struct ibv_qp_attr *dst, struct ib_uverbs_qp_attr *src);
 void ibv_copy_path_rec_from_kern(struct ibv_sa_path_rec *dst, struct ib_user_path_rec *src);
 void ibv_copy_path_rec_to_kern(struct ib_user_path_rec *dst, struct ibv_sa_path_rec *src);
-const char *ibv_get_sysfs_path(void);
 int ibv_read_sysfs_file(const char *dir, const char *file, char *buf, size_t size);
 int ibv_dontfork_range(void *base, size_t size);
 int ibv_dofork_range(void *base, size_t size);
@@ -124,37 +122,6 @@ void ibv_copy_path_rec_to_kern(struct ib_user_path_rec *dst, struct ibv_sa_path_
 #undef COPY_FIELD
 
 /* ---- sysfs helpers ---- */
-
-static char sysfs_path[256] = "/sys";
-
-static void init_sysfs_path(void)
-{
-	const char *env = getuid() == geteuid() ? getenv("SYSFS_PATH") : NULL;
-	size_t len;
-
-	if (!env || !*env || strlen(env) >= sizeof(sysfs_path))
-		return;
-	len = strlen(env);
-	while (len > 1 && env[len - 1] == '/')
-		len--;
-	memcpy(sysfs_path, env, len);
-	sysfs_path[len] = '\0';
-}
-
-/*
- * The sysfs mount point, as rdma-core answers it: $SYSFS_PATH (trailing
- * slashes removed) when set and the process is not set-uid, else "/sys";
- * read once.  Device paths (ibdev_path, dev_path) are built on it.  Under
- * `softverbs run`, /sys/class/infiniband* shows softverbs' devices (see
- * src/verbs/sysfs.c).
- */
-const char *ibv_get_sysfs_path(void)
-{
-	static pthread_once_t once = PTHREAD_ONCE_INIT;
-
-	pthread_once(&once, init_sysfs_path);
-	return sysfs_path;
-}
 
 /*
  * Reads "<dir>/<file>" into buf as a C string, the way sysfs attributes are

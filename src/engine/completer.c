@@ -5,7 +5,7 @@
  * Runs in the engine thread with qp->lock held.
  */
 #include "engine/engine.h"
-#include "verbs/stats.h"
+#include "engine/stats.h"
 #include "engine/dma.h"
 
 #include <arpa/inet.h>

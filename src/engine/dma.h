@@ -6,7 +6,7 @@
 #ifndef SV_DMA_H
 #define SV_DMA_H
 
-#include "verbs/objects.h"
+#include "engine/objects.h"
 #include <sys/uio.h>
 
 /* Map an IBV_WC-style failure of a local SGE access. */

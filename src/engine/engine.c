@@ -6,7 +6,7 @@
  * one-sided operations without the application calling into the library.
  */
 #include "engine/engine.h"
-#include "verbs/stats.h"
+#include "engine/stats.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

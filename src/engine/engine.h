@@ -10,7 +10,7 @@
 #ifndef SV_ENGINE_H
 #define SV_ENGINE_H
 
-#include "verbs/objects.h"
+#include "engine/objects.h"
 #include "engine/wire.h"
 #include "engine/opcode.h"
 

@@ -6,7 +6,7 @@
  * engine thread.
  */
 #include "engine/engine.h"
-#include "verbs/stats.h"
+#include "engine/stats.h"
 #include "engine/dma.h"
 
 #include <arpa/inet.h>

@@ -7,7 +7,7 @@
  * so one-sided operations need nothing from the target application.
  */
 #include "engine/engine.h"
-#include "verbs/stats.h"
+#include "engine/stats.h"
 #include "engine/dma.h"
 
 #include <arpa/inet.h>

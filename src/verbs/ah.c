@@ -1,5 +1,5 @@
 /* Address handles (UD): the peer endpoint is decoded from the GID. */
-#include "verbs/objects.h"
+#include "verbs/verbs.h"
 
 #include <errno.h>
 #include <stdlib.h>

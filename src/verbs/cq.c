@@ -4,9 +4,9 @@
  * written to it, so the channel fd works with poll/select/epoll, blocks or
  * not as the application sets O_NONBLOCK, and events are never lost.
  */
-#include "verbs/objects.h"
+#include "verbs/verbs.h"
 #include "engine/engine.h"
-#include "verbs/stats.h"
+#include "engine/stats.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -267,46 +267,6 @@ int sv_modify_cq(struct ibv_cq *cq, struct ibv_modify_cq_attr *attr)
 	return 0; /* moderation is a hint; completions are never delayed */
 }
 
-bool sv_cq_push(struct sv_cq *cq, const struct ibv_wc *wc, bool solicited)
-{
-	bool notify = false, overrun = false, stored = false;
-	struct ibv_comp_channel *ch = cq->ex.channel;
-
-	pthread_mutex_lock(&cq->lock);
-	if (cq->count == cq->size - 1) {
-		overrun = !cq->overrun;
-		cq->overrun = true;
-	} else {
-		cq->ring[(cq->head + cq->count) % cq->size] = *wc;
-		cq->count++;
-		stored = true;
-		if (cq->armed && (!cq->solicited_only || solicited || wc->status != IBV_WC_SUCCESS)) {
-			cq->armed = false;
-			notify = true;
-			atomic_fetch_add(&cq->events_in_pipe, 1);
-		}
-	}
-	pthread_mutex_unlock(&cq->lock);
-	sv_stat_cqe(cq, wc, stored);
-	if (notify) {
-		struct sv_comp_channel *sch = SV_CONTAINER_OF(ch, struct sv_comp_channel, ibch);
-		struct sv_cq *p = cq;
-		ssize_t r = write(sch->wfd, &p, sizeof(p));
-
-		(void)r; /* a pipe holds thousands of events; one per arm is written */
-	}
-	if (overrun) {
-		sv_err("CQ %p overrun: completion lost, CQ in error", (void *)cq);
-		sv_async_event(cq->ctx, IBV_EVENT_CQ_ERR, cq, &cq->async, 0);
-	}
-	return stored;
-}
-
-/*
- * Take every completion of QP qpn out of the CQ, keeping the others in their
- * order (a QP moved to RESET, qp.c).  The caller holds that QP's lock, under
- * which all its completions are pushed, so none can arrive meanwhile.
- */
 void sv_cq_clean(struct sv_cq *cq, uint32_t qpn)
 {
 	uint32_t kept = 0;

@@ -3,7 +3,7 @@
  * ibv_end_poll and the ibv_wc_read_* accessors) over the same ring as
  * ibv_poll_cq: the CQ lock is held from start_poll to end_poll.
  */
-#include "verbs/objects.h"
+#include "verbs/verbs.h"
 
 #include <errno.h>
 #include <time.h>

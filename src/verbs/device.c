@@ -5,9 +5,9 @@
  * (src/transport/endpoint.c), so a peer given only (GID, QPN), which is
  * what verbs programs exchange, can reach it.
  */
-#include "verbs/objects.h"
+#include "verbs/verbs.h"
 #include "engine/engine.h"
-#include "verbs/stats.h"
+#include "engine/stats.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

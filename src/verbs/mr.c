@@ -1,11 +1,12 @@
 /*
- * Memory regions and the key table.  lkey == rkey (as in Soft-RoCE); a key is
+ * Memory regions and the key table (its lookups, on every access, are the
+ * engine's: src/engine/mr_table.c).  lkey == rkey (as in Soft-RoCE); a key is
  * (slot << 8 | random tag) XOR a per-context secret, so keys are not
  * predictable from registration order and a stale key fails the tag check.
  * Registration checks that the range is mapped (mincore), so unmapped memory
  * fails as it does with a real HCA's pinning.
  */
-#include "verbs/objects.h"
+#include "verbs/verbs.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -18,35 +19,6 @@
 	(IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |       \
 	 IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED |           \
 	 IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB | IBV_ACCESS_RELAXED_ORDERING)
-
-void sv_mr_read_lock(struct sv_context *ctx)
-{
-	pthread_rwlock_rdlock(&ctx->mrs.lock);
-}
-
-void sv_mr_read_unlock(struct sv_context *ctx)
-{
-	pthread_rwlock_unlock(&ctx->mrs.lock);
-}
-
-enum sv_mem_err sv_mr_translate(struct sv_context *ctx, uint32_t key, struct sv_pd *pd,
-				uint64_t iova, uint64_t len, unsigned int need_access,
-				uint8_t **ptr)
-{
-	uint32_t slot = (key ^ ctx->key_secret) >> 8;
-	struct sv_mr *mr;
-
-	if (slot >= ctx->mrs.nslots || !(mr = ctx->mrs.slots[slot]) || mr->ibmr.lkey != key)
-		return SV_MEM_BAD_KEY;
-	if (pd && mr->pd != pd)
-		return SV_MEM_BAD_PD;
-	if (need_access & ~mr->access)
-		return SV_MEM_ACCESS;
-	if (iova < mr->iova || len > mr->len || iova - mr->iova > mr->len - len)
-		return SV_MEM_BOUNDS;
-	*ptr = mr->vaddr + (iova - mr->iova);
-	return SV_MEM_OK;
-}
 
 static int check_access(unsigned int access)
 {

@@ -1,5 +1,5 @@
 /* Protection domains: the scope every MR, QP, SRQ and AH belongs to. */
-#include "verbs/objects.h"
+#include "verbs/verbs.h"
 
 #include <errno.h>
 #include <stdlib.h>

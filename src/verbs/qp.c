@@ -4,10 +4,10 @@
  * ring and runs the requester right away in the posting thread; post_recv
  * fills the receive ring the responder consumes.
  */
-#include "verbs/objects.h"
+#include "verbs/verbs.h"
 #include "verbs/qp_state.h"
 #include "engine/engine.h"
-#include "verbs/stats.h"
+#include "engine/stats.h"
 #include "engine/dma.h"
 
 #include <errno.h>
@@ -25,20 +25,6 @@ static uint32_t pow2_at_least(uint32_t v)
 	while (p < v)
 		p <<= 1;
 	return p;
-}
-
-struct sv_qp *sv_qp_lookup(struct sv_context *ctx, uint32_t qpn)
-{
-	struct sv_qp *qp = NULL;
-	uint32_t i = qpn - SV_FIRST_QPN;
-
-	pthread_mutex_lock(&ctx->lock);
-	if (qpn >= SV_FIRST_QPN && i < ctx->qpt_size && ctx->qpt[i]) {
-		qp = ctx->qpt[i];
-		sv_qp_get(qp);
-	}
-	pthread_mutex_unlock(&ctx->lock);
-	return qp;
 }
 
 static int rq_init(struct sv_rq *rq, uint32_t max_wr, uint32_t max_sge)
@@ -270,61 +256,6 @@ struct ibv_qp *sv_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_a
 }
 
 /* qp->lock held */
-static void push_flush(struct sv_cq *cq, uint64_t wr_id, uint32_t qpn, enum ibv_wc_opcode op)
-{
-	struct ibv_wc wc = { .wr_id = wr_id, .status = IBV_WC_WR_FLUSH_ERR, .opcode = op,
-			     .qp_num = qpn, .vendor_err = IBV_WC_WR_FLUSH_ERR };
-
-	sv_cq_push(cq, &wc, false);
-}
-
-static void flush_send_queue(struct sv_qp *qp)
-{
-	struct sv_sq *sq = &qp->sq;
-
-	for (; sq->head != sq->tail; sq->head++) {
-		struct sv_send_wqe *w = &sq->wqe[sq->head & (sq->size - 1)];
-
-		push_flush(qp->scq, w->wr.wr_id, qp->ex.qp_base.qp_num, IBV_WC_SEND);
-	}
-	sq->next = sq->tail;
-	sq->seg_off = 0;
-	sq->rd_atomic_inflight = 0;
-}
-
-static void flush_recv_queue(struct sv_qp *qp)
-{
-	if (qp->resp_have_rwqe) {
-		push_flush(qp->rcq, qp->rwqe.wr_id, qp->ex.qp_base.qp_num, IBV_WC_RECV);
-		qp->resp_have_rwqe = false;
-	}
-	if (qp->srq)
-		return; /* SRQ WQEs belong to the SRQ, not to this QP */
-	for (; qp->rq.count; qp->rq.count--) {
-		push_flush(qp->rcq, qp->rq.wqe[qp->rq.head].wr_id, qp->ex.qp_base.qp_num,
-			   IBV_WC_RECV);
-		qp->rq.head = (qp->rq.head + 1) % qp->rq.size;
-	}
-}
-
-void sv_qp_enter_error(struct sv_qp *qp)
-{
-	bool was_err = qp->state == IBV_QPS_ERR;
-
-	qp->state = IBV_QPS_ERR;
-	qp->attr.qp_state = IBV_QPS_ERR;
-	qp->ex.qp_base.state = IBV_QPS_ERR;
-	sv_stats_qp_update(qp);
-	flush_send_queue(qp);
-	flush_recv_queue(qp);
-	qp->resp_in_msg = false;
-	atomic_store_explicit(&qp->rnr_until, 0, memory_order_relaxed);
-	atomic_store_explicit(&qp->ack_deadline, 0, memory_order_relaxed);
-	sv_engine_timer_update(qp->ctx->eng, qp);
-	if (!was_err && qp->srq)
-		sv_async_event(qp->ctx, IBV_EVENT_QP_LAST_WQE_REACHED, qp, &qp->async, 0);
-}
-
 static void reset_qp(struct sv_qp *qp)
 {
 	struct sv_sq *sq = &qp->sq;
@@ -641,7 +572,7 @@ int sv_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr
 		}
 	}
 	if (qp->state == IBV_QPS_ERR)
-		flush_send_queue(qp); /* accepted, and flushed at once */
+		sv_qp_flush_send(qp); /* accepted, and flushed at once */
 	else
 		sv_requester_run(qp);
 out:
@@ -668,49 +599,10 @@ int sv_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr
 		}
 	}
 	if (qp->state == IBV_QPS_ERR)
-		flush_recv_queue(qp);
+		sv_qp_flush_recv(qp);
 out:
 	pthread_mutex_unlock(&qp->lock);
 	return err;
-}
-
-bool sv_qp_take_recv(struct sv_qp *qp)
-{
-	struct sv_rq *rq;
-	struct sv_recv_wqe *w;
-	bool limit = false;
-
-	if (qp->srq) {
-		pthread_mutex_lock(&qp->srq->lock);
-		rq = &qp->srq->rq;
-	} else {
-		rq = &qp->rq;
-	}
-	if (!rq->count) {
-		if (qp->srq)
-			pthread_mutex_unlock(&qp->srq->lock);
-		return false;
-	}
-	w = &rq->wqe[rq->head];
-	qp->rwqe.wr_id = w->wr_id;
-	qp->rwqe.num_sge = w->num_sge;
-	qp->rwqe.sge = qp->rwqe_sge;
-	if (w->num_sge)
-		memcpy(qp->rwqe_sge, w->sge, sizeof(*w->sge) * w->num_sge);
-	rq->head = (rq->head + 1) % rq->size;
-	rq->count--;
-	if (qp->srq) {
-		if (qp->srq->srq_limit && rq->count < qp->srq->srq_limit) {
-			qp->srq->srq_limit = 0; /* the limit is one-shot: disarm */
-			limit = true;
-		}
-		pthread_mutex_unlock(&qp->srq->lock);
-		if (limit)
-			sv_async_event(qp->ctx, IBV_EVENT_SRQ_LIMIT_REACHED, qp->srq, &qp->srq->async, 0);
-	}
-	qp->resp_have_rwqe = true;
-	qp->rwqe_off = 0;
-	return true;
 }
 
 struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp)

@@ -4,7 +4,7 @@
  * batch is then posted through the same path as ibv_post_send, so both
  * interfaces share every check and the same error behaviour.
  */
-#include "verbs/objects.h"
+#include "verbs/verbs.h"
 
 #include <errno.h>
 #include <stdlib.h>

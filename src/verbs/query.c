@@ -1,7 +1,7 @@
 /* Device, port, GID and P_Key queries: the device model of BRIEF §4. */
-#include "verbs/objects.h"
+#include "verbs/verbs.h"
 #include "engine/engine.h"
-#include "verbs/stats.h"
+#include "engine/stats.h"
 
 #include <errno.h>
 #include <stddef.h>

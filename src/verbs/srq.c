@@ -1,5 +1,5 @@
 /* Shared receive queues: a receive ring several QPs of one PD draw from. */
-#include "verbs/objects.h"
+#include "verbs/verbs.h"
 
 #include <errno.h>
 #include <stdlib.h>

@@ -25,13 +25,14 @@
  * is written under a temporary name and renamed into place, so a reader
  * never sees half of one.
  */
-#include "verbs/objects.h"
+#include "verbs/verbs.h"
 #include "stats/reader.h"
 #include "stats/rundir.h"
 
 #include <endian.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +42,36 @@
 
 #define SV_UVERBS_MAJOR 231
 #define SV_UVERBS_MINOR_BASE 192
+
+static char sysfs_path[256] = "/sys";
+
+static void init_sysfs_path(void)
+{
+	const char *env = getuid() == geteuid() ? getenv("SYSFS_PATH") : NULL;
+	size_t len;
+
+	if (!env || !*env || strlen(env) >= sizeof(sysfs_path))
+		return;
+	len = strlen(env);
+	while (len > 1 && env[len - 1] == '/')
+		len--;
+	memcpy(sysfs_path, env, len);
+	sysfs_path[len] = '\0';
+}
+
+/*
+ * The sysfs mount point, as rdma-core answers it: $SYSFS_PATH (trailing
+ * slashes removed) when set and the process is not set-uid, else "/sys";
+ * read once.  Device paths (ibdev_path, dev_path) are built on it.  Under
+ * `softverbs run`, /sys/class/infiniband* shows softverbs' devices (below).
+ */
+const char *ibv_get_sysfs_path(void)
+{
+	static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+	pthread_once(&once, init_sysfs_path);
+	return sysfs_path;
+}
 
 enum entry_kind { ENTRY_DIR, ENTRY_FILE, ENTRY_LINK };
 

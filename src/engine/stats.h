@@ -14,7 +14,7 @@
 #ifndef SV_VERBS_STATS_H
 #define SV_VERBS_STATS_H
 
-#include "verbs/objects.h"
+#include "engine/objects.h"
 #include "engine/wire.h"
 #include "stats/layout.h"
 

@@ -2,7 +2,7 @@
  * The counters segment of a context (layout: src/stats/layout.h; counting:
  * stats.h): made at ibv_open_device, removed at ibv_close_device or exit.
  */
-#include "verbs/stats.h"
+#include "engine/stats.h"
 #include "engine/engine.h"
 #include "stats/reader.h"
 #include "stats/rundir.h"

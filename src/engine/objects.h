@@ -1,5 +1,6 @@
 /*
- * The verbs objects.  Each embeds the rdma-core struct the application sees
+ * The objects of the software HCA, which the verbs create (src/verbs) and
+ * the engine works on.  Each embeds the rdma-core struct the application sees
  * (struct verbs_context, ibv_pd, ibv_mr, ibv_cq_ex, ibv_qp_ex, ibv_srq, ibv_ah)
  * and reaches its own state with container_of, the way rdma-core providers do.
  */
@@ -90,15 +91,6 @@ struct sv_context {
 	struct sv_async_pending *async_head, *async_tail; /* one pipe byte each */
 	struct sv_stat_hdr *stats; /* counters segment (verbs/stats.[ch]) */
 };
-
-/* rdma-core's (infiniband/driver.h, not installed by Debian); src/abi/compat.c */
-const char *ibv_get_sysfs_path(void);
-
-/* query.c: the answers of ibv_query_device/port/gid, per device (sysfs.c uses them too) */
-void sv_device_attr(const struct sv_device *dev, struct ibv_device_attr *a);
-void sv_port_attr(struct ibv_port_attr *p);
-int sv_gid_entry(const struct sv_device *dev, const struct sv_context *ctx, uint32_t index,
-		 struct ibv_gid_entry *e); /* ctx may be NULL; ENODATA past the table */
 
 static inline struct sv_context *to_sv_ctx(struct ibv_context *c)
 {
@@ -300,15 +292,7 @@ static inline struct sv_qp *to_sv_qp(struct ibv_qp *q)
 	return SV_CONTAINER_OF((struct ibv_qp_ex *)q, struct sv_qp, ex);
 }
 
-/*
- * Per-context object counts enforce the device limits: reserve before
- * creating (false: the limit is reached, fail with ENOMEM), release on
- * destroy or on a failed creation.
- */
-bool sv_ctx_reserve(struct sv_context *ctx, uint32_t *count, uint32_t max);
-void sv_ctx_release(struct sv_context *ctx, uint32_t *count);
-
-/* ---- verbs-layer services used by the engine ---- */
+/* ---- the HCA's services (src/engine): the roles use them, the verbs too ---- */
 
 /* Look up a QP by number and take a reference (NULL if none). */
 struct sv_qp *sv_qp_lookup(struct sv_context *ctx, uint32_t qpn);
@@ -323,11 +307,12 @@ static inline void sv_qp_put(struct sv_qp *qp)
 }
 /* qp->lock held: move to ERR, flush everything outstanding */
 void sv_qp_enter_error(struct sv_qp *qp);
+/* qp->lock held: complete every outstanding send / receive WQE with WR_FLUSH_ERR */
+void sv_qp_flush_send(struct sv_qp *qp);
+void sv_qp_flush_recv(struct sv_qp *qp);
 
 /* Add a completion; returns false on CQ overrun (reported asynchronously). */
 bool sv_cq_push(struct sv_cq *cq, const struct ibv_wc *wc, bool solicited);
-/* Remove the completions of QP qpn from the CQ (its lock held: none can be added). */
-void sv_cq_clean(struct sv_cq *cq, uint32_t qpn);
 
 /*
  * Affiliated asynchronous events (async_event.c).  As with rdma-core, an
@@ -340,6 +325,11 @@ void sv_async_event(struct sv_context *ctx, enum ibv_event_type type, void *elem
 		    struct sv_async_count *obj, int port);
 /* Destroying obj: drop its unread events, wait for the read ones to be acknowledged. */
 void sv_async_forget(struct sv_context *ctx, struct sv_async_count *obj);
+/* The reader: the oldest event, counted as read for its object; false when
+ * none is left (the pipe byte was an event dropped by a destroy). */
+bool sv_async_take(struct sv_context *ctx, enum ibv_event_type *type, void **element, int *port);
+/* One read event of obj was acknowledged. */
+void sv_async_acked(struct sv_context *ctx, struct sv_async_count *obj);
 void sv_async_init(struct sv_context *ctx);
 void sv_async_fini(struct sv_context *ctx);
 
@@ -359,7 +349,6 @@ void sv_mr_read_unlock(struct sv_context *ctx);
 /* Pop one receive WQE from the SRQ or the QP's RQ into qp->rwqe. */
 bool sv_qp_take_recv(struct sv_qp *qp);
 
-uint32_t sv_mtu_bytes(enum ibv_mtu mtu);
 
 /* GID <-> endpoint address (format documented in docs/ARCHITECTURE.md) */
 

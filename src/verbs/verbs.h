@@ -1,0 +1,32 @@
+/*
+ * What the verbs files share among themselves, on top of the objects
+ * (engine/objects.h) and the engine's services (engine/engine.h).
+ */
+#ifndef SV_VERBS_H
+#define SV_VERBS_H
+
+#include "engine/objects.h"
+
+/* rdma-core's (infiniband/driver.h, not installed by Debian); src/abi/compat.c */
+const char *ibv_get_sysfs_path(void);
+
+/* query.c: the answers of ibv_query_device/port/gid, per device (sysfs.c uses them too) */
+void sv_device_attr(const struct sv_device *dev, struct ibv_device_attr *a);
+void sv_port_attr(struct ibv_port_attr *p);
+int sv_gid_entry(const struct sv_device *dev, const struct sv_context *ctx, uint32_t index,
+		 struct ibv_gid_entry *e); /* ctx may be NULL; ENODATA past the table */
+
+/*
+ * Per-context object counts enforce the device limits: reserve before
+ * creating (false: the limit is reached, fail with ENOMEM), release on
+ * destroy or on a failed creation.
+ */
+bool sv_ctx_reserve(struct sv_context *ctx, uint32_t *count, uint32_t max);
+void sv_ctx_release(struct sv_context *ctx, uint32_t *count);
+
+/* Remove the completions of QP qpn from the CQ (its lock held: none can be added). */
+void sv_cq_clean(struct sv_cq *cq, uint32_t qpn);
+
+uint32_t sv_mtu_bytes(enum ibv_mtu mtu);
+
+#endif
