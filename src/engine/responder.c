@@ -708,8 +708,10 @@ bool sv_responder_direct(struct sv_qp *qp, const struct sv_opcode_info *op, cons
 		return false; /* in order only */
 	if (check_write(&p, &va, &rkey, &left, dst) != RESP_OK || !left)
 		return false;
-	/* the message's whole remaining range, from here */
-	if (check_rkey(qp, rkey, va, left, IBV_ACCESS_REMOTE_WRITE, dst) != RESP_OK)
+	/* the message's whole remaining range, from here (check_write did it
+	 * already for a FIRST packet: the whole message) */
+	if (!(op->mask & SV_OPF_FIRST) &&
+	    check_rkey(qp, rkey, va, left, IBV_ACCESS_REMOTE_WRITE, dst) != RESP_OK)
 		return false;
 	*msg_left = left;
 	return true;
