@@ -196,6 +196,9 @@ static void gid_text(const union ibv_gid *gid, char out[40])
 			 i < 14 ? ":" : "");
 }
 
+/* where a port's GID table and its attributes live */
+static const char *const gid_dirs[] = { "gids", "gid_attrs", "gid_attrs/types", "gid_attrs/ndevs" };
+
 static void add_port(struct view *v, const struct sv_device *d, const char *devdir)
 {
 	struct ibv_port_attr pa;
@@ -222,14 +225,10 @@ static void add_port(struct view *v, const struct sv_device *d, const char *devd
 	snprintf(sub, sizeof(sub), "%s/pkeys", dir);
 	add_dir(v, sub);
 	add_attr(v, sub, "0", "0xffff");
-	snprintf(sub, sizeof(sub), "%s/gids", dir);
-	add_dir(v, sub);
-	snprintf(sub, sizeof(sub), "%s/gid_attrs", dir);
-	add_dir(v, sub);
-	snprintf(sub, sizeof(sub), "%s/gid_attrs/types", dir);
-	add_dir(v, sub);
-	snprintf(sub, sizeof(sub), "%s/gid_attrs/ndevs", dir);
-	add_dir(v, sub);
+	for (size_t i = 0; i < SV_ARRAY_SIZE(gid_dirs); i++) {
+		snprintf(sub, sizeof(sub), "%s/%s", dir, gid_dirs[i]);
+		add_dir(v, sub);
+	}
 	/*
 	 * Counters change, and this tree never does (it is shared and named
 	 * after its content): the files are here, empty, so that listing and
