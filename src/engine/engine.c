@@ -52,10 +52,6 @@ static struct sv_conn *conn_new(struct sv_engine *eng, int fd, bool outgoing,
 	_Static_assert(offsetof(struct sv_engine_conn, c) == 0, "sv_conn_put frees the whole");
 	if (!c)
 		return NULL;
-	if (sv_stream_init(c)) {
-		free(ec);
-		return NULL;
-	}
 	c->eng = eng;
 	c->host = &engine_host;
 	c->ops = ops;
@@ -93,6 +89,8 @@ static int conn_register(struct sv_engine *eng, struct sv_conn *c)
 				  .data.ptr = c };
 	int err;
 
+	if (c->ops->init && (err = c->ops->init(c)))
+		return err;
 	/* the HELLO goes first; EPOLLOUT is armed below, so it is only queued */
 	c->want_out = true;
 	err = sv_conn_send_hello(c, &eng->ctx->gid);
@@ -307,10 +305,10 @@ static void conn_flush(struct sv_conn *c)
 		sv_engine_conn_fail(c);
 		return;
 	}
-	if (!c->txq_head && c->want_out) {
+	if (!sv_conn_tx_waiting(c) && c->want_out) {
 		c->want_out = false;
 		conn_arm(c, false);
-	} else if (c->txq_head && !c->want_out) {
+	} else if (sv_conn_tx_waiting(c) && !c->want_out) {
 		c->want_out = true; /* what was corked did not all fit */
 		conn_arm(c, true);
 	}
@@ -396,7 +394,7 @@ static void conn_event(struct sv_conn *c, uint32_t events)
 		pthread_mutex_lock(&c->tx_lock);
 		atomic_store_explicit(&c->tx_corked, true, memory_order_relaxed);
 		pthread_mutex_unlock(&c->tx_lock);
-		sv_stream_input(c, events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR));
+		c->ops->input(c, events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR));
 		if (atomic_load(&c->state) == SV_CONN_DEAD)
 			return;
 		conn_flush(c); /* uncorks */

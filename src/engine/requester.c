@@ -147,7 +147,7 @@ static void pass_flush(struct sv_qp *qp, struct req_pass *p)
 	}
 }
 
-_Static_assert(SV_MAX_HDR_LEN + 4 <= SV_TXBATCH_HEAD, "headers fit a batch slot");
+_Static_assert(SV_MAX_HDR_LEN + SV_FRAME_HEAD <= SV_TXBATCH_HEAD, "headers fit a batch slot");
 
 /* Add packet k of w to the pass; returns 0, or a local error status for the WQE. */
 static enum ibv_wc_status send_packet(struct sv_qp *qp, struct req_pass *p, struct sv_conn *conn,
@@ -236,7 +236,7 @@ void sv_requester_run(struct sv_qp *qp)
 		goto retire;
 	sv_txbatch_init(&pass.b);
 	/* RC payloads stay put until their ACK, which comes after the peer has
-	 * read them: shm may let the peer copy them straight from the SGL */
+	 * read them: a transport may let the peer copy them straight from the SGL */
 	pass.b.ref = ti->reliable;
 	while (sq->next != sq->tail) {
 		struct sv_send_wqe *w = &sq->wqe[sq->next & (sq->size - 1)];

@@ -1,7 +1,7 @@
 /*
- * Connection output queue, common to transports: frames are written straight
- * to the transport when it has room, and the remainder is copied into a
- * queue that the engine thread flushes when the transport becomes writable.
+ * Connection output queue, common to transports: frames go straight to the
+ * transport when it has room, and those it does not take are copied, whole,
+ * into a queue that the engine thread flushes when the transport has room.
  * Posting threads therefore never block on a slow peer, and the engine
  * thread never blocks at all.
  */
@@ -30,7 +30,6 @@ void sv_conn_put(struct sv_conn *conn)
 		conn->txq_head = b->next;
 		free(b);
 	}
-	free(conn->rxbuf);
 	pthread_mutex_destroy(&conn->tx_lock);
 	free(conn);
 }
@@ -52,26 +51,22 @@ bool sv_conn_congested(struct sv_conn *conn)
 	       !atomic_load_explicit(&conn->tx_corked, memory_order_relaxed);
 }
 
-/* tx_lock held: copy the unsent tail of iov (after `skip` bytes) to the queue */
-static int queue_tail(struct sv_conn *conn, const struct iovec *iov, int iovcnt, size_t skip,
-		      size_t total)
+/* tx_lock held: copy frames [from, nframes) of f, whole, to the queue */
+static int queue_frames(struct sv_conn *conn, const struct sv_frames *f, int from)
 {
-	struct sv_txbuf *b = malloc(sizeof(*b) + (total - skip));
-	size_t off = 0;
+	size_t total = 0, off = 0;
+	struct sv_txbuf *b;
 
+	for (int i = f->first[from]; i < f->first[f->nframes]; i++)
+		total += f->iov[i].iov_len;
+	if (!total)
+		return 0;
+	b = malloc(sizeof(*b) + total);
 	if (!b)
 		return -ENOMEM;
-	for (int i = 0; i < iovcnt; i++) {
-		size_t l = iov[i].iov_len;
-		const uint8_t *p = iov[i].iov_base;
-
-		if (skip >= l) {
-			skip -= l;
-			continue;
-		}
-		memcpy(b->data + off, p + skip, l - skip);
-		off += l - skip;
-		skip = 0;
+	for (int i = f->first[from]; i < f->first[f->nframes]; i++) {
+		memcpy(b->data + off, f->iov[i].iov_base, f->iov[i].iov_len);
+		off += f->iov[i].iov_len;
 	}
 	b->len = off;
 	b->off = 0;
@@ -95,46 +90,56 @@ int sv_conn_flush_queue(struct sv_conn *c)
 	return r;
 }
 
+/* Queued frames handed to the transport in one call. */
+#define TXQ_BATCH 64
+
 int sv_conn_txq_write(struct sv_conn *c)
 {
-	struct iovec v[16];
-	int n;
-	ssize_t w;
+	struct iovec v[TXQ_BATCH];
+	uint16_t first[TXQ_BATCH + 1];
+	struct sv_frames f = { .iov = v, .first = first };
 
 	for (;;) {
 		struct sv_txbuf *b = c->txq_head;
+		size_t off = b ? b->off : 0;
+		int n = 0, took;
 
-		n = 0;
-		for (; b && n < 16; b = b->next, n++) {
-			v[n].iov_base = b->data + b->off;
-			v[n].iov_len = b->len - b->off;
+		/* each queued frame lies whole in one buffer, behind its length */
+		while (b && n < TXQ_BATCH) {
+			uint32_t flen;
+
+			if (off == b->len) {
+				b = b->next;
+				off = b ? b->off : 0;
+				continue;
+			}
+			memcpy(&flen, b->data + off, SV_FRAME_HEAD);
+			first[n] = (uint16_t)n;
+			v[n].iov_base = b->data + off;
+			v[n].iov_len = SV_FRAME_HEAD + ntohl(flen);
+			off += v[n++].iov_len;
 		}
-		if (!n)
+		if (!n && !c->tx_held)
 			return 0;
-		w = c->ops->writev(c, v, n);
-		if (w < 0)
-			return (int)w;
-		if (w == 0)
-			return 0;
-		while (w > 0) {
-			size_t left;
-
+		first[n] = (uint16_t)n;
+		f.nframes = n;
+		took = c->ops->send(c, &f);
+		if (took < 0)
+			return took;
+		for (int k = 0; k < took; k++) {
 			b = c->txq_head;
-			left = b->len - b->off;
-			if ((size_t)w >= left) {
-				w -= (ssize_t)left;
+			b->off += v[k].iov_len;
+			atomic_store_explicit(&c->txq_bytes, c->txq_bytes - v[k].iov_len,
+					 memory_order_relaxed);
+			if (b->off == b->len) {
 				c->txq_head = b->next;
 				if (!c->txq_head)
 					c->txq_tail = NULL;
-				atomic_store_explicit(&c->txq_bytes, c->txq_bytes - left, memory_order_relaxed);
 				free(b);
-			} else {
-				b->off += (size_t)w;
-				atomic_store_explicit(&c->txq_bytes, c->txq_bytes - (size_t)w,
-						 memory_order_relaxed);
-				w = 0;
 			}
 		}
+		if (took < n || !c->txq_head || c->tx_held)
+			return 0;
 	}
 }
 
@@ -143,17 +148,16 @@ void sv_conn_uncork_now(struct sv_conn *conn)
 	pthread_mutex_lock(&conn->tx_lock);
 	/* a broken socket is noticed by the engine, which fails the conn;
 	 * what the socket refuses now goes with the flush at the pass's end */
-	if (atomic_load(&conn->state) == SV_CONN_UP && conn->txq_head)
+	if (atomic_load(&conn->state) == SV_CONN_UP && sv_conn_tx_waiting(conn))
 		(void)sv_conn_txq_write(conn);
 	pthread_mutex_unlock(&conn->tx_lock);
 }
 
-/* Write what the transport takes now and queue the rest; never blocks. */
-static int conn_write(struct sv_conn *conn, const struct iovec *v, int cnt, size_t total,
-		      bool ref)
+/* Hand the frames to the transport as far as it takes them now and queue
+ * the rest; never blocks.  total: their bytes, length words included. */
+static int conn_write(struct sv_conn *conn, const struct sv_frames *f, size_t total)
 {
-	ssize_t n = 0;
-	int ret = 0;
+	int taken = 0, ret = 0;
 	bool up;
 
 	pthread_mutex_lock(&conn->tx_lock);
@@ -164,30 +168,27 @@ static int conn_write(struct sv_conn *conn, const struct iovec *v, int cnt, size
 	}
 	if (conn->tx_corked && total <= SV_CONN_CORK_MAX) {
 		/* small frames wait for the uncork: one write for all of them */
-		ret = queue_tail(conn, v, cnt, 0, total);
+		ret = queue_frames(conn, f, 0);
 		goto out;
 	}
-	if (up && conn->txq_head && conn->tx_corked && sv_conn_txq_write(conn) < 0) {
+	if (up && sv_conn_tx_waiting(conn) && conn->tx_corked && sv_conn_txq_write(conn) < 0) {
 		/* a big frame goes out at once, after what was corked */
 		ret = -ENOTCONN;
 		goto out;
 	}
-	if (up && !conn->txq_head) {
-		conn->tx_ref = ref;
-		n = conn->ops->writev(conn, v, cnt);
-		conn->tx_ref = false;
-		if (n < 0) {
-			/* the engine notices the broken socket and fails the conn */
+	if (up && !sv_conn_tx_waiting(conn)) {
+		taken = conn->ops->send(conn, f);
+		if (taken < 0) {
+			/* the engine notices the broken connection and fails it */
 			ret = -ENOTCONN;
 			goto out;
 		}
 	}
-	if ((size_t)n < total) {
-		ret = queue_tail(conn, v, cnt, (size_t)n, total);
-		if (!ret && !conn->want_out && !conn->tx_corked) {
-			conn->want_out = true;
-			conn->host->want_output(conn); /* ask the engine to poll for room */
-		}
+	if (taken < f->nframes)
+		ret = queue_frames(conn, f, taken);
+	if (!ret && sv_conn_tx_waiting(conn) && !conn->want_out && !conn->tx_corked) {
+		conn->want_out = true;
+		conn->host->want_output(conn); /* ask the engine to poll for room */
 	}
 out:
 	pthread_mutex_unlock(&conn->tx_lock);
@@ -197,6 +198,8 @@ out:
 int sv_conn_send(struct sv_conn *conn, const struct iovec *iov, int iovcnt)
 {
 	struct iovec v[1 + SV_FRAME_MAX_IOV];
+	uint16_t first[2] = { 0, 0 };
+	struct sv_frames f = { .iov = v, .first = first, .nframes = 1 };
 	uint32_t flen = 0;
 	int cnt = 0;
 
@@ -204,13 +207,16 @@ int sv_conn_send(struct sv_conn *conn, const struct iovec *iov, int iovcnt)
 		return -EINVAL;
 	for (int i = 0; i < iovcnt; i++)
 		flen += (uint32_t)iov[i].iov_len;
+	if (flen > SV_MAX_FRAME)
+		return -EMSGSIZE;
 	flen = htonl(flen);
 	v[cnt].iov_base = &flen;
-	v[cnt++].iov_len = sizeof(flen);
+	v[cnt++].iov_len = SV_FRAME_HEAD;
 	for (int i = 0; i < iovcnt; i++)
 		if (iov[i].iov_len)
 			v[cnt++] = iov[i];
-	return conn_write(conn, v, cnt, sizeof(flen) + ntohl(flen), false);
+	first[1] = (uint16_t)cnt;
+	return conn_write(conn, &f, SV_FRAME_HEAD + ntohl(flen));
 }
 
 void sv_txbatch_init(struct sv_txbatch *b)
@@ -237,8 +243,9 @@ void sv_txbatch_add(struct sv_txbatch *b, struct sv_conn *conn, size_t hdr_len,
 		sv_conn_get(conn);
 		b->conn = conn;
 	}
+	b->first[b->nframes] = (uint16_t)b->niov;
 	b->iov[b->niov].iov_base = head;
-	b->iov[b->niov++].iov_len = 4 + hdr_len;
+	b->iov[b->niov++].iov_len = SV_FRAME_HEAD + hdr_len;
 	for (int i = 0; i < npayload; i++) {
 		if (!payload[i].iov_len)
 			continue;
@@ -246,19 +253,22 @@ void sv_txbatch_add(struct sv_txbatch *b, struct sv_conn *conn, size_t hdr_len,
 		b->iov[b->niov++] = payload[i];
 	}
 	flen = htonl(flen);
-	memcpy(head, &flen, 4);
-	b->bytes += 4 + ntohl(flen);
+	memcpy(head, &flen, SV_FRAME_HEAD);
+	b->bytes += SV_FRAME_HEAD + ntohl(flen);
 	b->nframes++;
 }
 
 int sv_txbatch_flush(struct sv_txbatch *b)
 {
+	struct sv_frames f = { .iov = b->iov, .first = b->first, .nframes = b->nframes,
+			       .ref = b->ref };
 	bool ref = b->ref;
 	int ret;
 
 	if (!b->conn)
 		return 0;
-	ret = conn_write(b->conn, b->iov, b->niov, b->bytes, b->ref);
+	b->first[b->nframes] = (uint16_t)b->niov;
+	ret = conn_write(b->conn, &f, b->bytes);
 	sv_conn_put(b->conn);
 	sv_txbatch_init(b);
 	b->ref = ref; /* a property of the pass, not of one flush */

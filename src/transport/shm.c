@@ -38,7 +38,7 @@
  * drained.
  */
 
-#include "transport/transport.h"
+#include "transport/stream.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -516,10 +516,10 @@ static size_t iov_total(const struct iovec *iov, int iovcnt)
 	return t;
 }
 
-static ssize_t shm_writev(struct sv_conn *c, const struct iovec *iov, int iovcnt)
+static ssize_t shm_writev(struct sv_conn *c, const struct iovec *iov, int iovcnt, bool ref)
 {
 	struct sv_shm *s = to_shm(c);
-	bool indirect_ok = c->tx_ref && atomic_load_explicit(&s->tx->cma_ok, memory_order_acquire);
+	bool indirect_ok = ref && atomic_load_explicit(&s->tx->cma_ok, memory_order_acquire);
 	size_t total = iov_total(iov, iovcnt), taken;
 
 	taken = ring_put(c, iov, iovcnt, indirect_ok);
@@ -635,13 +635,6 @@ static ssize_t shm_readv(struct sv_conn *c, const struct iovec *iov, int iovcnt)
 	return s->eof ? 0 : -EAGAIN;
 }
 
-static ssize_t shm_read(struct sv_conn *c, void *buf, size_t len)
-{
-	struct iovec v = { buf, len };
-
-	return shm_readv(c, &v, 1);
-}
-
 static ssize_t shm_readable(struct sv_conn *c)
 {
 	struct sv_shm *s = to_shm(c);
@@ -710,6 +703,7 @@ static void shm_destroy(struct sv_conn *c)
 		free(s);
 		c->tp = NULL;
 	}
+	sv_stream_fini(c);
 }
 
 static size_t shm_unsent(struct sv_conn *c)
@@ -734,12 +728,29 @@ static int shm_finish_connect(struct sv_conn *c)
  * payloads) after we are gone only if it was drained before. */
 static void shm_drain(struct sv_conn *c, uint64_t deadline)
 {
-	while ((c->txq_head || shm_unsent(c)) && sv_now_ns() < deadline &&
+	while ((sv_conn_tx_waiting(c) || shm_unsent(c)) && sv_now_ns() < deadline &&
 	       atomic_load(&c->state) == SV_CONN_UP) {
 		if (sv_conn_flush_queue(c) < 0)
 			return;
 		poll(NULL, 0, 1);
 	}
+}
+
+static const struct sv_stream_io shm_io = {
+	.writev = shm_writev,
+	.readv = shm_readv,
+	.readable = shm_readable,
+	.set_lowat = shm_set_lowat,
+};
+
+static int shm_send(struct sv_conn *c, const struct sv_frames *f)
+{
+	return sv_stream_send(c, &shm_io, f);
+}
+
+static void shm_input(struct sv_conn *c, bool closing)
+{
+	sv_stream_input(c, &shm_io, closing);
 }
 
 const struct sv_transport_ops sv_shm_ops = {
@@ -751,11 +762,9 @@ const struct sv_transport_ops sv_shm_ops = {
 	.finish_connect = shm_finish_connect,
 	.drain = shm_drain,
 	.connect = shm_connect,
-	.writev = shm_writev,
-	.read = shm_read,
-	.readv = shm_readv,
-	.readable = shm_readable,
-	.set_lowat = shm_set_lowat,
+	.init = sv_stream_init,
+	.send = shm_send,
+	.input = shm_input,
 	.close = shm_close,
 	.destroy = shm_destroy,
 	.unsent = shm_unsent,

@@ -1,7 +1,14 @@
 /*
- * Receive path of a stream transport (tcp, shm): the byte stream is cut into
- * frames, the first is the peer's HELLO, and each one after it goes up to
- * the connection's owner (conn->host->rx_frame).
+ * Frames over a byte stream, for the stream transports (tcp, shm).
+ *
+ * Sending: a batch of frames goes to the transport in one write, each frame
+ * behind its length word.  When the transport takes only part of a frame,
+ * the rest is kept here and goes out before anything else, so the
+ * connection's queue (conn.c) only ever holds whole frames.
+ *
+ * Receiving: the byte stream is cut into frames, the first is the peer's
+ * HELLO, and each one after it goes up to the connection's owner
+ * (conn->host->rx_frame).
  *
  * Frames normally arrive through large reads into the connection's buffer.
  * The payload of an RDMA WRITE would then be copied a second time, from the
@@ -34,7 +41,7 @@
  * struct sv_conn_host.  Everything here runs in the thread that holds the
  * engine's progress_lock.
  */
-#include "transport/transport.h"
+#include "transport/stream.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -54,6 +61,22 @@
 #define RX_TAIL_LEN 64u
 #define RX_TAIL_OFF 128u
 
+struct sv_stream {
+	/* send: the rest of a frame the transport took only part of */
+	size_t held_len, held_off;
+	uint8_t held[SV_FRAME_HEAD + SV_MAX_FRAME];
+	/* receive (the holder of the engine's progress_lock) */
+	size_t rx_len, rx_cap;
+	bool rx_direct;  /* the stream is in direct receive */
+	size_t rx_lowat; /* bytes the transport waits for before it says readable */
+	uint8_t rxbuf[];
+};
+
+static inline struct sv_stream *to_stream(struct sv_conn *c)
+{
+	return c->framing;
+}
+
 enum rx_direct {
 	RX_PLACED,  /* packets were received in place and dispatched */
 	RX_WAIT,    /* the rest of the packet is not here yet */
@@ -65,43 +88,46 @@ enum rx_direct {
  * the incomplete rest moves to its start.  False if the connection died. */
 static bool parse_frames(struct sv_conn *c)
 {
+	struct sv_stream *st = to_stream(c);
 	size_t off = 0;
 
-	while (c->rx_len - off >= 4) {
+	while (st->rx_len - off >= 4) {
 		uint32_t flen;
 
-		memcpy(&flen, c->rxbuf + off, 4);
+		memcpy(&flen, st->rxbuf + off, 4);
 		flen = ntohl(flen);
 		if (flen > SV_MAX_FRAME || flen == 0) {
 			sv_warn("bad frame length %u; closing connection", flen);
 			c->host->fail(c);
 			return false;
 		}
-		if (c->rx_len - off - 4 < flen)
+		if (st->rx_len - off - 4 < flen)
 			break;
 		if (!c->hello_seen) {
-			if (!sv_conn_take_hello(c, c->rxbuf + off + 4, flen)) {
+			if (!sv_conn_take_hello(c, st->rxbuf + off + 4, flen)) {
 				c->host->fail(c);
 				return false;
 			}
 		} else {
-			c->host->rx_frame(c, c->rxbuf + off + 4, flen);
+			c->host->rx_frame(c, st->rxbuf + off + 4, flen);
 		}
 		if (atomic_load(&c->state) == SV_CONN_DEAD)
 			return false;
 		off += 4 + flen;
 	}
-	memmove(c->rxbuf, c->rxbuf + off, c->rx_len - off);
-	c->rx_len -= off;
+	memmove(st->rxbuf, st->rxbuf + off, st->rx_len - off);
+	st->rx_len -= off;
 	return true;
 }
 
-static int set_lowat(struct sv_conn *c, size_t bytes)
+static int set_lowat(struct sv_conn *c, const struct sv_stream_io *io, size_t bytes)
 {
-	if (c->rx_lowat == bytes)
+	struct sv_stream *st = to_stream(c);
+
+	if (st->rx_lowat == bytes)
 		return 0;
-	c->rx_lowat = bytes;
-	return c->ops->set_lowat(c, bytes);
+	st->rx_lowat = bytes;
+	return io->set_lowat(c, bytes);
 }
 
 /*
@@ -113,6 +139,7 @@ static int set_lowat(struct sv_conn *c, size_t bytes)
 static void rx_gather(struct sv_conn *c, const struct iovec *iov, int from, int niov, size_t got,
 		      bool has_tail)
 {
+	struct sv_stream *st = to_stream(c);
 	int end = has_tail ? niov - 1 : niov;
 	size_t g = 0, left = got;
 
@@ -123,14 +150,14 @@ static void rx_gather(struct sv_conn *c, const struct iovec *iov, int from, int 
 		left -= l;
 	}
 	/* the tail first: the pieces below may overwrite where it was read */
-	memmove(c->rxbuf + g, c->rxbuf + RX_TAIL_OFF, left);
-	c->rx_len = g + left;
+	memmove(st->rxbuf + g, st->rxbuf + RX_TAIL_OFF, left);
+	st->rx_len = g + left;
 	g = 0;
 	left = got;
 	for (int i = from; i < end && left; i++) {
 		size_t l = SV_MIN(iov[i].iov_len, left);
 
-		memcpy(c->rxbuf + g, iov[i].iov_base, l);
+		memcpy(st->rxbuf + g, iov[i].iov_base, l);
 		g += l;
 		left -= l;
 	}
@@ -140,8 +167,9 @@ static void rx_gather(struct sv_conn *c, const struct iovec *iov, int from, int 
  * The buffer holds the start of one incomplete frame.  Receive it, and the
  * frames predicted to follow it, in place if the owner would accept it.
  */
-static enum rx_direct rx_direct(struct sv_conn *c)
+static enum rx_direct rx_direct(struct sv_conn *c, const struct sv_stream_io *io)
 {
+	struct sv_stream *st = to_stream(c);
 	const struct sv_conn_host *host = c->host;
 	uint8_t slots[RX_PREDICT][RX_SLOT_MAX];
 	struct iovec iov[2 + 2 * RX_PREDICT];
@@ -151,37 +179,37 @@ static enum rx_direct rx_direct(struct sv_conn *c)
 	ssize_t avail, n;
 	int niov = 0, npred = 0, cls;
 
-	if (c->rx_len < 4 || !c->hello_seen || !host->rx_classify)
+	if (st->rx_len < 4 || !c->hello_seen || !host->rx_classify)
 		return c->hello_seen && host->rx_classify ? RX_NOT_NOW : RX_NO;
-	memcpy(&flen, c->rxbuf, 4);
+	memcpy(&flen, st->rxbuf, 4);
 	flen = ntohl(flen);
 	if (flen > SV_MAX_FRAME)
 		return RX_NO; /* the plain parser deals with it */
-	cls = host->rx_classify(c, c->rxbuf + 4, c->rx_len - 4, flen, &hl);
+	cls = host->rx_classify(c, st->rxbuf + 4, st->rx_len - 4, flen, &hl);
 	if (cls < 0)
 		return RX_NOT_NOW; /* its headers are not all here yet */
 	if (!cls)
 		return RX_NO;
 	plen = flen - hl;
-	have = (uint32_t)(c->rx_len - 4 - hl);
+	have = (uint32_t)(st->rx_len - 4 - hl);
 	need = plen - have;
 	if (need < RX_DIRECT_MIN)
 		return RX_NOT_NOW;
 
-	avail = c->ops->readable(c);
+	avail = io->readable(c);
 	if (avail < 0)
 		return RX_NO; /* the plain read reports the error */
 	if ((size_t)avail < need) {
 		/* wake when the whole payload can be taken at once */
-		if (set_lowat(c, need))
+		if (set_lowat(c, io, need))
 			return RX_NO;
 		return RX_WAIT;
 	}
-	if (set_lowat(c, 1))
+	if (set_lowat(c, io, 1))
 		return RX_NO;
 	/* from here until rx_plan_end the owner keeps plan.dst valid; what is
 	 * here already it copies into place, the rest comes by the read */
-	if (!host->rx_plan(c, c->rxbuf + 4, plen, have, &plan))
+	if (!host->rx_plan(c, st->rxbuf + 4, plen, have, &plan))
 		return RX_NO;
 	slot = 4 + plan.next_hdr_len;
 	iov[niov].iov_base = plan.dst + have;
@@ -202,10 +230,10 @@ static enum rx_direct rx_direct(struct sv_conn *c)
 		npred++;
 	}
 	if (avail_left) {
-		iov[niov].iov_base = c->rxbuf + RX_TAIL_OFF;
+		iov[niov].iov_base = st->rxbuf + RX_TAIL_OFF;
 		iov[niov++].iov_len = SV_MIN(avail_left, RX_TAIL_LEN);
 	}
-	n = c->ops->readv(c, iov, niov);
+	n = io->readv(c, iov, niov);
 	host->rx_plan_end(c, &plan);
 	if (n < 0 || (size_t)n < need) {
 		/* the socket promised these bytes; a payload half placed cannot be
@@ -215,9 +243,9 @@ static enum rx_direct rx_direct(struct sv_conn *c)
 		return RX_PLACED;
 	}
 
-	host->rx_placed(c, c->rxbuf + 4, plan.dst, plen);
+	host->rx_placed(c, st->rxbuf + 4, plan.dst, plen);
 	n -= (ssize_t)need;
-	c->rx_len = 0;
+	st->rx_len = 0;
 	int j = 0;
 
 	for (; j < npred && n > 0 && atomic_load(&c->state) != SV_CONN_DEAD; j++) {
@@ -239,73 +267,149 @@ static enum rx_direct rx_direct(struct sv_conn *c)
 
 /* In a stream of WRITEs: the rest of the frame begun in the buffer and the
  * headers of the next one, so that its payload can be received in place. */
-static size_t direct_read_len(const struct sv_conn *c)
+static size_t direct_read_len(const struct sv_stream *st)
 {
 	uint32_t flen;
 
-	if (c->rx_len < 4)
-		return RX_TAIL_LEN - c->rx_len;
-	memcpy(&flen, c->rxbuf, 4);
+	if (st->rx_len < 4)
+		return RX_TAIL_LEN - st->rx_len;
+	memcpy(&flen, st->rxbuf, 4);
 	flen = ntohl(flen);
 	if (flen > SV_MAX_FRAME)
 		return 1; /* the parser rejects it */
-	return 4 + flen - c->rx_len + RX_TAIL_LEN;
+	return 4 + flen - st->rx_len + RX_TAIL_LEN;
 }
 
 int sv_stream_init(struct sv_conn *c)
 {
-	c->rxbuf = malloc(SV_RXBUF_CAP);
-	if (!c->rxbuf)
+	struct sv_stream *st = malloc(sizeof(*st) + SV_RXBUF_CAP);
+
+	if (!st)
 		return -ENOMEM;
-	c->rx_cap = SV_RXBUF_CAP;
-	c->rx_lowat = 1; /* the socket's default */
+	st->held_len = st->held_off = 0;
+	st->rx_len = 0;
+	st->rx_cap = SV_RXBUF_CAP;
+	st->rx_direct = false;
+	st->rx_lowat = 1; /* the socket's default */
+	c->framing = st;
 	return 0;
 }
 
-/* Read what a connection has and hand up its frames. */
-void sv_stream_input(struct sv_conn *c, bool closing)
+void sv_stream_fini(struct sv_conn *c)
 {
+	free(c->framing);
+	c->framing = NULL;
+}
+
+static void held_taken(struct sv_conn *c, size_t n)
+{
+	atomic_store_explicit(&c->txq_bytes, c->txq_bytes - n, memory_order_relaxed);
+}
+
+int sv_stream_send(struct sv_conn *c, const struct sv_stream_io *io, const struct sv_frames *f)
+{
+	struct sv_stream *st = to_stream(c);
+	const struct iovec *iov;
+	size_t left, flen = 0;
+	ssize_t w;
+	int k;
+
+	if (c->tx_held) {
+		struct iovec v = { st->held + st->held_off, st->held_len - st->held_off };
+
+		w = io->writev(c, &v, 1, false);
+		if (w < 0)
+			return (int)w;
+		st->held_off += (size_t)w;
+		held_taken(c, (size_t)w);
+		if (st->held_off < st->held_len)
+			return 0;
+		c->tx_held = false;
+	}
+	if (!f->nframes)
+		return 0;
+	iov = f->iov + f->first[0];
+	w = io->writev(c, iov, f->first[f->nframes] - f->first[0], f->ref);
+	if (w <= 0)
+		return (int)w;
+	/* the frames written whole */
+	left = (size_t)w;
+	for (k = 0; k < f->nframes; k++) {
+		flen = 0;
+		for (int i = f->first[k]; i < f->first[k + 1]; i++)
+			flen += f->iov[i].iov_len;
+		if (left < flen)
+			break;
+		left -= flen;
+	}
+	if (!left)
+		return k;
+	/* frame k went out in part: the rest is ours to send */
+	if (flen > sizeof(st->held))
+		return -EMSGSIZE; /* no frame is this big (sv_conn_send checks) */
+	st->held_len = 0;
+	for (int i = f->first[k]; i < f->first[k + 1]; i++) {
+		size_t l = f->iov[i].iov_len, skip = SV_MIN(l, left);
+
+		memcpy(st->held + st->held_len, (const uint8_t *)f->iov[i].iov_base + skip, l - skip);
+		st->held_len += l - skip;
+		left -= skip;
+	}
+	st->held_off = 0;
+	c->tx_held = true;
+	atomic_store_explicit(&c->txq_bytes, c->txq_bytes + st->held_len, memory_order_relaxed);
+	return k + 1;
+}
+
+/* Read what a connection has and hand up its frames. */
+void sv_stream_input(struct sv_conn *c, const struct sv_stream_io *io, bool closing)
+{
+	struct sv_stream *st = to_stream(c);
+
 	for (int rounds = 0; rounds < 16; rounds++) {
+		struct iovec v;
 		size_t want;
 		ssize_t n;
 
-		if (!closing && c->rx_len) {
-			switch (rx_direct(c)) {
+		if (!closing && st->rx_len) {
+			switch (rx_direct(c, io)) {
 			case RX_PLACED:
-				c->rx_direct = true;
+				st->rx_direct = true;
 				if (atomic_load(&c->state) == SV_CONN_DEAD || !parse_frames(c))
 					return;
 				continue;
 			case RX_WAIT:
-				c->rx_direct = true;
+				st->rx_direct = true;
 				return;
 			case RX_NOT_NOW:
 				break;
 			case RX_NO:
-				c->rx_direct = false;
+				st->rx_direct = false;
 				break;
 			}
 		}
-		if (c->rx_lowat != 1 && set_lowat(c, 1)) {
+		if (st->rx_lowat != 1 && set_lowat(c, io, 1)) {
 			c->host->fail(c);
 			return;
 		}
 		/* inside a stream of WRITEs, read only up to the next headers, so
 		 * that the payloads that follow can be received in place */
-		want = c->rx_cap - c->rx_len;
-		if (c->rx_direct && !closing)
-			want = SV_MIN(want, direct_read_len(c));
-		n = c->ops->read(c, c->rxbuf + c->rx_len, want);
+		want = st->rx_cap - st->rx_len;
+		if (st->rx_direct && !closing)
+			want = SV_MIN(want, direct_read_len(st));
+		v.iov_base = st->rxbuf + st->rx_len;
+		v.iov_len = want;
+		n = io->readv(c, &v, 1);
 		if (n == 0 || (n < 0 && n != -EAGAIN && n != -EWOULDBLOCK && n != -EINTR)) {
 			c->host->fail(c);
 			return;
 		}
 		if (n < 0)
 			return;
-		c->rx_len += (size_t)n;
+		st->rx_len += (size_t)n;
 		if (!parse_frames(c))
 			return;
-		if ((size_t)n < want / 2 && !c->rx_direct)
+		if ((size_t)n < want / 2 && !st->rx_direct)
 			return; /* drained for now */
 	}
 }

@@ -1,8 +1,8 @@
 /*
  * The tcp transport: one stream socket per pair of endpoints, frames laid
- * back to back.  Listeners bind only to their device's address (BRIEF §8).
+ * back to back (stream.c).  Listeners bind only to their device's address (BRIEF §8).
  */
-#include "transport/transport.h"
+#include "transport/stream.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -111,12 +111,12 @@ static void tcp_drain(struct sv_conn *c, uint64_t deadline)
 	}
 	if (atomic_load(&c->state) != SV_CONN_UP)
 		return;
-	while (c->txq_head && sv_now_ns() < deadline) {
+	while (sv_conn_tx_waiting(c) && sv_now_ns() < deadline) {
 		struct pollfd p = { .fd = c->fd, .events = POLLOUT };
 
 		if (sv_conn_flush_queue(c) < 0)
 			return;
-		if (c->txq_head)
+		if (sv_conn_tx_waiting(c))
 			poll(&p, 1, 10);
 	}
 	shutdown(c->fd, SHUT_WR);
@@ -152,22 +152,14 @@ static int tcp_connect(struct sv_conn *conn)
 	return 0;
 }
 
-static ssize_t tcp_writev(struct sv_conn *conn, const struct iovec *iov, int iovcnt)
+static ssize_t tcp_writev(struct sv_conn *conn, const struct iovec *iov, int iovcnt, bool ref)
 {
 	struct msghdr mh = { .msg_iov = (struct iovec *)iov, .msg_iovlen = (size_t)iovcnt };
 	ssize_t n = sendmsg(conn->fd, &mh, MSG_NOSIGNAL | MSG_DONTWAIT);
 
+	(void)ref; /* the kernel copies */
 	if (n < 0)
 		return (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOTCONN) ? 0 : -errno;
-	return n;
-}
-
-static ssize_t tcp_read(struct sv_conn *conn, void *buf, size_t len)
-{
-	ssize_t n = recv(conn->fd, buf, len, MSG_DONTWAIT);
-
-	if (n < 0)
-		return -errno;
 	return n;
 }
 
@@ -217,6 +209,23 @@ static size_t tcp_unsent(struct sv_conn *conn)
 	return n > 0 ? (size_t)n : 0;
 }
 
+static const struct sv_stream_io tcp_io = {
+	.writev = tcp_writev,
+	.readv = tcp_readv,
+	.readable = tcp_readable,
+	.set_lowat = tcp_set_lowat,
+};
+
+static int tcp_send(struct sv_conn *conn, const struct sv_frames *f)
+{
+	return sv_stream_send(conn, &tcp_io, f);
+}
+
+static void tcp_input(struct sv_conn *conn, bool closing)
+{
+	sv_stream_input(conn, &tcp_io, closing);
+}
+
 const struct sv_transport_ops sv_tcp_ops = {
 	.name = "tcp",
 	.listen = tcp_listen,
@@ -224,11 +233,10 @@ const struct sv_transport_ops sv_tcp_ops = {
 	.finish_connect = tcp_finish_connect,
 	.drain = tcp_drain,
 	.connect = tcp_connect,
-	.writev = tcp_writev,
-	.read = tcp_read,
-	.readv = tcp_readv,
-	.readable = tcp_readable,
-	.set_lowat = tcp_set_lowat,
-	.close = tcp_close,
+	.init = sv_stream_init,
+	.send = tcp_send,
+	.input = tcp_input,
 	.unsent = tcp_unsent,
+	.close = tcp_close,
+	.destroy = sv_stream_fini,
 };

@@ -42,7 +42,8 @@ enum sv_conn_state {
 	SV_CONN_DEAD,
 };
 
-/* A queued piece of outgoing bytes the socket did not take yet. */
+/* Outgoing frames the transport did not take yet, back to back, each with
+ * its length word (SV_FRAME_HEAD); off: where the next one begins. */
 struct sv_txbuf {
 	struct sv_txbuf *next;
 	size_t len, off;
@@ -51,6 +52,8 @@ struct sv_txbuf {
 
 /* Largest frame a transport carries: a max-MTU packet with room for headers. */
 #define SV_MAX_FRAME (4096 + 256)
+/* The length word before each frame handed to a transport (struct sv_frames). */
+#define SV_FRAME_HEAD 4u
 
 /*
  * Direct receive of an RDMA WRITE's payloads by a stream transport
@@ -97,11 +100,6 @@ struct sv_conn_host {
 			  uint32_t plen);
 };
 
-/* Read what a stream connection has and hand up its frames (stream.c). */
-void sv_stream_input(struct sv_conn *conn, bool closing);
-/* The receive buffer a stream connection needs; 0 or -ENOMEM. */
-int sv_stream_init(struct sv_conn *conn);
-
 struct sv_conn {
 	struct sv_engine *eng;     /* the owner, opaque to the transports */
 	const struct sv_conn_host *host;
@@ -116,21 +114,22 @@ struct sv_conn {
 	uint8_t peer_gid[16];  /* from the peer's HELLO */
 	struct sv_list link;   /* engine->conns */
 
+	/* output (conn.c): whole frames the transport did not take yet */
 	pthread_mutex_t tx_lock;
 	struct sv_txbuf *txq_head, *txq_tail;
 	_Atomic size_t txq_bytes;
+	bool tx_held;          /* tx_lock: the transport holds part of a frame it took */
 	bool want_out;         /* EPOLLOUT armed */
 	atomic_bool tx_corked; /* a receive pass is running: small frames wait for its end */
-	bool tx_ref;           /* tx_lock held, during one writev: the payloads stay valid
-				* until the peer acknowledges them, so they may be referenced
-				* rather than copied (shm single copy) */
 
-	/* receive side (engine thread only) */
-	uint8_t *rxbuf;
-	size_t rx_len, rx_cap;
-	bool rx_direct;   /* the stream is in direct receive (stream.c) */
-	size_t rx_lowat;  /* bytes the transport waits for before it says readable */
+	void *framing;         /* the transport's framing state (stream.c) */
 };
+
+/* tx_lock held: does output wait, in the queue or held by the transport? */
+static inline bool sv_conn_tx_waiting(const struct sv_conn *conn)
+{
+	return conn->txq_head || conn->tx_held;
+}
 
 /*
  * While the engine processes what a connection received, the small frames
@@ -153,7 +152,7 @@ struct sv_conn {
  */
 #define SV_TXBATCH_FRAMES 64
 #define SV_TXBATCH_IOV 512
-#define SV_TXBATCH_HEAD 96 /* u32 frame length + the largest header stack */
+#define SV_TXBATCH_HEAD 96 /* SV_FRAME_HEAD + the largest header stack */
 
 struct sv_txbatch {
 	struct sv_conn *conn; /* holds a reference while frames are gathered */
@@ -161,7 +160,22 @@ struct sv_txbatch {
 	int nframes, niov;
 	size_t bytes;
 	uint8_t head[SV_TXBATCH_FRAMES][SV_TXBATCH_HEAD];
+	uint16_t first[SV_TXBATCH_FRAMES + 1];
 	struct iovec iov[SV_TXBATCH_IOV];
+};
+
+/*
+ * Frames handed to a transport, as one batch: frame k is the iovecs
+ * iov[first[k]] up to iov[first[k + 1]].  A frame's first SV_FRAME_HEAD
+ * bytes are its length (u32, network order, those bytes not counted): a
+ * stream transport sends them as its length word, a datagram transport
+ * leaves them out.
+ */
+struct sv_frames {
+	const struct iovec *iov;
+	const uint16_t *first; /* nframes + 1 entries */
+	int nframes;
+	bool ref; /* payloads stay valid until the peer acknowledges them */
 };
 
 struct sv_transport_ops {
@@ -170,21 +184,25 @@ struct sv_transport_ops {
 	bool room_by_bell;
 	/* Start a connection to conn->peer; completes asynchronously. */
 	int (*connect)(struct sv_conn *conn);
-	/* Write as much as the kernel takes now; returns bytes or -errno. */
-	ssize_t (*writev)(struct sv_conn *conn, const struct iovec *iov, int iovcnt);
-	/* Read what is available; returns bytes, 0 on EOF, -errno. */
-	ssize_t (*read)(struct sv_conn *conn, void *buf, size_t len);
-	/* The same, scattered (direct receive places payloads in target memory). */
-	ssize_t (*readv)(struct sv_conn *conn, const struct iovec *iov, int iovcnt);
-	/* Bytes that a read would return now without waiting; -errno. */
-	ssize_t (*readable)(struct sv_conn *conn);
-	/* Report the connection readable only once `bytes` can be read (>= 1). */
-	int (*set_lowat)(struct sv_conn *conn, size_t bytes);
-	void (*close)(struct sv_conn *conn);
-	/* Free the transport state at the last reference (may be NULL). */
-	void (*destroy)(struct sv_conn *conn);
-	/* Bytes handed to the transport that the peer has not taken yet. */
+	/* Set up the connection's framing, once its transport is known; 0 or -errno. */
+	int (*init)(struct sv_conn *conn);
+
+	/* ---- frames: a batch out, each frame in ---- */
+	/* Take whole frames from the front of f without blocking (tx_lock
+	 * held): how many, or -errno when the connection broke.  A frame taken
+	 * is the transport's to deliver: a stream that could write only part
+	 * of it keeps the rest (conn->tx_held) and sends that before anything
+	 * else, on the next call (an empty batch just does that). */
+	int (*send)(struct sv_conn *conn, const struct sv_frames *f);
+	/* The connection is readable (closing: its end was seen): take what
+	 * arrived and hand each frame up (conn->host), the first to
+	 * sv_conn_take_hello.  Runs under the engine's progress_lock. */
+	void (*input)(struct sv_conn *conn, bool closing);
+	/* Bytes taken that the peer has not received yet. */
 	size_t (*unsent)(struct sv_conn *conn);
+	void (*close)(struct sv_conn *conn);
+	/* Free the transport state at the last reference. */
+	void (*destroy)(struct sv_conn *conn);
 
 	/* ---- the endpoint side: listening, accepting, setting up, closing ---- */
 	/* Listen for an endpoint at ip: returns the listening fd or -errno.  The
@@ -260,26 +278,26 @@ int sv_conn_send_hello(struct sv_conn *conn, const union ibv_gid *gid);
 /* The peer's HELLO (the first frame): false if it is not one we speak. */
 bool sv_conn_take_hello(struct sv_conn *conn, const uint8_t *frame, size_t len);
 
-/* Takes tx_lock: write what is queued while the transport takes it; 0 or -errno. */
+/* Takes tx_lock: hand queued frames to the transport while it takes them; 0 or -errno. */
 int sv_conn_flush_queue(struct sv_conn *conn);
 
 /*
- * Queue one frame (the u32 length prefix is added here).  Never blocks:
- * what the socket does not take now is copied and flushed by the engine.
+ * Send one frame.  Never blocks: what the transport does not take now is
+ * copied and flushed by the engine.
  * Returns 0, or -ENOTCONN when the connection is dead (the frame is dropped,
  * exactly as a wire would drop it; the requester's retry timer recovers).
  */
 int sv_conn_send(struct sv_conn *conn, const struct iovec *iov, int iovcnt);
-/* tx_lock held: write queued bytes while the transport takes them; 0 or -errno. */
+/* tx_lock held: hand queued frames to the transport while it takes them; 0 or -errno. */
 int sv_conn_txq_write(struct sv_conn *conn);
 /* During a receive pass: write what is corked now (the pass stays corked). */
 void sv_conn_uncork_now(struct sv_conn *conn);
 /* Batches: init empty; before add, the frame must fit (else flush first). */
 void sv_txbatch_init(struct sv_txbatch *b);
-/* Where the headers of the next frame are written (SV_TXBATCH_HEAD - 4 bytes). */
+/* Where the headers of the next frame are written (SV_TXBATCH_HEAD - SV_FRAME_HEAD bytes). */
 static inline uint8_t *sv_txbatch_hdr(struct sv_txbatch *b)
 {
-	return b->head[b->nframes] + 4;
+	return b->head[b->nframes] + SV_FRAME_HEAD;
 }
 /* Room for one more frame with npayload payload pieces, on conn? */
 bool sv_txbatch_fits(const struct sv_txbatch *b, struct sv_conn *conn, int npayload);
