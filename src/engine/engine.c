@@ -325,10 +325,12 @@ static void dispatch(struct sv_conn *conn, const struct sv_opcode_info *op, uint
 	const struct sv_bth *bth = (const void *)hdr;
 	struct sv_qp *qp = sv_qp_lookup(conn->eng->ctx, ntohl(bth->dqpn) & SV_PSN_MASK);
 
-	sv_stat_rx(conn->eng->ctx, qp, plen);
-	if (!qp)
+	if (!qp) {
+		sv_stat_rx(conn->eng->ctx, NULL, plen);
 		return; /* no such QP: dropped, as a NIC drops it */
+	}
 	pthread_mutex_lock(&qp->lock);
+	sv_stat_rx(conn->eng->ctx, qp, plen);
 	if (op->mask & SV_OPF_REQUEST)
 		sv_responder_rx(qp, conn, op, hdr, payload, plen);
 	else

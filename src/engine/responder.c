@@ -534,14 +534,19 @@ static enum resp_result exec_write(const struct resp_pkt *p)
 	uint8_t *mem = NULL;
 	uint64_t va;
 	uint32_t rkey, left;
+	bool first = p->op->mask & SV_OPF_FIRST;
 	enum resp_result r;
 
-	sv_mr_read_lock(qp->ctx);
+	/* only a FIRST packet's checks look at the MR table (the payload's
+	 * own translation below takes the lock for itself) */
+	if (first)
+		sv_mr_read_lock(qp->ctx);
 	r = check_write(p, &va, &rkey, &left, &mem);
-	sv_mr_read_unlock(qp->ctx);
+	if (first)
+		sv_mr_read_unlock(qp->ctx);
 	if (r != RESP_OK)
 		return r;
-	if (p->op->mask & SV_OPF_FIRST) {
+	if (first) {
 		qp->wr_va = va;
 		qp->wr_rkey = rkey;
 		qp->wr_left = left;

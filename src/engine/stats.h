@@ -39,6 +39,18 @@ static inline void sv_stat_add(uint64_t *c, uint64_t n)
 	__atomic_fetch_add(c, n, __ATOMIC_RELAXED);
 }
 
+/*
+ * The packet and byte counters of a QP are written only under its lock
+ * (the requester, the responder and the completer run under it): one
+ * writer at a time, so a load and a store do, without the locked
+ * instruction an atomic add costs on every packet.  Readers (softverbs
+ * stat, another process) still see whole values.
+ */
+static inline void sv_stat_add_locked(uint64_t *c, uint64_t n)
+{
+	__atomic_store_n(c, __atomic_load_n(c, __ATOMIC_RELAXED) + n, __ATOMIC_RELAXED);
+}
+
 static inline struct sv_stat_qp *sv_stat_slot(struct sv_context *ctx, uint32_t qpn)
 {
 	return (struct sv_stat_qp *)((char *)ctx->stats + SV_STAT_HDR_SIZE) + (qpn - SV_FIRST_QPN);
@@ -66,8 +78,8 @@ static inline void sv_stat_tx(struct sv_qp *qp, uint32_t bytes)
 {
 	struct sv_stat_qp *s = sv_stat_qp(qp);
 
-	sv_stat_add(&s->c[SV_QPC_TX_PKTS], 1);
-	sv_stat_add(&s->c[SV_QPC_TX_BYTES], bytes);
+	sv_stat_add_locked(&s->c[SV_QPC_TX_PKTS], 1);
+	sv_stat_add_locked(&s->c[SV_QPC_TX_BYTES], bytes);
 }
 
 /*
@@ -80,8 +92,8 @@ static inline void sv_stat_req_tx(struct sv_qp *qp, uint32_t psn, uint32_t bytes
 {
 	struct sv_stat_qp *s = sv_stat_qp(qp);
 
-	sv_stat_add(&s->c[SV_QPC_TX_PKTS], 1);
-	sv_stat_add(&s->c[SV_QPC_TX_BYTES], bytes);
+	sv_stat_add_locked(&s->c[SV_QPC_TX_PKTS], 1);
+	sv_stat_add_locked(&s->c[SV_QPC_TX_BYTES], bytes);
 	if (s->psn_valid && sv_psn_cmp(psn, s->psn_next) < 0) {
 		sv_stat_add(&s->c[SV_QPC_RETRANS], 1);
 	} else {
@@ -117,7 +129,7 @@ static inline void sv_stat_ack_tx(struct sv_qp *qp, uint8_t syn)
 	sv_stat_nak(qp, syn, true);
 }
 
-/* A packet for qp arrived (qp NULL: no QP has its number). */
+/* A packet for qp arrived (qp NULL: no QP has its number); qp->lock held. */
 static inline void sv_stat_rx(struct sv_context *ctx, struct sv_qp *qp, uint32_t bytes)
 {
 	if (!qp) {
@@ -126,8 +138,8 @@ static inline void sv_stat_rx(struct sv_context *ctx, struct sv_qp *qp, uint32_t
 	}
 	struct sv_stat_qp *s = sv_stat_qp(qp);
 
-	sv_stat_add(&s->c[SV_QPC_RX_PKTS], 1);
-	sv_stat_add(&s->c[SV_QPC_RX_BYTES], bytes);
+	sv_stat_add_locked(&s->c[SV_QPC_RX_PKTS], 1);
+	sv_stat_add_locked(&s->c[SV_QPC_RX_BYTES], bytes);
 }
 
 /* A completion went into cq (stored) or was lost to a full CQ. */

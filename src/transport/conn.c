@@ -90,8 +90,9 @@ int sv_conn_flush_queue(struct sv_conn *c)
 	return r;
 }
 
-/* Queued frames handed to the transport in one call. */
-#define TXQ_BATCH 64
+/* Queued frames handed to the transport in one call (one iovec each). */
+#define TXQ_BATCH 256
+_Static_assert(TXQ_BATCH <= SV_TXBATCH_IOV, "a queue flush is a batch a transport takes");
 
 int sv_conn_txq_write(struct sv_conn *c)
 {

@@ -50,6 +50,8 @@
 
 /* Receive buffer of a connection: frames are cut out of large reads. */
 #define SV_RXBUF_CAP (256u << 10)
+/* Most iovecs one batch of frames may have (the largest batch conn.c makes). */
+#define SV_STREAM_SEND_IOV SV_TXBATCH_IOV
 /* Payload bytes below which placing a packet is not worth a system call. */
 #define RX_DIRECT_MIN 1024u
 /* Room for the length word and the headers of a predicted frame. */
@@ -309,31 +311,44 @@ static void held_taken(struct sv_conn *c, size_t n)
 int sv_stream_send(struct sv_conn *c, const struct sv_stream_io *io, const struct sv_frames *f)
 {
 	struct sv_stream *st = to_stream(c);
-	const struct iovec *iov;
-	size_t left, flen = 0;
+	const struct iovec *iov = f->iov + (f->nframes ? f->first[0] : 0);
+	int niov = f->nframes ? f->first[f->nframes] - f->first[0] : 0, k;
+	struct iovec v[1 + SV_STREAM_SEND_IOV];
+	size_t left, flen = 0, held = 0;
+	bool ref = f->ref;
 	ssize_t w;
-	int k;
 
+	if (niov > SV_STREAM_SEND_IOV)
+		return -EINVAL;
 	if (c->tx_held) {
-		struct iovec v = { st->held + st->held_off, st->held_len - st->held_off };
+		/* what is left of the frame taken in part goes first, in the same
+		 * system call.  It lies in our buffer, which the next partial frame
+		 * reuses: it must be copied, never referenced */
+		held = st->held_len - st->held_off;
+		v[0].iov_base = st->held + st->held_off;
+		v[0].iov_len = held;
+		memcpy(v + 1, iov, (size_t)niov * sizeof(*iov));
+		iov = v;
+		niov++;
+		ref = false;
+	}
+	if (!niov)
+		return 0;
+	w = io->writev(c, iov, niov, ref);
+	if (w <= 0)
+		return (int)w;
+	left = (size_t)w;
+	if (held) {
+		size_t l = SV_MIN(left, held);
 
-		w = io->writev(c, &v, 1, false);
-		if (w < 0)
-			return (int)w;
-		st->held_off += (size_t)w;
-		held_taken(c, (size_t)w);
+		st->held_off += l;
+		held_taken(c, l);
+		left -= l;
 		if (st->held_off < st->held_len)
 			return 0;
 		c->tx_held = false;
 	}
-	if (!f->nframes)
-		return 0;
-	iov = f->iov + f->first[0];
-	w = io->writev(c, iov, f->first[f->nframes] - f->first[0], f->ref);
-	if (w <= 0)
-		return (int)w;
 	/* the frames written whole */
-	left = (size_t)w;
 	for (k = 0; k < f->nframes; k++) {
 		flen = 0;
 		for (int i = f->first[k]; i < f->first[k + 1]; i++)
