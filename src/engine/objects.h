@@ -179,8 +179,15 @@ static inline struct sv_srq *to_sv_srq(struct ibv_srq *s)
 	return SV_CONTAINER_OF(s, struct sv_srq, ibsrq);
 }
 
+/*
+ * An AH lives while the application holds it or a queued UD work request
+ * names it (sv_ah_put frees it at the last reference): a NIC copies the
+ * address vector into its WQE, so a program may destroy an AH right after
+ * posting with it, and rdma-core's providers allow it.
+ */
 struct sv_ah {
 	struct ibv_ah ibah;
+	struct sv_ref ref;
 	struct ibv_ah_attr attr;
 	struct sv_endpoint_addr peer;
 	struct sv_pd *pd;
@@ -191,6 +198,9 @@ static inline struct sv_ah *to_sv_ah(struct ibv_ah *a)
 {
 	return SV_CONTAINER_OF(a, struct sv_ah, ibah);
 }
+
+/* Drop one reference to ah (the last frees it). */
+void sv_ah_put(struct sv_ah *ah);
 
 enum sv_wqe_state {
 	SV_WQE_PENDING, /* not (fully) sent */
@@ -212,6 +222,9 @@ struct sv_send_wqe {
 	uint32_t npkts;
 	uint64_t atomic_orig;
 };
+/* A send WQE leaves the queue (completed, flushed or discarded): what it held goes. */
+void sv_wqe_release(struct sv_send_wqe *w);
+
 
 /* Requester-side bookkeeping of one QP (sq indexes increase forever, mod 2^32). */
 struct sv_sq {

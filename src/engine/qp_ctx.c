@@ -7,6 +7,8 @@
 #include "engine/engine.h"
 #include "engine/stats.h"
 
+#include <stdlib.h>
+
 struct sv_qp *sv_qp_lookup(struct sv_context *ctx, uint32_t qpn)
 {
 	struct sv_qp *qp = NULL;
@@ -29,6 +31,25 @@ static void push_flush(struct sv_cq *cq, uint64_t wr_id, uint32_t qpn, enum ibv_
 	sv_cq_push(cq, &wc, false);
 }
 
+void sv_ah_put(struct sv_ah *ah)
+{
+	if (!sv_ref_put(&ah->ref))
+		return;
+	if (ah->conn)
+		sv_conn_put(ah->conn);
+	sv_ref_put(&ah->pd->users);
+	pthread_mutex_destroy(&ah->lock);
+	free(ah);
+}
+
+void sv_wqe_release(struct sv_send_wqe *w)
+{
+	if (w->ah) {
+		sv_ah_put(w->ah);
+		w->ah = NULL;
+	}
+}
+
 void sv_qp_flush_send(struct sv_qp *qp)
 {
 	struct sv_sq *sq = &qp->sq;
@@ -37,6 +58,7 @@ void sv_qp_flush_send(struct sv_qp *qp)
 		struct sv_send_wqe *w = &sq->wqe[sq->head & (sq->size - 1)];
 
 		push_flush(qp->scq, w->wr.wr_id, qp->ex.qp_base.qp_num, IBV_WC_SEND);
+		sv_wqe_release(w);
 	}
 	sq->next = sq->tail;
 	sq->seg_off = 0;

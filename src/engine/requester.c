@@ -360,6 +360,7 @@ void sv_requester_retire(struct sv_qp *qp)
 			break;
 		sq->head++;
 		sv_requester_complete(qp, w, w->status);
+		sv_wqe_release(w);
 		if (w->status != IBV_WC_SUCCESS) {
 			sv_qp_enter_error(qp);
 			return;

@@ -27,6 +27,7 @@ struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 		errno = ENOMEM;
 		return NULL;
 	}
+	sv_ref_init(&ah->ref, 1); /* the application's */
 	ah->attr = *attr;
 	ah->peer = peer;
 	ah->pd = to_sv_pd(pd);
@@ -43,11 +44,8 @@ int ibv_destroy_ah(struct ibv_ah *ibah)
 	struct sv_context *ctx = to_sv_ctx(ibah->context);
 
 	sv_ctx_release(ctx, &ctx->nah);
-	if (ah->conn)
-		sv_conn_put(ah->conn);
-	sv_ref_put(&ah->pd->users);
-	pthread_mutex_destroy(&ah->lock);
-	free(ah);
+	/* UD work requests still queued with it keep it until they leave */
+	sv_ah_put(ah);
 	return 0;
 }
 

@@ -269,6 +269,8 @@ static void reset_qp(struct sv_qp *qp)
 	 * previous life.  Soft-RoCE leaves them.  Receive WQEs still in an SRQ
 	 * belong to the SRQ and stay there.
 	 */
+	for (; sq->head != sq->tail; sq->head++)
+		sv_wqe_release(&sq->wqe[sq->head & (sq->size - 1)]);
 	sq->head = sq->next = sq->tail = sq->seg_off = sq->rd_atomic_inflight = 0;
 	qp->rq.head = qp->rq.count = 0;
 	qp->resp_have_rwqe = qp->resp_in_msg = qp->resp_drop_msg = false;
@@ -491,6 +493,9 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 	if (qp->srq)
 		sv_ref_put(&qp->srq->users);
 	sv_qp_ex_free(qp);
+	/* work it never completed lets go of its AHs */
+	for (; qp->sq.head != qp->sq.tail; qp->sq.head++)
+		sv_wqe_release(&qp->sq.wqe[qp->sq.head & (qp->sq.size - 1)]);
 	free(qp->sq.wqe);
 	free(qp->sq.sge_pool);
 	free(qp->sq.inline_pool);
@@ -546,6 +551,8 @@ static int sq_post_one(struct sv_qp *qp, const struct ibv_send_wr *wr)
 		w->inline_buf = dst;
 	}
 	w->ah = qp->ti->connected ? NULL : to_sv_ah(wr->wr.ud.ah);
+	if (w->ah)
+		sv_ref_get(&w->ah->ref); /* the WQE's, until it leaves the queue */
 	w->state = SV_WQE_PENDING;
 	w->status = IBV_WC_SUCCESS;
 	w->npkts = 0;

@@ -12,7 +12,8 @@
  * with SIGSTOP; the parent sends 4 KiB datagrams until its send queue stops
  * completing (parked), destroys the QP, lets the child go on (SIGCONT), gives
  * the connection time to drain, and checks that the child and a new QP still
- * work.
+ * work.  Then the same with the AH destroyed instead of the QP: the
+ * datagrams waiting with it still go out and complete, successfully.
  */
 #include "sv_test.h"
 
@@ -48,6 +49,38 @@ static int sink(int rfd, int wfd, int argc, char **argv)
 	SVT_CHECK_OK(ibv_destroy_cq(cq));
 	svt_dev_close(&d);
 	return 0;
+}
+
+/* Send 4 KiB datagrams until completions stop for 300 ms with WRs
+ * outstanding: the QP is parked on the AH's connection (the peer stopped). */
+static void fill_until_parked(struct ibv_qp *qp, struct ibv_cq *cq, char *buf, struct ibv_mr *mr,
+			      struct ibv_ah *ah, const struct svt_peer_info *peer,
+			      const struct svt_conn *conn, int *posted, int *done)
+{
+	uint64_t quiet_since = svt_now_ms();
+	struct ibv_wc wc[64];
+	int start = *posted;
+
+	while (*posted - start < MAX_POSTS) {
+		while (*posted - *done < SQ && *posted - start < MAX_POSTS) {
+			SVT_CHECK_OK(svt_post_ud_send(qp, (uint64_t)*posted, IBV_SEND_SIGNALED, buf,
+						      MSG, mr->lkey, ah, peer->qpn, conn->qkey));
+			(*posted)++;
+		}
+		int n = ibv_poll_cq(cq, 64, wc);
+
+		SVT_CHECK(n >= 0);
+		for (int i = 0; i < n; i++)
+			SVT_CHECK_WC_OK(wc[i]);
+		*done += n;
+		if (n > 0)
+			quiet_since = svt_now_ms();
+		else if (svt_now_ms() - quiet_since > 300)
+			break;
+	}
+	svt_log("peer stopped: %d datagrams posted, %d completed, %d waiting", *posted, *done,
+		*posted - *done);
+	SVT_CHECK_MSG(*posted - *done > 0, "the send queue never stalled (%d posted)", *posted);
 }
 
 int main(int argc, char **argv)
@@ -89,30 +122,8 @@ int main(int argc, char **argv)
 
 	svt_child_kill(&c, SIGSTOP);
 	int posted = 1, done = 1;
-	uint64_t quiet_since = svt_now_ms();
 
-	/* Send until completions stop for 300 ms with WRs outstanding: the
-	 * QP is parked on the AH's connection. */
-	while (posted < MAX_POSTS) {
-		while (posted - done < SQ && posted < MAX_POSTS) {
-			SVT_CHECK_OK(svt_post_ud_send(qp, (uint64_t)posted, IBV_SEND_SIGNALED, buf,
-						      MSG, mr->lkey, ah, peer.qpn, conn.qkey));
-			posted++;
-		}
-		int n = ibv_poll_cq(cq, 64, wc);
-
-		SVT_CHECK(n >= 0);
-		for (int i = 0; i < n; i++)
-			SVT_CHECK_WC_OK(wc[i]);
-		done += n;
-		if (n > 0)
-			quiet_since = svt_now_ms();
-		else if (svt_now_ms() - quiet_since > 300)
-			break;
-	}
-	svt_log("peer stopped: %d datagrams posted, %d completed, %d waiting", posted, done,
-		posted - done);
-	SVT_CHECK_MSG(posted - done > 0, "the send queue never stalled (%d posted)", posted);
+	fill_until_parked(qp, cq, buf, mr, ah, &peer, &conn, &posted, &done);
 
 	/* Destroy the parked QP, then let the connection drain. */
 	SVT_CHECK_OK(ibv_destroy_qp(qp));
@@ -128,6 +139,23 @@ int main(int argc, char **argv)
 				      peer.qpn, conn.qkey));
 	svt_poll_ok(cq, 1, wc, 10000);
 	SVT_CHECK_EQ(wc[0].wr_id, 99);
+
+	/* An AH destroyed while datagrams that name it wait: they still go
+	 * out and complete (a NIC's WQE carries its own copy of the address). */
+	struct ibv_ah *ah2 = ibv_create_ah(d.pd, &aa);
+
+	SVT_CHECK(ah2 != NULL);
+	svt_child_kill(&c, SIGSTOP);
+	posted = done = 0;
+	fill_until_parked(qp, cq, buf, mr, ah2, &peer, &conn, &posted, &done);
+	SVT_CHECK_OK(ibv_destroy_ah(ah2));
+	svt_child_kill(&c, SIGCONT);
+	while (done < posted) {
+		int n = posted - done < 64 ? posted - done : 64;
+
+		svt_poll_ok(cq, n, wc, 20000);
+		done += n;
+	}
 
 	svt_sync_send(c.wfd, 'Q');
 	SVT_CHECK_EQ(svt_child_wait(&c, 20000), 0);
