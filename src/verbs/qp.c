@@ -27,43 +27,6 @@ static uint32_t pow2_at_least(uint32_t v)
 	return p;
 }
 
-static int rq_init(struct sv_rq *rq, uint32_t max_wr, uint32_t max_sge)
-{
-	rq->size = max_wr;
-	rq->max_sge = SV_MAX(max_sge, 1u);
-	rq->wqe = calloc(SV_MAX(max_wr, 1u), sizeof(*rq->wqe));
-	rq->sge_pool = calloc((size_t)SV_MAX(max_wr, 1u) * rq->max_sge, sizeof(struct ibv_sge));
-	if (!rq->wqe || !rq->sge_pool)
-		return ENOMEM;
-	for (uint32_t i = 0; i < max_wr; i++)
-		rq->wqe[i].sge = rq->sge_pool + (size_t)i * rq->max_sge;
-	return 0;
-}
-
-/* Put one WR into a receive ring (lock of the ring's owner held). */
-int sv_rq_post(struct sv_rq *rq, const struct ibv_recv_wr *wr)
-{
-	struct sv_recv_wqe *w;
-
-	if ((uint32_t)wr->num_sge > rq->max_sge || wr->num_sge < 0)
-		return EINVAL;
-	if (rq->count >= rq->size)
-		return ENOMEM;
-	w = &rq->wqe[(rq->head + rq->count) % rq->size];
-	w->wr_id = wr->wr_id;
-	w->num_sge = (uint32_t)wr->num_sge;
-	if (wr->num_sge)
-		memcpy(w->sge, wr->sg_list, sizeof(*w->sge) * (size_t)wr->num_sge);
-	rq->count++;
-	return 0;
-}
-
-static void rq_free(struct sv_rq *rq)
-{
-	free(rq->wqe);
-	free(rq->sge_pool);
-}
-
 static struct ibv_qp *qp_create(struct ibv_context *context, struct ibv_qp_init_attr_ex *ia)
 {
 	struct sv_context *ctx = to_sv_ctx(context);
@@ -130,7 +93,7 @@ static struct ibv_qp *qp_create(struct ibv_context *context, struct ibv_qp_init_
 	if (qp->cap.max_inline_data)
 		qp->sq.inline_pool = malloc((size_t)qp->sq.size * qp->cap.max_inline_data);
 	if (!qp->sq.wqe || !qp->sq.sge_pool || (qp->cap.max_inline_data && !qp->sq.inline_pool) ||
-	    (!qp->srq && rq_init(&qp->rq, cap->max_recv_wr, cap->max_recv_sge))) {
+	    (!qp->srq && sv_rq_init(&qp->rq, cap->max_recv_wr, cap->max_recv_sge))) {
 		err = ENOMEM;
 		goto fail_free;
 	}
@@ -196,7 +159,7 @@ fail_free:
 	free(qp->sq.wqe);
 	free(qp->sq.sge_pool);
 	free(qp->sq.inline_pool);
-	rq_free(&qp->rq);
+	sv_rq_free(&qp->rq);
 	free(qp);
 fail:
 	errno = err;
@@ -499,7 +462,7 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 	free(qp->sq.wqe);
 	free(qp->sq.sge_pool);
 	free(qp->sq.inline_pool);
-	rq_free(&qp->rq);
+	sv_rq_free(&qp->rq);
 	pthread_mutex_destroy(&qp->lock);
 	free(qp);
 	return 0;

@@ -26,7 +26,7 @@ void sv_device_attr(const struct sv_device *dev, struct ibv_device_attr *a)
 	a->max_qp = SV_MAX_QP;
 	a->max_qp_wr = SV_MAX_QP_WR;
 	a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_CURR_QP_STATE_MOD |
-			      IBV_DEVICE_SYS_IMAGE_GUID;
+			      IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_SRQ_RESIZE;
 	a->max_sge = SV_MAX_SGE;
 	a->max_sge_rd = SV_MAX_SGE;
 	a->max_cq = SV_MAX_CQ;

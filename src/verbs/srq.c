@@ -5,13 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-int sv_rq_post(struct sv_rq *rq, const struct ibv_recv_wr *wr);
-
 static struct ibv_srq *srq_create(struct ibv_pd *ibpd, struct ibv_srq_init_attr *ia)
 {
 	struct sv_context *ctx = to_sv_ctx(ibpd->context);
 	struct sv_srq *srq;
-	struct sv_rq *rq;
 
 	if (!ia || ia->attr.max_wr == 0 || ia->attr.max_wr > SV_MAX_SRQ_WR ||
 	    ia->attr.max_sge > SV_MAX_SGE || ia->attr.srq_limit > ia->attr.max_wr) {
@@ -25,19 +22,10 @@ static struct ibv_srq *srq_create(struct ibv_pd *ibpd, struct ibv_srq_init_attr 
 	srq = calloc(1, sizeof(*srq));
 	if (!srq)
 		goto nomem;
-	rq = &srq->rq;
-	rq->size = ia->attr.max_wr;
-	rq->max_sge = SV_MAX(ia->attr.max_sge, 1u);
-	rq->wqe = calloc(rq->size, sizeof(*rq->wqe));
-	rq->sge_pool = calloc((size_t)rq->size * rq->max_sge, sizeof(struct ibv_sge));
-	if (!rq->wqe || !rq->sge_pool) {
-		free(rq->wqe);
-		free(rq->sge_pool);
+	if (sv_rq_init(&srq->rq, ia->attr.max_wr, ia->attr.max_sge)) {
 		free(srq);
 		goto nomem;
 	}
-	for (uint32_t i = 0; i < rq->size; i++)
-		rq->wqe[i].sge = rq->sge_pool + (size_t)i * rq->max_sge;
 	srq->ctx = ctx;
 	sv_ref_init(&srq->users, 0);
 	srq->pd = to_sv_pd(ibpd);
@@ -88,12 +76,21 @@ int ibv_modify_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr, int mask)
 
 	if (!attr || (mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT)))
 		return EINVAL;
-	if (mask & IBV_SRQ_MAX_WR)
-		return EOPNOTSUPP; /* resizing an SRQ is not supported (no IBV_DEVICE_SRQ_RESIZE) */
 	pthread_mutex_lock(&srq->lock);
-	if ((mask & IBV_SRQ_LIMIT) && attr->srq_limit > srq->rq.size)
+	/* Checked as rxe does, all before anything changes: a new size within
+	 * the device's limit, not below the limit armed (or being armed), and
+	 * holding the WRs posted; a limit within the (new) size. */
+	uint32_t size = (mask & IBV_SRQ_MAX_WR) ? attr->max_wr : srq->rq.size;
+	uint32_t limit = (mask & IBV_SRQ_LIMIT) ? attr->srq_limit : srq->srq_limit;
+
+	if ((mask & IBV_SRQ_MAX_WR) &&
+	    (!attr->max_wr || attr->max_wr > SV_MAX_SRQ_WR || attr->max_wr < srq->rq.count))
 		err = EINVAL;
-	else if (mask & IBV_SRQ_LIMIT)
+	else if (limit > size)
+		err = EINVAL;
+	else if ((mask & IBV_SRQ_MAX_WR) && attr->max_wr != srq->rq.size)
+		err = sv_rq_resize(&srq->rq, attr->max_wr);
+	if (!err && (mask & IBV_SRQ_LIMIT))
 		srq->srq_limit = attr->srq_limit;
 	pthread_mutex_unlock(&srq->lock);
 	return err;
@@ -123,8 +120,7 @@ int ibv_destroy_srq(struct ibv_srq *ibsrq)
 	sv_async_forget(ctx, &srq->async);
 	sv_ref_put(&srq->pd->users);
 	sv_ctx_release(ctx, &ctx->nsrq);
-	free(srq->rq.wqe);
-	free(srq->rq.sge_pool);
+	sv_rq_free(&srq->rq);
 	pthread_mutex_destroy(&srq->lock);
 	free(srq);
 	return 0;

@@ -29,4 +29,12 @@ void sv_cq_clean(struct sv_cq *cq, uint32_t qpn);
 
 uint32_t sv_mtu_bytes(enum ibv_mtu mtu);
 
+/* Receive rings of QPs and SRQs (recv_queue.c); the owner's lock held. */
+int sv_rq_init(struct sv_rq *rq, uint32_t max_wr, uint32_t max_sge); /* 0 or ENOMEM */
+void sv_rq_free(struct sv_rq *rq);
+int sv_rq_post(struct sv_rq *rq, const struct ibv_recv_wr *wr);     /* 0, EINVAL, ENOMEM */
+/* New capacity max_wr, the posted WRs kept in order: 0, EINVAL (they would
+ * not fit) or ENOMEM (the ring is unchanged). */
+int sv_rq_resize(struct sv_rq *rq, uint32_t max_wr);
+
 #endif

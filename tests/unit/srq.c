@@ -5,6 +5,9 @@
  *     carry the right qp_num and the SRQ's wr_ids in FIFO order
  *   - srq_limit armed -> IBV_EVENT_SRQ_LIMIT_REACHED via ibv_get_async_event
  *     once the number of receives drops below it, then disarmed
+ *   - resize (IBV_SRQ_MAX_WR) with WRs posted across the ring's wrap: they
+ *     keep their order; a size below the WRs posted, below the armed limit,
+ *     0 or above max_srq_wr is EINVAL and changes nothing
  *   - a QP on the SRQ moved to ERR raises IBV_EVENT_QP_LAST_WQE_REACHED
  *   - destroy_srq while QPs use it: EBUSY
  */
@@ -249,6 +252,64 @@ static void test_limit(struct sides *s)
 	ibv_ack_async_event(&ev);
 }
 
+static void check_srq(struct ibv_srq *srq, uint32_t max_wr, uint32_t limit)
+{
+	struct ibv_srq_attr q;
+
+	SVT_CHECK_OK(ibv_query_srq(srq, &q));
+	SVT_CHECK_EQ(q.max_wr, max_wr);
+	SVT_CHECK_EQ(q.srq_limit, limit);
+}
+
+/* Resizing an SRQ in use (IBV_DEVICE_SRQ_RESIZE, as rxe): the WRs posted
+ * stay, in order; what is refused changes nothing. */
+static void test_resize(struct sides *s)
+{
+	struct ibv_srq_attr a;
+
+	SVT_CHECK(s->b.dev_attr.device_cap_flags & IBV_DEVICE_SRQ_RESIZE);
+	check_srq(s->srq, 64, 0);
+	post_srq(s, 56); /* 4 left from test_limit: 60 posted, across the wrap */
+
+	memset(&a, 0, sizeof(a));
+	a.max_wr = 59; /* below the WRs posted */
+	SVT_CHECK_RC(ibv_modify_srq(s->srq, &a, IBV_SRQ_MAX_WR), EINVAL);
+	a.max_wr = 0;
+	SVT_CHECK_RC(ibv_modify_srq(s->srq, &a, IBV_SRQ_MAX_WR), EINVAL);
+	a.max_wr = (uint32_t)s->b.dev_attr.max_srq_wr + 1;
+	SVT_CHECK_RC(ibv_modify_srq(s->srq, &a, IBV_SRQ_MAX_WR), EINVAL);
+	a.max_wr = 100;
+	a.srq_limit = 101; /* a limit above the new size: neither changes */
+	SVT_CHECK_RC(ibv_modify_srq(s->srq, &a, IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT), EINVAL);
+	check_srq(s->srq, 64, 0);
+
+	SVT_CHECK_OK(ibv_modify_srq(s->srq, &a, IBV_SRQ_MAX_WR));
+	check_srq(s->srq, 100, 0);
+	post_srq(s, 40); /* full at 100 */
+	SVT_CHECK_FAILS(svt_post_srq_recv(s->srq, 999, s->bbuf, SLOT, s->bmr->lkey));
+	send_n(s, 60); /* the 60 posted before the resize, in order, then ... */
+
+	a.max_wr = 40; /* ... shrink to exactly what is posted */
+	SVT_CHECK_OK(ibv_modify_srq(s->srq, &a, IBV_SRQ_MAX_WR));
+	check_srq(s->srq, 40, 0);
+	SVT_CHECK_FAILS(svt_post_srq_recv(s->srq, 999, s->bbuf, SLOT, s->bmr->lkey));
+
+	a.srq_limit = 30;
+	SVT_CHECK_OK(ibv_modify_srq(s->srq, &a, IBV_SRQ_LIMIT));
+	a.max_wr = 48; /* growing works with a limit armed ... */
+	SVT_CHECK_OK(ibv_modify_srq(s->srq, &a, IBV_SRQ_MAX_WR));
+	send_n(s, 10); /* 30 left: not below the limit */
+	a.srq_limit = 40;
+	SVT_CHECK_OK(ibv_modify_srq(s->srq, &a, IBV_SRQ_LIMIT));
+	a.max_wr = 35; /* ... shrinking below it does not, though 30 would fit */
+	SVT_CHECK_RC(ibv_modify_srq(s->srq, &a, IBV_SRQ_MAX_WR), EINVAL);
+	check_srq(s->srq, 48, 40);
+	a.srq_limit = 0; /* disarm */
+	SVT_CHECK_OK(ibv_modify_srq(s->srq, &a, IBV_SRQ_LIMIT));
+	send_n(s, 26); /* 4 left, as test_last_wqe expects */
+	check_srq(s->srq, 48, 0);
+}
+
 /* A QP attached to an SRQ that enters the error state reports "Last WQE
  * Reached" (IBV_EVENT_QP_LAST_WQE_REACHED, ibv_get_async_event(3)). */
 static void test_last_wqe(struct sides *s)
@@ -277,6 +338,7 @@ int main(void)
 	setup(&s);
 	test_shared(&s);
 	test_limit(&s);
+	test_resize(&s);
 	test_last_wqe(&s);
 	teardown(&s);
 	return 0;
