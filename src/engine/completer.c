@@ -136,7 +136,11 @@ void sv_completer_rx(struct sv_qp *qp, const struct sv_opcode_info *op, uint8_t 
 		uint32_t k = (psn - w->first_psn) & SV_PSN_MASK;
 		uint64_t off = (uint64_t)k * qp->mtu;
 
-		if (!(w->op->flags & SV_WRF_READ) || off + plen > w->length) {
+		if (w->op->flags & SV_WRF_ATOMIC_WRITE) {
+			/* an atomic write's acknowledgement: no data */
+			finish(qp, w, plen || !(op->mask & SV_OPF_LAST) ? IBV_WC_BAD_RESP_ERR
+									  : IBV_WC_SUCCESS);
+		} else if (!(w->op->flags & SV_WRF_READ) || off + plen > w->length) {
 			finish(qp, w, IBV_WC_BAD_RESP_ERR);
 		} else {
 			enum sv_mem_err e = sv_sgl_copy_in(qp->ctx, qp->pd, w->sge, w->num_sge, off,

@@ -38,6 +38,7 @@ enum sv_opcode {
 	SV_OP_ATOMIC_ACK = 0x12,
 	SV_OP_CMP_SWAP = 0x13,
 	SV_OP_FETCH_ADD = 0x14,
+	SV_OP_ATOMIC_WRITE = 0x1d, /* RC only: RETH and 8 bytes, answered by a READ response with none */
 };
 
 /* Header-presence and role flags. */
@@ -59,6 +60,7 @@ enum {
 	SV_OPF_ATOMIC = 1 << 15,  /* atomic request */
 	SV_OPF_RESPONSE = 1 << 16,/* travels responder -> requester */
 	SV_OPF_RDRESP = 1 << 17,  /* read response */
+	SV_OPF_ATOMIC_WRITE = 1 << 18, /* atomic write request */
 };
 
 struct sv_opcode_info {

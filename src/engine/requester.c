@@ -291,7 +291,7 @@ void sv_requester_run(struct sv_qp *qp)
 			break;
 		}
 		k = sq->seg_off / qp->mtu;
-		if (sv_wr_rd_atomic(w->op))
+		if (!sv_wr_sends_payload(w->op))
 			plen = 0; /* the request carries no payload */
 		else
 			plen = SV_MIN(qp->mtu, w->length - sq->seg_off);

@@ -387,6 +387,54 @@ static void send_atomic_ack(struct sv_qp *qp, struct sv_conn *conn, uint32_t psn
 	sv_stat_tx(qp, 0);
 }
 
+/* An atomic write is acknowledged as a READ of nothing (IBA 1.5, as rxe). */
+static void send_read_ack(struct sv_qp *qp, struct sv_conn *conn, uint32_t psn)
+{
+	struct {
+		struct sv_bth bth;
+		struct sv_aeth aeth;
+	} __attribute__((packed)) p;
+
+	fill_bth(qp, &p.bth, SV_OP_READ_RESP_ONLY, psn);
+	p.aeth.syn_msn = htonl(((uint32_t)SV_AETH_ACK << 24) | (qp->msn & SV_PSN_MASK));
+	sv_send_packet(conn, &p, sizeof(p), NULL, 0);
+	sv_stat_tx(qp, 0);
+}
+
+/*
+ * ATOMIC WRITE: its 8 bytes are stored at once, with release order (every
+ * write before it is visible first), at an aligned address the rkey allows
+ * to write.  A duplicate is acknowledged again, not executed again.
+ */
+static enum resp_result exec_atomic_write(const struct resp_pkt *p)
+{
+	struct sv_qp *qp = p->qp;
+	const struct sv_reth *r = (const void *)(p->hdr + p->op->off_reth);
+	uint64_t va = be64toh(r->va), v;
+	enum resp_result res = check_qp_access(p, IBV_ACCESS_REMOTE_WRITE, va);
+	uint64_t *word;
+
+	if (res != RESP_OK)
+		return res;
+	if (ntohl(r->dma_len) != 8 || p->plen != 8)
+		return RESP_ERR_WRITE_LEN;
+	if (va & 7)
+		return RESP_ERR_QP_ACCESS; /* misaligned, as for the other atomics */
+	sv_mr_read_lock(qp->ctx);
+	res = check_rkey(qp, ntohl(r->rkey), va, 8, IBV_ACCESS_REMOTE_WRITE, (uint8_t **)&word);
+	if (res == RESP_OK) {
+		memcpy(&v, p->payload, sizeof(v));
+		__atomic_store_n(word, v, __ATOMIC_RELEASE);
+	}
+	sv_mr_read_unlock(qp->ctx);
+	if (res != RESP_OK)
+		return res;
+	qp->epsn = sv_psn_add(p->psn, 1);
+	qp->msn++;
+	send_read_ack(qp, p->conn, p->psn);
+	return RESP_DONE;
+}
+
 /* Atomic request: executed once, its result kept for duplicates. */
 static enum resp_result exec_atomic(const struct resp_pkt *p)
 {
@@ -454,6 +502,8 @@ static void duplicate(const struct resp_pkt *p)
 		for (int i = 0; i < SV_MAX_QP_RD_ATOM; i++)
 			if (qp->atomic_cache[i].valid && qp->atomic_cache[i].psn == p->psn)
 				send_atomic_ack(qp, p->conn, p->psn, qp->atomic_cache[i].orig);
+	} else if (p->op->mask & SV_OPF_ATOMIC_WRITE) {
+		send_read_ack(qp, p->conn, p->psn);
 	} else if (p->op->mask & SV_OPF_LAST) {
 		send_ack(qp, p->conn, sv_psn_add(qp->epsn, SV_PSN_MASK), SV_AETH_ACK | 0x1f);
 	}
@@ -682,6 +732,8 @@ void sv_responder_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opc
 			r = exec_read(&p);
 		else if (op->mask & SV_OPF_ATOMIC)
 			r = exec_atomic(&p);
+		else if (op->mask & SV_OPF_ATOMIC_WRITE)
+			r = exec_atomic_write(&p);
 		else
 			r = RESP_ERR_QP_ACCESS; /* not a request the QP type takes */
 	}

@@ -1,7 +1,8 @@
 /*
  * The work-request opcode table and the QP type descriptors (see
  * wr_opcode.h).  Rows follow the IBA's valid operations per service type:
- * SEND on all three, RDMA WRITE on RC and UC, READ and atomics on RC only.
+ * SEND on all three, RDMA WRITE on RC and UC, READ, atomics and atomic
+ * write (IBA 1.5) on RC only.
  */
 #include "engine/wr_opcode.h"
 #include "engine/opcode.h"
@@ -44,6 +45,10 @@ static const struct sv_wr_opcode_info wr_opcodes[] = {
 		"ATOMIC_FETCH_AND_ADD", RC, SV_WRF_ATOMIC,
 		SV_OP_FETCH_ADD, SV_OP_FETCH_ADD, SV_OP_FETCH_ADD, SV_OP_FETCH_ADD,
 		IBV_WC_FETCH_ADD, IBV_ACCESS_LOCAL_WRITE, 8 },
+	[IBV_WR_ATOMIC_WRITE] = {
+		"ATOMIC_WRITE", RC, SV_WRF_ATOMIC_WRITE,
+		SV_OP_ATOMIC_WRITE, SV_OP_ATOMIC_WRITE, SV_OP_ATOMIC_WRITE, SV_OP_ATOMIC_WRITE,
+		IBV_WC_ATOMIC_WRITE, 0, 8 },
 };
 
 const struct sv_wr_opcode_info *sv_wr_opcode_info(enum ibv_wr_opcode op)

@@ -22,8 +22,11 @@ enum {
 	SV_WRF_IMM = 1 << 4,           /* carries immediate data (ImmDt on the last packet) */
 	SV_WRF_INLINE_OK = 1 << 5,     /* IBV_SEND_INLINE applies (the payload goes out) */
 	SV_WRF_CONSUMES_RECV = 1 << 6, /* the target's completion uses a receive WQE */
+	SV_WRF_ATOMIC_WRITE = 1 << 7,  /* 8 bytes stored at once; copied at post, like
+					* inline data; a READ response without data back */
 };
-#define SV_WRF_RD_ATOMIC (SV_WRF_READ | SV_WRF_ATOMIC)
+/* the requests that wait for a response (and count against max_rd_atomic) */
+#define SV_WRF_RD_ATOMIC (SV_WRF_READ | SV_WRF_ATOMIC | SV_WRF_ATOMIC_WRITE)
 
 #define SV_QPT_BIT(t) (1u << (t))
 
@@ -42,10 +45,16 @@ struct sv_wr_opcode_info {
 /* The row of opcode op, or NULL if softverbs does not execute it. */
 const struct sv_wr_opcode_info *sv_wr_opcode_info(enum ibv_wr_opcode op);
 
-/* READ and atomics: the requests that wait for response data. */
+/* READ, atomics and atomic write: the requests that wait for a response. */
 static inline bool sv_wr_rd_atomic(const struct sv_wr_opcode_info *op)
 {
 	return op->flags & SV_WRF_RD_ATOMIC;
+}
+
+/* Does the request itself carry the message's bytes (not READ, not the atomics)? */
+static inline bool sv_wr_sends_payload(const struct sv_wr_opcode_info *op)
+{
+	return !(op->flags & (SV_WRF_READ | SV_WRF_ATOMIC));
 }
 
 /* What a QP type means to the roles. */

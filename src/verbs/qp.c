@@ -203,7 +203,7 @@ struct ibv_qp *sv_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_a
 	const uint64_t ops = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
 			     IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
 			     IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
-			     IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+			     IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_ATOMIC_WRITE;
 
 	if ((ia->comp_mask & ~known) || !(ia->comp_mask & IBV_QP_INIT_ATTR_PD)) {
 		errno = (ia->comp_mask & ~known) ? EOPNOTSUPP : EINVAL;
@@ -488,7 +488,11 @@ static int sq_post_one(struct sv_qp *qp, const struct ibv_send_wr *wr)
 	if (sq->tail - sq->head >= sq->max_wr)
 		return ENOMEM;
 	len = sv_sgl_len(wr->sg_list, (uint32_t)wr->num_sge);
-	inl = (wr->send_flags & IBV_SEND_INLINE) && (op->flags & SV_WRF_INLINE_OK);
+	/* an atomic write's 8 bytes are taken now, as inline data is (as rxe) */
+	if ((op->flags & SV_WRF_ATOMIC_WRITE) && len != 8)
+		return EINVAL;
+	inl = ((wr->send_flags & IBV_SEND_INLINE) && (op->flags & SV_WRF_INLINE_OK)) ||
+	      (op->flags & SV_WRF_ATOMIC_WRITE);
 	if (inl && len > qp->cap.max_inline_data)
 		return EINVAL;
 

@@ -186,12 +186,23 @@ static void wr_send_tso(struct ibv_qp_ex *ex, void *hdr, uint16_t hdr_sz, uint16
 	wr_unsupported(ex);
 }
 
+static void wr_set_inline_data_list(struct ibv_qp_ex *ex, size_t n, const struct ibv_data_buf *bufs);
+
+/* The 8 bytes are copied now (the caller's buffer may be reused at return). */
 static void wr_atomic_write(struct ibv_qp_ex *ex, uint32_t rkey, uint64_t addr, const void *data)
 {
-	(void)rkey;
-	(void)addr;
-	(void)data;
-	wr_unsupported(ex);
+	struct ibv_send_wr *w = new_wr(ex, IBV_WR_ATOMIC_WRITE);
+	struct ibv_data_buf b = { .addr = (void *)data, .length = 8 };
+
+	if (!w)
+		return;
+	w->wr.rdma.rkey = rkey;
+	w->wr.rdma.remote_addr = addr;
+	if (!data) {
+		qpx(ex)->batch->error = EINVAL;
+		return;
+	}
+	wr_set_inline_data_list(ex, 1, &b);
 }
 
 static void wr_set_xrc_srqn(struct ibv_qp_ex *ex, uint32_t srqn)

@@ -55,6 +55,12 @@ int ibv_query_device(struct ibv_context *context, struct ibv_device_attr *device
 	return 0;
 }
 
+/*
+ * The kernel's IB_UVERBS_DEVICE_ATOMIC_WRITE (rdma/ib_user_ioctl_verbs.h
+ * since Linux 6.2), which Debian 12's rdma-core headers predate.
+ */
+#define SV_DEVICE_CAP_ATOMIC_WRITE (1ULL << 40)
+
 static int sv_query_device_ex(struct ibv_context *context,
 			      const struct ibv_query_device_ex_input *input,
 			      struct ibv_device_attr_ex *attr, size_t attr_size)
@@ -67,6 +73,8 @@ static int sv_query_device_ex(struct ibv_context *context,
 		return EINVAL;
 	memset(&a, 0, sizeof(a));
 	sv_device_attr(to_sv_ctx(context)->dev, &a.orig_attr);
+	/* the same flags, and those only the 64-bit field can carry */
+	a.device_cap_flags_ex = a.orig_attr.device_cap_flags | SV_DEVICE_CAP_ATOMIC_WRITE;
 	a.max_dm_size = 0;
 	a.phys_port_cnt_ex = 1;
 	memcpy(attr, &a, SV_MIN(attr_size, sizeof(a)));
