@@ -1,8 +1,9 @@
 /*
  * Memory protection as the HCA applies it on every access: a key names a
- * slot of the context's MR table ((key ^ secret) >> 8) whose MR must carry
- * exactly that key, then PD, access flags and bounds are checked and the
- * local address returned.  The verbs (src/verbs/mr.c) register and
+ * slot of the context's key table ((key ^ secret) >> 8) whose MR or memory
+ * window must carry exactly that key, then PD, access flags and bounds are
+ * checked and the local address returned.  Binding and invalidating
+ * windows happen here too, under the write lock.  The verbs (src/verbs/mr.c) register and
  * deregister under the table's write lock; accesses hold its read lock for
  * as long as they use the address.
  */
@@ -18,22 +19,131 @@ void sv_mr_read_unlock(struct sv_context *ctx)
 	pthread_rwlock_unlock(&ctx->mrs.lock);
 }
 
+/* The entry of the table that carries exactly this key, or NULL. */
+static struct sv_mr *key_entry(struct sv_context *ctx, uint32_t key)
+{
+	uint32_t slot = (key ^ ctx->key_secret) >> 8;
+	struct sv_mr *e;
+
+	if (slot >= ctx->mrs.nslots || !(e = ctx->mrs.slots[slot]) || e->ibmr.lkey != key)
+		return NULL;
+	return e;
+}
+
+/* PD, access and bounds of an MR or a bound MW. */
+static enum sv_mem_err check_range(const struct sv_mr *e, struct sv_pd *pd, uint64_t iova,
+				   uint64_t len, unsigned int need_access, uint8_t **ptr)
+{
+	if (pd && e->pd != pd)
+		return SV_MEM_BAD_PD;
+	if (need_access & ~e->access)
+		return SV_MEM_ACCESS;
+	if (iova < e->iova || len > e->len || iova - e->iova > e->len - len)
+		return SV_MEM_BOUNDS;
+	*ptr = e->vaddr + (iova - e->iova);
+	return SV_MEM_OK;
+}
+
 enum sv_mem_err sv_mr_translate(struct sv_context *ctx, uint32_t key, struct sv_pd *pd,
 				uint64_t iova, uint64_t len, unsigned int need_access,
 				uint8_t **ptr)
 {
-	uint32_t slot = (key ^ ctx->key_secret) >> 8;
-	struct sv_mr *mr;
+	struct sv_mr *e = key_entry(ctx, key);
 
-	if (slot >= ctx->mrs.nslots || !(mr = ctx->mrs.slots[slot]) || mr->ibmr.lkey != key)
+	/* a window's key is for peers only, never an lkey */
+	if (!e || e->kind != SV_KEY_MR)
 		return SV_MEM_BAD_KEY;
-	if (pd && mr->pd != pd)
-		return SV_MEM_BAD_PD;
-	if (need_access & ~mr->access)
-		return SV_MEM_ACCESS;
-	if (iova < mr->iova || len > mr->len || iova - mr->iova > mr->len - len)
-		return SV_MEM_BOUNDS;
-	*ptr = mr->vaddr + (iova - mr->iova);
-	return SV_MEM_OK;
+	return check_range(e, pd, iova, len, need_access, ptr);
 }
 
+enum sv_mem_err sv_key_translate_remote(struct sv_context *ctx, uint32_t key, struct sv_pd *pd,
+					uint32_t qpn, uint64_t iova, uint64_t len,
+					unsigned int need_access, uint8_t **ptr)
+{
+	struct sv_mr *e = key_entry(ctx, key);
+
+	if (!e)
+		return SV_MEM_BAD_KEY;
+	if (e->kind == SV_KEY_MW) {
+		/* unbound or invalidated; a type 2 window answers its own QP only */
+		if (!e->mw_mr || (e->ibmw->type == IBV_MW_TYPE_2 && e->mw_qpn != qpn))
+			return SV_MEM_BAD_KEY;
+	}
+	return check_range(e, pd, iova, len, need_access, ptr);
+}
+
+/* Write lock held: the window no longer names a range. */
+static void mw_unbind(struct sv_mr *mw)
+{
+	if (mw->mw_mr)
+		mw->mw_mr->nmw--;
+	mw->mw_mr = NULL;
+	mw->len = 0;
+}
+
+/*
+ * A window's key changes only in its low eight bits (ibv_inc_rkey), so the
+ * slot it names stays the same.  Checks as the IBA and rxe make them; a
+ * refused bind changes nothing.
+ */
+enum ibv_wc_status sv_mw_bind(struct sv_qp *qp, struct sv_send_wqe *w)
+{
+	struct sv_context *ctx = qp->ctx;
+	const struct ibv_mw_bind_info *bi = &w->wr.bind_mw.bind_info;
+	unsigned int acc = bi->mw_access_flags;
+	uint32_t new_key = w->wr.bind_mw.rkey;
+	struct sv_mr *mw = w->bind_mw, *mr = NULL;
+	bool zero = acc & IBV_ACCESS_ZERO_BASED, ok;
+
+	pthread_rwlock_wrlock(&ctx->mrs.lock);
+	/* the window may have been deallocated since the post */
+	ok = w->bind_slot < ctx->mrs.nslots && ctx->mrs.slots[w->bind_slot] == mw &&
+	     (new_key & ~0xffu) == (mw->ibmr.lkey & ~0xffu);
+	if (ok && w->bind_lkey) {
+		mr = key_entry(ctx, w->bind_lkey);
+		ok = mr && mr->kind == SV_KEY_MR && mr->pd == mw->pd &&
+		     (mr->access & IBV_ACCESS_MW_BIND) &&
+		     /* a writable window needs an MR the HCA may write locally */
+		     (!(acc & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) ||
+		      (mr->access & IBV_ACCESS_LOCAL_WRITE)) &&
+		     bi->addr >= mr->iova && bi->length <= mr->len &&
+		     bi->addr - mr->iova <= mr->len - bi->length;
+	}
+	if (ok && mw->ibmw->type == IBV_MW_TYPE_1)
+		ok = !zero && mw->pd == qp->pd; /* o10-36.2.2 */
+	else if (ok) /* type 2: free, the QP's PD, and a real range (o10-37.2.30, .40) */
+		ok = !mw->mw_mr && mw->pd == qp->pd && mr && bi->length;
+	if (ok) {
+		mw_unbind(mw);
+		if (mr) {
+			mw->mw_mr = mr;
+			mr->nmw++;
+			mw->vaddr = mr->vaddr + (bi->addr - mr->iova);
+			mw->iova = zero ? 0 : bi->addr;
+			mw->len = bi->length;
+			mw->access = acc & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+					    IBV_ACCESS_REMOTE_ATOMIC);
+			mw->mw_qpn = qp->ex.qp_base.qp_num;
+		}
+		mw->ibmr.lkey = mw->ibmr.rkey = new_key;
+	}
+	pthread_rwlock_unlock(&ctx->mrs.lock);
+	return ok ? IBV_WC_SUCCESS : IBV_WC_MW_BIND_ERR;
+}
+
+/* LOCAL_INV: a type 2 window bound to this QP stops answering at once. */
+enum ibv_wc_status sv_mw_local_inv(struct sv_qp *qp, uint32_t rkey)
+{
+	struct sv_context *ctx = qp->ctx;
+	struct sv_mr *e;
+	bool ok;
+
+	pthread_rwlock_wrlock(&ctx->mrs.lock);
+	e = key_entry(ctx, rkey);
+	ok = e && e->kind == SV_KEY_MW && e->ibmw->type == IBV_MW_TYPE_2 && e->mw_mr &&
+	     e->mw_qpn == qp->ex.qp_base.qp_num;
+	if (ok)
+		mw_unbind(e);
+	pthread_rwlock_unlock(&ctx->mrs.lock);
+	return ok ? IBV_WC_SUCCESS : IBV_WC_LOC_QP_OP_ERR;
+}

@@ -106,14 +106,33 @@ static inline struct sv_pd *to_sv_pd(struct ibv_pd *p)
 	return SV_CONTAINER_OF(p, struct sv_pd, ibpd);
 }
 
+/*
+ * An entry of the key table: a memory region, or a memory window, which
+ * names a range of an MR it is bound to.  Both are checked by the same
+ * code (mr_table.c); an MW key serves remote access only.  Binding state
+ * changes under the table's write lock.
+ */
+enum sv_key_kind { SV_KEY_MR, SV_KEY_MW };
+
 struct sv_mr {
-	struct ibv_mr ibmr;
+	struct ibv_mr ibmr; /* an MW uses lkey == rkey only: its current rkey */
 	struct sv_pd *pd;
-	uint64_t iova;  /* the address peers and SGEs use */
+	uint64_t iova;  /* the address peers and SGEs use (MW: 0 when zero-based) */
 	uint8_t *vaddr; /* where it is in this process */
 	uint64_t len;
 	unsigned int access;
 	uint32_t slot;
+	uint8_t kind;   /* enum sv_key_kind */
+	uint32_t nmw;   /* MR: memory windows bound to it */
+	/* MW */
+	struct ibv_mw *ibmw;
+	struct sv_mr *mw_mr; /* the MR it is bound to; NULL: not bound (no access) */
+	uint32_t mw_qpn;     /* type 2: the only QP it may be reached through */
+};
+
+struct sv_mw {
+	struct ibv_mw ibmw;
+	struct sv_mr key;
 };
 static inline struct sv_mr *to_sv_mr(struct ibv_mr *m)
 {
@@ -221,6 +240,11 @@ struct sv_send_wqe {
 	uint32_t first_psn, last_psn;
 	uint32_t npkts;
 	uint64_t atomic_orig;
+	/* BIND_MW: taken at post, as the WR's pointers may be gone by then; the
+	 * window is only looked at once the table says it still is in bind_slot */
+	struct sv_mr *bind_mw;
+	uint32_t bind_slot;
+	uint32_t bind_lkey; /* the MR's key, 0 when unbinding */
 };
 /* A send WQE leaves the queue (completed, flushed or discarded): what it held goes. */
 void sv_wqe_release(struct sv_send_wqe *w);
@@ -356,6 +380,15 @@ enum sv_mem_err { SV_MEM_OK = 0, SV_MEM_BAD_KEY, SV_MEM_BAD_PD, SV_MEM_BOUNDS, S
 enum sv_mem_err sv_mr_translate(struct sv_context *ctx, uint32_t key, struct sv_pd *pd,
 				uint64_t iova, uint64_t len, unsigned int need_access,
 				uint8_t **ptr);
+/* The same for a key a peer presents (rkey): an MR's, or a bound MW's
+ * reached through the QP qpn. */
+enum sv_mem_err sv_key_translate_remote(struct sv_context *ctx, uint32_t key, struct sv_pd *pd,
+					uint32_t qpn, uint64_t iova, uint64_t len,
+					unsigned int need_access, uint8_t **ptr);
+/* Local operations of a send queue (qp->lock held, MR read lock not held):
+ * BIND_MW and LOCAL_INV take effect; the completion status. */
+enum ibv_wc_status sv_mw_bind(struct sv_qp *qp, struct sv_send_wqe *w);
+enum ibv_wc_status sv_mw_local_inv(struct sv_qp *qp, uint32_t rkey);
 void sv_mr_read_lock(struct sv_context *ctx);
 void sv_mr_read_unlock(struct sv_context *ctx);
 

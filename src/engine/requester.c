@@ -250,6 +250,19 @@ void sv_requester_run(struct sv_qp *qp)
 				break;
 			if (sv_wr_rd_atomic(w->op) && sq->rd_atomic_inflight >= max_rd)
 				break;
+			if (w->op->flags & SV_WRF_LOCAL) {
+				/* takes effect now, in order; the table's write lock
+				 * waits for no access of ours (the batch goes first) */
+				pass_flush(qp, &pass);
+				w->status = w->wr.opcode == IBV_WR_BIND_MW
+						    ? sv_mw_bind(qp, w)
+						    : sv_mw_local_inv(qp, w->wr.invalidate_rkey);
+				w->state = SV_WQE_DONE;
+				sq->next++;
+				if (w->status != IBV_WC_SUCCESS)
+					break; /* retire() moves the QP to ERR */
+				continue;
+			}
 			st = check_local(qp, w);
 			if (st != IBV_WC_SUCCESS) {
 				w->status = st;

@@ -310,8 +310,10 @@ static enum resp_result check_qp_access(const struct resp_pkt *p, unsigned int a
 static enum resp_result check_rkey(const struct sv_qp *qp, uint32_t rkey, uint64_t va,
 				   uint64_t len, unsigned int access, uint8_t **mem)
 {
-	return sv_mr_translate(qp->ctx, rkey, qp->pd, va, len, access, mem) ? RESP_ERR_RKEY
-									   : RESP_OK;
+	return sv_key_translate_remote(qp->ctx, rkey, qp->pd, qp->ex.qp_base.qp_num, va, len,
+				       access, mem)
+		       ? RESP_ERR_RKEY
+		       : RESP_OK;
 }
 
 /* Step: a receive WQE for the message (the QP's or its SRQ's). */

@@ -24,6 +24,8 @@ enum {
 	SV_WRF_CONSUMES_RECV = 1 << 6, /* the target's completion uses a receive WQE */
 	SV_WRF_ATOMIC_WRITE = 1 << 7,  /* 8 bytes stored at once; copied at post, like
 					* inline data; a READ response without data back */
+	SV_WRF_LOCAL = 1 << 8,         /* a local operation of the send queue (bind,
+					* invalidate): nothing goes on the wire */
 };
 /* the requests that wait for a response (and count against max_rd_atomic) */
 #define SV_WRF_RD_ATOMIC (SV_WRF_READ | SV_WRF_ATOMIC | SV_WRF_ATOMIC_WRITE)

@@ -28,7 +28,8 @@ static int check_access(unsigned int access)
 	if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
 	    !(access & IBV_ACCESS_LOCAL_WRITE))
 		return EINVAL;
-	if (access & (IBV_ACCESS_ON_DEMAND | IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED))
+	/* ZERO_BASED is for windows (ibv_bind_mw), not regions */
+	if (access & (IBV_ACCESS_ON_DEMAND | IBV_ACCESS_ZERO_BASED))
 		return EOPNOTSUPP;
 	return 0;
 }
@@ -216,6 +217,11 @@ int ibv_dereg_mr(struct ibv_mr *ibmr)
 	ctx = to_sv_ctx(ibmr->context);
 	/* the write lock waits out any engine access in progress */
 	pthread_rwlock_wrlock(&ctx->mrs.lock);
+	if (mr->nmw) {
+		/* memory windows are bound to it (ibv_dereg_mr(3)) */
+		pthread_rwlock_unlock(&ctx->mrs.lock);
+		return EBUSY;
+	}
 	ctx->mrs.slots[mr->slot] = NULL;
 	if (mr->slot < ctx->mrs.free_hint)
 		ctx->mrs.free_hint = mr->slot;
@@ -274,6 +280,12 @@ int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd, void *addr, 
 	}
 
 	pthread_rwlock_wrlock(&ctx->mrs.lock);
+	if (mr->nmw) {
+		/* windows bound to it name its old range and PD (rxe refuses too) */
+		pthread_rwlock_unlock(&ctx->mrs.lock);
+		errno = EBUSY;
+		return IBV_REREG_MR_ERR_CMD;
+	}
 	if (npd != mr->pd) {
 		sv_ref_put(&mr->pd->users);
 		sv_ref_get(&npd->users);
@@ -289,6 +301,71 @@ int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd, void *addr, 
 		ibmr->length = nlen;
 	}
 	pthread_rwlock_unlock(&ctx->mrs.lock);
+	return 0;
+}
+
+/*
+ * Memory windows share the key table with the MRs: a window's key names its
+ * slot, and a bind changes only the key's low eight bits.  Type 1 windows
+ * are bound with ibv_bind_mw, type 2 with an IBV_WR_BIND_MW work request;
+ * both binds execute in order on the send queue (sv_mw_bind).
+ */
+struct ibv_mw *sv_alloc_mw(struct ibv_pd *ibpd, enum ibv_mw_type type)
+{
+	struct sv_context *ctx;
+	struct sv_mw *mw;
+	int slot;
+
+	if (!ibpd || (type != IBV_MW_TYPE_1 && type != IBV_MW_TYPE_2)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	ctx = to_sv_ctx(ibpd->context);
+	mw = calloc(1, sizeof(*mw));
+	if (!mw) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	mw->key.kind = SV_KEY_MW;
+	mw->key.pd = to_sv_pd(ibpd);
+	mw->key.ibmw = &mw->ibmw;
+	pthread_rwlock_wrlock(&ctx->mrs.lock);
+	slot = table_insert(&ctx->mrs, &mw->key);
+	if (slot < 0) {
+		pthread_rwlock_unlock(&ctx->mrs.lock);
+		free(mw);
+		errno = ENOMEM;
+		return NULL;
+	}
+	mw->key.slot = (uint32_t)slot;
+	mw->key.ibmr.lkey = mw->key.ibmr.rkey =
+		(((uint32_t)slot << 8) | (sv_random_u32() & 0xff)) ^ ctx->key_secret;
+	pthread_rwlock_unlock(&ctx->mrs.lock);
+	mw->ibmw.context = ibpd->context;
+	mw->ibmw.pd = ibpd;
+	mw->ibmw.rkey = mw->key.ibmr.rkey;
+	mw->ibmw.handle = (uint32_t)slot;
+	mw->ibmw.type = type;
+	sv_ref_get(&mw->key.pd->users);
+	return &mw->ibmw;
+}
+
+/* A window bound still may go: it stops answering at once (as rxe). */
+int sv_dealloc_mw(struct ibv_mw *ibmw)
+{
+	struct sv_mw *mw = SV_CONTAINER_OF(ibmw, struct sv_mw, ibmw);
+	struct sv_context *ctx = to_sv_ctx(ibmw->context);
+
+	pthread_rwlock_wrlock(&ctx->mrs.lock);
+	if (mw->key.mw_mr)
+		mw->key.mw_mr->nmw--;
+	ctx->mrs.slots[mw->key.slot] = NULL;
+	if (mw->key.slot < ctx->mrs.free_hint)
+		ctx->mrs.free_hint = mw->key.slot;
+	ctx->mrs.count--;
+	pthread_rwlock_unlock(&ctx->mrs.lock);
+	sv_ref_put(&mw->key.pd->users);
+	free(mw);
 	return 0;
 }
 

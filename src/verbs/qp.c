@@ -203,7 +203,8 @@ struct ibv_qp *sv_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_a
 	const uint64_t ops = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
 			     IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
 			     IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
-			     IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_ATOMIC_WRITE;
+			     IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD | IBV_QP_EX_WITH_ATOMIC_WRITE |
+			     IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV;
 
 	if ((ia->comp_mask & ~known) || !(ia->comp_mask & IBV_QP_INIT_ATTR_PD)) {
 		errno = (ia->comp_mask & ~known) ? EOPNOTSUPP : EINVAL;
@@ -496,9 +497,21 @@ static int sq_post_one(struct sv_qp *qp, const struct ibv_send_wr *wr)
 	if (inl && len > qp->cap.max_inline_data)
 		return EINVAL;
 
+	if (wr->opcode == IBV_WR_BIND_MW &&
+	    (!wr->bind_mw.mw || wr->bind_mw.mw->context != qp->ex.qp_base.context ||
+	     (wr->bind_mw.bind_info.mr &&
+	      wr->bind_mw.bind_info.mr->context != qp->ex.qp_base.context)))
+		return EINVAL;
+
 	w = &sq->wqe[sq->tail & (sq->size - 1)];
 	w->wr = *wr;
 	w->op = op;
+	if (wr->opcode == IBV_WR_BIND_MW) {
+		w->bind_mw = &SV_CONTAINER_OF(wr->bind_mw.mw, struct sv_mw, ibmw)->key;
+		w->bind_slot = wr->bind_mw.mw->handle;
+		w->bind_lkey = wr->bind_mw.bind_info.mr ? wr->bind_mw.bind_info.mr->lkey : 0;
+		wr->bind_mw.mw->rkey = wr->bind_mw.rkey; /* what the bind makes it */
+	}
 	w->wr.next = NULL;
 	w->wr.sg_list = NULL;
 	w->num_sge = (uint32_t)wr->num_sge;
@@ -539,7 +552,11 @@ int sv_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr
 		goto out;
 	}
 	for (; wr; wr = wr->next) {
-		err = sq_post_one(qp, wr);
+		/* a type 1 window is bound through ibv_bind_mw only */
+		err = wr->opcode == IBV_WR_BIND_MW && wr->bind_mw.mw &&
+				      wr->bind_mw.mw->type != IBV_MW_TYPE_2
+			      ? EINVAL
+			      : sq_post_one(qp, wr);
 		if (err) {
 			*bad_wr = wr;
 			break;
@@ -550,6 +567,41 @@ int sv_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr
 	else
 		sv_requester_run(qp);
 out:
+	pthread_mutex_unlock(&qp->lock);
+	return err;
+}
+
+/*
+ * ibv_bind_mw (type 1; libibverbs checked the type, the range and the PDs):
+ * a BIND_MW work request with the window's next key, which the window
+ * shows from now on (ibv_inc_rkey), as the hardware providers do.
+ */
+int sv_bind_mw(struct ibv_qp *ibqp, struct ibv_mw *mw, struct ibv_mw_bind *mb)
+{
+	struct ibv_send_wr wr = { .opcode = IBV_WR_BIND_MW };
+	struct sv_qp *qp;
+	int err = 0;
+
+	if (!ibqp || !mw || !mb)
+		return EINVAL;
+	wr.wr_id = mb->wr_id;
+	wr.send_flags = mb->send_flags;
+	wr.bind_mw.mw = mw;
+	wr.bind_mw.rkey = ibv_inc_rkey(mw->rkey);
+	wr.bind_mw.bind_info = mb->bind_info;
+	/* sv_post_send refuses type 1 from the application; this is ours */
+	qp = to_sv_qp(ibqp);
+	pthread_mutex_lock(&qp->lock);
+	if (qp->state == IBV_QPS_RESET || qp->state == IBV_QPS_INIT || qp->state == IBV_QPS_RTR)
+		err = EINVAL;
+	else
+		err = sq_post_one(qp, &wr);
+	if (!err) {
+		if (qp->state == IBV_QPS_ERR)
+			sv_qp_flush_send(qp);
+		else
+			sv_requester_run(qp);
+	}
 	pthread_mutex_unlock(&qp->lock);
 	return err;
 }

@@ -157,19 +157,29 @@ static void wr_unsupported(struct ibv_qp_ex *ex)
 		b->error = EOPNOTSUPP;
 }
 
+/* Type 2 windows (a type 1 one is refused by wr_complete, EINVAL). */
 static void wr_bind_mw(struct ibv_qp_ex *ex, struct ibv_mw *mw, uint32_t rkey,
 		       const struct ibv_mw_bind_info *info)
 {
-	(void)mw;
-	(void)rkey;
-	(void)info;
-	wr_unsupported(ex);
+	struct ibv_send_wr *w = new_wr(ex, IBV_WR_BIND_MW);
+
+	if (!w)
+		return;
+	if (!info) {
+		qpx(ex)->batch->error = EINVAL;
+		return;
+	}
+	w->bind_mw.mw = mw;
+	w->bind_mw.rkey = rkey;
+	w->bind_mw.bind_info = *info;
 }
 
 static void wr_local_inv(struct ibv_qp_ex *ex, uint32_t rkey)
 {
-	(void)rkey;
-	wr_unsupported(ex);
+	struct ibv_send_wr *w = new_wr(ex, IBV_WR_LOCAL_INV);
+
+	if (w)
+		w->invalidate_rkey = rkey;
 }
 
 static void wr_send_inv(struct ibv_qp_ex *ex, uint32_t rkey)

@@ -26,7 +26,9 @@ void sv_device_attr(const struct sv_device *dev, struct ibv_device_attr *a)
 	a->max_qp = SV_MAX_QP;
 	a->max_qp_wr = SV_MAX_QP_WR;
 	a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_CURR_QP_STATE_MOD |
-			      IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_SRQ_RESIZE;
+			      IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_SRQ_RESIZE |
+			      IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
+	a->max_mw = SV_MAX_MR; /* windows and regions share the key table */
 	a->max_sge = SV_MAX_SGE;
 	a->max_sge_rd = SV_MAX_SGE;
 	a->max_cq = SV_MAX_CQ;
@@ -275,6 +277,9 @@ int ibv_resolve_eth_l2_from_gid(struct ibv_context *context, struct ibv_ah_attr 
 
 /* context ops reached through the header's inline functions */
 int sv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr);
+struct ibv_mw *sv_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);
+int sv_dealloc_mw(struct ibv_mw *mw);
+int sv_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *mw_bind);
 int sv_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
 int sv_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
 int sv_poll_cq(struct ibv_cq *cq, int num, struct ibv_wc *wc);
@@ -289,6 +294,9 @@ void sv_context_fill_ops(struct sv_context *ctx)
 	struct verbs_context *v = &ctx->vctx;
 
 	v->context.ops.post_send = sv_post_send;
+	v->context.ops.alloc_mw = sv_alloc_mw;
+	v->context.ops.dealloc_mw = sv_dealloc_mw;
+	v->context.ops.bind_mw = sv_bind_mw;
 	v->context.ops.post_recv = sv_post_recv;
 	v->context.ops.post_srq_recv = sv_post_srq_recv;
 	v->context.ops.poll_cq = sv_poll_cq;
