@@ -41,6 +41,8 @@ static const struct row rows[] = {
 	{ SV_OP_ATOMIC_ACK, "ATOMIC_ACKNOWLEDGE", SV_OPF_RESPONSE | FL | SV_HDR_AETH | SV_HDR_ATMACK },
 	{ SV_OP_CMP_SWAP, "COMPARE_SWAP", SV_OPF_REQUEST | SV_OPF_ATOMIC | FL | SV_HDR_ATMETH },
 	{ SV_OP_FETCH_ADD, "FETCH_ADD", SV_OPF_REQUEST | SV_OPF_ATOMIC | FL | SV_HDR_ATMETH },
+	{ SV_OP_SEND_LAST_INV, "SEND_LAST_WITH_INVALIDATE", REQ_SEND | SV_OPF_LAST | SV_HDR_IETH },
+	{ SV_OP_SEND_ONLY_INV, "SEND_ONLY_WITH_INVALIDATE", REQ_SEND | FL | SV_HDR_IETH },
 	{ SV_OP_ATOMIC_WRITE, "ATOMIC_WRITE",
 	  SV_OPF_REQUEST | SV_OPF_ATOMIC_WRITE | SV_OPF_PAYLOAD | FL | SV_HDR_RETH },
 };
@@ -56,7 +58,7 @@ static void add(uint8_t opcode, const struct row *r, uint32_t extra)
 
 	i->name = r->name;
 	i->mask = m;
-	/* wire order of extension headers: DETH, RETH, AETH, ATMETH, ATMACK, IMMDT */
+	/* wire order of extension headers: DETH, RETH, AETH, ATMETH, ATMACK, IMMDT, IETH */
 	if (m & SV_HDR_DETH) {
 		i->off_deth = off;
 		off += sizeof(struct sv_deth);
@@ -81,6 +83,10 @@ static void add(uint8_t opcode, const struct row *r, uint32_t extra)
 		i->off_immdt = off;
 		off += sizeof(struct sv_immdt);
 	}
+	if (m & SV_HDR_IETH) {
+		i->off_ieth = off;
+		off += sizeof(struct sv_ieth);
+	}
 	i->hdr_len = off;
 }
 
@@ -90,8 +96,9 @@ static void table_init(void)
 		const struct row *r = &rows[k];
 
 		add(SV_OP_RC | r->opcode, r, 0);
-		/* UC: sends and writes only, never acknowledged */
-		if (r->mask & (SV_OPF_SEND | SV_OPF_WRITE))
+		/* UC: sends and writes only, never acknowledged (and no
+		 * invalidation: IBA allows it on RC only) */
+		if ((r->mask & (SV_OPF_SEND | SV_OPF_WRITE)) && !(r->mask & SV_HDR_IETH))
 			add(SV_OP_UC | r->opcode, r, 0);
 		/* UD: single-packet sends carrying a DETH */
 		if (r->opcode == SV_OP_SEND_ONLY || r->opcode == SV_OP_SEND_ONLY_IMM)

@@ -38,6 +38,8 @@ enum sv_opcode {
 	SV_OP_ATOMIC_ACK = 0x12,
 	SV_OP_CMP_SWAP = 0x13,
 	SV_OP_FETCH_ADD = 0x14,
+	SV_OP_SEND_LAST_INV = 0x16, /* RC only, with an IETH */
+	SV_OP_SEND_ONLY_INV = 0x17,
 	SV_OP_ATOMIC_WRITE = 0x1d, /* RC only: RETH and 8 bytes, answered by a READ response with none */
 };
 
@@ -49,6 +51,7 @@ enum {
 	SV_HDR_ATMACK = 1 << 3,
 	SV_HDR_IMMDT = 1 << 4,
 	SV_HDR_DETH = 1 << 5,
+	SV_HDR_IETH = 1 << 6,
 
 	SV_OPF_PAYLOAD = 1 << 8,  /* may carry payload */
 	SV_OPF_FIRST = 1 << 9,    /* first packet of a message */
@@ -68,7 +71,7 @@ struct sv_opcode_info {
 	uint32_t mask;   /* SV_HDR_* | SV_OPF_* */
 	uint8_t hdr_len; /* BTH + extension headers */
 	/* offsets of extension headers from packet start (0 = absent) */
-	uint8_t off_reth, off_aeth, off_atmeth, off_atmack, off_immdt, off_deth;
+	uint8_t off_reth, off_aeth, off_atmeth, off_atmack, off_immdt, off_deth, off_ieth;
 };
 
 /* NULL for opcodes softverbs does not know (the packet is malformed). */

@@ -124,6 +124,11 @@ static size_t build_headers(struct sv_qp *qp, struct sv_send_wqe *w, uint32_t k,
 
 		i->imm = w->wr.imm_data;
 	}
+	if (op->off_ieth) {
+		struct sv_ieth *i = (void *)(hdr + op->off_ieth);
+
+		i->rkey = htonl(w->wr.invalidate_rkey);
+	}
 	return op->hdr_len;
 }
 

@@ -57,9 +57,10 @@ static void nak_fatal(struct sv_qp *qp, struct sv_conn *conn, uint32_t psn, uint
 	sv_qp_enter_error(qp);
 }
 
+/* extra_flags IBV_WC_WITH_INV: inv_rkey is the key a SEND_WITH_INV invalidated */
 static void complete_recv(struct sv_qp *qp, enum ibv_wc_status st, enum ibv_wc_opcode opc,
 			  uint32_t byte_len, const struct sv_immdt *imm, uint32_t src_qp,
-			  unsigned int extra_flags, bool solicited)
+			  unsigned int extra_flags, uint32_t inv_rkey, bool solicited)
 {
 	struct ibv_wc wc = {
 		.wr_id = qp->rwqe.wr_id,
@@ -74,6 +75,8 @@ static void complete_recv(struct sv_qp *qp, enum ibv_wc_status st, enum ibv_wc_o
 	if (imm) {
 		wc.imm_data = imm->imm;
 		wc.wc_flags |= IBV_WC_WITH_IMM;
+	} else if (extra_flags & IBV_WC_WITH_INV) {
+		wc.invalidated_rkey = inv_rkey;
 	}
 	if (st != IBV_WC_SUCCESS)
 		wc.vendor_err = st;
@@ -120,7 +123,7 @@ static void ud_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opcode
 	if (st == IBV_WC_SUCCESS)
 		st = place(qp, payload, plen);
 	complete_recv(qp, st, IBV_WC_RECV, st == IBV_WC_SUCCESS ? plen + 40 : 0, imm,
-		      ntohl(deth->sqpn) & SV_PSN_MASK, IBV_WC_GRH, bth->flags & SV_BTH_SE);
+		      ntohl(deth->sqpn) & SV_PSN_MASK, IBV_WC_GRH, 0, bth->flags & SV_BTH_SE);
 }
 
 /*
@@ -173,6 +176,7 @@ enum resp_result {
 	RESP_ERR_WRITE_LEN,  /* payload beyond (or short of) the WRITE's DMA length */
 	RESP_ERR_RECV_LEN,   /* SEND longer than its receive WQE */
 	RESP_ERR_RECV_PROT,  /* receive WQE's memory refused */
+	RESP_ERR_INVALIDATE, /* SEND_WITH_INV names no window it may invalidate */
 	RESP_NRESULTS,
 };
 
@@ -199,6 +203,7 @@ static const struct resp_action resp_actions[RESP_NRESULTS][3] = {
 	[RESP_ERR_WRITE_LEN] = { { NAK(SV_NAK_INV_REQ), true, false, true }, { 0, false, false, true } },
 	[RESP_ERR_RECV_LEN] = { { NAK(SV_NAK_INV_REQ), true, false, true }, { 0, true, false, true },
 				{ 0 } },
+	[RESP_ERR_INVALIDATE] = { { NAK(SV_NAK_INV_REQ), true, false, true } },
 	[RESP_ERR_RECV_PROT] = { { NAK(SV_NAK_REM_OP), true, false, true }, { 0, true, false, true },
 				 { 0 } },
 	/* RC: an RNR NAK (respond()); UC: the message is lost; UD: the datagram */
@@ -517,6 +522,7 @@ static enum resp_result exec_send(const struct resp_pkt *p)
 	struct sv_qp *qp = p->qp;
 	enum resp_result r = check_sequence(p, false);
 	enum ibv_wc_status st;
+	uint32_t inv = 0;
 
 	if (r != RESP_OK)
 		return r;
@@ -531,13 +537,26 @@ static enum resp_result exec_send(const struct resp_pkt *p)
 	}
 	st = place(qp, p->payload, p->plen);
 	if (st != IBV_WC_SUCCESS) {
-		complete_recv(qp, st, IBV_WC_RECV, 0, NULL, qp->attr.dest_qp_num, 0, false);
+		complete_recv(qp, st, IBV_WC_RECV, 0, NULL, qp->attr.dest_qp_num, 0, 0, false);
 		return st == IBV_WC_LOC_LEN_ERR ? RESP_ERR_RECV_LEN : RESP_ERR_RECV_PROT;
+	}
+	if (p->op->off_ieth) {
+		/* SEND_WITH_INV: the window goes before the message completes (a
+		 * type 2 window bound to this QP, as LOCAL_INV would take it) */
+		const struct sv_ieth *ie = (const void *)(p->hdr + p->op->off_ieth);
+
+		inv = ntohl(ie->rkey);
+		if (sv_mw_local_inv(qp, inv) != IBV_WC_SUCCESS) {
+			complete_recv(qp, IBV_WC_REM_INV_REQ_ERR, IBV_WC_RECV, 0, NULL,
+				      qp->attr.dest_qp_num, 0, 0, false);
+			return RESP_ERR_INVALIDATE;
+		}
 	}
 	if (packet_done(qp, p->conn, p->op, p->psn)) {
 		sv_conn_uncork_now(p->conn); /* the ACK leaves before the completion */
 		complete_recv(qp, IBV_WC_SUCCESS, IBV_WC_RECV, qp->rwqe_off, p->imm,
-			      qp->attr.dest_qp_num, 0, p->solicited);
+			      qp->attr.dest_qp_num, p->op->off_ieth ? IBV_WC_WITH_INV : 0, inv,
+			      p->solicited);
 	}
 	return RESP_DONE;
 }
@@ -626,7 +645,7 @@ static enum resp_result exec_write(const struct resp_pkt *p)
 		sv_conn_uncork_now(p->conn); /* the ACK leaves before the completion */
 		qp->rwqe_off = 0;
 		complete_recv(qp, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, qp->wr_total, p->imm,
-			      qp->attr.dest_qp_num, 0, p->solicited);
+			      qp->attr.dest_qp_num, 0, 0, p->solicited);
 	}
 	return RESP_DONE;
 }

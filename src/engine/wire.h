@@ -52,6 +52,11 @@ struct sv_atmack {
 	uint64_t orig;
 } __attribute__((packed));
 
+/* Invalidate extended transport header: the rkey SEND_WITH_INV invalidates. */
+struct sv_ieth {
+	uint32_t rkey;
+} __attribute__((packed));
+
 struct sv_immdt {
 	uint32_t imm; /* already big-endian in ibv_send_wr; copied verbatim */
 } __attribute__((packed));
@@ -76,7 +81,7 @@ struct sv_deth {
 #define SV_MAX_HDR_LEN \
 	(sizeof(struct sv_bth) + sizeof(struct sv_atmeth) + sizeof(struct sv_deth) + \
 	 sizeof(struct sv_immdt) + sizeof(struct sv_reth) + sizeof(struct sv_aeth) + \
-	 sizeof(struct sv_atmack))
+	 sizeof(struct sv_atmack) + sizeof(struct sv_ieth))
 
 /* A packet is at most a max-MTU payload plus headers: it fits a transport
  * frame (SV_MAX_FRAME, transport.h). */

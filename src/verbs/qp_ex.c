@@ -184,8 +184,10 @@ static void wr_local_inv(struct ibv_qp_ex *ex, uint32_t rkey)
 
 static void wr_send_inv(struct ibv_qp_ex *ex, uint32_t rkey)
 {
-	(void)rkey;
-	wr_unsupported(ex);
+	struct ibv_send_wr *w = new_wr(ex, IBV_WR_SEND_WITH_INV);
+
+	if (w)
+		w->invalidate_rkey = rkey;
 }
 
 static void wr_send_tso(struct ibv_qp_ex *ex, void *hdr, uint16_t hdr_sz, uint16_t mss)

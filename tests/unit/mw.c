@@ -7,6 +7,10 @@
  *   - type 2: IBV_WR_BIND_MW with a key chosen by the consumer, zero-based
  *     addressing, IBV_WR_LOCAL_INV (IBV_WC_LOCAL_INV) after which the key
  *     is refused; ibv_wr_bind_mw / ibv_wr_local_inv do the same
+ *   - SEND_WITH_INV (and ibv_wr_send_inv): the target's receive completes
+ *     IBV_WC_WITH_INV with invalidated_rkey, and the key is refused after;
+ *     naming no window bound to that QP gives REM_INV_REQ_ERR on both sides;
+ *     UC refuses the opcode (EINVAL)
  *   - refused: an unbound window, a range beyond the window, an access the
  *     window does not grant, a type 2 window through another QP, a
  *     deallocated window (REM_ACCESS_ERR each); a bind to an MR without
@@ -260,6 +264,81 @@ static void refused(enum refusal how)
 	svt_pair_destroy(&p);
 }
 
+/* A's SEND_WITH_INV of `key` (through the ibv_wr_* API if ex): b's receive completion. */
+static struct ibv_wc send_inv(struct svt_pair *p, uint32_t key, bool ex, enum ibv_wc_status want)
+{
+	struct ibv_wc wc;
+
+	SVT_CHECK_OK(svt_post_recv(p->b.qp, 21, p->b.buf, 64, p->b.mr->lkey));
+	if (ex) {
+		struct ibv_qp_ex *qx = ibv_qp_to_qp_ex(p->a.qp);
+
+		ibv_wr_start(qx);
+		qx->wr_id = 22;
+		qx->wr_flags = IBV_SEND_SIGNALED;
+		ibv_wr_send_inv(qx, key);
+		ibv_wr_set_sge(qx, p->a.mr->lkey, (uintptr_t)p->a.buf, 32);
+		SVT_CHECK_OK(ibv_wr_complete(qx));
+	} else {
+		struct ibv_sge sge = { (uintptr_t)p->a.buf, 32, p->a.mr->lkey };
+		struct ibv_send_wr wr = { .wr_id = 22, .sg_list = &sge, .num_sge = 1,
+					  .opcode = IBV_WR_SEND_WITH_INV,
+					  .send_flags = IBV_SEND_SIGNALED },
+				   *bad;
+
+		wr.invalidate_rkey = key;
+		SVT_CHECK_OK(ibv_post_send(p->a.qp, &wr, &bad));
+	}
+	SVT_CHECK_EQ(svt_poll_one(p->a.send_cq).status, want);
+	wc = svt_poll_one(p->b.recv_cq);
+	SVT_CHECK_EQ(wc.wr_id, 21);
+	SVT_CHECK_EQ(wc.status, want);
+	return wc;
+}
+
+static void test_send_inv(bool ex)
+{
+	struct svt_pair p;
+	uint8_t *win;
+	struct ibv_mw *mw = pair_with_window(&p, IBV_MW_TYPE_2, &win);
+	uint32_t key = ibv_inc_rkey(mw->rkey);
+	struct ibv_wc wc;
+
+	SVT_CHECK_EQ(bind_type2(&p, mw, key, (uintptr_t)win, WIN_LEN, IBV_ACCESS_REMOTE_WRITE),
+		     IBV_WC_SUCCESS);
+	SVT_CHECK_EQ(remote_op(&p, p.a.qp, IBV_WR_RDMA_WRITE, (uintptr_t)win, key, 8),
+		     IBV_WC_SUCCESS);
+	svt_fill(p.a.buf, 32, 6);
+	wc = send_inv(&p, key, ex, IBV_WC_SUCCESS);
+	SVT_CHECK_EQ(wc.opcode, IBV_WC_RECV);
+	SVT_CHECK_EQ(wc.byte_len, 32);
+	SVT_CHECK(wc.wc_flags & IBV_WC_WITH_INV);
+	SVT_CHECK(!(wc.wc_flags & IBV_WC_WITH_IMM));
+	SVT_CHECK_EQ(wc.invalidated_rkey, key);
+	SVT_CHECK_FILL(p.b.buf, 32, 6);
+	/* invalidated: the key is refused */
+	SVT_CHECK_EQ(remote_op(&p, p.a.qp, IBV_WR_RDMA_WRITE, (uintptr_t)win, key, 8),
+		     IBV_WC_REM_ACCESS_ERR);
+	SVT_CHECK_OK(ibv_dealloc_mw(mw));
+	svt_pair_destroy(&p);
+
+	/* a key that names no window of that QP: refused on both sides */
+	pair(&p);
+	send_inv(&p, p.b.mr->rkey, ex, IBV_WC_REM_INV_REQ_ERR);
+	svt_pair_destroy(&p);
+
+	/* RC only */
+	if (!ex) {
+		struct svt_pair_opts o;
+		struct ibv_send_wr wr = { .opcode = IBV_WR_SEND_WITH_INV }, *bad;
+
+		svt_pair_opts_default(&o, IBV_QPT_UC);
+		svt_pair_create(&p, IBV_QPT_UC, &o);
+		SVT_CHECK_RC(ibv_post_send(p.a.qp, &wr, &bad), EINVAL);
+		svt_pair_destroy(&p);
+	}
+}
+
 /* A bind to an MR registered without MW_BIND fails with MW_BIND_ERR. */
 static void test_no_bind_access(void)
 {
@@ -283,6 +362,8 @@ int main(void)
 	test_caps();
 	test_type1();
 	test_type2();
+	test_send_inv(false);
+	test_send_inv(true);
 	refused(UNBOUND);
 	refused(BEYOND);
 	refused(NOT_GRANTED);
