@@ -28,8 +28,10 @@ static int check_access(unsigned int access)
 	if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
 	    !(access & IBV_ACCESS_LOCAL_WRITE))
 		return EINVAL;
-	/* ZERO_BASED is for windows (ibv_bind_mw), not regions */
-	if (access & (IBV_ACCESS_ON_DEMAND | IBV_ACCESS_ZERO_BASED))
+	/* ZERO_BASED is for windows (ibv_bind_mw), not regions.  ON_DEMAND
+	 * needs nothing of its own: no MR is pinned, every access goes to the
+	 * pages mapped at that moment, faulted in as they are touched */
+	if (access & IBV_ACCESS_ZERO_BASED)
 		return EOPNOTSUPP;
 	return 0;
 }
@@ -301,6 +303,63 @@ int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd, void *addr, 
 		ibmr->length = nlen;
 	}
 	pthread_rwlock_unlock(&ctx->mrs.lock);
+	return 0;
+}
+
+/*
+ * ibv_advise_mr: prefetching ranges of on-demand MRs populates their pages
+ * now (MADV_POPULATE_READ/WRITE), so the first access does not fault them
+ * in.  Errors as ibv_advise_mr(3) gives them.
+ */
+int sv_advise_mr(struct ibv_pd *ibpd, enum ibv_advise_mr_advice advice, uint32_t flags,
+		 struct ibv_sge *sg, uint32_t nsge)
+{
+	struct sv_context *ctx;
+	unsigned int need = 0;
+	int err = 0;
+
+	if (!ibpd || (flags & ~(uint32_t)IB_UVERBS_ADVISE_MR_FLAG_FLUSH) || (nsge && !sg))
+		return EINVAL;
+	if (advice == IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_WRITE)
+		need = IBV_ACCESS_LOCAL_WRITE;
+	else if (advice != IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH &&
+		 advice != IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT)
+		return EOPNOTSUPP;
+	ctx = to_sv_ctx(ibpd->context);
+	pthread_rwlock_rdlock(&ctx->mrs.lock);
+	for (uint32_t i = 0; i < nsge && !err; i++) {
+		uint32_t slot = (sg[i].lkey ^ ctx->key_secret) >> 8;
+		struct sv_mr *mr = slot < ctx->mrs.nslots ? ctx->mrs.slots[slot] : NULL;
+		uint8_t *p;
+
+		if (mr && mr->kind == SV_KEY_MR && mr->ibmr.lkey == sg[i].lkey &&
+		    !(mr->access & IBV_ACCESS_ON_DEMAND))
+			err = EINVAL; /* advice is for on-demand MRs */
+		else if (sv_mr_translate(ctx, sg[i].lkey, to_sv_pd(ibpd), sg[i].addr, sg[i].length,
+					 need, &p))
+			err = EFAULT; /* a bad key, a range beyond the MR, or no write access */
+	}
+	pthread_rwlock_unlock(&ctx->mrs.lock);
+	if (err || advice == IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT)
+		return err;
+#if defined(MADV_POPULATE_READ) && defined(MADV_POPULATE_WRITE)
+	for (uint32_t i = 0; i < nsge; i++) {
+		uint8_t *p;
+
+		/* the range is the MR's mapping (its iova may differ) */
+		pthread_rwlock_rdlock(&ctx->mrs.lock);
+		if (!sv_mr_translate(ctx, sg[i].lkey, to_sv_pd(ibpd), sg[i].addr, sg[i].length, need,
+				     &p)) {
+			uintptr_t a = (uintptr_t)p & ~(uintptr_t)4095;
+			size_t l = (uintptr_t)p + sg[i].length - a;
+
+			/* a kernel without populate advice: nothing to do ahead */
+			(void)madvise((void *)a, l,
+				      need ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
+		}
+		pthread_rwlock_unlock(&ctx->mrs.lock);
+	}
+#endif
 	return 0;
 }
 

@@ -77,6 +77,17 @@ static int sv_query_device_ex(struct ibv_context *context,
 	sv_device_attr(to_sv_ctx(context)->dev, &a.orig_attr);
 	/* the same flags, and those only the 64-bit field can carry */
 	a.device_cap_flags_ex = a.orig_attr.device_cap_flags | SV_DEVICE_CAP_ATOMIC_WRITE;
+	/* on-demand MRs: every MR behaves so (nothing is pinned); the implicit
+	 * kind (the whole address space) is not offered */
+	a.odp_caps.general_caps = IBV_ODP_SUPPORT;
+	a.odp_caps.per_transport_caps.rc_odp_caps =
+		IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
+		IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV;
+	a.odp_caps.per_transport_caps.uc_odp_caps =
+		IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
+		IBV_ODP_SUPPORT_SRQ_RECV;
+	a.odp_caps.per_transport_caps.ud_odp_caps =
+		IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
 	a.max_dm_size = 0;
 	a.phys_port_cnt_ex = 1;
 	memcpy(attr, &a, SV_MIN(attr_size, sizeof(a)));
@@ -280,6 +291,8 @@ int sv_post_send(struct ibv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr *
 struct ibv_mw *sv_alloc_mw(struct ibv_pd *pd, enum ibv_mw_type type);
 int sv_dealloc_mw(struct ibv_mw *mw);
 int sv_bind_mw(struct ibv_qp *qp, struct ibv_mw *mw, struct ibv_mw_bind *mw_bind);
+int sv_advise_mr(struct ibv_pd *pd, enum ibv_advise_mr_advice advice, uint32_t flags,
+		 struct ibv_sge *sg_list, uint32_t num_sge);
 int sv_post_recv(struct ibv_qp *qp, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
 int sv_post_srq_recv(struct ibv_srq *srq, struct ibv_recv_wr *wr, struct ibv_recv_wr **bad_wr);
 int sv_poll_cq(struct ibv_cq *cq, int num, struct ibv_wc *wc);
@@ -303,6 +316,7 @@ void sv_context_fill_ops(struct sv_context *ctx)
 	v->context.ops.req_notify_cq = sv_req_notify_cq;
 	v->query_port = sv_query_port;
 	v->query_device_ex = sv_query_device_ex;
+	v->advise_mr = sv_advise_mr;
 	v->create_cq_ex = sv_create_cq_ex;
 	v->create_qp_ex = sv_create_qp_ex;
 	v->create_srq_ex = sv_create_srq_ex;
