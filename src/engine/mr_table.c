@@ -102,7 +102,7 @@ enum ibv_wc_status sv_mw_bind(struct sv_qp *qp, struct sv_send_wqe *w)
 	if (ok && w->bind_lkey) {
 		mr = key_entry(ctx, w->bind_lkey);
 		ok = mr && mr->kind == SV_KEY_MR && mr->pd == mw->pd &&
-		     (mr->access & IBV_ACCESS_MW_BIND) &&
+		     (mr->access & IBV_ACCESS_MW_BIND) && !(mr->access & IBV_ACCESS_ZERO_BASED) &&
 		     /* a writable window needs an MR the HCA may write locally */
 		     (!(acc & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) ||
 		      (mr->access & IBV_ACCESS_LOCAL_WRITE)) &&

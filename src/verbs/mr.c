@@ -28,11 +28,11 @@ static int check_access(unsigned int access)
 	if ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
 	    !(access & IBV_ACCESS_LOCAL_WRITE))
 		return EINVAL;
-	/* ZERO_BASED is for windows (ibv_bind_mw), not regions.  ON_DEMAND
-	 * needs nothing of its own: no MR is pinned, every access goes to the
-	 * pages mapped at that moment, faulted in as they are touched */
-	if (access & IBV_ACCESS_ZERO_BASED)
-		return EOPNOTSUPP;
+	/* ZERO_BASED marks a region addressed from 0 (ibv_reg_mr_iova with
+	 * iova 0 makes it so; the flag itself changes no address, as on rxe),
+	 * to which no window may be bound.  ON_DEMAND needs nothing of its
+	 * own: no MR is pinned, every access goes to the pages mapped at that
+	 * moment, faulted in as they are touched */
 	return 0;
 }
 

@@ -15,7 +15,8 @@
  *     window does not grant, a type 2 window through another QP, a
  *     deallocated window (REM_ACCESS_ERR each); a bind to an MR without
  *     MW_BIND (MW_BIND_ERR); a type 1 window through ibv_post_send and an
- *     unknown window type (EINVAL); ibv_dereg_mr of an MR with a window
+ *     unknown window type (EINVAL); a bind to a ZERO_BASED MR (MW_BIND_ERR;
+ *     the MR itself takes access by offset); ibv_dereg_mr of an MR with a window
  *     bound (EBUSY); an MW key used as an lkey (LOC_PROT_ERR)
  */
 #include "sv_test.h"
@@ -339,6 +340,29 @@ static void test_send_inv(bool ex)
 	}
 }
 
+/*
+ * A zero-based MR (IBV_ACCESS_ZERO_BASED, addressed from iova 0 through
+ * ibv_reg_mr_iova) takes remote access by offset; no window binds to it.
+ */
+static void test_zero_based_mr(void)
+{
+	struct svt_pair p;
+	uint8_t *win;
+	struct ibv_mw *mw = pair_with_window(&p, IBV_MW_TYPE_1, &win);
+	struct ibv_mr *zmr = ibv_reg_mr_iova(p.b.pd, win, WIN_LEN, 0,
+					     (int)(mr_access | IBV_ACCESS_ZERO_BASED));
+
+	SVT_CHECK_PTR(zmr);
+	svt_fill(p.a.buf, 128, 8);
+	SVT_CHECK_EQ(remote_op(&p, p.a.qp, IBV_WR_RDMA_WRITE, 256, zmr->rkey, 128),
+		     IBV_WC_SUCCESS);
+	SVT_CHECK_FILL(win + 256, 128, 8);
+	SVT_CHECK_EQ(bind_type1(&p, mw, zmr, 0, 64, IBV_ACCESS_REMOTE_READ), IBV_WC_MW_BIND_ERR);
+	SVT_CHECK_OK(ibv_dealloc_mw(mw));
+	SVT_CHECK_OK(ibv_dereg_mr(zmr));
+	svt_pair_destroy(&p);
+}
+
 /* A bind to an MR registered without MW_BIND fails with MW_BIND_ERR. */
 static void test_no_bind_access(void)
 {
@@ -371,5 +395,6 @@ int main(void)
 	refused(DEALLOCATED);
 	refused(AS_LKEY);
 	test_no_bind_access();
+	test_zero_based_mr();
 	return 0;
 }
