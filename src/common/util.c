@@ -36,6 +36,19 @@ bool sv_log_enabled(enum sv_log_level level)
 	return (int)level <= log_level;
 }
 
+bool sv_log_limit_pass(struct sv_log_limit *l, uint32_t *held)
+{
+	uint64_t now = sv_now_ns(), next = atomic_load_explicit(&l->next_ns, memory_order_relaxed);
+
+	if (now < next ||
+	    !atomic_compare_exchange_strong(&l->next_ns, &next, now + 1000000000ull)) {
+		atomic_fetch_add_explicit(&l->held, 1, memory_order_relaxed);
+		return false;
+	}
+	*held = atomic_exchange_explicit(&l->held, 0, memory_order_relaxed);
+	return true;
+}
+
 void sv_log(enum sv_log_level level, const char *fmt, ...)
 {
 	static const char *names[] = { "error", "warn", "info", "debug" };

@@ -2,6 +2,7 @@
 #ifndef SV_UTIL_H
 #define SV_UTIL_H
 
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdbool.h>
@@ -18,6 +19,29 @@ enum sv_log_level { SV_LOG_ERROR, SV_LOG_WARN, SV_LOG_INFO, SV_LOG_DEBUG };
 void sv_log(enum sv_log_level level, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 bool sv_log_enabled(enum sv_log_level level);
+
+/*
+ * A warning a peer can provoke at will (a malformed frame, say): at most
+ * one line a second per place in the code, so a hostile peer cannot flood
+ * the application's stderr; the next line that is written says how many
+ * were held back.
+ */
+struct sv_log_limit {
+	_Atomic uint64_t next_ns;
+	_Atomic uint32_t held;
+};
+/* True if this one is written; *held: how many were held back before it. */
+bool sv_log_limit_pass(struct sv_log_limit *l, uint32_t *held);
+#define sv_warn_limited(...)                                                               \
+	do {                                                                               \
+		static struct sv_log_limit lim_;                                           \
+		uint32_t held_;                                                            \
+		if (sv_log_enabled(SV_LOG_WARN) && sv_log_limit_pass(&lim_, &held_)) {     \
+			if (held_)                                                         \
+				sv_log(SV_LOG_WARN, "(%u more like the next held back)", held_); \
+			sv_log(SV_LOG_WARN, __VA_ARGS__);                                  \
+		}                                                                          \
+	} while (0)
 
 #define sv_err(...) sv_log(SV_LOG_ERROR, __VA_ARGS__)
 #define sv_warn(...) sv_log(SV_LOG_WARN, __VA_ARGS__)

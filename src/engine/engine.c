@@ -348,7 +348,7 @@ static void rx_frame(struct sv_conn *conn, uint8_t *f, size_t len)
 	const struct sv_bth *bth = (const void *)f;
 
 	if (len < sizeof(*bth) || !(op = sv_opcode_info(bth->opcode)) || len < op->hdr_len) {
-		sv_warn("malformed packet (len %zu); closing connection", len);
+		sv_warn_limited("malformed packet (len %zu); closing connection", len);
 		sv_engine_conn_fail(conn);
 		return;
 	}

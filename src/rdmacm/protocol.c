@@ -484,7 +484,7 @@ static void on_message(struct cm_id *id, const struct cm_wire *m)
 			return disconnected(id);
 		return;
 	}
-	sv_warn("cm: unexpected message %c in state %d: connection dropped", m->type, s);
+	sv_warn_limited("cm: unexpected message %c in state %d: connection dropped", m->type, s);
 	peer_lost(id, EPROTO);
 }
 
@@ -512,7 +512,7 @@ static void on_readable(struct cm_id *id)
 			id->rx_len -= fsz;
 			if (ntohl(m.magic) != CM_MAGIC || m.version != CM_VERSION ||
 			    m.pdata_len > CM_MAX_PDATA) {
-				sv_warn("cm: malformed CM frame: connection dropped");
+				sv_warn_limited("cm: malformed CM frame: connection dropped");
 				return peer_lost(id, EPROTO);
 			}
 			on_message(id, &m);

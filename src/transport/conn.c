@@ -292,7 +292,7 @@ bool sv_conn_take_hello(struct sv_conn *conn, const uint8_t *f, size_t len)
 
 	if (len != sizeof(*h) || ntohl(h->magic) != SV_WIRE_MAGIC ||
 	    ntohs(h->version) != SV_WIRE_VERSION) {
-		sv_warn("peer speaks another protocol (or version); closing connection");
+		sv_warn_limited("peer speaks another protocol (or version); closing connection");
 		return false;
 	}
 	memcpy(gid.raw, h->gid, 16);

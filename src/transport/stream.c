@@ -99,7 +99,7 @@ static bool parse_frames(struct sv_conn *c)
 		memcpy(&flen, st->rxbuf + off, 4);
 		flen = ntohl(flen);
 		if (flen > SV_MAX_FRAME || flen == 0) {
-			sv_warn("bad frame length %u; closing connection", flen);
+			sv_warn_limited("bad frame length %u; closing connection", flen);
 			c->host->fail(c);
 			return false;
 		}
@@ -240,7 +240,7 @@ static enum rx_direct rx_direct(struct sv_conn *c, const struct sv_stream_io *io
 	if (n < 0 || (size_t)n < need) {
 		/* the socket promised these bytes; a payload half placed cannot be
 		 * handed on, so the connection goes, as a broken link would */
-		sv_warn("short read on a connection (%zd); closing it", n);
+		sv_warn_limited("short read on a connection (%zd); closing it", n);
 		host->fail(c);
 		return RX_PLACED;
 	}

@@ -4,7 +4,8 @@
  * in order over a stream transport (stream.c) whose byte-level calls take
  * and give bytes in random amounts, frames cut anywhere included.  Checks
  * every byte, that the queue and the bytes held in user space count down
- * to zero, and that a stream carrying a bad length fails the connection.
+ * to zero, that a stream carrying a bad length fails the connection, and
+ * that such peer-provoked warnings are rate limited.
  */
 #include "transport/stream.h"
 
@@ -280,6 +281,18 @@ int main(void)
 		struct iovec v = { big, sizeof(big) };
 
 		CHECK(sv_conn_send(tx, &v, 1) == -EMSGSIZE);
+	}
+	/* the peer-provoked warnings above are limited: one a second, the
+	 * rest counted into the next line */
+	{
+		struct sv_log_limit lim = { 0 };
+		uint32_t held = 99;
+
+		CHECK(sv_log_limit_pass(&lim, &held) && held == 0);
+		for (int i = 0; i < 1000; i++)
+			CHECK(!sv_log_limit_pass(&lim, &held));
+		atomic_store(&lim.next_ns, 0); /* as if the second had passed */
+		CHECK(sv_log_limit_pass(&lim, &held) && held == 1000);
 	}
 	sv_conn_put(tx);
 	sv_conn_put(rx);
