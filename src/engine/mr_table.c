@@ -19,8 +19,7 @@ void sv_mr_read_unlock(struct sv_context *ctx)
 	pthread_rwlock_unlock(&ctx->mrs.lock);
 }
 
-/* The entry of the table that carries exactly this key, or NULL. */
-static struct sv_mr *key_entry(struct sv_context *ctx, uint32_t key)
+struct sv_mr *sv_key_entry(struct sv_context *ctx, uint32_t key)
 {
 	uint32_t slot = (key ^ ctx->key_secret) >> 8;
 	struct sv_mr *e;
@@ -48,7 +47,7 @@ enum sv_mem_err sv_mr_translate(struct sv_context *ctx, uint32_t key, struct sv_
 				uint64_t iova, uint64_t len, unsigned int need_access,
 				uint8_t **ptr)
 {
-	struct sv_mr *e = key_entry(ctx, key);
+	struct sv_mr *e = sv_key_entry(ctx, key);
 
 	/* a window's key is for peers only, never an lkey */
 	if (!e || e->kind != SV_KEY_MR)
@@ -60,7 +59,7 @@ enum sv_mem_err sv_key_translate_remote(struct sv_context *ctx, uint32_t key, st
 					uint32_t qpn, uint64_t iova, uint64_t len,
 					unsigned int need_access, uint8_t **ptr)
 {
-	struct sv_mr *e = key_entry(ctx, key);
+	struct sv_mr *e = sv_key_entry(ctx, key);
 
 	if (!e)
 		return SV_MEM_BAD_KEY;
@@ -100,7 +99,7 @@ enum ibv_wc_status sv_mw_bind(struct sv_qp *qp, struct sv_send_wqe *w)
 	ok = w->bind_slot < ctx->mrs.nslots && ctx->mrs.slots[w->bind_slot] == mw &&
 	     (new_key & ~0xffu) == (mw->ibmr.lkey & ~0xffu);
 	if (ok && w->bind_lkey) {
-		mr = key_entry(ctx, w->bind_lkey);
+		mr = sv_key_entry(ctx, w->bind_lkey);
 		ok = mr && mr->kind == SV_KEY_MR && mr->pd == mw->pd &&
 		     (mr->access & IBV_ACCESS_MW_BIND) && !(mr->access & IBV_ACCESS_ZERO_BASED) &&
 		     /* a writable window needs an MR the HCA may write locally */
@@ -139,7 +138,7 @@ enum ibv_wc_status sv_mw_local_inv(struct sv_qp *qp, uint32_t rkey)
 	bool ok;
 
 	pthread_rwlock_wrlock(&ctx->mrs.lock);
-	e = key_entry(ctx, rkey);
+	e = sv_key_entry(ctx, rkey);
 	ok = e && e->kind == SV_KEY_MW && e->ibmw->type == IBV_MW_TYPE_2 && e->mw_mr &&
 	     e->mw_qpn == qp->ex.qp_base.qp_num;
 	if (ok)

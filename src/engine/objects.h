@@ -380,7 +380,9 @@ enum sv_mem_err { SV_MEM_OK = 0, SV_MEM_BAD_KEY, SV_MEM_BAD_PD, SV_MEM_BOUNDS, S
 enum sv_mem_err sv_mr_translate(struct sv_context *ctx, uint32_t key, struct sv_pd *pd,
 				uint64_t iova, uint64_t len, unsigned int need_access,
 				uint8_t **ptr);
-/* The same for a key a peer presents (rkey): an MR's, or a bound MW's
+/* The MR or window that carries exactly this key, or NULL (read lock held). */
+struct sv_mr *sv_key_entry(struct sv_context *ctx, uint32_t key);
+/* The same as sv_mr_translate for a key a peer presents (rkey): an MR's, or a bound MW's
  * reached through the QP qpn. */
 enum sv_mem_err sv_key_translate_remote(struct sv_context *ctx, uint32_t key, struct sv_pd *pd,
 					uint32_t qpn, uint64_t iova, uint64_t len,

@@ -259,22 +259,9 @@ static int open_at(int dirfd, const char *path, int flags, mode_t mode)
 	return NEXT(int (*)(int, const char *, int, ...), openat)(dirfd, m, flags, mode);
 }
 
-#define DEF_OPEN(name)                                               \
-	SV_EXPORT int name(const char *path, int flags, ...)        \
-	{                                                            \
-		va_list ap;                                          \
-		mode_t mode;                                         \
-                                                                     \
-		va_start(ap, flags);                                 \
-		mode = open_mode(flags, ap);                         \
-		va_end(ap);                                          \
-		return open_at(AT_FDCWD, path, flags, mode);         \
-	}
-DEF_OPEN(open)
-DEF_OPEN(open64)
-
-#define DEF_OPENAT(name)                                             \
-	SV_EXPORT int name(int dirfd, const char *path, int flags, ...) \
+/* open() is openat(AT_FDCWD, ...): one body for the four of them */
+#define DEF_OPEN(name, params, dirfd)                                \
+	SV_EXPORT int name params                                    \
 	{                                                            \
 		va_list ap;                                          \
 		mode_t mode;                                         \
@@ -284,8 +271,10 @@ DEF_OPEN(open64)
 		va_end(ap);                                          \
 		return open_at(dirfd, path, flags, mode);            \
 	}
-DEF_OPENAT(openat)
-DEF_OPENAT(openat64)
+DEF_OPEN(open, (const char *path, int flags, ...), AT_FDCWD)
+DEF_OPEN(open64, (const char *path, int flags, ...), AT_FDCWD)
+DEF_OPEN(openat, (int dirfd, const char *path, int flags, ...), dirfd)
+DEF_OPEN(openat64, (int dirfd, const char *path, int flags, ...), dirfd)
 
 /* _FORTIFY_SOURCE builds call these for open() without a mode */
 #define DEF_OPEN_2(name)                                                             \

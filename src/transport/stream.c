@@ -303,11 +303,6 @@ void sv_stream_fini(struct sv_conn *c)
 	c->framing = NULL;
 }
 
-static void held_taken(struct sv_conn *c, size_t n)
-{
-	atomic_store_explicit(&c->txq_bytes, c->txq_bytes - n, memory_order_relaxed);
-}
-
 int sv_stream_send(struct sv_conn *c, const struct sv_stream_io *io, const struct sv_frames *f)
 {
 	struct sv_stream *st = to_stream(c);
@@ -342,7 +337,7 @@ int sv_stream_send(struct sv_conn *c, const struct sv_stream_io *io, const struc
 		size_t l = SV_MIN(left, held);
 
 		st->held_off += l;
-		held_taken(c, l);
+		atomic_store_explicit(&c->txq_bytes, c->txq_bytes - l, memory_order_relaxed);
 		left -= l;
 		if (st->held_off < st->held_len)
 			return 0;

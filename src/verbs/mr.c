@@ -309,7 +309,7 @@ int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd, void *addr, 
 /*
  * ibv_advise_mr: prefetching ranges of on-demand MRs populates their pages
  * now (MADV_POPULATE_READ/WRITE), so the first access does not fault them
- * in.  Errors as ibv_advise_mr(3) gives them.
+ * in.  Errors as ibv_advise_mr(3) gives them, and then nothing is done.
  */
 int sv_advise_mr(struct ibv_pd *ibpd, enum ibv_advise_mr_advice advice, uint32_t flags,
 		 struct ibv_sge *sg, uint32_t nsge)
@@ -326,41 +326,35 @@ int sv_advise_mr(struct ibv_pd *ibpd, enum ibv_advise_mr_advice advice, uint32_t
 		 advice != IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT)
 		return EOPNOTSUPP;
 	ctx = to_sv_ctx(ibpd->context);
+	/* held until the pages are populated: no MR can go meanwhile */
 	pthread_rwlock_rdlock(&ctx->mrs.lock);
 	for (uint32_t i = 0; i < nsge && !err; i++) {
-		uint32_t slot = (sg[i].lkey ^ ctx->key_secret) >> 8;
-		struct sv_mr *mr = slot < ctx->mrs.nslots ? ctx->mrs.slots[slot] : NULL;
+		struct sv_mr *mr = sv_key_entry(ctx, sg[i].lkey);
 		uint8_t *p;
 
-		if (mr && mr->kind == SV_KEY_MR && mr->ibmr.lkey == sg[i].lkey &&
-		    !(mr->access & IBV_ACCESS_ON_DEMAND))
+		if (mr && mr->kind == SV_KEY_MR && !(mr->access & IBV_ACCESS_ON_DEMAND))
 			err = EINVAL; /* advice is for on-demand MRs */
 		else if (sv_mr_translate(ctx, sg[i].lkey, to_sv_pd(ibpd), sg[i].addr, sg[i].length,
 					 need, &p))
 			err = EFAULT; /* a bad key, a range beyond the MR, or no write access */
 	}
-	pthread_rwlock_unlock(&ctx->mrs.lock);
-	if (err || advice == IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT)
-		return err;
 #if defined(MADV_POPULATE_READ) && defined(MADV_POPULATE_WRITE)
-	for (uint32_t i = 0; i < nsge; i++) {
+	for (uint32_t i = 0; i < nsge && !err && advice != IB_UVERBS_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT;
+	     i++) {
 		uint8_t *p;
+		uintptr_t a;
 
-		/* the range is the MR's mapping (its iova may differ) */
-		pthread_rwlock_rdlock(&ctx->mrs.lock);
-		if (!sv_mr_translate(ctx, sg[i].lkey, to_sv_pd(ibpd), sg[i].addr, sg[i].length, need,
-				     &p)) {
-			uintptr_t a = (uintptr_t)p & ~(uintptr_t)4095;
-			size_t l = (uintptr_t)p + sg[i].length - a;
-
-			/* a kernel without populate advice: nothing to do ahead */
-			(void)madvise((void *)a, l,
-				      need ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
-		}
-		pthread_rwlock_unlock(&ctx->mrs.lock);
+		/* checked above; the range is the MR's mapping (its iova may differ) */
+		(void)sv_mr_translate(ctx, sg[i].lkey, to_sv_pd(ibpd), sg[i].addr, sg[i].length,
+				      need, &p);
+		a = (uintptr_t)p & ~(uintptr_t)4095;
+		/* a kernel without populate advice: nothing to do ahead */
+		(void)madvise((void *)a, (uintptr_t)p + sg[i].length - a,
+			      need ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
 	}
 #endif
-	return 0;
+	pthread_rwlock_unlock(&ctx->mrs.lock);
+	return err;
 }
 
 /*

@@ -541,20 +541,23 @@ static int sq_post_one(struct sv_qp *qp, const struct ibv_send_wr *wr)
 	return 0;
 }
 
-int sv_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
+/*
+ * qp->lock held: a chain of WRs into the send queue (up to the first one
+ * refused, *bad_wr), then the requester runs them (or ERR flushes them).
+ * app: the chain comes from ibv_post_send, which binds no type 1 window
+ * (ibv_bind_mw does).
+ */
+static int post_chain(struct sv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr,
+		      bool app)
 {
-	struct sv_qp *qp = to_sv_qp(ibqp);
 	int err = 0;
 
-	pthread_mutex_lock(&qp->lock);
 	if (qp->state == IBV_QPS_RESET || qp->state == IBV_QPS_INIT || qp->state == IBV_QPS_RTR) {
-		err = EINVAL;
 		*bad_wr = wr;
-		goto out;
+		return EINVAL;
 	}
 	for (; wr; wr = wr->next) {
-		/* a type 1 window is bound through ibv_bind_mw only */
-		err = wr->opcode == IBV_WR_BIND_MW && wr->bind_mw.mw &&
+		err = app && wr->opcode == IBV_WR_BIND_MW && wr->bind_mw.mw &&
 				      wr->bind_mw.mw->type != IBV_MW_TYPE_2
 			      ? EINVAL
 			      : sq_post_one(qp, wr);
@@ -567,7 +570,16 @@ int sv_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr
 		sv_qp_flush_send(qp); /* accepted, and flushed at once */
 	else
 		sv_requester_run(qp);
-out:
+	return err;
+}
+
+int sv_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr **bad_wr)
+{
+	struct sv_qp *qp = to_sv_qp(ibqp);
+	int err;
+
+	pthread_mutex_lock(&qp->lock);
+	err = post_chain(qp, wr, bad_wr, true);
 	pthread_mutex_unlock(&qp->lock);
 	return err;
 }
@@ -579,9 +591,9 @@ out:
  */
 int sv_bind_mw(struct ibv_qp *ibqp, struct ibv_mw *mw, struct ibv_mw_bind *mb)
 {
-	struct ibv_send_wr wr = { .opcode = IBV_WR_BIND_MW };
+	struct ibv_send_wr wr = { .opcode = IBV_WR_BIND_MW }, *bad;
 	struct sv_qp *qp;
-	int err = 0;
+	int err;
 
 	if (!ibqp || !mw || !mb)
 		return EINVAL;
@@ -590,19 +602,9 @@ int sv_bind_mw(struct ibv_qp *ibqp, struct ibv_mw *mw, struct ibv_mw_bind *mb)
 	wr.bind_mw.mw = mw;
 	wr.bind_mw.rkey = ibv_inc_rkey(mw->rkey);
 	wr.bind_mw.bind_info = mb->bind_info;
-	/* sv_post_send refuses type 1 from the application; this is ours */
 	qp = to_sv_qp(ibqp);
 	pthread_mutex_lock(&qp->lock);
-	if (qp->state == IBV_QPS_RESET || qp->state == IBV_QPS_INIT || qp->state == IBV_QPS_RTR)
-		err = EINVAL;
-	else
-		err = sq_post_one(qp, &wr);
-	if (!err) {
-		if (qp->state == IBV_QPS_ERR)
-			sv_qp_flush_send(qp);
-		else
-			sv_requester_run(qp);
-	}
+	err = post_chain(qp, &wr, &bad, false);
 	pthread_mutex_unlock(&qp->lock);
 	return err;
 }
