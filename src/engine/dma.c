@@ -1,5 +1,6 @@
 /* Scatter/gather list walking; see dma.h. */
 #include "engine/dma.h"
+#include "engine/gpu.h"
 
 #include <string.h>
 
@@ -11,6 +12,24 @@ enum ibv_wc_status sv_mem_err_to_local_status(enum sv_mem_err e)
 void sv_dma_write(void *dst, const void *src, size_t len)
 {
 	memcpy(dst, src, len);
+}
+
+enum sv_mem_err sv_dma_place(sv_cu_ctx gpu, void *dst, const void *src, size_t len)
+{
+	if (!gpu) {
+		sv_dma_write(dst, src, len);
+		return SV_MEM_OK;
+	}
+	return sv_cuda_copy(gpu, dst, src, len) ? SV_MEM_FAULT : SV_MEM_OK;
+}
+
+enum sv_mem_err sv_dma_read(sv_cu_ctx gpu, void *dst, const void *src, size_t len)
+{
+	if (!gpu) {
+		memcpy(dst, src, len);
+		return SV_MEM_OK;
+	}
+	return sv_cuda_copy(gpu, dst, src, len) ? SV_MEM_FAULT : SV_MEM_OK;
 }
 
 uint64_t sv_sgl_len(const struct ibv_sge *sge, uint32_t nsge)
@@ -32,14 +51,14 @@ enum sv_mem_err sv_sgl_check(struct sv_context *ctx, struct sv_pd *pd, const str
 	for (uint32_t i = 0; i < nsge && e == SV_MEM_OK; i++)
 		if (sge[i].length)
 			e = sv_mr_translate(ctx, sge[i].lkey, pd, sge[i].addr, sge[i].length,
-					    access, &p);
+					    access, &p, NULL);
 	sv_mr_read_unlock(ctx);
 	return e;
 }
 
 int sv_sgl_iov(struct sv_context *ctx, struct sv_pd *pd, const struct ibv_sge *sge, uint32_t nsge,
-	       uint64_t off, uint64_t len, unsigned int access, struct iovec *iov, int maxiov,
-	       enum sv_mem_err *err)
+	       uint64_t off, uint64_t len, unsigned int access, struct iovec *iov, sv_cu_ctx *gpu,
+	       int maxiov, enum sv_mem_err *err)
 {
 	int n = 0;
 
@@ -57,7 +76,8 @@ int sv_sgl_iov(struct sv_context *ctx, struct sv_pd *pd, const struct ibv_sge *s
 			*err = SV_MEM_BOUNDS;
 			return -1;
 		}
-		*err = sv_mr_translate(ctx, sge[i].lkey, pd, sge[i].addr + off, take, access, &p);
+		*err = sv_mr_translate(ctx, sge[i].lkey, pd, sge[i].addr + off, take, access, &p,
+				       &gpu[n]);
 		if (*err)
 			return -1;
 		iov[n].iov_base = p;
@@ -74,9 +94,11 @@ int sv_sgl_iov(struct sv_context *ctx, struct sv_pd *pd, const struct ibv_sge *s
 }
 
 enum sv_mem_err sv_sgl_copy_in(struct sv_context *ctx, struct sv_pd *pd, const struct ibv_sge *sge,
-			       uint32_t nsge, uint64_t off, const void *src, uint64_t len)
+			       uint32_t nsge, uint64_t off, const void *src, uint64_t len,
+			       struct sv_gpu_sink **sink)
 {
 	struct iovec iov[SV_MAX_SGE];
+	sv_cu_ctx gpu[SV_MAX_SGE];
 	enum sv_mem_err e;
 	const uint8_t *s = src;
 	int n;
@@ -84,11 +106,35 @@ enum sv_mem_err sv_sgl_copy_in(struct sv_context *ctx, struct sv_pd *pd, const s
 	if (!len)
 		return SV_MEM_OK;
 	sv_mr_read_lock(ctx);
-	n = sv_sgl_iov(ctx, pd, sge, nsge, off, len, IBV_ACCESS_LOCAL_WRITE, iov, SV_MAX_SGE, &e);
-	for (int i = 0; i < n; i++) {
-		sv_dma_write(iov[i].iov_base, s, iov[i].iov_len);
+	n = sv_sgl_iov(ctx, pd, sge, nsge, off, len, IBV_ACCESS_LOCAL_WRITE, iov, gpu, SV_MAX_SGE,
+		       &e);
+	for (int i = 0; i < n && !e; i++) {
+		if (gpu[i] && sink)
+			e = sv_gpu_sink_put(sink, gpu[i], iov[i].iov_base, s, iov[i].iov_len);
+		else
+			e = sv_dma_place(gpu[i], iov[i].iov_base, s, iov[i].iov_len);
 		s += iov[i].iov_len;
 	}
 	sv_mr_read_unlock(ctx);
+	return e;
+}
+
+enum sv_mem_err sv_sgl_copy_out(struct sv_context *ctx, struct sv_pd *pd,
+				const struct ibv_sge *sge, uint32_t nsge, uint64_t off, void *dst,
+				uint64_t len)
+{
+	struct iovec iov[SV_MAX_SGE];
+	sv_cu_ctx gpu[SV_MAX_SGE];
+	enum sv_mem_err e;
+	uint8_t *d = dst;
+	int n;
+
+	if (!len)
+		return SV_MEM_OK;
+	n = sv_sgl_iov(ctx, pd, sge, nsge, off, len, 0, iov, gpu, SV_MAX_SGE, &e);
+	for (int i = 0; i < n && !e; i++) {
+		e = sv_dma_read(gpu[i], d, iov[i].iov_base, iov[i].iov_len);
+		d += iov[i].iov_len;
+	}
 	return e;
 }

@@ -18,16 +18,27 @@ enum sv_mem_err sv_sgl_check(struct sv_context *ctx, struct sv_pd *pd, const str
 
 /*
  * Describe bytes [off, off+len) of an SGE list as iovecs into local memory
- * (the MR read lock must be held while they are used).  Returns the number
- * of iovecs, or -1 with *err set.
+ * (the MR read lock must be held while they are used).  gpu[i] is the CUDA
+ * context of a piece in GPU memory (which only the driver may touch), NULL
+ * for host memory.  Returns the number of iovecs, or -1 with *err set.
  */
 int sv_sgl_iov(struct sv_context *ctx, struct sv_pd *pd, const struct ibv_sge *sge, uint32_t nsge,
-	       uint64_t off, uint64_t len, unsigned int access, struct iovec *iov, int maxiov,
-	       enum sv_mem_err *err);
+	       uint64_t off, uint64_t len, unsigned int access, struct iovec *iov, sv_cu_ctx *gpu,
+	       int maxiov, enum sv_mem_err *err);
 
-/* Copy len bytes from src into an SGE list at byte offset off. */
+struct sv_gpu_sink;
+/* Copy len bytes from src into an SGE list at byte offset off; pieces in GPU
+ * memory go through *sink when one is given (engine/gpu.h: in place at its
+ * next fence), else are copied at once. */
 enum sv_mem_err sv_sgl_copy_in(struct sv_context *ctx, struct sv_pd *pd, const struct ibv_sge *sge,
-			       uint32_t nsge, uint64_t off, const void *src, uint64_t len);
+			       uint32_t nsge, uint64_t off, const void *src, uint64_t len,
+			       struct sv_gpu_sink **sink);
+
+/* Copy bytes [off, off+len) of an SGE list out to dst (host memory); the
+ * MR read lock is held by the caller. */
+enum sv_mem_err sv_sgl_copy_out(struct sv_context *ctx, struct sv_pd *pd,
+				const struct ibv_sge *sge, uint32_t nsge, uint64_t off, void *dst,
+				uint64_t len);
 
 /*
  * The HCA's own accesses to application memory (placing a WRITE's payload).
@@ -35,6 +46,11 @@ enum sv_mem_err sv_sgl_copy_in(struct sv_context *ctx, struct sv_pd *pd, const s
  * by design, and race detectors are told so (tests/tsan.supp).
  */
 void sv_dma_write(void *dst, const void *src, size_t len);
+
+/* The same, into memory that may be GPU memory of gpu (NULL: host), or out
+ * of it (sv_dma_read); SV_MEM_FAULT where the driver fails. */
+enum sv_mem_err sv_dma_place(sv_cu_ctx gpu, void *dst, const void *src, size_t len);
+enum sv_mem_err sv_dma_read(sv_cu_ctx gpu, void *dst, const void *src, size_t len);
 
 /* Total length of an SGE list. */
 uint64_t sv_sgl_len(const struct ibv_sge *sge, uint32_t nsge);

@@ -31,7 +31,8 @@ struct sv_mr *sv_key_entry(struct sv_context *ctx, uint32_t key)
 
 /* PD, access and bounds of an MR or a bound MW. */
 static enum sv_mem_err check_range(const struct sv_mr *e, struct sv_pd *pd, uint64_t iova,
-				   uint64_t len, unsigned int need_access, uint8_t **ptr)
+				   uint64_t len, unsigned int need_access, uint8_t **ptr,
+				   sv_cu_ctx *gpu)
 {
 	if (pd && e->pd != pd)
 		return SV_MEM_BAD_PD;
@@ -40,24 +41,26 @@ static enum sv_mem_err check_range(const struct sv_mr *e, struct sv_pd *pd, uint
 	if (iova < e->iova || len > e->len || iova - e->iova > e->len - len)
 		return SV_MEM_BOUNDS;
 	*ptr = e->vaddr + (iova - e->iova);
+	if (gpu)
+		*gpu = e->gpu;
 	return SV_MEM_OK;
 }
 
 enum sv_mem_err sv_mr_translate(struct sv_context *ctx, uint32_t key, struct sv_pd *pd,
 				uint64_t iova, uint64_t len, unsigned int need_access,
-				uint8_t **ptr)
+				uint8_t **ptr, sv_cu_ctx *gpu)
 {
 	struct sv_mr *e = sv_key_entry(ctx, key);
 
 	/* a window's key is for peers only, never an lkey */
 	if (!e || e->kind != SV_KEY_MR)
 		return SV_MEM_BAD_KEY;
-	return check_range(e, pd, iova, len, need_access, ptr);
+	return check_range(e, pd, iova, len, need_access, ptr, gpu);
 }
 
 enum sv_mem_err sv_key_translate_remote(struct sv_context *ctx, uint32_t key, struct sv_pd *pd,
 					uint32_t qpn, uint64_t iova, uint64_t len,
-					unsigned int need_access, uint8_t **ptr)
+					unsigned int need_access, uint8_t **ptr, sv_cu_ctx *gpu)
 {
 	struct sv_mr *e = sv_key_entry(ctx, key);
 
@@ -68,7 +71,7 @@ enum sv_mem_err sv_key_translate_remote(struct sv_context *ctx, uint32_t key, st
 		if (!e->mw_mr || (e->ibmw->type == IBV_MW_TYPE_2 && e->mw_qpn != qpn))
 			return SV_MEM_BAD_KEY;
 	}
-	return check_range(e, pd, iova, len, need_access, ptr);
+	return check_range(e, pd, iova, len, need_access, ptr, gpu);
 }
 
 /* Write lock held: the window no longer names a range. */
@@ -78,6 +81,7 @@ static void mw_unbind(struct sv_mr *mw)
 		mw->mw_mr->nmw--;
 	mw->mw_mr = NULL;
 	mw->len = 0;
+	mw->gpu = NULL;
 }
 
 /*
@@ -118,6 +122,7 @@ enum ibv_wc_status sv_mw_bind(struct sv_qp *qp, struct sv_send_wqe *w)
 			mw->mw_mr = mr;
 			mr->nmw++;
 			mw->vaddr = mr->vaddr + (bi->addr - mr->iova);
+			mw->gpu = mr->gpu;
 			mw->iova = zero ? 0 : bi->addr;
 			mw->len = bi->length;
 			mw->access = acc & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |

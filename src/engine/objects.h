@@ -17,6 +17,7 @@
 
 #include "common/util.h"
 #include "common/ref.h"
+#include "common/cuda.h"
 #include "transport/transport.h"
 #include "engine/wr_opcode.h"
 
@@ -124,6 +125,10 @@ struct sv_mr {
 	uint32_t slot;
 	uint8_t kind;   /* enum sv_key_kind */
 	uint32_t nmw;   /* MR: memory windows bound to it */
+	/* GPU memory (CUDA device memory; a window bound to such an MR too):
+	 * the context that owns it; NULL for host memory.  The CPU never
+	 * touches such memory: every byte moves through the driver (gpu.c) */
+	sv_cu_ctx gpu;
 	/* MW */
 	struct ibv_mw *ibmw;
 	struct sv_mr *mw_mr; /* the MR it is bound to; NULL: not bound (no access) */
@@ -321,6 +326,10 @@ struct sv_qp {
 	} atomic_cache[SV_MAX_QP_RD_ATOM];
 	uint32_t atomic_cache_next;
 	bool comm_est_sent;
+	/* host windows onto GPU memory being sent (engine/gpu.h): a send
+	 * WQE's payload, and what a READ answers from; NULL until first used */
+	struct sv_gpu_stage *gpu_tx, *gpu_rd;
+	struct sv_gpu_sink *gpu_in; /* incoming bytes bound for GPU memory */
 
 	struct sv_wr_batch *batch; /* ibv_wr_start() .. ibv_wr_complete() */
 };
@@ -376,17 +385,25 @@ void sv_async_fini(struct sv_context *ctx);
  * IBV_WC_* status-compatible error kind (see enum below).  Hold the table's
  * read lock (sv_mr_read_lock) across the use of the pointer.
  */
-enum sv_mem_err { SV_MEM_OK = 0, SV_MEM_BAD_KEY, SV_MEM_BAD_PD, SV_MEM_BOUNDS, SV_MEM_ACCESS };
+enum sv_mem_err {
+	SV_MEM_OK = 0,
+	SV_MEM_BAD_KEY,
+	SV_MEM_BAD_PD,
+	SV_MEM_BOUNDS,
+	SV_MEM_ACCESS,
+	SV_MEM_FAULT, /* the memory could not be reached (a GPU copy failed) */
+};
+/* *gpu (when not NULL): the CUDA context of GPU memory, NULL for host memory. */
 enum sv_mem_err sv_mr_translate(struct sv_context *ctx, uint32_t key, struct sv_pd *pd,
 				uint64_t iova, uint64_t len, unsigned int need_access,
-				uint8_t **ptr);
+				uint8_t **ptr, sv_cu_ctx *gpu);
 /* The MR or window that carries exactly this key, or NULL (read lock held). */
 struct sv_mr *sv_key_entry(struct sv_context *ctx, uint32_t key);
 /* The same as sv_mr_translate for a key a peer presents (rkey): an MR's, or a bound MW's
  * reached through the QP qpn. */
 enum sv_mem_err sv_key_translate_remote(struct sv_context *ctx, uint32_t key, struct sv_pd *pd,
 					uint32_t qpn, uint64_t iova, uint64_t len,
-					unsigned int need_access, uint8_t **ptr);
+					unsigned int need_access, uint8_t **ptr, sv_cu_ctx *gpu);
 /* Local operations of a send queue (qp->lock held, MR read lock not held):
  * BIND_MW and LOCAL_INV take effect; the completion status. */
 enum ibv_wc_status sv_mw_bind(struct sv_qp *qp, struct sv_send_wqe *w);

@@ -8,6 +8,7 @@
 #include "engine/engine.h"
 #include "engine/stats.h"
 #include "engine/dma.h"
+#include "engine/gpu.h"
 
 #include <arpa/inet.h>
 #include <string.h>
@@ -155,10 +156,40 @@ static void pass_flush(struct sv_qp *qp, struct req_pass *p)
 _Static_assert(SV_MAX_HDR_LEN + SV_FRAME_HEAD <= SV_TXBATCH_HEAD, "headers fit a batch slot");
 
 /* Add packet k of w to the pass; returns 0, or a local error status for the WQE. */
+/*
+ * A payload with pieces in GPU memory leaves from the QP's staging window
+ * (engine/gpu.h): packets inside the window point into it; one outside
+ * refills it, after the batch whose packets point into it has gone.
+ */
+static enum sv_mem_err stage_packet(struct sv_qp *qp, struct req_pass *p, struct sv_send_wqe *w,
+				    sv_cu_ctx gpu, uint32_t off, uint32_t plen, struct iovec *iov)
+{
+	uint64_t tag = ((uint64_t)w->first_psn << 32) ^ w->wr.wr_id;
+	uint8_t *s = sv_gpu_stage_find(qp->gpu_tx, (uintptr_t)w, tag, off, plen);
+	enum sv_mem_err e;
+
+	if (!s) {
+		sv_txbatch_flush(&p->b);
+		s = sv_gpu_stage_claim(&qp->gpu_tx, gpu, (uintptr_t)w, tag, off, w->length);
+		if (!s)
+			return SV_MEM_FAULT;
+		e = sv_sgl_copy_out(qp->ctx, qp->pd, w->sge, w->num_sge, off, s,
+				    qp->gpu_tx->len);
+		if (e) {
+			sv_gpu_stage_forget(qp->gpu_tx);
+			return e;
+		}
+	}
+	iov->iov_base = s;
+	iov->iov_len = plen;
+	return SV_MEM_OK;
+}
+
 static enum ibv_wc_status send_packet(struct sv_qp *qp, struct req_pass *p, struct sv_conn *conn,
 				      struct sv_send_wqe *w, uint32_t k, uint32_t off, uint32_t plen)
 {
 	struct iovec iov[SV_FRAME_MAX_IOV];
+	sv_cu_ctx gpu[SV_FRAME_MAX_IOV];
 	enum sv_mem_err e = SV_MEM_OK;
 	int n = 0;
 
@@ -171,10 +202,26 @@ static enum ibv_wc_status send_packet(struct sv_qp *qp, struct req_pass *p, stru
 			sv_mr_read_lock(qp->ctx);
 			p->mr_locked = true;
 		}
-		n = sv_sgl_iov(qp->ctx, qp->pd, w->sge, w->num_sge, off, plen, 0, iov,
+		n = sv_sgl_iov(qp->ctx, qp->pd, w->sge, w->num_sge, off, plen, 0, iov, gpu,
 			       SV_FRAME_MAX_IOV - 1, &e);
 		if (n < 0)
 			return sv_mem_err_to_local_status(e);
+		if (sv_gpu_any(gpu, n)) {
+			/* the window is reused before any ACK: its bytes must
+			 * travel, not be read from here later (shm.c) */
+			if (p->b.ref) {
+				sv_txbatch_flush(&p->b);
+				p->b.ref = false;
+			}
+			for (int i = 0; i < n; i++)
+				if (gpu[i]) {
+					e = stage_packet(qp, p, w, gpu[i], off, plen, iov);
+					break;
+				}
+			if (e)
+				return sv_mem_err_to_local_status(e);
+			n = 1;
+		}
 	}
 	if (!sv_txbatch_fits(&p->b, conn, n)) {
 		/* keep the lock across the flush: iov may point into an MR */

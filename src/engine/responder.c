@@ -9,6 +9,7 @@
 #include "engine/engine.h"
 #include "engine/stats.h"
 #include "engine/dma.h"
+#include "engine/gpu.h"
 
 #include <arpa/inet.h>
 #include <string.h>
@@ -36,12 +37,20 @@ static void fill_bth(struct sv_qp *qp, struct sv_bth *bth, uint8_t low, uint32_t
 	bth->psn = htonl(psn & SV_PSN_MASK);
 }
 
+static void nak_fatal(struct sv_qp *qp, struct sv_conn *conn, uint32_t psn, uint8_t code);
+
 static void send_ack(struct sv_qp *qp, struct sv_conn *conn, uint32_t psn, uint8_t syn)
 {
 	struct {
 		struct sv_bth bth;
 		struct sv_aeth aeth;
 	} __attribute__((packed)) p;
+
+	/* an ACK says the bytes are in place: those bound for GPU memory too */
+	if (sv_gpu_sink_fence(qp->gpu_in) && syn == (SV_AETH_ACK | 0x1f)) {
+		nak_fatal(qp, conn, psn, SV_NAK_REM_ACCESS);
+		return;
+	}
 
 	fill_bth(qp, &p.bth, SV_OP_ACK, psn);
 	p.aeth.syn_msn = htonl(((uint32_t)syn << 24) | (qp->msn & SV_PSN_MASK));
@@ -72,6 +81,8 @@ static void complete_recv(struct sv_qp *qp, enum ibv_wc_status st, enum ibv_wc_o
 		.wc_flags = extra_flags,
 	};
 
+	if (sv_gpu_sink_fence(qp->gpu_in) && wc.status == IBV_WC_SUCCESS)
+		wc.status = IBV_WC_LOC_PROT_ERR; /* its bytes did not reach GPU memory */
 	if (imm) {
 		wc.imm_data = imm->imm;
 		wc.wc_flags |= IBV_WC_WITH_IMM;
@@ -93,7 +104,7 @@ static enum ibv_wc_status place(struct sv_qp *qp, const uint8_t *data, uint32_t 
 		return IBV_WC_LOC_LEN_ERR;
 	/* receive buffers belong to the PD of the queue they were posted to */
 	e = sv_sgl_copy_in(qp->ctx, qp->srq ? qp->srq->pd : qp->pd, qp->rwqe.sge, qp->rwqe.num_sge,
-			   qp->rwqe_off, data, len);
+			   qp->rwqe_off, data, len, &qp->gpu_in);
 	if (e)
 		return IBV_WC_LOC_PROT_ERR;
 	qp->rwqe_off += len;
@@ -313,10 +324,10 @@ static enum resp_result check_qp_access(const struct resp_pkt *p, unsigned int a
  * the MR read lock for as long as it uses *mem.
  */
 static enum resp_result check_rkey(const struct sv_qp *qp, uint32_t rkey, uint64_t va,
-				   uint64_t len, unsigned int access, uint8_t **mem)
+				   uint64_t len, unsigned int access, uint8_t **mem, sv_cu_ctx *gpu)
 {
 	return sv_key_translate_remote(qp->ctx, rkey, qp->pd, qp->ex.qp_base.qp_num, va, len,
-				       access, mem)
+				       access, mem, gpu)
 		       ? RESP_ERR_RKEY
 		       : RESP_OK;
 }
@@ -327,21 +338,41 @@ static enum resp_result check_recv(struct sv_qp *qp)
 	return qp->resp_have_rwqe || sv_qp_take_recv(qp) ? RESP_OK : RESP_NO_RECV;
 }
 
+/* Bytes from off of a READ from GPU memory at mem, staged (up to the MTU). */
+static uint8_t *stage_read(struct sv_qp *qp, struct sv_txbatch *b, sv_cu_ctx gpu, uint32_t psn,
+			   const uint8_t *mem, uint32_t off, uint32_t dma_len)
+{
+	uint32_t plen = SV_MIN(qp->mtu, dma_len - off);
+	uint8_t *s = sv_gpu_stage_find(qp->gpu_rd, (uintptr_t)mem, psn, off, plen);
+
+	if (s)
+		return s;
+	sv_txbatch_flush(b); /* its packets may point into the window */
+	s = sv_gpu_stage_claim(&qp->gpu_rd, gpu, (uintptr_t)mem, psn, off, dma_len);
+	if (s && sv_dma_read(gpu, s, mem + off, qp->gpu_rd->len)) {
+		sv_gpu_stage_forget(qp->gpu_rd);
+		s = NULL;
+	}
+	return s;
+}
+
 /* READ request: send the response packets (possibly a replay of a duplicate). */
 static enum resp_result do_read(struct sv_qp *qp, struct sv_conn *conn, uint32_t psn,
 				uint64_t va, uint32_t rkey, uint32_t dma_len)
 {
 	uint32_t npkts = dma_len ? (dma_len + qp->mtu - 1) / qp->mtu : 1;
 	uint8_t *mem = NULL;
+	sv_cu_ctx gpu = NULL;
 	struct resp_pkt p = { .qp = qp };
 	enum resp_result r = check_qp_access(&p, IBV_ACCESS_REMOTE_READ, 0);
 	struct sv_txbatch b;
 
 	if (r != RESP_OK)
 		return r;
+	(void)sv_gpu_sink_fence(qp->gpu_in); /* a READ sees the writes before it */
 	sv_mr_read_lock(qp->ctx);
 	if (dma_len)
-		r = check_rkey(qp, rkey, va, dma_len, IBV_ACCESS_REMOTE_READ, &mem);
+		r = check_rkey(qp, rkey, va, dma_len, IBV_ACCESS_REMOTE_READ, &mem, &gpu);
 	if (r != RESP_OK) {
 		sv_mr_read_unlock(qp->ctx);
 		return r;
@@ -361,6 +392,17 @@ static enum resp_result do_read(struct sv_qp *qp, struct sv_conn *conn, uint32_t
 
 		if (!sv_txbatch_fits(&b, conn, 1))
 			sv_txbatch_flush(&b);
+		if (gpu && dma_len) {
+			/* GPU memory answers from a host window onto it */
+			iov.iov_base = stage_read(qp, &b, gpu, psn, mem, off, dma_len);
+			if (!iov.iov_base) {
+				/* the driver failed: nothing more of it is sent (the
+				 * requester's timer retries, then fails the READ) */
+				sv_warn_limited("GPU memory could not be read for a READ response");
+				r = RESP_ERR_RKEY;
+				break;
+			}
+		}
 		hdr = sv_txbatch_hdr(&b);
 		bth = (void *)hdr;
 		fill_bth(qp, bth, low, sv_psn_add(psn, k));
@@ -376,7 +418,7 @@ static enum resp_result do_read(struct sv_qp *qp, struct sv_conn *conn, uint32_t
 	}
 	sv_txbatch_flush(&b);
 	sv_mr_read_unlock(qp->ctx);
-	return RESP_DONE;
+	return r == RESP_OK ? RESP_DONE : r;
 }
 
 static void send_atomic_ack(struct sv_qp *qp, struct sv_conn *conn, uint32_t psn, uint64_t orig)
@@ -419,6 +461,7 @@ static enum resp_result exec_atomic_write(const struct resp_pkt *p)
 	const struct sv_reth *r = (const void *)(p->hdr + p->op->off_reth);
 	uint64_t va = be64toh(r->va), v;
 	enum resp_result res = check_qp_access(p, IBV_ACCESS_REMOTE_WRITE, va);
+	sv_cu_ctx gpu = NULL;
 	uint64_t *word;
 
 	if (res != RESP_OK)
@@ -427,11 +470,16 @@ static enum resp_result exec_atomic_write(const struct resp_pkt *p)
 		return RESP_ERR_WRITE_LEN;
 	if (va & 7)
 		return RESP_ERR_QP_ACCESS; /* misaligned, as for the other atomics */
+	(void)sv_gpu_sink_fence(qp->gpu_in); /* after the writes before it */
 	sv_mr_read_lock(qp->ctx);
-	res = check_rkey(qp, ntohl(r->rkey), va, 8, IBV_ACCESS_REMOTE_WRITE, (uint8_t **)&word);
+	res = check_rkey(qp, ntohl(r->rkey), va, 8, IBV_ACCESS_REMOTE_WRITE, (uint8_t **)&word,
+			 &gpu);
 	if (res == RESP_OK) {
 		memcpy(&v, p->payload, sizeof(v));
-		__atomic_store_n(word, v, __ATOMIC_RELEASE);
+		if (!gpu)
+			__atomic_store_n(word, v, __ATOMIC_RELEASE);
+		else if (!sv_gpu_store(gpu, word, v))
+			res = RESP_ERR_RKEY; /* the memory could not be reached */
 	}
 	sv_mr_read_unlock(qp->ctx);
 	if (res != RESP_OK)
@@ -449,18 +497,28 @@ static enum resp_result exec_atomic(const struct resp_pkt *p)
 	const struct sv_atmeth *a = (const void *)(p->hdr + p->op->off_atmeth);
 	uint64_t va = be64toh(a->va), orig;
 	enum resp_result r = check_qp_access(p, IBV_ACCESS_REMOTE_ATOMIC, va);
+	sv_cu_ctx gpu = NULL;
 	uint64_t *word;
 
 	if (r != RESP_OK)
 		return r;
+	(void)sv_gpu_sink_fence(qp->gpu_in); /* after the writes before it */
 	sv_mr_read_lock(qp->ctx);
-	r = check_rkey(qp, ntohl(a->rkey), va, 8, IBV_ACCESS_REMOTE_ATOMIC, (uint8_t **)&word);
+	r = check_rkey(qp, ntohl(a->rkey), va, 8, IBV_ACCESS_REMOTE_ATOMIC, (uint8_t **)&word,
+		       &gpu);
+	if (r == RESP_OK && gpu &&
+	    !(p->low == SV_OP_CMP_SWAP
+		      ? sv_gpu_cmp_swap(gpu, word, be64toh(a->compare), be64toh(a->swap_add), &orig)
+		      : sv_gpu_fetch_add(gpu, word, be64toh(a->swap_add), &orig)))
+		r = RESP_ERR_RKEY; /* the memory could not be reached */
 	if (r != RESP_OK) {
 		sv_mr_read_unlock(qp->ctx);
 		return r;
 	}
 	/* atomic with respect to every other softverbs atomic on this memory */
-	if (p->low == SV_OP_CMP_SWAP) {
+	if (gpu) {
+		/* done above */
+	} else if (p->low == SV_OP_CMP_SWAP) {
 		orig = be64toh(a->compare);
 		__atomic_compare_exchange_n(word, &orig, be64toh(a->swap_add), false,
 					    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
@@ -569,7 +627,7 @@ static enum resp_result exec_send(const struct resp_pkt *p)
  * lock is held by the caller.
  */
 static enum resp_result check_write(const struct resp_pkt *p, uint64_t *va, uint32_t *rkey,
-				    uint32_t *left, uint8_t **mem)
+				    uint32_t *left, uint8_t **mem, sv_cu_ctx *gpu)
 {
 	const struct sv_qp *qp = p->qp;
 	enum resp_result r = check_sequence(p, true);
@@ -586,7 +644,7 @@ static enum resp_result check_write(const struct resp_pkt *p, uint64_t *va, uint
 		*rkey = ntohl(reth->rkey);
 		*left = ntohl(reth->dma_len);
 		/* the whole target range, before any byte moves */
-		if (*left && check_rkey(qp, *rkey, *va, *left, IBV_ACCESS_REMOTE_WRITE, mem))
+		if (*left && check_rkey(qp, *rkey, *va, *left, IBV_ACCESS_REMOTE_WRITE, mem, gpu))
 			return RESP_ERR_RKEY;
 	} else {
 		*va = qp->wr_va;
@@ -603,6 +661,7 @@ static enum resp_result exec_write(const struct resp_pkt *p)
 {
 	struct sv_qp *qp = p->qp;
 	uint8_t *mem = NULL;
+	sv_cu_ctx gpu = NULL;
 	uint64_t va;
 	uint32_t rkey, left;
 	bool first = p->op->mask & SV_OPF_FIRST;
@@ -612,7 +671,7 @@ static enum resp_result exec_write(const struct resp_pkt *p)
 	 * own translation below takes the lock for itself) */
 	if (first)
 		sv_mr_read_lock(qp->ctx);
-	r = check_write(p, &va, &rkey, &left, &mem);
+	r = check_write(p, &va, &rkey, &left, &mem, &gpu);
 	if (first)
 		sv_mr_read_unlock(qp->ctx);
 	if (r != RESP_OK)
@@ -631,10 +690,17 @@ static enum resp_result exec_write(const struct resp_pkt *p)
 		return RESP_NO_RECV_IMM;
 	if (p->plen) {
 		sv_mr_read_lock(qp->ctx);
-		r = check_rkey(qp, qp->wr_rkey, qp->wr_va, p->plen, IBV_ACCESS_REMOTE_WRITE, &mem);
+		r = check_rkey(qp, qp->wr_rkey, qp->wr_va, p->plen, IBV_ACCESS_REMOTE_WRITE, &mem,
+			       &gpu);
 		/* a directly received payload (receive.c) is in place already */
-		if (r == RESP_OK && mem != p->payload)
+		if (r == RESP_OK && gpu) {
+			if (sv_gpu_sink_put(&qp->gpu_in, gpu, mem, p->payload, p->plen))
+				r = RESP_ERR_RKEY; /* GPU memory the driver could not reach */
+			else if (p->op->mask & SV_OPF_LAST)
+				sv_gpu_sink_start(qp->gpu_in);
+		} else if (r == RESP_OK && mem != p->payload) {
 			sv_dma_write(mem, p->payload, p->plen);
+		}
 		sv_mr_read_unlock(qp->ctx);
 		if (r != RESP_OK)
 			return RESP_ERR_RKEY_LATE; /* the MR went away mid-message */
@@ -776,6 +842,7 @@ bool sv_responder_direct(struct sv_qp *qp, const struct sv_opcode_info *op, cons
 	struct resp_pkt p = { .qp = qp, .op = op, .hdr = (uint8_t *)pkt, .plen = plen };
 	uint64_t va;
 	uint32_t rkey, left;
+	sv_cu_ctx gpu = NULL;
 
 	if (!(op->mask & SV_OPF_WRITE) || op->off_immdt || qp->ti->datagram)
 		return false;
@@ -784,13 +851,15 @@ bool sv_responder_direct(struct sv_qp *qp, const struct sv_opcode_info *op, cons
 		return false;
 	if ((ntohl(bth->psn) & SV_PSN_MASK) != qp->epsn || qp->resp_drop_msg)
 		return false; /* in order only */
-	if (check_write(&p, &va, &rkey, &left, dst) != RESP_OK || !left)
+	if (check_write(&p, &va, &rkey, &left, dst, &gpu) != RESP_OK || !left)
 		return false;
 	/* the message's whole remaining range, from here (check_write did it
 	 * already for a FIRST packet: the whole message) */
 	if (!(op->mask & SV_OPF_FIRST) &&
-	    check_rkey(qp, rkey, va, left, IBV_ACCESS_REMOTE_WRITE, dst) != RESP_OK)
+	    check_rkey(qp, rkey, va, left, IBV_ACCESS_REMOTE_WRITE, dst, &gpu) != RESP_OK)
 		return false;
+	if (gpu)
+		return false; /* the transport cannot read into GPU memory: copied */
 	*msg_left = left;
 	return true;
 }

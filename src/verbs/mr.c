@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define VALID_ACCESS                                                                       \
@@ -116,10 +117,40 @@ static int table_insert(struct sv_mr_table *t, struct sv_mr *mr)
 	return (int)i;
 }
 
+/*
+ * The range a registration names: CUDA device memory (GPUDirect RDMA: the
+ * driver moves its bytes; *gpu says whose it is), or host memory that must
+ * be mapped, and writable where the HCA may write it.  0 or an errno.
+ */
+static int check_range(void *addr, size_t length, unsigned int access, struct sv_cuda_range *gpu)
+{
+	int dev = sv_cuda_device_range(addr, length, gpu);
+
+	if (dev < 0)
+		return EFAULT; /* device memory, but past its allocation */
+	if (dev > 0) {
+		const struct sv_cuda_driver *d = sv_cuda();
+		unsigned int one = 1;
+
+		/* as nvidia-peermem asks: the application's own copies into
+		 * this memory finish before they return, so data it wrote
+		 * is there when it posts the work request that sends it */
+		(void)d->PointerSetAttribute(&one, SV_CU_POINTER_ATTRIBUTE_SYNC_MEMOPS,
+					     (sv_cu_ptr)(uintptr_t)addr);
+		return 0;
+	}
+	if (!range_mapped(addr, length))
+		return EFAULT;
+	if ((access & IBV_ACCESS_LOCAL_WRITE) && !range_writable(addr, length))
+		return EFAULT;
+	return 0;
+}
+
 static struct sv_mr *mr_create(struct ibv_pd *ibpd, void *addr, size_t length, uint64_t iova,
 			       unsigned int access)
 {
 	struct sv_context *ctx;
+	struct sv_cuda_range gpu = { 0 };
 	struct sv_mr *mr;
 	int slot, err;
 	uint32_t key;
@@ -133,10 +164,8 @@ static struct sv_mr *mr_create(struct ibv_pd *ibpd, void *addr, size_t length, u
 	err = check_access(access);
 	if (!err && (!length || length > SV_MAX_MR_SIZE || (!addr && length)))
 		err = EINVAL;
-	if (!err && !range_mapped(addr, length))
-		err = EFAULT;
-	if (!err && (access & IBV_ACCESS_LOCAL_WRITE) && !range_writable(addr, length))
-		err = EFAULT;
+	if (!err)
+		err = check_range(addr, length, access, &gpu);
 	if (err) {
 		errno = err;
 		return NULL;
@@ -151,6 +180,7 @@ static struct sv_mr *mr_create(struct ibv_pd *ibpd, void *addr, size_t length, u
 	mr->len = length;
 	mr->iova = iova;
 	mr->access = access;
+	mr->gpu = gpu.ctx;
 
 	pthread_rwlock_wrlock(&ctx->mrs.lock);
 	slot = table_insert(&ctx->mrs, mr);
@@ -195,17 +225,65 @@ struct ibv_mr *(ibv_reg_mr_iova)(struct ibv_pd *pd, void *addr, size_t length, u
 	return ibv_reg_mr_iova2(pd, addr, length, iova, (unsigned int)access);
 }
 
+/* The size of a dma-buf, from its fdinfo; 0 where the kernel does not say. */
+static uint64_t dmabuf_size(int fd)
+{
+	char path[64], line[128];
+	unsigned long long sz = 0;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "/proc/self/fdinfo/%d", fd);
+	f = fopen(path, "re");
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "size: %llu", &sz) == 1)
+			break;
+	fclose(f);
+	return sz;
+}
+
+/*
+ * A dma-buf exported by CUDA (cuMemGetHandleForAddressRange).  User space
+ * cannot map such a buffer itself, so the region is found the way NCCL,
+ * UCX and libfabric register one: iova is the GPU address of byte `offset`
+ * of the buffer, and that address must be device memory of this process
+ * for the whole length.  Without CUDA in the process: EOPNOTSUPP for any
+ * fd, -1 included (NCCL reads that as "no dma-buf support" and anything
+ * else as support).
+ */
 struct ibv_mr *ibv_reg_dmabuf_mr(struct ibv_pd *pd, uint64_t offset, size_t length, uint64_t iova,
 				 int fd, int access)
 {
-	(void)pd;
-	(void)offset;
-	(void)length;
-	(void)iova;
-	(void)fd;
-	(void)access;
-	errno = EOPNOTSUPP;
-	return NULL;
+	struct sv_cuda_range r;
+	struct stat st;
+	uint64_t size;
+	struct sv_mr *mr;
+	int dev;
+
+	if (!sv_cuda()) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	if (!pd || fd < 0 || fstat(fd, &st)) {
+		errno = pd ? EBADF : EINVAL;
+		return NULL;
+	}
+	size = dmabuf_size(fd);
+	if (!length || (size && (offset > size || length > size - offset))) {
+		errno = EINVAL;
+		return NULL;
+	}
+	dev = sv_cuda_device_range((void *)(uintptr_t)iova, length, &r);
+	if (dev <= 0) {
+		errno = dev < 0 ? EFAULT : EINVAL; /* not GPU memory of ours */
+		return NULL;
+	}
+	mr = mr_create(pd, (void *)(uintptr_t)iova, length, iova, (unsigned int)access);
+	if (!mr)
+		return NULL;
+	mr->ibmr.addr = (void *)(uintptr_t)offset; /* as rdma-core reports it */
+	return &mr->ibmr;
 }
 
 int ibv_dereg_mr(struct ibv_mr *ibmr)
@@ -251,6 +329,7 @@ int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd, void *addr, 
 	struct sv_mr *mr;
 	struct sv_context *ctx;
 	struct sv_pd *npd;
+	struct sv_cuda_range gpu = { 0 };
 	unsigned int nacc;
 	void *naddr;
 	size_t nlen;
@@ -273,9 +352,8 @@ int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd, void *addr, 
 	err = check_access(nacc);
 	if (!flags || !npd || npd->ibpd.context != ibmr->context || nlen > SV_MAX_MR_SIZE)
 		err = EINVAL;
-	else if (!err && (!range_mapped(naddr, nlen) ||
-			  ((nacc & IBV_ACCESS_LOCAL_WRITE) && !range_writable(naddr, nlen))))
-		err = EFAULT;
+	else if (!err)
+		err = check_range(naddr, nlen, nacc, &gpu);
 	if (err) {
 		errno = err;
 		return IBV_REREG_MR_ERR_CMD;
@@ -296,6 +374,7 @@ int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd, void *addr, 
 	}
 	mr->access = nacc;
 	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+		mr->gpu = gpu.ctx;
 		mr->vaddr = naddr;
 		mr->iova = (uint64_t)(uintptr_t)naddr;
 		mr->len = nlen;
@@ -335,7 +414,7 @@ int sv_advise_mr(struct ibv_pd *ibpd, enum ibv_advise_mr_advice advice, uint32_t
 		if (mr && mr->kind == SV_KEY_MR && !(mr->access & IBV_ACCESS_ON_DEMAND))
 			err = EINVAL; /* advice is for on-demand MRs */
 		else if (sv_mr_translate(ctx, sg[i].lkey, to_sv_pd(ibpd), sg[i].addr, sg[i].length,
-					 need, &p))
+					 need, &p, NULL))
 			err = EFAULT; /* a bad key, a range beyond the MR, or no write access */
 	}
 #if defined(MADV_POPULATE_READ) && defined(MADV_POPULATE_WRITE)
@@ -346,7 +425,7 @@ int sv_advise_mr(struct ibv_pd *ibpd, enum ibv_advise_mr_advice advice, uint32_t
 
 		/* checked above; the range is the MR's mapping (its iova may differ) */
 		(void)sv_mr_translate(ctx, sg[i].lkey, to_sv_pd(ibpd), sg[i].addr, sg[i].length,
-				      need, &p);
+				      need, &p, NULL);
 		a = (uintptr_t)p & ~(uintptr_t)4095;
 		/* a kernel without populate advice: nothing to do ahead */
 		(void)madvise((void *)a, (uintptr_t)p + sg[i].length - a,

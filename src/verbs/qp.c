@@ -5,6 +5,7 @@
  * fills the receive ring the responder consumes.
  */
 #include "verbs/verbs.h"
+#include "engine/gpu.h"
 #include "verbs/qp_state.h"
 #include "engine/engine.h"
 #include "engine/stats.h"
@@ -465,6 +466,9 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 	free(qp->sq.sge_pool);
 	free(qp->sq.inline_pool);
 	sv_rq_free(&qp->rq);
+	sv_gpu_stage_free(&qp->gpu_tx);
+	sv_gpu_stage_free(&qp->gpu_rd);
+	sv_gpu_sink_free(&qp->gpu_in);
 	pthread_mutex_destroy(&qp->lock);
 	free(qp);
 	return 0;

@@ -1,0 +1,184 @@
+/* GPU memory in the data path; see gpu.h. */
+#include "engine/gpu.h"
+#include "engine/dma.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+uint8_t *sv_gpu_stage_find(struct sv_gpu_stage *st, uintptr_t owner, uint64_t tag, uint64_t off,
+			   uint64_t len)
+{
+	if (!st || st->owner != owner || st->tag != tag || off < st->off ||
+	    off - st->off > st->len || len > st->len - (off - st->off))
+		return NULL;
+	return st->buf + (off - st->off);
+}
+
+uint8_t *sv_gpu_stage_claim(struct sv_gpu_stage **pst, sv_cu_ctx gpu, uintptr_t owner,
+			    uint64_t tag, uint64_t off, uint64_t total)
+{
+	struct sv_gpu_stage *st = *pst;
+
+	if (!st) {
+		st = calloc(1, sizeof(*st));
+		if (!st || !(st->buf = aligned_alloc(4096, SV_GPU_STAGE))) {
+			free(st);
+			return NULL;
+		}
+		/* page-locked, the driver's copies run at the bus's speed */
+		if (sv_cuda_pin(gpu, st->buf, SV_GPU_STAGE))
+			st->pinned = gpu;
+		*pst = st;
+	}
+	st->owner = owner;
+	st->tag = tag;
+	st->off = off;
+	st->len = SV_MIN((uint64_t)SV_GPU_STAGE, total - off);
+	return st->buf;
+}
+
+void sv_gpu_stage_forget(struct sv_gpu_stage *st)
+{
+	if (st)
+		st->owner = 0;
+}
+
+void sv_gpu_stage_free(struct sv_gpu_stage **pst)
+{
+	struct sv_gpu_stage *st = *pst;
+
+	if (!st)
+		return;
+	if (st->pinned)
+		sv_cuda_unpin(st->pinned, st->buf);
+	free(st->buf);
+	free(st);
+	*pst = NULL;
+}
+
+static void sink_start(struct sv_gpu_sink *s)
+{
+	if (!s->len)
+		return;
+	if (sv_cuda_copy_async(s->gpu, s->dst, s->ring + s->from, s->len))
+		s->failed = true;
+	s->busy = s->gpu;
+	s->len = 0;
+}
+
+void sv_gpu_sink_start(struct sv_gpu_sink *s)
+{
+	if (s)
+		sink_start(s);
+}
+
+enum sv_mem_err sv_gpu_sink_fence(struct sv_gpu_sink *s)
+{
+	bool failed;
+
+	if (!s)
+		return SV_MEM_OK;
+	sink_start(s);
+	if (s->busy && sv_cuda_wait(s->busy))
+		s->failed = true;
+	s->busy = NULL;
+	s->used = 0;
+	failed = s->failed;
+	s->failed = false;
+	if (failed)
+		sv_warn_limited("a copy into GPU memory failed");
+	return failed ? SV_MEM_FAULT : SV_MEM_OK;
+}
+
+enum sv_mem_err sv_gpu_sink_put(struct sv_gpu_sink **ps, sv_cu_ctx gpu, uint8_t *dst,
+				const void *src, size_t len)
+{
+	struct sv_gpu_sink *s = *ps;
+
+	if (!s && len <= SV_GPU_SINK) {
+		s = calloc(1, sizeof(*s));
+		if (s && !(s->ring = aligned_alloc(4096, SV_GPU_SINK))) {
+			free(s);
+			s = NULL;
+		}
+		if (s && sv_cuda_pin(gpu, s->ring, SV_GPU_SINK))
+			s->pinned = gpu;
+		*ps = s;
+	}
+	if (!s || len > SV_GPU_SINK) {
+		/* no ring, or too big for one: a copy of its own, in order */
+		if (sv_gpu_sink_fence(s))
+			return SV_MEM_FAULT;
+		return sv_dma_place(gpu, dst, src, len);
+	}
+	if (s->len && (gpu != s->gpu || s->dst + s->len != dst))
+		sink_start(s); /* not the continuation of the run gathered */
+	if (s->used + len > SV_GPU_SINK || (s->busy && s->busy != gpu)) {
+		if (sv_gpu_sink_fence(s))
+			return SV_MEM_FAULT;
+	}
+	memcpy(s->ring + s->used, src, len);
+	if (!s->len) {
+		s->gpu = gpu;
+		s->dst = dst;
+		s->from = s->used;
+	}
+	s->len += len;
+	s->used += len;
+	if (s->len >= SV_GPU_SINK / 16)
+		sink_start(s);
+	return SV_MEM_OK;
+}
+
+void sv_gpu_sink_free(struct sv_gpu_sink **ps)
+{
+	struct sv_gpu_sink *s = *ps;
+
+	if (!s)
+		return;
+	(void)sv_gpu_sink_fence(s);
+	if (s->pinned)
+		sv_cuda_unpin(s->pinned, s->ring);
+	free(s->ring);
+	free(s);
+	*ps = NULL;
+}
+
+static pthread_mutex_t atomic_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static bool rmw(sv_cu_ctx gpu, uint64_t *word, int op, uint64_t a, uint64_t b, uint64_t *orig)
+{
+	uint64_t v, n;
+	bool ok;
+
+	pthread_mutex_lock(&atomic_lock);
+	ok = !sv_dma_read(gpu, &v, word, 8);
+	if (ok) {
+		n = op == 0 ? (v == a ? b : v) : v + a;
+		if (n != v || op == 1)
+			ok = !sv_dma_place(gpu, word, &n, 8);
+		*orig = v;
+	}
+	pthread_mutex_unlock(&atomic_lock);
+	return ok;
+}
+
+bool sv_gpu_cmp_swap(sv_cu_ctx gpu, uint64_t *word, uint64_t cmp, uint64_t swap, uint64_t *orig)
+{
+	return rmw(gpu, word, 0, cmp, swap, orig);
+}
+
+bool sv_gpu_fetch_add(sv_cu_ctx gpu, uint64_t *word, uint64_t add, uint64_t *orig)
+{
+	return rmw(gpu, word, 1, add, 0, orig);
+}
+
+bool sv_gpu_store(sv_cu_ctx gpu, uint64_t *word, uint64_t v)
+{
+	bool ok;
+
+	pthread_mutex_lock(&atomic_lock);
+	ok = !sv_dma_place(gpu, word, &v, 8);
+	pthread_mutex_unlock(&atomic_lock);
+	return ok;
+}

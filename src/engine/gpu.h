@@ -1,0 +1,91 @@
+/*
+ * GPU memory in the data path (GPUDirect RDMA without a NIC).  The CPU
+ * never touches CUDA device memory: bytes move through the driver on
+ * softverbs' own stream (common/cuda.c).  What leaves in packets is staged
+ * first, a window of up to SV_GPU_STAGE bytes at a time copied out in one
+ * go, so that one driver copy serves many packets; atomics on GPU memory
+ * are read-modify-write under one process-wide lock.
+ */
+#ifndef SV_GPU_H
+#define SV_GPU_H
+
+#include "engine/objects.h"
+
+#define SV_GPU_STAGE (1u << 20)
+
+/*
+ * A host window onto bytes [off, off+len) of one message: a send WQE's
+ * payload, or the memory a READ answers from.  `owner`/`tag` name the
+ * message; a window is refilled when a packet falls outside it.
+ */
+struct sv_gpu_stage {
+	uint8_t *buf;
+	sv_cu_ctx pinned; /* the context it was page-locked in, if it was */
+	uintptr_t owner;
+	uint64_t tag;
+	uint64_t off, len;
+};
+
+/* Is any piece GPU memory? */
+static inline bool sv_gpu_any(const sv_cu_ctx *gpu, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (gpu[i])
+			return true;
+	return false;
+}
+
+/* The window over [off, off+len) of message (owner, tag) if the stage holds it, else NULL. */
+uint8_t *sv_gpu_stage_find(struct sv_gpu_stage *st, uintptr_t owner, uint64_t tag, uint64_t off,
+			   uint64_t len);
+/* Make the stage (allocated at first use, *pst) hold message (owner, tag)
+ * from off for up to SV_GPU_STAGE bytes of `total`; returns its buffer for
+ * the caller to fill, or NULL without memory. */
+uint8_t *sv_gpu_stage_claim(struct sv_gpu_stage **pst, sv_cu_ctx gpu, uintptr_t owner,
+			    uint64_t tag, uint64_t off, uint64_t total);
+void sv_gpu_stage_forget(struct sv_gpu_stage *st); /* its contents are stale */
+void sv_gpu_stage_free(struct sv_gpu_stage **pst);
+
+/*
+ * Bytes bound for GPU memory from incoming packets (a WRITE's payload, a
+ * SEND's or a READ response's scattered into GPU buffers) are not copied
+ * one packet at a time, which would cost the driver's whole latency per
+ * MTU: they go into a page-locked ring, and consecutive packets for
+ * consecutive addresses become one copy, started when the run ends, a
+ * quarter megabyte has gathered, or the ring is full.  A fence waits for
+ * everything put so far: it comes before anything that tells anyone the
+ * bytes are there (an ACK, a completion, a READ or atomic on that memory).
+ */
+#define SV_GPU_SINK (4u << 20)
+
+struct sv_gpu_sink {
+	uint8_t *ring;
+	sv_cu_ctx pinned;
+	size_t used;	/* ring bytes of copies not yet waited for */
+	sv_cu_ctx busy; /* the context with copies started and not waited for */
+	/* the copy being gathered: ring[from, from + len) to dst */
+	sv_cu_ctx gpu;
+	uint8_t *dst;
+	size_t from, len;
+	bool failed; /* a copy failed since the last fence */
+};
+
+/* Place len bytes at dst (GPU memory of gpu); the sink is made at first use. */
+enum sv_mem_err sv_gpu_sink_put(struct sv_gpu_sink **ps, sv_cu_ctx gpu, uint8_t *dst,
+				const void *src, size_t len);
+/* Start the copy gathered (a message ended: no fence may follow soon). */
+void sv_gpu_sink_start(struct sv_gpu_sink *s);
+/* Everything put so far is in place: SV_MEM_OK, or SV_MEM_FAULT where a copy failed. */
+enum sv_mem_err sv_gpu_sink_fence(struct sv_gpu_sink *s);
+void sv_gpu_sink_free(struct sv_gpu_sink **ps);
+
+/*
+ * The atomics on an 8-byte word of GPU memory: atomic with respect to every
+ * other softverbs atomic in the process (the HCA's own atomicity, as a NIC
+ * gives on GPU memory), not to the GPU's own threads.  false: the driver failed.
+ */
+bool sv_gpu_cmp_swap(sv_cu_ctx gpu, uint64_t *word, uint64_t cmp, uint64_t swap, uint64_t *orig);
+bool sv_gpu_fetch_add(sv_cu_ctx gpu, uint64_t *word, uint64_t add, uint64_t *orig);
+bool sv_gpu_store(sv_cu_ctx gpu, uint64_t *word, uint64_t v);
+
+#endif
