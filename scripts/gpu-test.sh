@@ -48,10 +48,7 @@ else
 	echo "gpu-test: no nvidia-smi on this machine"
 fi
 
-# Ubuntu's gcc fortifies by default (_FORTIFY_SOURCE=3), and then finds a
-# bound 6 on a 5-byte tail in src/verbs/sysfs.c gid_text(): a warning that
-# -Werror would make fatal on such a machine only. Kept a warning here.
-cflags="-Wno-error=stringop-overflow ${SVT_GPU_CFLAGS:-}"
+cflags="${SVT_GPU_CFLAGS:-}"
 if [[ -f $stage/infiniband/verbs.h ]]; then
 	echo "== rdma-core headers: $stage"
 	# -isystem: searched before /usr/include, and as system headers (no

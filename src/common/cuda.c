@@ -36,6 +36,9 @@ static bool resolve(void *h)
 	drv.MemHostRegister = (sv_cu_result(*)(void *, size_t, unsigned int))dlsym(
 		h, "cuMemHostRegister_v2");
 	drv.MemHostUnregister = (sv_cu_result(*)(void *))dlsym(h, "cuMemHostUnregister");
+	drv.DeviceGet = (sv_cu_result(*)(int *, int))dlsym(h, "cuDeviceGet");
+	drv.DevicePrimaryCtxRetain =
+		(sv_cu_result(*)(sv_cu_ctx *, int))dlsym(h, "cuDevicePrimaryCtxRetain");
 	for (size_t i = 0; i < sizeof(syms) / sizeof(syms[0]); i++) {
 		*syms[i].slot = dlsym(h, syms[i].name);
 		if (!*syms[i].slot) {
@@ -206,4 +209,82 @@ void sv_cuda_unpin(sv_cu_ctx ctx, void *p)
 		return;
 	(void)d->MemHostUnregister(p);
 	(void)d->CtxPopCurrent(&prev);
+}
+
+int sv_cuda_export(sv_cu_ctx ctx, const void *addr, sv_cu_ipc_handle *h, uint64_t *off)
+{
+	const struct sv_cuda_driver *d = atomic_load_explicit(&loaded, memory_order_acquire);
+	sv_cu_ptr p = (sv_cu_ptr)(uintptr_t)addr, base = 0;
+	size_t size = 0;
+	sv_cu_ctx prev;
+	int rc = -1;
+
+	if (!d || d->CtxPushCurrent(ctx))
+		return -1;
+	if (!d->MemGetAddressRange(&base, &size, p) && !d->IpcGetMemHandle(h, base)) {
+		*off = p - base;
+		rc = 0;
+	}
+	(void)d->CtxPopCurrent(&prev);
+	return rc;
+}
+
+bool sv_cuda_can_import(void)
+{
+	const struct sv_cuda_driver *d = sv_cuda();
+	const char *e = getenv("SOFTVERBS_CUDA_IPC");
+
+	return d && d->DeviceGet && d->DevicePrimaryCtxRetain && !(e && !strcmp(e, "0"));
+}
+
+/* Peer allocations opened here, by handle; never closed (see cuda.h). */
+struct import {
+	sv_cu_ipc_handle h;
+	sv_cu_ctx ctx;
+	void *addr; /* NULL: it could not be opened (not tried again) */
+	size_t size;
+	struct import *next;
+};
+static struct import *imports;
+
+void *sv_cuda_import(const sv_cu_ipc_handle *h, int ordinal, sv_cu_ctx *ctx, size_t *size)
+{
+	const struct sv_cuda_driver *d = atomic_load_explicit(&loaded, memory_order_acquire);
+	struct import *im;
+	sv_cu_ctx c = NULL, prev;
+	sv_cu_ptr p = 0;
+	void *addr = NULL;
+	int dev;
+
+	if (!d || !d->DeviceGet || !d->DevicePrimaryCtxRetain)
+		return NULL;
+	pthread_mutex_lock(&cuda_lock);
+	for (im = imports; im; im = im->next)
+		if (!memcmp(&im->h, h, sizeof(*h)))
+			break;
+	if (!im && !d->DeviceGet(&dev, ordinal) && !d->DevicePrimaryCtxRetain(&c, dev) &&
+	    (im = calloc(1, sizeof(*im)))) {
+		im->h = *h;
+		im->ctx = c;
+		if (!d->CtxPushCurrent(c)) {
+			sv_cu_ptr base = 0;
+
+			if (!d->IpcOpenMemHandle(&p, *h, SV_CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS)) {
+				if (!d->MemGetAddressRange(&base, &im->size, p) && base == p)
+					im->addr = (void *)(uintptr_t)p;
+				else
+					(void)d->IpcCloseMemHandle(p);
+			}
+			(void)d->CtxPopCurrent(&prev);
+		}
+		im->next = imports;
+		imports = im;
+	}
+	if (im && im->addr) {
+		addr = im->addr;
+		*ctx = im->ctx;
+		*size = im->size;
+	}
+	pthread_mutex_unlock(&cuda_lock);
+	return addr;
 }

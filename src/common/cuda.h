@@ -55,6 +55,9 @@ struct sv_cuda_driver {
 	/* optional (NULL where missing): page-locking of staging buffers */
 	sv_cu_result (*MemHostRegister)(void *p, size_t n, unsigned int flags); /* cuMemHostRegister_v2 */
 	sv_cu_result (*MemHostUnregister)(void *p);				 /* cuMemHostUnregister */
+	/* optional: opening a peer's GPU memory in the device's primary context */
+	sv_cu_result (*DeviceGet)(int *dev, int ordinal);		 /* cuDeviceGet */
+	sv_cu_result (*DevicePrimaryCtxRetain)(sv_cu_ctx *c, int dev);	 /* cuDevicePrimaryCtxRetain */
 };
 
 /* The driver, or NULL where CUDA is absent, not loaded by the program, or turned off. */
@@ -88,6 +91,21 @@ int sv_cuda_copy(sv_cu_ctx ctx, void *dst, const void *src, size_t n);
  * started in ctx (sv_cuda_wait).  0, or -1 where the driver failed. */
 int sv_cuda_copy_async(sv_cu_ctx ctx, void *dst, const void *src, size_t n);
 int sv_cuda_wait(sv_cu_ctx ctx);
+
+/*
+ * CUDA IPC between processes of one host.  sv_cuda_export: the handle of
+ * the allocation holding [addr, addr+len) and the offset of addr in it
+ * (0, or -1 where the memory cannot be shared, e.g. VMM allocations).
+ * sv_cuda_import: the address in this process of the allocation a peer
+ * exported, opened once in the primary context of its device and kept
+ * open for the life of the process (*ctx: where to copy from it, *size:
+ * its length, which bounds every access); NULL
+ * where it cannot be opened (no driver, our own allocation).
+ */
+int sv_cuda_export(sv_cu_ctx ctx, const void *addr, sv_cu_ipc_handle *h, uint64_t *off);
+void *sv_cuda_import(const sv_cu_ipc_handle *h, int ordinal, sv_cu_ctx *ctx, size_t *size);
+/* Can this process open what peers export (a driver with primary contexts)? */
+bool sv_cuda_can_import(void);
 
 /* Page-lock a staging buffer for every context (false: it stays pageable). */
 bool sv_cuda_pin(sv_cu_ctx ctx, void *p, size_t n);

@@ -93,7 +93,7 @@ static void on_rnr_nak(struct sv_qp *qp, struct sv_send_wqe *w, uint32_t psn, ui
 }
 
 void sv_completer_rx(struct sv_qp *qp, const struct sv_opcode_info *op, uint8_t *pkt,
-		     const uint8_t *payload, uint32_t plen)
+		     const uint8_t *payload, uint32_t plen, sv_cu_ctx src_gpu)
 {
 	const struct sv_bth *bth = (const void *)pkt;
 	uint32_t psn = ntohl(bth->psn) & SV_PSN_MASK;
@@ -148,7 +148,7 @@ void sv_completer_rx(struct sv_qp *qp, const struct sv_opcode_info *op, uint8_t 
 			finish(qp, w, IBV_WC_BAD_RESP_ERR);
 		} else {
 			enum sv_mem_err e = sv_sgl_copy_in(qp->ctx, qp->pd, w->sge, w->num_sge, off,
-							   payload, plen, &qp->gpu_in);
+							   payload, plen, &qp->gpu_in, src_gpu);
 			if (e)
 				finish(qp, w, IBV_WC_LOC_PROT_ERR);
 			else if (op->mask & SV_OPF_LAST)
@@ -163,7 +163,7 @@ void sv_completer_rx(struct sv_qp *qp, const struct sv_opcode_info *op, uint8_t 
 		} else {
 			/* the original value lands in the WQE's (8-byte) local buffer */
 			enum sv_mem_err e = sv_sgl_copy_in(qp->ctx, qp->pd, w->sge, w->num_sge, 0,
-							   &orig, sizeof(orig), &qp->gpu_in);
+							   &orig, sizeof(orig), &qp->gpu_in, NULL);
 			finish(qp, w, e ? IBV_WC_LOC_PROT_ERR : IBV_WC_SUCCESS);
 		}
 	}

@@ -24,7 +24,8 @@ int sv_engine_rx_classify(struct sv_conn *c, const uint8_t *f, size_t have, uint
 	op = sv_opcode_info(bth->opcode);
 	/* WRITEs without immediate data only: the others need their receive
 	 * WQE or the plain path */
-	if (!op || !(op->mask & SV_OPF_WRITE) || op->off_immdt || flen < op->hdr_len)
+	if (!op || !(op->mask & SV_OPF_WRITE) || op->off_immdt || flen < op->hdr_len ||
+	    (bth->flags & SV_BTH_GPUREF))
 		return 0;
 	if (have < op->hdr_len)
 		return -1;
@@ -81,7 +82,8 @@ bool sv_engine_rx_match(const struct sv_rx_plan *plan, int k, uint32_t plen, boo
 	const struct sv_bth *bth = (const void *)hdr;
 
 	(void)plen;
-	return bth->opcode ==
+	return !(bth->flags & SV_BTH_GPUREF) &&
+	       bth->opcode ==
 		       (plan->cookie[PLAN_CLASS] | (last ? SV_OP_WRITE_LAST : SV_OP_WRITE_MIDDLE)) &&
 	       (ntohl(bth->dqpn) & SV_PSN_MASK) == plan->cookie[PLAN_QPN] &&
 	       (ntohl(bth->psn) & SV_PSN_MASK) ==

@@ -95,7 +95,7 @@ int sv_sgl_iov(struct sv_context *ctx, struct sv_pd *pd, const struct ibv_sge *s
 
 enum sv_mem_err sv_sgl_copy_in(struct sv_context *ctx, struct sv_pd *pd, const struct ibv_sge *sge,
 			       uint32_t nsge, uint64_t off, const void *src, uint64_t len,
-			       struct sv_gpu_sink **sink)
+			       struct sv_gpu_sink **sink, sv_cu_ctx src_gpu)
 {
 	struct iovec iov[SV_MAX_SGE];
 	sv_cu_ctx gpu[SV_MAX_SGE];
@@ -109,7 +109,9 @@ enum sv_mem_err sv_sgl_copy_in(struct sv_context *ctx, struct sv_pd *pd, const s
 	n = sv_sgl_iov(ctx, pd, sge, nsge, off, len, IBV_ACCESS_LOCAL_WRITE, iov, gpu, SV_MAX_SGE,
 		       &e);
 	for (int i = 0; i < n && !e; i++) {
-		if (gpu[i] && sink)
+		if (src_gpu)
+			e = sv_gpu_sink_copy(sink, src_gpu, iov[i].iov_base, s, iov[i].iov_len);
+		else if (gpu[i] && sink)
 			e = sv_gpu_sink_put(sink, gpu[i], iov[i].iov_base, s, iov[i].iov_len);
 		else
 			e = sv_dma_place(gpu[i], iov[i].iov_base, s, iov[i].iov_len);

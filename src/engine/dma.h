@@ -29,10 +29,11 @@ int sv_sgl_iov(struct sv_context *ctx, struct sv_pd *pd, const struct ibv_sge *s
 struct sv_gpu_sink;
 /* Copy len bytes from src into an SGE list at byte offset off; pieces in GPU
  * memory go through *sink when one is given (engine/gpu.h: in place at its
- * next fence), else are copied at once. */
+ * next fence), else are copied at once.  src_gpu: src is GPU memory of that
+ * context (a peer's, opened here), copied through *sink, which is then required. */
 enum sv_mem_err sv_sgl_copy_in(struct sv_context *ctx, struct sv_pd *pd, const struct ibv_sge *sge,
 			       uint32_t nsge, uint64_t off, const void *src, uint64_t len,
-			       struct sv_gpu_sink **sink);
+			       struct sv_gpu_sink **sink, sv_cu_ctx src_gpu);
 
 /* Copy bytes [off, off+len) of an SGE list out to dst (host memory); the
  * MR read lock is held by the caller. */

@@ -6,6 +6,7 @@
  * one-sided operations without the application calling into the library.
  */
 #include "engine/engine.h"
+#include "engine/gpu.h"
 #include "engine/stats.h"
 
 #include <arpa/inet.h>
@@ -320,7 +321,7 @@ static void conn_flush(struct sv_conn *c)
 }
 
 static void dispatch(struct sv_conn *conn, const struct sv_opcode_info *op, uint8_t *hdr,
-		     const uint8_t *payload, uint32_t plen)
+		     const uint8_t *payload, uint32_t plen, sv_cu_ctx src_gpu)
 {
 	const struct sv_bth *bth = (const void *)hdr;
 	struct sv_qp *qp = sv_qp_lookup(conn->eng->ctx, ntohl(bth->dqpn) & SV_PSN_MASK);
@@ -332,14 +333,46 @@ static void dispatch(struct sv_conn *conn, const struct sv_opcode_info *op, uint
 	pthread_mutex_lock(&qp->lock);
 	sv_stat_rx(conn->eng->ctx, qp, plen);
 	if (op->mask & SV_OPF_REQUEST)
-		sv_responder_rx(qp, conn, op, hdr, payload, plen);
+		sv_responder_rx(qp, conn, op, hdr, payload, plen, src_gpu);
 	else
-		sv_completer_rx(qp, op, hdr, payload, plen);
+		sv_completer_rx(qp, op, hdr, payload, plen, src_gpu);
 	pthread_mutex_unlock(&qp->lock);
 	sv_qp_put(qp);
 }
 
 _Static_assert(SV_MAX_PACKET_LEN <= SV_MAX_FRAME, "a packet fits a transport frame");
+
+/*
+ * A packet that names its payload in the sender's GPU memory (gpu.h): only
+ * from a process of this host (the shm transport vouches for it), only the
+ * RC packets that carry data, and only a range inside what the sender
+ * exported.  One that cannot be opened is dropped (the sender retries, then
+ * fails the operation).
+ */
+static void rx_gpu_ref(struct sv_conn *conn, const struct sv_opcode_info *op, uint8_t *f,
+		       size_t len)
+{
+	const struct sv_bth *bth = (const void *)f;
+	struct sv_gpu_ref ref;
+	const uint8_t *src;
+	sv_cu_ctx ctx = NULL;
+
+	if (!conn->peer_pid || (bth->opcode & 0xe0) != SV_OP_RC ||
+	    !(op->mask & (SV_OPF_SEND | SV_OPF_WRITE | SV_OPF_RDRESP)) ||
+	    (op->mask & SV_OPF_ATOMIC_WRITE) || len != op->hdr_len + sizeof(ref)) {
+		sv_warn_limited("malformed GPU reference (opcode 0x%02x, len %zu); closing connection",
+				bth->opcode, len);
+		sv_engine_conn_fail(conn);
+		return;
+	}
+	memcpy(&ref, f + op->hdr_len, sizeof(ref));
+	src = sv_gpu_ref_open(&ref, &ctx);
+	if (!src) {
+		sv_warn_limited("GPU memory a peer named could not be opened; packet dropped");
+		return;
+	}
+	dispatch(conn, op, f, src, ntohl(ref.len), ctx);
+}
 
 /* Transport upcall: one frame after the HELLO, checked, then dispatched to a role. */
 static void rx_frame(struct sv_conn *conn, uint8_t *f, size_t len)
@@ -352,13 +385,18 @@ static void rx_frame(struct sv_conn *conn, uint8_t *f, size_t len)
 		sv_engine_conn_fail(conn);
 		return;
 	}
-	dispatch(conn, op, f, f + op->hdr_len, (uint32_t)(len - op->hdr_len));
+	if (bth->flags & SV_BTH_GPUREF) {
+		rx_gpu_ref(conn, op, f, len);
+		return;
+	}
+	dispatch(conn, op, f, f + op->hdr_len, (uint32_t)(len - op->hdr_len), NULL);
 }
 
 /* Transport upcall: a packet whose headers were checked, its payload in place. */
 static void rx_placed(struct sv_conn *conn, uint8_t *hdr, const uint8_t *payload, uint32_t plen)
 {
-	dispatch(conn, sv_opcode_info(((const struct sv_bth *)hdr)->opcode), hdr, payload, plen);
+	dispatch(conn, sv_opcode_info(((const struct sv_bth *)hdr)->opcode), hdr, payload, plen,
+		 NULL);
 }
 
 /* What the transports may ask of the engine about a connection. */

@@ -104,8 +104,10 @@ void sv_requester_retire(struct sv_qp *qp);
 void sv_requester_timeout(struct sv_qp *qp, uint64_t now);
 
 /* engine thread, qp->lock held: an incoming request packet (headers at pkt) */
+/* src_gpu: the payload is GPU memory of that context (a same-host GPU
+ * reference, engine/gpu.h), NULL: host bytes */
 void sv_responder_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opcode_info *op,
-		     uint8_t *pkt, const uint8_t *payload, uint32_t plen);
+		     uint8_t *pkt, const uint8_t *payload, uint32_t plen, sv_cu_ctx src_gpu);
 /*
  * qp->lock and the MR read lock held: would the responder accept this
  * RDMA WRITE packet (headers at pkt, payload not here yet) in order?  If so,
@@ -117,7 +119,7 @@ bool sv_responder_direct(struct sv_qp *qp, const struct sv_opcode_info *op, cons
 /* UD requests name no QP context on the connection beyond dqpn. */
 /* engine thread, qp->lock held: an incoming response packet */
 void sv_completer_rx(struct sv_qp *qp, const struct sv_opcode_info *op, uint8_t *pkt,
-		     const uint8_t *payload, uint32_t plen);
+		     const uint8_t *payload, uint32_t plen, sv_cu_ctx src_gpu);
 
 /* Build and queue a response/ACK packet (helper shared by responder). */
 int sv_send_packet(struct sv_conn *conn, const void *hdr, size_t hdr_len,

@@ -10,6 +10,7 @@
 #define SV_GPU_H
 
 #include "engine/objects.h"
+#include "engine/wire.h"
 
 #define SV_GPU_STAGE (1u << 20)
 
@@ -63,16 +64,22 @@ struct sv_gpu_sink {
 	sv_cu_ctx pinned;
 	size_t used;	/* ring bytes of copies not yet waited for */
 	sv_cu_ctx busy; /* the context with copies started and not waited for */
-	/* the copy being gathered: ring[from, from + len) to dst */
+	/* the copy being gathered: [src, src + len) (in the ring, or a peer's
+	 * GPU memory opened here) to dst, in context gpu */
 	sv_cu_ctx gpu;
 	uint8_t *dst;
-	size_t from, len;
+	const uint8_t *src;
+	size_t len;
 	bool failed; /* a copy failed since the last fence */
 };
 
 /* Place len bytes at dst (GPU memory of gpu); the sink is made at first use. */
 enum sv_mem_err sv_gpu_sink_put(struct sv_gpu_sink **ps, sv_cu_ctx gpu, uint8_t *dst,
 				const void *src, size_t len);
+/* Copy len bytes from GPU memory src (of ctx) to dst (GPU or host memory):
+ * from a peer's GPU memory, in place at the next fence. */
+enum sv_mem_err sv_gpu_sink_copy(struct sv_gpu_sink **ps, sv_cu_ctx ctx, uint8_t *dst,
+				 const uint8_t *src, size_t len);
 /* Start the copy gathered (a message ended: no fence may follow soon). */
 void sv_gpu_sink_start(struct sv_gpu_sink *s);
 /* Everything put so far is in place: SV_MEM_OK, or SV_MEM_FAULT where a copy failed. */
@@ -87,5 +94,25 @@ void sv_gpu_sink_free(struct sv_gpu_sink **ps);
 bool sv_gpu_cmp_swap(sv_cu_ctx gpu, uint64_t *word, uint64_t cmp, uint64_t swap, uint64_t *orig);
 bool sv_gpu_fetch_add(sv_cu_ctx gpu, uint64_t *word, uint64_t add, uint64_t *orig);
 bool sv_gpu_store(sv_cu_ctx gpu, uint64_t *word, uint64_t v);
+
+/*
+ * Same-host GPU references (wire.h struct sv_gpu_ref): between two processes
+ * of one host that both opened CUDA, an RC packet whose payload is GPU
+ * memory names it instead of carrying it, and the receiver copies it GPU to
+ * GPU.  Only payloads of at least SV_GPU_REF_MIN bytes: below that the
+ * driver's per-copy cost is more than the bytes' trip through the ring.
+ */
+#define SV_GPU_REF_MIN 1024u
+
+/* May a packet on conn name GPU memory (a peer process of this host that opens it)? */
+bool sv_gpu_ref_ok(const struct sv_conn *conn);
+/* The reference to [ptr, ptr+len) in GPU memory under key entry e (an MR or a
+ * window); false where its memory cannot be shared (the bytes travel). */
+bool sv_gpu_ref_make(const struct sv_mr *e, const uint8_t *ptr, uint32_t len,
+		     struct sv_gpu_ref *ref);
+/* Where the bytes a reference names are in this process, and the context to
+ * copy them in; NULL where they cannot be opened or lie outside what the
+ * peer exported. */
+const uint8_t *sv_gpu_ref_open(const struct sv_gpu_ref *ref, sv_cu_ctx *ctx);
 
 #endif

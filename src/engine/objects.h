@@ -129,10 +129,20 @@ struct sv_mr {
 	 * the context that owns it; NULL for host memory.  The CPU never
 	 * touches such memory: every byte moves through the driver (gpu.c) */
 	sv_cu_ctx gpu;
+	/* MR in GPU memory that other processes may open (CUDA IPC); NULL
+	 * otherwise.  A window reaches it through mw_mr */
+	struct sv_gpu_export *gx;
 	/* MW */
 	struct ibv_mw *ibmw;
 	struct sv_mr *mw_mr; /* the MR it is bound to; NULL: not bound (no access) */
 	uint32_t mw_qpn;     /* type 2: the only QP it may be reached through */
+};
+
+/* How a process of this host opens an MR's GPU memory (engine/gpu.h). */
+struct sv_gpu_export {
+	sv_cu_ipc_handle h; /* of the allocation the MR lies in */
+	uint64_t off;	    /* of the MR's first byte in it */
+	int ordinal;	    /* the CUDA device */
 };
 
 struct sv_mw {

@@ -185,12 +185,35 @@ static enum sv_mem_err stage_packet(struct sv_qp *qp, struct req_pass *p, struct
 	return SV_MEM_OK;
 }
 
+/*
+ * A payload in one piece of GPU memory, to a process of this host that
+ * opens it, on RC (the source stays put until the ACK): the packet names
+ * it instead of carrying it (gpu.h).  false: it travels.
+ */
+static bool gpu_ref(struct sv_qp *qp, struct sv_conn *conn, const struct sv_send_wqe *w,
+		    uint32_t off, const struct iovec *iov, struct sv_gpu_ref *ref)
+{
+	uint32_t i = 0;
+
+	if (!qp->ti->reliable || iov->iov_len < SV_GPU_REF_MIN || !sv_gpu_ref_ok(conn))
+		return false;
+	while (i < w->num_sge && off >= w->sge[i].length)
+		off -= w->sge[i++].length;
+	return i < w->num_sge &&
+	       sv_gpu_ref_make(sv_key_entry(qp->ctx, w->sge[i].lkey), iov->iov_base,
+			       (uint32_t)iov->iov_len, ref);
+}
+
 static enum ibv_wc_status send_packet(struct sv_qp *qp, struct req_pass *p, struct sv_conn *conn,
 				      struct sv_send_wqe *w, uint32_t k, uint32_t off, uint32_t plen)
 {
 	struct iovec iov[SV_FRAME_MAX_IOV];
 	sv_cu_ctx gpu[SV_FRAME_MAX_IOV];
 	enum sv_mem_err e = SV_MEM_OK;
+	struct sv_gpu_ref ref;
+	bool by_ref = false;
+	size_t hl;
+	uint8_t *hdr;
 	int n = 0;
 
 	if (plen && w->inline_buf) {
@@ -206,7 +229,10 @@ static enum ibv_wc_status send_packet(struct sv_qp *qp, struct req_pass *p, stru
 			       SV_FRAME_MAX_IOV - 1, &e);
 		if (n < 0)
 			return sv_mem_err_to_local_status(e);
-		if (sv_gpu_any(gpu, n)) {
+		if (n == 1 && gpu[0] && gpu_ref(qp, conn, w, off, iov, &ref)) {
+			by_ref = true;
+			n = 0;
+		} else if (sv_gpu_any(gpu, n)) {
 			/* the window is reused before any ACK: its bytes must
 			 * travel, not be read from here later (shm.c) */
 			if (p->b.ref) {
@@ -227,7 +253,14 @@ static enum ibv_wc_status send_packet(struct sv_qp *qp, struct req_pass *p, stru
 		/* keep the lock across the flush: iov may point into an MR */
 		sv_txbatch_flush(&p->b);
 	}
-	sv_txbatch_add(&p->b, conn, build_headers(qp, w, k, plen, sv_txbatch_hdr(&p->b)), iov, n);
+	hdr = sv_txbatch_hdr(&p->b);
+	hl = build_headers(qp, w, k, plen, hdr);
+	if (by_ref) {
+		((struct sv_bth *)hdr)->flags |= SV_BTH_GPUREF;
+		memcpy(hdr + hl, &ref, sizeof(ref));
+		hl += sizeof(ref);
+	}
+	sv_txbatch_add(&p->b, conn, hl, iov, n);
 	sv_stat_req_tx(qp, sv_psn_add(w->first_psn, k), plen);
 	return IBV_WC_SUCCESS;
 }

@@ -95,7 +95,8 @@ static void complete_recv(struct sv_qp *qp, enum ibv_wc_status st, enum ibv_wc_o
 	sv_cq_push(qp->rcq, &wc, solicited);
 }
 
-static enum ibv_wc_status place(struct sv_qp *qp, const uint8_t *data, uint32_t len)
+static enum ibv_wc_status place(struct sv_qp *qp, const uint8_t *data, uint32_t len,
+			       sv_cu_ctx src_gpu)
 {
 	uint64_t cap = sv_sgl_len(qp->rwqe.sge, qp->rwqe.num_sge);
 	enum sv_mem_err e;
@@ -104,7 +105,7 @@ static enum ibv_wc_status place(struct sv_qp *qp, const uint8_t *data, uint32_t 
 		return IBV_WC_LOC_LEN_ERR;
 	/* receive buffers belong to the PD of the queue they were posted to */
 	e = sv_sgl_copy_in(qp->ctx, qp->srq ? qp->srq->pd : qp->pd, qp->rwqe.sge, qp->rwqe.num_sge,
-			   qp->rwqe_off, data, len, &qp->gpu_in);
+			   qp->rwqe_off, data, len, &qp->gpu_in, src_gpu);
 	if (e)
 		return IBV_WC_LOC_PROT_ERR;
 	qp->rwqe_off += len;
@@ -130,9 +131,9 @@ static void ud_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opcode
 	memcpy(grh + 8, conn->peer_gid, 16);
 	memcpy(grh + 24, qp->ctx->gid.raw, 16);
 	qp->rwqe_off = 0;
-	st = place(qp, grh, sizeof(grh));
+	st = place(qp, grh, sizeof(grh), NULL);
 	if (st == IBV_WC_SUCCESS)
-		st = place(qp, payload, plen);
+		st = place(qp, payload, plen, NULL);
 	complete_recv(qp, st, IBV_WC_RECV, st == IBV_WC_SUCCESS ? plen + 40 : 0, imm,
 		      ntohl(deth->sqpn) & SV_PSN_MASK, IBV_WC_GRH, 0, bth->flags & SV_BTH_SE);
 }
@@ -231,6 +232,7 @@ struct resp_pkt {
 	uint8_t *hdr;
 	const uint8_t *payload;
 	uint32_t plen;
+	sv_cu_ctx src_gpu; /* payload in a peer's GPU memory, opened here (gpu.h) */
 	uint32_t psn;
 	uint8_t low; /* opcode within its class */
 	const struct sv_immdt *imm;
@@ -386,13 +388,18 @@ static enum resp_result do_read(struct sv_qp *qp, struct sv_conn *conn, uint32_t
 					       : SV_OP_READ_RESP_MIDDLE;
 		uint32_t off = k * qp->mtu;
 		struct iovec iov = { dma_len ? mem + off : NULL, SV_MIN(qp->mtu, dma_len - off) };
+		struct sv_gpu_ref ref;
+		bool by_ref;
 		uint8_t *hdr;
 		struct sv_bth *bth;
 		size_t hl = sizeof(*bth);
 
 		if (!sv_txbatch_fits(&b, conn, 1))
 			sv_txbatch_flush(&b);
-		if (gpu && dma_len) {
+		by_ref = gpu && sv_gpu_ref_ok(conn) &&
+			 sv_gpu_ref_make(sv_key_entry(qp->ctx, rkey), mem + off,
+					 (uint32_t)iov.iov_len, &ref);
+		if (gpu && dma_len && !by_ref) {
 			/* GPU memory answers from a host window onto it */
 			iov.iov_base = stage_read(qp, &b, gpu, psn, mem, off, dma_len);
 			if (!iov.iov_base) {
@@ -403,7 +410,7 @@ static enum resp_result do_read(struct sv_qp *qp, struct sv_conn *conn, uint32_t
 				break;
 			}
 		}
-		hdr = sv_txbatch_hdr(&b);
+		hdr = sv_txbatch_hdr(&b); /* after any flush of the staging */
 		bth = (void *)hdr;
 		fill_bth(qp, bth, low, sv_psn_add(psn, k));
 		if (sv_opcode_info(SV_OP_RC | low)->off_aeth) {
@@ -413,7 +420,13 @@ static enum resp_result do_read(struct sv_qp *qp, struct sv_conn *conn, uint32_t
 			memcpy(hdr + hl, &aeth, sizeof(aeth));
 			hl += sizeof(aeth);
 		}
-		sv_txbatch_add(&b, conn, hl, &iov, dma_len ? 1 : 0);
+		if (by_ref) {
+			/* named, not carried: the requester copies it GPU to GPU */
+			bth->flags |= SV_BTH_GPUREF;
+			memcpy(hdr + hl, &ref, sizeof(ref));
+			hl += sizeof(ref);
+		}
+		sv_txbatch_add(&b, conn, hl, &iov, dma_len && !by_ref ? 1 : 0);
 		sv_stat_tx(qp, dma_len ? (uint32_t)iov.iov_len : 0);
 	}
 	sv_txbatch_flush(&b);
@@ -593,7 +606,7 @@ static enum resp_result exec_send(const struct resp_pkt *p)
 		qp->resp_in_msg = true;
 		qp->resp_in_write = false;
 	}
-	st = place(qp, p->payload, p->plen);
+	st = place(qp, p->payload, p->plen, p->src_gpu);
 	if (st != IBV_WC_SUCCESS) {
 		complete_recv(qp, st, IBV_WC_RECV, 0, NULL, qp->attr.dest_qp_num, 0, 0, false);
 		return st == IBV_WC_LOC_LEN_ERR ? RESP_ERR_RECV_LEN : RESP_ERR_RECV_PROT;
@@ -693,7 +706,13 @@ static enum resp_result exec_write(const struct resp_pkt *p)
 		r = check_rkey(qp, qp->wr_rkey, qp->wr_va, p->plen, IBV_ACCESS_REMOTE_WRITE, &mem,
 			       &gpu);
 		/* a directly received payload (receive.c) is in place already */
-		if (r == RESP_OK && gpu) {
+		if (r == RESP_OK && p->src_gpu) {
+			/* from a peer's GPU memory, to ours or host memory */
+			if (sv_gpu_sink_copy(&qp->gpu_in, p->src_gpu, mem, p->payload, p->plen))
+				r = RESP_ERR_RKEY;
+			else if (p->op->mask & SV_OPF_LAST)
+				sv_gpu_sink_start(qp->gpu_in);
+		} else if (r == RESP_OK && gpu) {
 			if (sv_gpu_sink_put(&qp->gpu_in, gpu, mem, p->payload, p->plen))
 				r = RESP_ERR_RKEY; /* GPU memory the driver could not reach */
 			else if (p->op->mask & SV_OPF_LAST)
@@ -779,7 +798,7 @@ static void respond(const struct resp_pkt *p, enum resp_result r)
 }
 
 void sv_responder_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opcode_info *op,
-		     uint8_t *pkt, const uint8_t *payload, uint32_t plen)
+		     uint8_t *pkt, const uint8_t *payload, uint32_t plen, sv_cu_ctx src_gpu)
 {
 	const struct sv_bth *bth = (const void *)pkt;
 	struct resp_pkt p = {
@@ -789,6 +808,7 @@ void sv_responder_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opc
 		.hdr = pkt,
 		.payload = payload,
 		.plen = plen,
+		.src_gpu = src_gpu,
 		.psn = ntohl(bth->psn) & SV_PSN_MASK,
 		.low = bth->opcode & 0x1f,
 		.imm = op->off_immdt ? (const void *)(pkt + op->off_immdt) : NULL,

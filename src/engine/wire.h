@@ -26,6 +26,7 @@ struct sv_bth {
 
 #define SV_BTH_SE 0x80     /* solicited event */
 #define SV_BTH_ACKREQ 0x40 /* requester wants an ACK for this packet */
+#define SV_BTH_GPUREF 0x20 /* the payload is named, not carried: struct sv_gpu_ref */
 
 /* RDMA extended transport header: WRITE first/only and READ request. */
 struct sv_reth {
@@ -77,11 +78,27 @@ struct sv_deth {
 #define SV_NAK_REM_ACCESS 2
 #define SV_NAK_REM_OP 3
 
+/*
+ * GPU reference (softverbs' own, between two processes of one host over the
+ * shm transport, RC SEND/WRITE packets and READ responses only): instead of
+ * its payload a packet names where the payload is, in GPU memory of the
+ * sender that the receiver opens by CUDA IPC and copies from GPU to GPU (no
+ * trip through host memory).  It follows the other headers; the packet's
+ * payload length is `len`.  Valid until the packet is acknowledged (RC
+ * requests) or its READ completes, as for any RDMA source buffer.
+ */
+struct sv_gpu_ref {
+	uint8_t handle[64]; /* CUipcMemHandle of the allocation */
+	uint64_t off;	    /* of the payload in that allocation */
+	uint32_t len;	    /* payload bytes */
+	uint32_t ordinal;   /* the sender's CUDA device */
+} __attribute__((packed));
+
 /* Largest header stack any opcode carries, for fixed-size header buffers. */
 #define SV_MAX_HDR_LEN \
 	(sizeof(struct sv_bth) + sizeof(struct sv_atmeth) + sizeof(struct sv_deth) + \
 	 sizeof(struct sv_immdt) + sizeof(struct sv_reth) + sizeof(struct sv_aeth) + \
-	 sizeof(struct sv_atmack) + sizeof(struct sv_ieth))
+	 sizeof(struct sv_atmack) + sizeof(struct sv_ieth) + sizeof(struct sv_gpu_ref))
 
 /* A packet is at most a max-MTU payload plus headers: it fits a transport
  * frame (SV_MAX_FRAME, transport.h). */

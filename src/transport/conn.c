@@ -6,6 +6,7 @@
  * thread never blocks at all.
  */
 #include "transport/transport.h"
+#include "common/cuda.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -282,6 +283,8 @@ int sv_conn_send_hello(struct sv_conn *conn, const union ibv_gid *gid)
 	struct iovec iov = { &h, sizeof(h) };
 
 	memcpy(h.gid, gid->raw, 16);
+	if (conn->peer_pid && sv_cuda_can_import())
+		h.flags = htons(SV_HELLO_GPU);
 	return sv_conn_send(conn, &iov, 1);
 }
 
@@ -297,6 +300,7 @@ bool sv_conn_take_hello(struct sv_conn *conn, const uint8_t *f, size_t len)
 	}
 	memcpy(gid.raw, h->gid, 16);
 	memcpy(conn->peer_gid, h->gid, 16);
+	conn->peer_gpu = ntohs(h->flags) & SV_HELLO_GPU;
 	/* an incoming connection learns here where its peer listens */
 	if (!conn->outgoing)
 		sv_gid_decode(&gid, &conn->peer);

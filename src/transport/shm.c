@@ -260,6 +260,7 @@ static int shm_accept(int lfd, struct sv_conn *c)
 		goto bad;
 	}
 	c->fd = fd;
+	c->peer_pid = pid;
 	cma_test(c->tp);
 	return 0;
 bad:
@@ -326,6 +327,7 @@ static int shm_connect(struct sv_conn *c)
 		goto fail;
 	}
 	c->fd = fd;
+	c->peer_pid = pid;
 	atomic_store(&c->state, SV_CONN_UP); /* nothing left to wait for */
 	return 0;
 fail:

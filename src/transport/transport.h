@@ -112,6 +112,9 @@ struct sv_conn {
 	bool hello_seen;       /* peer's HELLO arrived */
 	struct sv_endpoint_addr peer;
 	uint8_t peer_gid[16];  /* from the peer's HELLO */
+	pid_t peer_pid;        /* the peer process, where the transport knows it is on
+				  this host with our uid (shm); 0 otherwise */
+	bool peer_gpu;         /* its HELLO says it opens our GPU memory (SV_HELLO_GPU) */
 	struct sv_list link;   /* engine->conns */
 
 	/* output (conn.c): whole frames the transport did not take yet */
@@ -152,7 +155,7 @@ static inline bool sv_conn_tx_waiting(const struct sv_conn *conn)
  */
 #define SV_TXBATCH_FRAMES 64
 #define SV_TXBATCH_IOV 512
-#define SV_TXBATCH_HEAD 96 /* SV_FRAME_HEAD + the largest header stack */
+#define SV_TXBATCH_HEAD 176 /* SV_FRAME_HEAD + the largest header stack */
 
 struct sv_txbatch {
 	struct sv_conn *conn; /* holds a reference while frames are gathered */
@@ -265,6 +268,10 @@ static inline int sv_accept_error(int err)
  */
 #define SV_WIRE_MAGIC 0x53565242u /* "SVRB" */
 #define SV_WIRE_VERSION 1
+
+/* HELLO flags: the sender opens GPU memory exported to it (CUDA IPC), so a
+ * packet may name such memory instead of carrying its bytes (wire.h). */
+#define SV_HELLO_GPU 0x1
 
 struct sv_hello {
 	uint32_t magic;

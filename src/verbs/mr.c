@@ -146,6 +146,22 @@ static int check_range(void *addr, size_t length, unsigned int access, struct sv
 	return 0;
 }
 
+/* What lets another process of this host open GPU memory (NULL: host
+ * memory, or memory the driver cannot share, which is then staged). */
+static struct sv_gpu_export *gpu_export(const struct sv_cuda_range *gpu, void *addr)
+{
+	struct sv_gpu_export *gx;
+
+	if (!gpu->ctx || !(gx = calloc(1, sizeof(*gx))))
+		return NULL;
+	if (sv_cuda_export(gpu->ctx, addr, &gx->h, &gx->off)) {
+		free(gx);
+		return NULL;
+	}
+	gx->ordinal = gpu->ordinal;
+	return gx;
+}
+
 static struct sv_mr *mr_create(struct ibv_pd *ibpd, void *addr, size_t length, uint64_t iova,
 			       unsigned int access)
 {
@@ -181,11 +197,13 @@ static struct sv_mr *mr_create(struct ibv_pd *ibpd, void *addr, size_t length, u
 	mr->iova = iova;
 	mr->access = access;
 	mr->gpu = gpu.ctx;
+	mr->gx = gpu_export(&gpu, addr);
 
 	pthread_rwlock_wrlock(&ctx->mrs.lock);
 	slot = table_insert(&ctx->mrs, mr);
 	if (slot < 0) {
 		pthread_rwlock_unlock(&ctx->mrs.lock);
+		free(mr->gx);
 		free(mr);
 		errno = ENOMEM;
 		return NULL;
@@ -308,6 +326,7 @@ int ibv_dereg_mr(struct ibv_mr *ibmr)
 	ctx->mrs.count--;
 	pthread_rwlock_unlock(&ctx->mrs.lock);
 	sv_ref_put(&mr->pd->users);
+	free(mr->gx);
 	free(mr);
 	return 0;
 }
@@ -374,6 +393,8 @@ int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd, void *addr, 
 	}
 	mr->access = nacc;
 	if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+		free(mr->gx);
+		mr->gx = gpu_export(&gpu, naddr);
 		mr->gpu = gpu.ctx;
 		mr->vaddr = naddr;
 		mr->iova = (uint64_t)(uintptr_t)naddr;

@@ -191,9 +191,12 @@ static void add_rate(struct view *v, const char *dir, const struct ibv_port_attr
 
 static void gid_text(const union ibv_gid *gid, char out[40])
 {
-	for (int i = 0; i < 16; i += 2)
-		snprintf(out + i / 2 * 5, 6, "%02x%02x%s", gid->raw[i], gid->raw[i + 1],
-			 i < 14 ? ":" : "");
+	const uint8_t *g = gid->raw;
+
+	/* 8 groups of 4 hex digits, 7 colons, the NUL: exactly 40 bytes */
+	snprintf(out, 40, "%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x:%02x%02x",
+		 g[0], g[1], g[2], g[3], g[4], g[5], g[6], g[7], g[8], g[9], g[10], g[11], g[12],
+		 g[13], g[14], g[15]);
 }
 
 /* where a port's GID table and its attributes live */
