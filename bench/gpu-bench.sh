@@ -53,10 +53,10 @@ pair() {
 	log=$logs/$mode-$prog-$size-$mem
 	port=$((20000 + RANDOM % 20000))
 	n=$(iters "$size")
-	env "${env[@]}" timeout 120 "$tool" run -- "$pt/$prog" -d sv_lo -p "$port" -s "$size" \
+	env "${env[@]}" timeout 40 "$tool" run -- "$pt/$prog" -d sv_lo -p "$port" -s "$size" \
 		-n "$n" "${flags[@]}" >"$log.server" 2>&1 &
 	sleep 0.5
-	env "${env[@]}" timeout 120 "$tool" run -- "$pt/$prog" -d sv_lo -p "$port" -s "$size" \
+	env "${env[@]}" timeout 40 "$tool" run -- "$pt/$prog" -d sv_lo -p "$port" -s "$size" \
 		-n "$n" "${flags[@]}" 127.0.0.1 >"$log.client" 2>&1
 	wait
 	bw=$(awk -v s="$size" '$1 == s && NF >= 5 { v = $4 } END { print v }' "$log.client")
