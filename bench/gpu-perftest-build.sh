@@ -12,13 +12,13 @@
 #   SV_INCLUDE    rdma-core's public headers, plus infiniband/umad*.h    [.gpu/include]
 #   SV_EXTRA_LIB  where libibumad.so.3 is (ib_send_* link it)            [.gpu/lib]
 #   CUDA_HOME     CUDA toolkit; only include/cuda.h is used              [/usr/local/cuda]
-#   OUT           scratch build dir (recreated)                          [build-gpu-perftest]
+#   PERFTEST_OUT  scratch build dir (recreated)                          [build-gpu-perftest]
 #   PROGS         programs to build   [ib_write_bw ib_read_bw ib_send_bw + the _lat ones]
 #   JOBS          make -j                                                [nproc]
 #
 # perftest loads the CUDA driver itself, with dlopen("libcuda.so") (no .1):
 # where the driver has no such link, one to libcuda.so.1 is made in
-# $OUT/lib, which is on the programs' RUNPATH. --enable-cudart (the
+# $PERFTEST_OUT/lib, which is on the programs' RUNPATH. --enable-cudart (the
 # --gpu_touch kernels) is left off. Relaxed ordering (HAVE_RO, libpci:
 # pciutils' headers and library are not needed then) is compiled out, and
 # so are the mlx5/efa/hns direct-verbs and libnuma extras: none applies to
@@ -31,7 +31,7 @@ sv=$(realpath "${SV_BUILD:-$root/build-gpu}")
 inc=$(realpath "${SV_INCLUDE:-$root/.gpu/include}")
 extra=$(realpath "${SV_EXTRA_LIB:-$root/.gpu/lib}")
 cuda=${CUDA_HOME:-/usr/local/cuda}
-out=$(realpath -m "${OUT:-$root/build-gpu-perftest}")
+out=$(realpath -m "${PERFTEST_OUT:-$root/build-gpu-perftest}")
 progs=${PROGS:-ib_write_bw ib_read_bw ib_send_bw ib_write_lat ib_read_lat ib_send_lat}
 
 die() { echo "gpu-perftest-build: $*" >&2; exit 1; }
