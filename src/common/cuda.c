@@ -3,6 +3,7 @@
 #include "common/util.h"
 
 #include <dlfcn.h>
+#include <link.h>
 #include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -49,6 +50,16 @@ static bool resolve(void *h)
 	return true;
 }
 
+/* How many objects the program has loaded so far (glibc's dlpi_adds). */
+static unsigned long long last_adds = ~0ull;
+
+static int count_adds(struct dl_phdr_info *info, size_t size, void *data)
+{
+	(void)size;
+	*(unsigned long long *)data = info->dlpi_adds;
+	return 1;
+}
+
 const struct sv_cuda_driver *sv_cuda(void)
 {
 	const struct sv_cuda_driver *d = atomic_load_explicit(&loaded, memory_order_acquire);
@@ -67,9 +78,17 @@ const struct sv_cuda_driver *sv_cuda(void)
 	if (!d && !disabled) {
 		/* never loaded by us for a program that has not: a CUDA pointer
 		 * exists only in a process that has the driver already */
+		unsigned long long adds = 0;
+
 		lib = getenv("SOFTVERBS_CUDA_LIB");
-		h = lib && *lib ? dlopen(lib, RTLD_NOW | RTLD_LOCAL)
-				: dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+		/* asked again only once the program has loaded something new */
+		dl_iterate_phdr(count_adds, &adds);
+		if (!(lib && *lib) && adds == last_adds)
+			h = NULL;
+		else
+			h = lib && *lib ? dlopen(lib, RTLD_NOW | RTLD_LOCAL)
+					: dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+		last_adds = adds;
 		if (h && resolve(h))
 			atomic_store_explicit(&loaded, d = &drv, memory_order_release);
 		else if (h)
@@ -98,9 +117,22 @@ int sv_cuda_device_range(const void *addr, size_t len, struct sv_cuda_range *r)
 	if (!d->PointerGetAttribute(&managed, SV_CU_POINTER_ATTRIBUTE_IS_MANAGED, p) &&
 	    (managed & 0xff))
 		return 0; /* managed memory: the CPU reaches it by page faults */
+	(void)d->PointerGetAttribute(&ordinal, SV_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p);
 	if (d->PointerGetAttribute(&ctx, SV_CU_POINTER_ATTRIBUTE_CONTEXT, p) || !ctx) {
-		errno = EFAULT;
-		return -1;
+		/* VMM mappings (cuMemCreate/cuMemMap) belong to no context:
+		 * they are reached through the device's primary context */
+		sv_cu_ctx pc = NULL;
+		int dev;
+
+		ctx = 0;
+		if (d->DeviceGet && d->DevicePrimaryCtxRetain &&
+		    !d->DeviceGet(&dev, (int)(int32_t)ordinal) &&
+		    !d->DevicePrimaryCtxRetain(&pc, dev))
+			ctx = (uint64_t)(uintptr_t)pc;
+		if (!ctx) {
+			errno = EFAULT;
+			return -1;
+		}
 	}
 	/* the allocation is looked up in its own context (the caller's thread
 	 * may have none current, or another) */
@@ -115,7 +147,6 @@ int sv_cuda_device_range(const void *addr, size_t len, struct sv_cuda_range *r)
 
 		(void)d->CtxPopCurrent(&prev);
 	}
-	(void)d->PointerGetAttribute(&ordinal, SV_CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, p);
 	if (p < base || len > size || p - base > size - len) {
 		errno = EFAULT; /* the range leaves its allocation */
 		return -1;
@@ -128,7 +159,7 @@ int sv_cuda_device_range(const void *addr, size_t len, struct sv_cuda_range *r)
 }
 
 /* One stream per context, made at first use and kept for the process. */
-#define SV_CUDA_MAX_CTX 16
+#define SV_CUDA_MAX_CTX 64
 static struct {
 	sv_cu_ctx ctx;
 	sv_cu_strm strm;
@@ -164,8 +195,9 @@ static int copy(sv_cu_ctx ctx, void *dst, const void *src, size_t n, bool wait)
 		return -1;
 	if (d->CtxPushCurrent(ctx))
 		return -1;
+	/* beyond SV_CUDA_MAX_CTX contexts: the context's legacy stream (NULL) */
 	s = stream_of(d, ctx);
-	if (s && (!n || !d->MemcpyAsync((sv_cu_ptr)(uintptr_t)dst, (sv_cu_ptr)(uintptr_t)src, n, s)) &&
+	if ((!n || !d->MemcpyAsync((sv_cu_ptr)(uintptr_t)dst, (sv_cu_ptr)(uintptr_t)src, n, s)) &&
 	    (!wait || !d->StreamSynchronize(s)))
 		rc = 0;
 	(void)d->CtxPopCurrent(&prev);
@@ -229,12 +261,23 @@ int sv_cuda_export(sv_cu_ctx ctx, const void *addr, sv_cu_ipc_handle *h, uint64_
 	return rc;
 }
 
+bool sv_cuda_ipc_enabled(void)
+{
+	static int on = -1;
+
+	if (on < 0) {
+		const char *e = getenv("SOFTVERBS_CUDA_IPC");
+
+		on = !(e && !strcmp(e, "0"));
+	}
+	return on;
+}
+
 bool sv_cuda_can_import(void)
 {
 	const struct sv_cuda_driver *d = sv_cuda();
-	const char *e = getenv("SOFTVERBS_CUDA_IPC");
 
-	return d && d->DeviceGet && d->DevicePrimaryCtxRetain && !(e && !strcmp(e, "0"));
+	return d && d->DeviceGet && d->DevicePrimaryCtxRetain && sv_cuda_ipc_enabled();
 }
 
 /* Peer allocations opened here, by handle; never closed (see cuda.h). */
@@ -287,4 +330,26 @@ void *sv_cuda_import(const sv_cu_ipc_handle *h, int ordinal, sv_cu_ctx *ctx, siz
 	}
 	pthread_mutex_unlock(&cuda_lock);
 	return addr;
+}
+
+#define SV_CUDA_REFUSED 64
+static pid_t refused[SV_CUDA_REFUSED];
+static unsigned int nrefused;
+
+void sv_cuda_refuse_peer(pid_t pid)
+{
+	pthread_mutex_lock(&cuda_lock);
+	refused[nrefused++ % SV_CUDA_REFUSED] = pid; /* the oldest go first */
+	pthread_mutex_unlock(&cuda_lock);
+}
+
+bool sv_cuda_peer_refused(pid_t pid)
+{
+	bool r = false;
+
+	pthread_mutex_lock(&cuda_lock);
+	for (unsigned int i = 0; i < SV_CUDA_REFUSED && !r; i++)
+		r = refused[i] == pid;
+	pthread_mutex_unlock(&cuda_lock);
+	return r;
 }

@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 typedef int sv_cu_result;		 /* CUresult: 0 is CUDA_SUCCESS */
 typedef unsigned long long sv_cu_ptr;	 /* CUdeviceptr */
@@ -106,6 +107,13 @@ int sv_cuda_export(sv_cu_ctx ctx, const void *addr, sv_cu_ipc_handle *h, uint64_
 void *sv_cuda_import(const sv_cu_ipc_handle *h, int ordinal, sv_cu_ctx *ctx, size_t *size);
 /* Can this process open what peers export (a driver with primary contexts)? */
 bool sv_cuda_can_import(void);
+/* GPU-to-GPU transfers between processes not turned off (SOFTVERBS_CUDA_IPC=0)? */
+bool sv_cuda_ipc_enabled(void);
+/* GPU memory a process named could not be opened here (another device set,
+ * CUDA_VISIBLE_DEVICES, a cgroup): from now on it is told, in our HELLO,
+ * to send the bytes themselves (sv_cuda_peer_refused). */
+void sv_cuda_refuse_peer(pid_t pid);
+bool sv_cuda_peer_refused(pid_t pid);
 
 /* Page-lock a staging buffer for every context (false: it stays pageable). */
 bool sv_cuda_pin(sv_cu_ctx ctx, void *p, size_t n);

@@ -56,7 +56,7 @@ static void progress_made(struct sv_qp *qp)
 static void finish(struct sv_qp *qp, struct sv_send_wqe *w, enum ibv_wc_status st)
 {
 	/* what READ responses and atomic results put into GPU memory is there first */
-	if (sv_gpu_sink_fence(qp->gpu_in) && st == IBV_WC_SUCCESS)
+	if (sv_gpu_sink_fence(qp->gpu_rd_in) && st == IBV_WC_SUCCESS)
 		st = IBV_WC_LOC_PROT_ERR;
 	if (sv_wr_rd_atomic(w->op) && qp->sq.rd_atomic_inflight)
 		qp->sq.rd_atomic_inflight--;
@@ -148,7 +148,7 @@ void sv_completer_rx(struct sv_qp *qp, const struct sv_opcode_info *op, uint8_t 
 			finish(qp, w, IBV_WC_BAD_RESP_ERR);
 		} else {
 			enum sv_mem_err e = sv_sgl_copy_in(qp->ctx, qp->pd, w->sge, w->num_sge, off,
-							   payload, plen, &qp->gpu_in, src_gpu);
+							   payload, plen, &qp->gpu_rd_in, src_gpu);
 			if (e)
 				finish(qp, w, IBV_WC_LOC_PROT_ERR);
 			else if (op->mask & SV_OPF_LAST)
@@ -163,7 +163,7 @@ void sv_completer_rx(struct sv_qp *qp, const struct sv_opcode_info *op, uint8_t 
 		} else {
 			/* the original value lands in the WQE's (8-byte) local buffer */
 			enum sv_mem_err e = sv_sgl_copy_in(qp->ctx, qp->pd, w->sge, w->num_sge, 0,
-							   &orig, sizeof(orig), &qp->gpu_in, NULL);
+							   &orig, sizeof(orig), &qp->gpu_rd_in, NULL);
 			finish(qp, w, e ? IBV_WC_LOC_PROT_ERR : IBV_WC_SUCCESS);
 		}
 	}

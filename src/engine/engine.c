@@ -368,7 +368,13 @@ static void rx_gpu_ref(struct sv_conn *conn, const struct sv_opcode_info *op, ui
 	memcpy(&ref, f + op->hdr_len, sizeof(ref));
 	src = sv_gpu_ref_open(&ref, &ctx);
 	if (!src) {
-		sv_warn_limited("GPU memory a peer named could not be opened; packet dropped");
+		/* the peer is told to send the bytes from now on: the connection
+		 * starts again with our HELLO saying so, and the sender's
+		 * retransmission carries the payload */
+		sv_warn_limited("GPU memory process %d named cannot be opened here; "
+				"it sends the bytes from now on", (int)conn->peer_pid);
+		sv_cuda_refuse_peer(conn->peer_pid);
+		sv_engine_conn_fail(conn);
 		return;
 	}
 	dispatch(conn, op, f, src, ntohl(ref.len), ctx);

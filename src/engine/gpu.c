@@ -75,17 +75,36 @@ void sv_gpu_sink_start(struct sv_gpu_sink *s)
 		sink_start(s);
 }
 
+void sv_gpu_sink_drain(struct sv_gpu_sink *s)
+{
+	if (!s)
+		return;
+	sink_start(s);
+	if (s->busy && sv_cuda_wait(s->busy))
+		s->failed = true;
+	s->busy = NULL;
+	s->used = 0;
+}
+
+void sv_gpu_sink_abort(struct sv_gpu_sink *s)
+{
+	if (!s)
+		return;
+	s->len = 0;
+	if (s->busy)
+		(void)sv_cuda_wait(s->busy);
+	s->busy = NULL;
+	s->used = 0;
+	s->failed = false;
+}
+
 enum sv_mem_err sv_gpu_sink_fence(struct sv_gpu_sink *s)
 {
 	bool failed;
 
 	if (!s)
 		return SV_MEM_OK;
-	sink_start(s);
-	if (s->busy && sv_cuda_wait(s->busy))
-		s->failed = true;
-	s->busy = NULL;
-	s->used = 0;
+	sv_gpu_sink_drain(s);
 	failed = s->failed;
 	s->failed = false;
 	if (failed)
@@ -174,7 +193,7 @@ void sv_gpu_sink_free(struct sv_gpu_sink **ps)
 
 	if (!s)
 		return;
-	(void)sv_gpu_sink_fence(s);
+	sv_gpu_sink_abort(s);
 	if (s->pinned)
 		sv_cuda_unpin(s->pinned, s->ring);
 	free(s->ring);
@@ -223,7 +242,8 @@ bool sv_gpu_store(sv_cu_ctx gpu, uint64_t *word, uint64_t v)
 
 bool sv_gpu_ref_ok(const struct sv_conn *conn)
 {
-	return conn->peer_gpu && conn->peer_pid && conn->peer_pid != getpid();
+	return atomic_load_explicit(&conn->peer_gpu, memory_order_relaxed) && conn->peer_pid &&
+	       conn->peer_pid != getpid() && sv_cuda_ipc_enabled();
 }
 
 bool sv_gpu_ref_make(const struct sv_mr *e, const uint8_t *ptr, uint32_t len,

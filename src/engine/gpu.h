@@ -82,6 +82,12 @@ enum sv_mem_err sv_gpu_sink_copy(struct sv_gpu_sink **ps, sv_cu_ctx ctx, uint8_t
 				 const uint8_t *src, size_t len);
 /* Start the copy gathered (a message ended: no fence may follow soon). */
 void sv_gpu_sink_start(struct sv_gpu_sink *s);
+/* Everything put so far is in place, its failure (if any) kept for the
+ * next sv_gpu_sink_fence to report (a READ or atomic about to look). */
+void sv_gpu_sink_drain(struct sv_gpu_sink *s);
+/* The QP failed, was reset or goes: what is gathered is dropped (its target
+ * may be gone), what was started is waited for, nothing is reported. */
+void sv_gpu_sink_abort(struct sv_gpu_sink *s);
 /* Everything put so far is in place: SV_MEM_OK, or SV_MEM_FAULT where a copy failed. */
 enum sv_mem_err sv_gpu_sink_fence(struct sv_gpu_sink *s);
 void sv_gpu_sink_free(struct sv_gpu_sink **ps);

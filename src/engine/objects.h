@@ -339,7 +339,9 @@ struct sv_qp {
 	/* host windows onto GPU memory being sent (engine/gpu.h): a send
 	 * WQE's payload, and what a READ answers from; NULL until first used */
 	struct sv_gpu_stage *gpu_tx, *gpu_rd;
-	struct sv_gpu_sink *gpu_in; /* incoming bytes bound for GPU memory */
+	/* incoming bytes bound for GPU memory: requests (responder) and READ
+	 * responses and atomic results (completer), each with its own fences */
+	struct sv_gpu_sink *gpu_in, *gpu_rd_in;
 
 	struct sv_wr_batch *batch; /* ibv_wr_start() .. ibv_wr_complete() */
 };

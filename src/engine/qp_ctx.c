@@ -5,6 +5,7 @@
  * modify and destroy QPs; the engine's roles call these.
  */
 #include "engine/engine.h"
+#include "engine/gpu.h"
 #include "engine/stats.h"
 
 #include <stdlib.h>
@@ -84,6 +85,9 @@ void sv_qp_enter_error(struct sv_qp *qp)
 {
 	bool was_err = qp->state == IBV_QPS_ERR;
 
+	/* what was gathered for GPU memory may target memory about to go */
+	sv_gpu_sink_abort(qp->gpu_in);
+	sv_gpu_sink_abort(qp->gpu_rd_in);
 	qp->state = IBV_QPS_ERR;
 	qp->attr.qp_state = IBV_QPS_ERR;
 	qp->ex.qp_base.state = IBV_QPS_ERR;

@@ -458,6 +458,8 @@ void sv_requester_retire(struct sv_qp *qp)
 			break;
 		sq->head++;
 		sv_requester_complete(qp, w, w->status);
+		if (qp->gpu_tx && qp->gpu_tx->owner == (uintptr_t)w)
+			sv_gpu_stage_forget(qp->gpu_tx); /* its slot's next WQE is another */
 		sv_wqe_release(w);
 		if (w->status != IBV_WC_SUCCESS) {
 			sv_qp_enter_error(qp);

@@ -37,20 +37,12 @@ static void fill_bth(struct sv_qp *qp, struct sv_bth *bth, uint8_t low, uint32_t
 	bth->psn = htonl(psn & SV_PSN_MASK);
 }
 
-static void nak_fatal(struct sv_qp *qp, struct sv_conn *conn, uint32_t psn, uint8_t code);
-
 static void send_ack(struct sv_qp *qp, struct sv_conn *conn, uint32_t psn, uint8_t syn)
 {
 	struct {
 		struct sv_bth bth;
 		struct sv_aeth aeth;
 	} __attribute__((packed)) p;
-
-	/* an ACK says the bytes are in place: those bound for GPU memory too */
-	if (sv_gpu_sink_fence(qp->gpu_in) && syn == (SV_AETH_ACK | 0x1f)) {
-		nak_fatal(qp, conn, psn, SV_NAK_REM_ACCESS);
-		return;
-	}
 
 	fill_bth(qp, &p.bth, SV_OP_ACK, psn);
 	p.aeth.syn_msn = htonl(((uint32_t)syn << 24) | (qp->msn & SV_PSN_MASK));
@@ -81,8 +73,6 @@ static void complete_recv(struct sv_qp *qp, enum ibv_wc_status st, enum ibv_wc_o
 		.wc_flags = extra_flags,
 	};
 
-	if (sv_gpu_sink_fence(qp->gpu_in) && wc.status == IBV_WC_SUCCESS)
-		wc.status = IBV_WC_LOC_PROT_ERR; /* its bytes did not reach GPU memory */
 	if (imm) {
 		wc.imm_data = imm->imm;
 		wc.wc_flags |= IBV_WC_WITH_IMM;
@@ -134,6 +124,9 @@ static void ud_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opcode
 	st = place(qp, grh, sizeof(grh), NULL);
 	if (st == IBV_WC_SUCCESS)
 		st = place(qp, payload, plen, NULL);
+	/* what went to GPU memory is there before the completion says so */
+	if (sv_gpu_sink_fence(qp->gpu_in) && st == IBV_WC_SUCCESS)
+		st = IBV_WC_LOC_PROT_ERR;
 	complete_recv(qp, st, IBV_WC_RECV, st == IBV_WC_SUCCESS ? plen + 40 : 0, imm,
 		      ntohl(deth->sqpn) & SV_PSN_MASK, IBV_WC_GRH, 0, bth->flags & SV_BTH_SE);
 }
@@ -155,6 +148,13 @@ static bool packet_done(struct sv_qp *qp, struct sv_conn *conn, const struct sv_
 		qp->epsn = sv_psn_add(psn, 1);
 	if (!(op->mask & SV_OPF_LAST))
 		return false;
+	/* the message's bytes bound for GPU memory are there before its ACK
+	 * or completion says so; if they cannot be, it fails (no completion
+	 * of success after that: the QP's flush completes its receive) */
+	if (sv_gpu_sink_fence(qp->gpu_in)) {
+		nak_fatal(qp, conn, psn, SV_NAK_REM_ACCESS);
+		return false;
+	}
 	qp->resp_in_msg = false;
 	qp->msn++;
 	if (rc)
@@ -371,7 +371,7 @@ static enum resp_result do_read(struct sv_qp *qp, struct sv_conn *conn, uint32_t
 
 	if (r != RESP_OK)
 		return r;
-	(void)sv_gpu_sink_fence(qp->gpu_in); /* a READ sees the writes before it */
+	sv_gpu_sink_drain(qp->gpu_in); /* a READ sees the writes before it */
 	sv_mr_read_lock(qp->ctx);
 	if (dma_len)
 		r = check_rkey(qp, rkey, va, dma_len, IBV_ACCESS_REMOTE_READ, &mem, &gpu);
@@ -403,8 +403,8 @@ static enum resp_result do_read(struct sv_qp *qp, struct sv_conn *conn, uint32_t
 			/* GPU memory answers from a host window onto it */
 			iov.iov_base = stage_read(qp, &b, gpu, psn, mem, off, dma_len);
 			if (!iov.iov_base) {
-				/* the driver failed: nothing more of it is sent (the
-				 * requester's timer retries, then fails the READ) */
+				/* the driver failed: the READ is refused (REM_ACCESS
+				 * NAK) after what was sent of it */
 				sv_warn_limited("GPU memory could not be read for a READ response");
 				r = RESP_ERR_RKEY;
 				break;
@@ -431,6 +431,7 @@ static enum resp_result do_read(struct sv_qp *qp, struct sv_conn *conn, uint32_t
 	}
 	sv_txbatch_flush(&b);
 	sv_mr_read_unlock(qp->ctx);
+	sv_gpu_stage_forget(qp->gpu_rd); /* a replay reads the memory again */
 	return r == RESP_OK ? RESP_DONE : r;
 }
 
@@ -483,7 +484,7 @@ static enum resp_result exec_atomic_write(const struct resp_pkt *p)
 		return RESP_ERR_WRITE_LEN;
 	if (va & 7)
 		return RESP_ERR_QP_ACCESS; /* misaligned, as for the other atomics */
-	(void)sv_gpu_sink_fence(qp->gpu_in); /* after the writes before it */
+	sv_gpu_sink_drain(qp->gpu_in); /* after the writes before it */
 	sv_mr_read_lock(qp->ctx);
 	res = check_rkey(qp, ntohl(r->rkey), va, 8, IBV_ACCESS_REMOTE_WRITE, (uint8_t **)&word,
 			 &gpu);
@@ -515,7 +516,7 @@ static enum resp_result exec_atomic(const struct resp_pkt *p)
 
 	if (r != RESP_OK)
 		return r;
-	(void)sv_gpu_sink_fence(qp->gpu_in); /* after the writes before it */
+	sv_gpu_sink_drain(qp->gpu_in); /* after the writes before it */
 	sv_mr_read_lock(qp->ctx);
 	r = check_rkey(qp, ntohl(a->rkey), va, 8, IBV_ACCESS_REMOTE_ATOMIC, (uint8_t **)&word,
 		       &gpu);

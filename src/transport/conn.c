@@ -283,7 +283,7 @@ int sv_conn_send_hello(struct sv_conn *conn, const union ibv_gid *gid)
 	struct iovec iov = { &h, sizeof(h) };
 
 	memcpy(h.gid, gid->raw, 16);
-	if (conn->peer_pid && sv_cuda_can_import())
+	if (conn->peer_pid && sv_cuda_can_import() && !sv_cuda_peer_refused(conn->peer_pid))
 		h.flags = htons(SV_HELLO_GPU);
 	return sv_conn_send(conn, &iov, 1);
 }
@@ -300,7 +300,8 @@ bool sv_conn_take_hello(struct sv_conn *conn, const uint8_t *f, size_t len)
 	}
 	memcpy(gid.raw, h->gid, 16);
 	memcpy(conn->peer_gid, h->gid, 16);
-	conn->peer_gpu = ntohs(h->flags) & SV_HELLO_GPU;
+	atomic_store_explicit(&conn->peer_gpu, (ntohs(h->flags) & SV_HELLO_GPU) != 0,
+			      memory_order_relaxed);
 	/* an incoming connection learns here where its peer listens */
 	if (!conn->outgoing)
 		sv_gid_decode(&gid, &conn->peer);

@@ -114,7 +114,7 @@ struct sv_conn {
 	uint8_t peer_gid[16];  /* from the peer's HELLO */
 	pid_t peer_pid;        /* the peer process, where the transport knows it is on
 				  this host with our uid (shm); 0 otherwise */
-	bool peer_gpu;         /* its HELLO says it opens our GPU memory (SV_HELLO_GPU) */
+	atomic_bool peer_gpu;  /* its HELLO says it opens our GPU memory (SV_HELLO_GPU) */
 	struct sv_list link;   /* engine->conns */
 
 	/* output (conn.c): whole frames the transport did not take yet */

@@ -242,6 +242,11 @@ static void reset_qp(struct sv_qp *qp)
 	qp->resp_have_rwqe = qp->resp_in_msg = qp->resp_drop_msg = false;
 	qp->comm_est_sent = false;
 	qp->msn = 0;
+	/* GPU copies of its previous life: none started later, none reused */
+	sv_gpu_sink_abort(qp->gpu_in);
+	sv_gpu_sink_abort(qp->gpu_rd_in);
+	sv_gpu_stage_forget(qp->gpu_tx);
+	sv_gpu_stage_forget(qp->gpu_rd);
 	memset(qp->atomic_cache, 0, sizeof(qp->atomic_cache));
 	atomic_store_explicit(&qp->rnr_until, 0, memory_order_relaxed);
 	atomic_store_explicit(&qp->ack_deadline, 0, memory_order_relaxed);
@@ -469,6 +474,7 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 	sv_gpu_stage_free(&qp->gpu_tx);
 	sv_gpu_stage_free(&qp->gpu_rd);
 	sv_gpu_sink_free(&qp->gpu_in);
+	sv_gpu_sink_free(&qp->gpu_rd_in);
 	pthread_mutex_destroy(&qp->lock);
 	free(qp);
 	return 0;

@@ -56,7 +56,8 @@
  *     must still hold the allocation when the handle is opened.
  *   - cuMemFree_v2 of an interior address, twice, or of an imported one: 1;
  *     of 0: success.
- * SVT_FAKECUDA_TRACE=1 logs every call on stderr.
+ * SVT_FAKECUDA_TRACE=1 logs every call on stderr; SVT_FAKECUDA_NO_IPC_OPEN=1
+ * makes every cuIpcOpenMemHandle_v2 fail (a peer whose GPU is not visible).
  */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE
@@ -908,6 +909,8 @@ FAKE_API CUresult cuIpcOpenMemHandle_v2(CUdeviceptr *pdptr, CUipcMemHandle h, un
 	int fd;
 
 	NEED_CTX();
+	if (getenv("SVT_FAKECUDA_NO_IPC_OPEN"))
+		return CUDA_ERROR_INVALID_VALUE; /* as where the exporter's device is not visible */
 	memcpy(&ih, h.reserved, sizeof(ih));
 	if (!pdptr || flags > 1 || ih.magic != IPC_MAGIC || !ih.size ||
 	    ih.map_len != page_round(ih.size))
