@@ -701,6 +701,45 @@ static void *engine_main(void *arg)
 	return NULL;
 }
 
+/* Every transport listens at (ip, eng->port); 0 or an errno (all closed then). */
+static int listen_all(struct sv_engine *eng, struct in_addr ip,
+		      const struct sv_transport_ops *const *tps, int ntps)
+{
+	struct epoll_event ev = { .events = EPOLLIN };
+
+	for (int i = 0; i < ntps; i++) {
+		struct sv_listener *l = &eng->listeners[eng->nlisteners];
+		int fd = tps[i]->listen(ip, &eng->port);
+
+		if (fd < 0 && i == 0) {
+			/* the first transport is the endpoint: none without it */
+			for (int k = 0; k < eng->nlisteners; k++)
+				close(eng->listeners[k].fd);
+			eng->nlisteners = 0;
+			return -fd;
+		}
+		if (fd < 0) {
+			sv_warn("no %s listener for %s:%u (%s)", tps[i]->name, inet_ntoa(ip),
+				eng->port, strerror(-fd));
+			continue;
+		}
+		l->ops = tps[i];
+		l->fd = fd;
+		ev.data.ptr = l;
+		if (epoll_ctl(eng->epfd, EPOLL_CTL_ADD, fd, &ev)) {
+			int e = errno;
+
+			close(fd);
+			for (int k = 0; k < eng->nlisteners; k++)
+				close(eng->listeners[k].fd);
+			eng->nlisteners = 0;
+			return e;
+		}
+		eng->nlisteners++;
+	}
+	return 0;
+}
+
 int sv_engine_start(struct sv_context *ctx, struct in_addr ip)
 {
 	struct sv_engine *eng = calloc(1, sizeof(*eng));
@@ -727,28 +766,28 @@ int sv_engine_start(struct sv_context *ctx, struct in_addr ip)
 		goto fail_errno;
 	eng->mode = sv_transport_mode();
 	ntps = sv_transports_listening(eng->mode, tps);
-	for (int i = 0; i < ntps; i++) {
-		struct sv_listener *l = &eng->listeners[eng->nlisteners];
-		int fd = tps[i]->listen(ip, &eng->port);
-
-		if (fd < 0 && i == 0) {
-			/* the first transport gives the endpoint its port: no endpoint */
-			err = -fd;
+	/* the endpoint: a block of the host's QP numbers, whose port it
+	 * listens on (registry.h); a block whose port another program holds
+	 * is passed over */
+	for (uint32_t from = 1;; from++) {
+		err = sv_qpn_claim(ip, from, &eng->qpns);
+		if (err) {
+			sv_err("no free block of QP numbers (and port) for %s", inet_ntoa(ip));
+			goto fail;
+		}
+		from = eng->qpns.block;
+		eng->port = sv_qpn_block_port(from);
+		err = listen_all(eng, ip, tps, ntps);
+		if (!err)
+			break;
+		sv_qpn_release(&eng->qpns);
+		if (err != EADDRINUSE) {
 			sv_err("cannot listen on %s: %s", inet_ntoa(ip), strerror(err));
 			goto fail;
 		}
-		if (fd < 0) {
-			sv_warn("no %s listener for %s:%u (%s)", tps[i]->name, inet_ntoa(ip),
-				eng->port, strerror(-fd));
-			continue;
-		}
-		l->ops = tps[i];
-		l->fd = fd;
-		eng->nlisteners++;
-		ev.data.ptr = l;
-		if (epoll_ctl(eng->epfd, EPOLL_CTL_ADD, fd, &ev))
-			goto fail_errno;
 	}
+	sv_qpn_publish(&eng->qpns, eng->port);
+	ctx->qpn_base = eng->qpns.block << SV_QPN_BLOCK_SHIFT;
 	ev.data.ptr = &tag_wake;
 	if (epoll_ctl(eng->epfd, EPOLL_CTL_ADD, eng->wake_fd, &ev))
 		goto fail_errno;
@@ -833,6 +872,7 @@ void sv_engine_stop(struct sv_engine *eng)
 	bury_dead(eng);
 	for (int i = 0; i < eng->nlisteners; i++)
 		close(eng->listeners[i].fd);
+	sv_qpn_release(&eng->qpns);
 	if (eng->wake_fd >= 0)
 		close(eng->wake_fd);
 	if (eng->epfd >= 0)

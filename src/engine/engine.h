@@ -11,6 +11,7 @@
 #define SV_ENGINE_H
 
 #include "engine/objects.h"
+#include "transport/registry.h"
 #include "engine/wire.h"
 #include "engine/opcode.h"
 
@@ -46,6 +47,7 @@ struct sv_engine {
 	int nlisteners;
 	int wake_fd; /* eventfd: doorbell */
 	uint16_t port;
+	struct sv_qpn_claim qpns; /* this context's block of the host's QP numbers */
 	atomic_bool stop;
 
 	pthread_mutex_t lock;      /* conns, graveyard, timer_qps, run_qps */

@@ -38,7 +38,8 @@
 #define SV_MAX_MSG_SIZE (1u << 31)
 #define SV_PORT_MTU IBV_MTU_4096
 #define SV_VENDOR_ID 0x5356 /* "SV": not a registered OUI; honest placeholder */
-#define SV_FIRST_QPN 0x11   /* 0 and 1 are the IB special QPs */
+/* QPN = the context's block of the host's QP numbers (transport/registry.h)
+ * + its index in the context's QP table */
 
 struct sv_engine;
 struct sv_stat_hdr;
@@ -53,6 +54,7 @@ struct sv_device {
 	struct ibv_device ibdev;
 	char ifname[IF_NAMESIZE];
 	struct in_addr ip;
+	uint8_t mac[6]; /* all zeros for an interface without one (lo) */
 	int ifindex;
 	uint64_t guid; /* network order */
 	int index;
@@ -74,11 +76,13 @@ struct sv_context {
 	struct verbs_context vctx; /* application sees &vctx.context */
 	struct sv_device *dev;
 	struct sv_engine *eng;
-	union ibv_gid gid; /* GID index 0: this context's endpoint */
+	union ibv_gid gid; /* this context's endpoint (transport/endpoint.c), said in
+			      HELLOs; not a GID of the port (verbs/gid.c) */
 	uint32_t key_secret;
 
 	pthread_mutex_t lock; /* qp table, object counts */
-	struct sv_qp **qpt;   /* index = qpn - SV_FIRST_QPN */
+	uint32_t qpn_base;    /* the first QPN of this context's block */
+	struct sv_qp **qpt;   /* index = qpn - qpn_base */
 	uint32_t qpt_size;
 	uint32_t qpt_hint;    /* every slot below it is taken: the search for a
 				 free QPN starts here, so creating n QPs costs

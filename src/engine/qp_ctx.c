@@ -13,10 +13,10 @@
 struct sv_qp *sv_qp_lookup(struct sv_context *ctx, uint32_t qpn)
 {
 	struct sv_qp *qp = NULL;
-	uint32_t i = qpn - SV_FIRST_QPN;
+	uint32_t i = qpn - ctx->qpn_base;
 
 	pthread_mutex_lock(&ctx->lock);
-	if (qpn >= SV_FIRST_QPN && i < ctx->qpt_size && ctx->qpt[i]) {
+	if (qpn >= ctx->qpn_base && i < ctx->qpt_size && ctx->qpt[i]) {
 		qp = ctx->qpt[i];
 		sv_qp_get(qp);
 	}

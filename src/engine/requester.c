@@ -37,14 +37,17 @@ struct sv_conn *sv_qp_conn(struct sv_qp *qp)
 	return qp->conn;
 }
 
-static struct sv_conn *ah_conn(struct sv_qp *qp, struct sv_ah *ah)
+/* A datagram's connection: the AH names the host, the WR's QPN the process. */
+static struct sv_conn *ah_conn(struct sv_qp *qp, struct sv_ah *ah, uint32_t remote_qpn)
 {
+	uint16_t port = sv_qpn_port(remote_qpn);
 	struct sv_conn *c;
 
 	pthread_mutex_lock(&ah->lock);
-	if (!ah->conn || atomic_load(&ah->conn->state) == SV_CONN_DEAD) {
+	if (!ah->conn || atomic_load(&ah->conn->state) == SV_CONN_DEAD || ah->peer.port != port) {
 		if (ah->conn)
 			sv_conn_put(ah->conn);
+		ah->peer.port = port;
 		ah->conn = sv_engine_conn_to(qp->ctx->eng, &ah->peer);
 	}
 	c = ah->conn;
@@ -379,7 +382,7 @@ void sv_requester_run(struct sv_qp *qp)
 		}
 		if (!ti->connected)
 			pass_flush(qp, &pass); /* each datagram may go elsewhere */
-		conn = ti->connected ? sv_qp_conn(qp) : ah_conn(qp, w->ah);
+		conn = ti->connected ? sv_qp_conn(qp) : ah_conn(qp, w->ah, w->wr.wr.ud.remote_qpn);
 		if (!conn)
 			break; /* out of memory: the retry timer tries again */
 		if (!pass.b.nframes && congested(qp, conn) && park_on(qp, conn)) {

@@ -118,8 +118,10 @@ static void ud_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opcode
 	grh[5] = (uint8_t)plen;
 	grh[6] = 0x1b; /* next header: IBA transport */
 	grh[7] = 1;    /* hop limit */
-	memcpy(grh + 8, conn->peer_gid, 16);
-	memcpy(grh + 24, qp->ctx->gid.raw, 16);
+	/* the GIDs of the two host ports, IPv4-mapped, as RoCE v2 carries them */
+	grh[8 + 10] = grh[8 + 11] = grh[24 + 10] = grh[24 + 11] = 0xff;
+	memcpy(grh + 8 + 12, &conn->peer.ip.s_addr, 4);
+	memcpy(grh + 24 + 12, &qp->ctx->dev->ip.s_addr, 4);
 	qp->rwqe_off = 0;
 	st = place(qp, grh, sizeof(grh), NULL);
 	if (st == IBV_WC_SUCCESS)

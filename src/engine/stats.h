@@ -17,8 +17,9 @@
 #include "engine/objects.h"
 #include "engine/wire.h"
 #include "stats/layout.h"
+#include "transport/registry.h"
 
-_Static_assert(SV_STAT_FIRST_QPN == SV_FIRST_QPN, "slot i is QPN SV_FIRST_QPN + i");
+_Static_assert(SV_STAT_NSLOTS <= SV_QPN_BLOCK, "a slot per QP number of the context's block");
 _Static_assert(SV_STAT_NSLOTS == SV_MAX_QP, "a slot for every QP number");
 
 /* ---- the segment's life (stats.c) ---- */
@@ -53,7 +54,7 @@ static inline void sv_stat_add_locked(uint64_t *c, uint64_t n)
 
 static inline struct sv_stat_qp *sv_stat_slot(struct sv_context *ctx, uint32_t qpn)
 {
-	return (struct sv_stat_qp *)((char *)ctx->stats + SV_STAT_HDR_SIZE) + (qpn - SV_FIRST_QPN);
+	return (struct sv_stat_qp *)((char *)ctx->stats + SV_STAT_HDR_SIZE) + (qpn - ctx->qpn_base);
 }
 
 static inline struct sv_stat_qp *sv_stat_qp(struct sv_qp *qp)
@@ -151,7 +152,7 @@ static inline void sv_stat_cqe(struct sv_cq *cq, const struct ibv_wc *wc, bool s
 		sv_stat_add(&h->ctx_c[SV_CTXC_CQ_OVERRUN], 1);
 		return;
 	}
-	if (wc->qp_num - SV_FIRST_QPN < SV_STAT_NSLOTS)
+	if (wc->qp_num - cq->ctx->qpn_base < SV_STAT_NSLOTS)
 		sv_stat_add(&sv_stat_slot(cq->ctx, wc->qp_num)
 				     ->c[wc->status == IBV_WC_SUCCESS ? SV_QPC_CQE_OK : SV_QPC_CQE_ERR],
 			    1);

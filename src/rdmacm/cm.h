@@ -27,6 +27,11 @@
 
 #include "common/util.h"
 
+/* The GID rdma_cm uses for a device: its IPv4 address as a RoCE v2 GID
+ * (::ffff:a.b.c.d, index 3 of the table, verbs/gid.c), the one rdma-core
+ * picks for an IPv4 address on a RoCE v2 port. */
+#define CM_GID_INDEX 3
+
 /* Private-data sizes a user may pass, as rdma_cm over RoCE allows (the CM
  * message's private data less the 36-byte rdma_cm header where there is one). */
 enum {

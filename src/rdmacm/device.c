@@ -39,7 +39,7 @@ static struct cm_device *device_open(struct ibv_device *ibdev)
 	if (!d->verbs)
 		return NULL;
 	if (ibv_query_device(d->verbs, &attr) || ibv_query_port(d->verbs, 1, &port) ||
-	    ibv_query_gid(d->verbs, 1, 0, &d->gid)) {
+	    ibv_query_gid(d->verbs, 1, CM_GID_INDEX, &d->gid)) {
 		ibv_close_device(d->verbs);
 		d->verbs = NULL;
 		return NULL;

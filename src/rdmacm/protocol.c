@@ -418,7 +418,7 @@ static void on_sidr_rep(struct cm_id *id, const struct cm_wire *m)
 		u->ah_attr.is_global = 1;
 		u->ah_attr.port_num = 1;
 		u->ah_attr.grh.dgid = id->remote_gid;
-		u->ah_attr.grh.sgid_index = 0;
+		u->ah_attr.grh.sgid_index = CM_GID_INDEX;
 		u->ah_attr.grh.hop_limit = 64;
 		u->ah_attr.grh.traffic_class = id->tos;
 	}

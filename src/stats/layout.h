@@ -12,8 +12,9 @@
  * behind, and readers tell such a file by its pid and the process's start
  * time, and remove it (reader.c).
  *
- * Layout: a header, then one slot per QP number (slot i is QPN
- * SV_STAT_FIRST_QPN + i).  Writers only ever add to counters with relaxed
+ * Layout: a header, then one slot per QP number of the context's block of
+ * the host's QP numbers (slot i is the block's i-th QPN, which the slot
+ * also holds).  Writers only ever add to counters with relaxed
  * atomics; readers load each with a relaxed atomic, so no value is ever
  * torn.  Numbers are native-endian: only processes of this host read them.
  * Port counters are not stored: they are the sum of the live QPs' counters,
@@ -27,7 +28,6 @@
 
 #define SV_STAT_MAGIC "SVSTATS"  /* 8 bytes with the NUL */
 #define SV_STAT_VERSION 1
-#define SV_STAT_FIRST_QPN 0x11    /* = SV_FIRST_QPN: slot 0 is QPN 0x11 */
 #define SV_STAT_NSLOTS 16384      /* = SV_MAX_QP */
 
 /* Counters of one QP (and, summed, of a port). */

@@ -1,5 +1,6 @@
 /* Reading counters segments (reader.h). */
 #include "stats/reader.h"
+#include "common/proc.h"
 #include "stats/rundir.h"
 
 #include <dirent.h>
@@ -98,37 +99,6 @@ static uint32_t ld32(const uint32_t *p)
 	return __atomic_load_n(p, __ATOMIC_RELAXED);
 }
 
-/* The start time of pid, and its state letter (R, S, Z...); 0 if unknown. */
-static uint64_t proc_stat(int pid, char *state)
-{
-	char path[64], buf[1024];
-	unsigned long long start = 0;
-	const char *p;
-	ssize_t n;
-	int fd;
-
-	snprintf(path, sizeof(path), "/proc/%d/stat", pid);
-	fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return 0;
-	n = read(fd, buf, sizeof(buf) - 1);
-	close(fd);
-	if (n <= 0)
-		return 0;
-	buf[n] = '\0';
-	/* the command name may hold anything, spaces and ')' too: fields
-	 * resume after the last ')'; start time is field 22, the 20th after it */
-	p = strrchr(buf, ')');
-	if (!p || p[1] != ' ')
-		return 0;
-	*state = p[2];
-	for (int field = 2; field < 22 && p; field++)
-		p = strchr(p + 1, ' ');
-	if (!p || sscanf(p + 1, "%llu", &start) != 1)
-		return 0;
-	return start;
-}
-
 uint64_t sv_stat_netns(void)
 {
 	struct stat st;
@@ -140,7 +110,7 @@ uint64_t sv_stat_proc_start(int pid)
 {
 	char state;
 
-	return proc_stat(pid, &state);
+	return sv_proc_stat(pid, &state);
 }
 
 /* pid runs, and is the process that made the segment (pids are reused); a
@@ -151,7 +121,7 @@ static bool proc_alive(int pid, uint64_t start)
 
 	if (pid <= 0 || (kill(pid, 0) && errno != EPERM))
 		return false;
-	return proc_stat(pid, &state) == start && state != 'Z' && state != 'X';
+	return sv_proc_stat(pid, &state) == start && state != 'Z' && state != 'X';
 }
 
 /* a copy of a fixed-size text field that may lack its NUL */

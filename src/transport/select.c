@@ -30,7 +30,8 @@ int sv_transports_listening(enum sv_transport_mode mode,
 {
 	int n = 0;
 
-	/* tcp first: it picks the endpoint's port, which shm's name carries */
+	/* tcp first: the endpoint is its port (the block's, registry.h), which
+	 * shm's name carries */
 	out[n++] = &sv_tcp_ops;
 	if (mode != SV_TRANSPORT_TCP)
 		out[n++] = &sv_shm_ops;

@@ -23,45 +23,28 @@ static void tcp_tune(int fd)
 	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
 }
 
+/*
+ * The endpoint's listener on (ip, *port): the port of its block of QP
+ * numbers (registry.h), so that a peer that knows a QPN knows where to
+ * connect.  -EADDRINUSE when another program holds that port.
+ */
 static int tcp_listen(struct in_addr ip, uint16_t *port_out)
 {
-	long pmin = sv_env_long("SOFTVERBS_PORT_MIN", 0);
-	long pmax = sv_env_long("SOFTVERBS_PORT_MAX", pmin > 0 ? pmin + 1000 : 0);
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr = ip };
-	socklen_t sl = sizeof(sa);
-	int fd, err = 0;
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr = ip,
+				  .sin_port = htons(*port_out) };
+	int fd, one = 1;
 
 	fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
-	if (pmax > 65535)
-		pmax = 65535;
-	if (pmin > 0 && pmin <= 65535) {
-		/* configured range: take the first free port, starting at a random offset */
-		long span = (pmax >= pmin ? pmax - pmin + 1 : 1);
-		long start = (long)(sv_random_u32() % (uint32_t)span);
+	/* connections of a previous owner of the port may linger in TIME_WAIT */
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || listen(fd, 512)) {
+		int e = -errno;
 
-		err = -EADDRINUSE;
-		for (long k = 0; k < span; k++) {
-			sa.sin_port = htons((uint16_t)(pmin + (start + k) % span));
-			if (!bind(fd, (struct sockaddr *)&sa, sizeof(sa))) {
-				err = 0;
-				break;
-			}
-		}
-	} else {
-		sa.sin_port = 0;
-		err = bind(fd, (struct sockaddr *)&sa, sizeof(sa)) ? -errno : 0;
-	}
-	if (!err && listen(fd, 512))
-		err = -errno;
-	if (!err && getsockname(fd, (struct sockaddr *)&sa, &sl))
-		err = -errno;
-	if (err) {
 		close(fd);
-		return err;
+		return e;
 	}
-	*port_out = ntohs(sa.sin_port);
 	return fd;
 }
 

@@ -208,9 +208,9 @@ struct sv_transport_ops {
 	void (*destroy)(struct sv_conn *conn);
 
 	/* ---- the endpoint side: listening, accepting, setting up, closing ---- */
-	/* Listen for an endpoint at ip: returns the listening fd or -errno.  The
-	 * first transport of an endpoint picks its port (*port 0 on entry) and
-	 * sets it; the others listen under that same port. */
+	/* Listen for an endpoint at (ip, *port), the port of its block of QP
+	 * numbers (registry.h): returns the listening fd or -errno
+	 * (-EADDRINUSE: the port is another program's). */
 	int (*listen)(struct in_addr ip, uint16_t *port);
 	/* Accept one waiting peer on lfd into conn (its fd and transport state):
 	 * 0; -EAGAIN when none waits, or when accepting must stop (out of

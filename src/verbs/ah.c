@@ -1,4 +1,4 @@
-/* Address handles (UD): the peer endpoint is decoded from the GID. */
+/* Address handles (UD): the peer host is decoded from the GID (gid.c). */
 #include "verbs/verbs.h"
 
 #include <errno.h>
@@ -11,8 +11,12 @@ struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 	struct sv_context *ctx;
 	struct sv_ah *ah;
 
-	if (!pd || !attr || !attr->is_global || attr->grh.sgid_index != 0 ||
-	    (attr->port_num && attr->port_num != 1) || !sv_gid_decode(&attr->grh.dgid, &peer)) {
+	/* RoCE addressing: the GID names the peer's host port, any index of
+	 * ours is a valid source; the QPN of each work request names the
+	 * process (its endpoint's port, transport/registry.h) */
+	memset(&peer, 0, sizeof(peer));
+	if (!pd || !attr || !attr->is_global || attr->grh.sgid_index >= SV_GID_TBL_LEN ||
+	    (attr->port_num && attr->port_num != 1) || !sv_gid_to_ip(&attr->grh.dgid, &peer.ip)) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -52,8 +56,10 @@ int ibv_destroy_ah(struct ibv_ah *ibah)
 int ibv_init_ah_from_wc(struct ibv_context *context, uint8_t port_num, struct ibv_wc *wc,
 			struct ibv_grh *grh, struct ibv_ah_attr *ah_attr)
 {
-	(void)context;
-	if (!wc || !grh || !ah_attr || port_num != 1)
+	static const uint32_t prefer[SV_GID_TBL_LEN] = { 3, 1, 2, 0 }; /* RoCE v2 first */
+	int sgid = -1;
+
+	if (!context || !wc || !grh || !ah_attr || port_num != 1)
 		return -1;
 	memset(ah_attr, 0, sizeof(*ah_attr));
 	ah_attr->dlid = wc->slid;
@@ -62,10 +68,21 @@ int ibv_init_ah_from_wc(struct ibv_context *context, uint8_t port_num, struct ib
 	ah_attr->port_num = port_num;
 	if (!(wc->wc_flags & IBV_WC_GRH))
 		return -1; /* RoCE-style addressing always needs the GRH */
+	/* our GID the packet was sent to: the GRH's destination, in our table */
+	for (uint32_t k = 0; k < SV_GID_TBL_LEN && sgid < 0; k++) {
+		union ibv_gid g;
+		enum ibv_gid_type t;
+
+		sv_port_gid(to_sv_ctx(context)->dev, prefer[k], &g, &t);
+		if (!memcmp(&g, &grh->dgid, sizeof(g)))
+			sgid = (int)prefer[k];
+	}
+	if (sgid < 0)
+		return -1;
 	ah_attr->is_global = 1;
 	/* reply to the sender: its GID is the GRH's source */
 	ah_attr->grh.dgid = grh->sgid;
-	ah_attr->grh.sgid_index = 0;
+	ah_attr->grh.sgid_index = (uint8_t)sgid;
 	ah_attr->grh.hop_limit = 0xff;
 	ah_attr->grh.traffic_class = 0;
 	ah_attr->grh.flow_label = 0;

@@ -16,6 +16,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <net/if_arp.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -68,6 +70,29 @@ static bool iface_selected(const char *name)
 	return false;
 }
 
+/* The interface's hardware address (none: zeros, as lo has). */
+static void interface_mac(const char *ifname, uint8_t mac[6])
+{
+	struct ifreq r;
+	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+
+	memset(mac, 0, 6);
+	memset(&r, 0, sizeof(r));
+	snprintf(r.ifr_name, sizeof(r.ifr_name), "%s", ifname);
+	if (fd >= 0 && !ioctl(fd, SIOCGIFHWADDR, &r) && r.ifr_hwaddr.sa_family == ARPHRD_ETHER)
+		memcpy(mac, r.ifr_hwaddr.sa_data, 6);
+	if (fd >= 0)
+		close(fd);
+}
+
+const struct sv_device *sv_device_by_mac(const uint8_t mac[6])
+{
+	for (int k = 0; k < ndevs; k++)
+		if (!memcmp(devs[k]->mac, mac, 6))
+			return devs[k];
+	return NULL;
+}
+
 static void scan_devices(void)
 {
 	struct ifaddrs *ifa, *i;
@@ -98,6 +123,7 @@ static void scan_devices(void)
 		snprintf(d->ifname, sizeof(d->ifname), "%s", i->ifa_name);
 		d->ip = sin->sin_addr;
 		d->ifindex = (int)if_nametoindex(i->ifa_name);
+		interface_mac(i->ifa_name, d->mac);
 		d->index = ndevs;
 		/* node GUID: "SV" marker, interface index, IPv4 address */
 		{

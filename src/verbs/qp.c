@@ -136,7 +136,7 @@ static struct ibv_qp *qp_create(struct ibv_context *context, struct ibv_qp_init_
 	qp->ex.qp_base.recv_cq = ia->recv_cq;
 	qp->ex.qp_base.srq = ia->srq;
 	qp->ex.qp_base.handle = idx;
-	qp->ex.qp_base.qp_num = SV_FIRST_QPN + idx;
+	qp->ex.qp_base.qp_num = ctx->qpn_base + idx;
 	qp->ex.qp_base.state = IBV_QPS_RESET;
 	qp->ex.qp_base.qp_type = ia->qp_type;
 	pthread_mutex_init(&qp->ex.qp_base.mutex, NULL);
@@ -296,9 +296,10 @@ static int check_attr_values(struct sv_qp *qp, struct ibv_qp_attr *a, int mask,
 	if (mask & IBV_QP_AV) {
 		struct ibv_ah_attr *ah = &a->ah_attr;
 
-		/* RoCE-style addressing: a GRH with the peer's GID is mandatory */
-		if (!ah->is_global || ah->grh.sgid_index != 0 || (ah->port_num && ah->port_num != 1) ||
-		    !sv_gid_decode(&ah->grh.dgid, peer))
+		/* RoCE addressing: a GRH with the peer's GID is mandatory; it
+		 * names the peer's host, any index of ours is a valid source */
+		if (!ah->is_global || ah->grh.sgid_index >= SV_GID_TBL_LEN ||
+		    (ah->port_num && ah->port_num != 1) || !sv_gid_to_ip(&ah->grh.dgid, &peer->ip))
 			return EINVAL;
 	}
 	return 0;
@@ -307,7 +308,7 @@ static int check_attr_values(struct sv_qp *qp, struct ibv_qp_attr *a, int mask,
 int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 {
 	struct sv_qp *qp = to_sv_qp(ibqp);
-	struct sv_endpoint_addr peer;
+	struct sv_endpoint_addr peer = { 0 };
 	enum ibv_qp_state cur, next;
 	int err;
 
@@ -335,8 +336,15 @@ int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 		qp->attr.path_mtu = attr->path_mtu;
 		qp->mtu = sv_mtu_bytes(attr->path_mtu);
 	}
-	if (mask & IBV_QP_AV) {
+	if (mask & IBV_QP_AV)
 		qp->attr.ah_attr = attr->ah_attr;
+	if (mask & IBV_QP_DEST_QPN)
+		qp->attr.dest_qp_num = attr->dest_qp_num;
+	if (mask & (IBV_QP_AV | IBV_QP_DEST_QPN)) {
+		/* the peer's host from its GID, its process from its QPN */
+		if (!(mask & IBV_QP_AV))
+			peer.ip = qp->peer.ip;
+		peer.port = sv_qpn_port(qp->attr.dest_qp_num);
 		if (peer.ip.s_addr != qp->peer.ip.s_addr || peer.port != qp->peer.port) {
 			if (qp->conn) {
 				sv_engine_forget_qp(qp->ctx->eng, qp);
@@ -346,8 +354,6 @@ int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 			qp->peer = peer;
 		}
 	}
-	if (mask & IBV_QP_DEST_QPN)
-		qp->attr.dest_qp_num = attr->dest_qp_num;
 	if (mask & IBV_QP_RQ_PSN) {
 		qp->attr.rq_psn = attr->rq_psn & SV_PSN_MASK;
 		qp->epsn = qp->attr.rq_psn;

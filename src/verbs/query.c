@@ -100,7 +100,7 @@ void sv_port_attr(struct ibv_port_attr *p)
 	p->state = IBV_PORT_ACTIVE;
 	p->max_mtu = SV_PORT_MTU;
 	p->active_mtu = SV_PORT_MTU;
-	p->gid_tbl_len = 1;
+	p->gid_tbl_len = SV_GID_TBL_LEN;
 	p->port_cap_flags = 0;
 	p->max_msg_sz = SV_MAX_MSG_SIZE;
 	p->bad_pkey_cntr = 0;
@@ -163,24 +163,20 @@ static int sv_query_port(struct ibv_context *context, uint8_t port_num,
 	return 0;
 }
 
-/*
- * GID table entry index of the device's port 1.  Today the table has one
- * entry, naming the endpoint of an opened context; without a context (the
- * file-system view) its port field is 0: no endpoint exists yet.
- */
+/* GID table entry index of the device's port 1 (gid.c: the same in every process). */
 int sv_gid_entry(const struct sv_device *dev, const struct sv_context *ctx, uint32_t index,
 		 struct ibv_gid_entry *e)
 {
-	if (index != 0)
+	enum ibv_gid_type type;
+
+	(void)ctx;
+	if (index >= SV_GID_TBL_LEN)
 		return ENODATA;
 	memset(e, 0, sizeof(*e));
-	if (ctx)
-		e->gid = ctx->gid;
-	else
-		sv_gid_encode(&e->gid, dev->ip, 0);
+	sv_port_gid(dev, index, &e->gid, &type);
 	e->gid_index = index;
 	e->port_num = 1;
-	e->gid_type = IBV_GID_TYPE_ROCE_V2;
+	e->gid_type = type;
 	e->ndev_ifindex = (uint32_t)dev->ifindex;
 	return 0;
 }

@@ -105,11 +105,16 @@ inner() {
 		rd v "$base/ports/1/active_mtu"
 		[ "$v" = "$(dv active_mtu | cut -d' ' -f1)" ] ||
 			bad "$base/ports/1/active_mtu '$v', ibv_devinfo '$(dv active_mtu)'"
-		# GID 0: its type as devinfo names it ("GID[  0]: <gid>, RoCE v2")
-		rd v "$base/ports/1/gid_attrs/types/0"
-		ds=$(sed -n 's/^[[:space:]]*GID\[ *0\]:.*, //p' <<<"$info" | head -n1)
-		[ -n "$v" ] && [ "$v" = "$ds" ] ||
-			bad "$base/ports/1/gid_attrs/types/0 '$v', ibv_devinfo GID[0] type '$ds'"
+		# the GID table, 4 entries (link-local and IPv4-mapped, RoCE v1
+		# and v2 each): each type as devinfo names it ("GID[  1]: <gid>,
+		# RoCE v2"; the kernel's sysfs says "IB/RoCE v1" for "RoCE v1")
+		for g in 0 1 2 3; do
+			rd v "$base/ports/1/gid_attrs/types/$g"
+			ds=$(sed -n "s/^[[:space:]]*GID\\[ *$g\\]:.*, //p" <<<"$info" | head -n1)
+			[ -n "$v" ] && { [ "$v" = "$ds" ] || [ "$v" = "IB/$ds" ]; } ||
+				bad "$base/ports/1/gid_attrs/types/$g '$v', ibv_devinfo GID[$g] type '$ds'"
+		done
+		[ ! -e "$base/ports/1/gids/4" ] || bad "$base/ports/1/gids/4 exists: the table has 4 entries"
 		rd v "$base/ports/1/gids/0"
 		[[ $v =~ ^([0-9a-f]{4}:){7}[0-9a-f]{4}$ ]] && [ "$v" != "0000:0000:0000:0000:0000:0000:0000:0000" ] ||
 			bad "$base/ports/1/gids/0: '$v', expected a non-zero GID in sysfs form"

@@ -96,7 +96,7 @@ static void check_init_qp_attr(struct side *s, struct side *peer, int rnr_retry,
 	const int rts_mask = IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
 			     IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
 
-	SVT_CHECK_OK(ibv_query_gid(peer->id->verbs, 1, 0, &peer_gid));
+	SVT_CHECK_OK(ibv_query_gid(peer->id->verbs, 1, 3, &peer_gid));
 
 	memset(&a, 0xa5, sizeof(a));
 	a.qp_state = IBV_QPS_INIT;

@@ -91,7 +91,7 @@ static void test_nonblocking_channel(void)
 	SVT_CHECK_PTR(id->route.path_rec);
 	union ibv_gid gid;
 
-	SVT_CHECK_OK(ibv_query_gid(id->verbs, 1, 0, &gid));
+	SVT_CHECK_OK(ibv_query_gid(id->verbs, 1, 3, &gid)); /* the IPv4 address's RoCE v2 GID */
 	SVT_CHECK_MEM(&id->route.path_rec->sgid, &gid, sizeof(gid));
 	SVT_CHECK_CM_ERRNO(rdma_get_cm_event(ch, &ev), EAGAIN);
 

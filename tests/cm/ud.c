@@ -64,8 +64,9 @@ static struct ibv_wc datagram(struct side *from, struct side *to, struct ibv_ah 
 
 	const struct ibv_grh *grh = (const struct ibv_grh *)to->buf;
 
-	SVT_CHECK_OK(ibv_query_gid(from->id->verbs, 1, 0, &from_gid));
-	SVT_CHECK_OK(ibv_query_gid(to->id->verbs, 1, 0, &to_gid));
+	/* a GRH carries the IPv4-mapped GIDs (index 3) */
+	SVT_CHECK_OK(ibv_query_gid(from->id->verbs, 1, 3, &from_gid));
+	SVT_CHECK_OK(ibv_query_gid(to->id->verbs, 1, 3, &to_gid));
 	SVT_CHECK_MEM(&grh->sgid, &from_gid, sizeof(from_gid));
 	SVT_CHECK_MEM(&grh->dgid, &to_gid, sizeof(to_gid));
 	return wc;

@@ -340,7 +340,7 @@ void svt_conn_default(struct svt_conn *c, enum ibv_qp_type type)
 	c->max_rd_atomic = 4;
 	c->max_dest_rd_atomic = 4;
 	c->qkey = 0x11111111;
-	c->sgid_index = 0;
+	c->sgid_index = 3; /* the IPv4-mapped RoCE v2 GID, what a GRH carries */
 	c->hop_limit = 1;
 }
 

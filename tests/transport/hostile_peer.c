@@ -17,6 +17,7 @@
 #include "engine/opcode.h"
 #include "engine/wire.h"
 #include "transport/transport.h"
+#include "transport/registry.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -54,7 +55,12 @@ static void victim_make(struct victim *v)
 	union ibv_gid peer = v->d.gid;
 
 	svt_dev_open(&v->d);
-	SVT_CHECK(sv_gid_decode(&v->d.gid, &v->at));
+	{
+		union ibv_gid g4; /* ::ffff:IPv4, index 3 */
+
+		SVT_CHECK_OK(ibv_query_gid(v->d.ctx, 1, 3, &g4));
+		memcpy(&v->at.ip.s_addr, &g4.raw[12], 4);
+	}
 	v->cq = svt_create_cq(v->d.ctx, 4096, NULL);
 	v->mem = svt_alloc(3 * PAGE);
 	memset(v->mem, 0xc5, 3 * PAGE);
@@ -66,6 +72,9 @@ static void victim_make(struct victim *v)
 		/* RC/UC: "connected" to a QP that does not exist; the hostile
 		 * peer's packets name the victim's QPN all the same */
 		svt_qp_connect(v->qp[t], NULL, &peer, 0x777);
+		/* the victim's endpoint: its host's address, the port of its
+		 * block of QP numbers (transport/registry.h) */
+		v->at.port = sv_qpn_port(v->qp[t]->qp_num);
 		for (int i = 0; i < 16; i++)
 			SVT_CHECK_OK(svt_post_recv(v->qp[t], (uint64_t)i, v->mem + PAGE + 256u * (unsigned)i,
 						   256, v->mr->lkey));

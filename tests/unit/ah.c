@@ -75,7 +75,8 @@ static void test_from_wc(struct svt_pair *p)
 	SVT_CHECK_EQ(aa.is_global, 1);
 	SVT_CHECK_EQ(aa.port_num, 1);
 	SVT_CHECK_MEM(&aa.grh.dgid, &a->gid, sizeof(a->gid));
-	SVT_CHECK_EQ(aa.grh.sgid_index, 0); /* our GID the packet was sent to */
+	/* our GID the packet was sent to: the IPv4-mapped one, its RoCE v2 entry */
+	SVT_CHECK_EQ(aa.grh.sgid_index, 3);
 
 	struct ibv_ah *ah1 = ibv_create_ah(b->pd, &aa);
 

@@ -68,13 +68,30 @@ static void test_open_close(void)
 
 	SVT_CHECK_OK(ibv_query_device(c1, &da));
 
-	/* Every opened device is its own endpoint: GID 0 differs. */
+	/* A GID names the port, not a context: the same table in both,
+	 * link-local v1/v2 then IPv4-mapped v1/v2 (issue 11) */
 	union ibv_gid g1, g2;
+	struct ibv_port_attr pa;
 
-	SVT_CHECK_OK(ibv_query_gid(c1, 1, 0, &g1));
-	SVT_CHECK_OK(ibv_query_gid(c2, 1, 0, &g2));
-	SVT_CHECK_MSG(memcmp(&g1, &g2, sizeof(g1)) != 0,
-		      "two opened contexts report the same GID 0");
+	SVT_CHECK_OK(ibv_query_port(c1, 1, &pa));
+	SVT_CHECK_EQ(pa.gid_tbl_len, 4);
+	for (int i = 0; i < 4; i++) {
+		struct ibv_gid_entry e;
+
+		SVT_CHECK_OK(ibv_query_gid(c1, 1, i, &g1));
+		SVT_CHECK_OK(ibv_query_gid(c2, 1, i, &g2));
+		SVT_CHECK_MEM(&g1, &g2, sizeof(g1));
+		SVT_CHECK_OK(ibv_query_gid_ex(c1, 1, (uint32_t)i, &e, 0));
+		SVT_CHECK_MEM(&e.gid, &g1, sizeof(g1));
+		SVT_CHECK_EQ(e.gid_type, i & 1 ? IBV_GID_TYPE_ROCE_V2 : IBV_GID_TYPE_ROCE_V1);
+		if (i < 2) {
+			SVT_CHECK(g1.raw[0] == 0xfe && g1.raw[1] == 0x80 && g1.raw[11] == 0xff &&
+				  g1.raw[12] == 0xfe);
+		} else {
+			SVT_CHECK(g1.raw[10] == 0xff && g1.raw[11] == 0xff && g1.raw[0] == 0);
+		}
+	}
+	SVT_CHECK_EQ(ibv_query_gid(c1, 1, 4, &g1), -1);
 
 	SVT_CHECK_OK(ibv_close_device(c2));
 	SVT_CHECK_OK(ibv_close_device(c1));

@@ -353,7 +353,7 @@ static void test_query(enum ibv_qp_type t)
 		SVT_CHECK_EQ(a.qp_access_flags, c.access);
 		SVT_CHECK_EQ(a.ah_attr.is_global, 1);
 		SVT_CHECK_MEM(&a.ah_attr.grh.dgid, &dev.gid, sizeof(dev.gid));
-		SVT_CHECK_EQ(a.ah_attr.grh.sgid_index, 0);
+		SVT_CHECK_EQ(a.ah_attr.grh.sgid_index, c.sgid_index);
 		SVT_CHECK_EQ(a.ah_attr.port_num, 1);
 	}
 	if (t == IBV_QPT_RC) {

@@ -1,0 +1,187 @@
+/* The host-wide QPN registry; see registry.h. */
+#include "transport/registry.h"
+#include "common/util.h"
+#include "common/proc.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define REG_MAGIC 0x53565152u /* "SVQR" */
+#define REG_VERSION 1u
+
+struct sv_qpn_slot {
+	_Atomic uint64_t owner;	 /* pid | context tag << 32; 0: free */
+	_Atomic uint64_t start;	 /* the owner's start time (clock ticks after boot) */
+	_Atomic uint32_t port;	 /* its endpoint's TCP port; 0 while it is set up */
+	uint32_t pad[11];
+};
+
+struct sv_qpn_file {
+	_Atomic uint32_t magic; /* written last by whoever made the file */
+	uint32_t version;
+	uint32_t pad[14];
+	struct sv_qpn_slot slot[SV_QPN_NBLOCKS];
+};
+
+_Static_assert(sizeof(struct sv_qpn_slot) == 64, "one cache line per block");
+
+/* Is the slot's owner gone (dead, or its pid now another process)? */
+static bool abandoned(const struct sv_qpn_slot *s, uint64_t owner)
+{
+	pid_t pid = (pid_t)(owner & 0xffffffffu);
+	uint64_t st = atomic_load(&s->start), now;
+
+	if (kill(pid, 0) && errno == ESRCH)
+		return true;
+	now = sv_proc_stat(pid, NULL);
+	/* a start time not written yet: the owner is claiming it right now */
+	return st && now && now != st;
+}
+
+static struct sv_qpn_file *registry_map(struct in_addr ip)
+{
+	char path[128];
+	struct stat ns, st;
+	struct sv_qpn_file *f;
+	int fd;
+
+	/* one registry per device and network namespace: an address names an
+	 * interface only within its namespace */
+	if (stat("/proc/self/ns/net", &ns))
+		ns.st_ino = 0;
+	snprintf(path, sizeof(path), "/dev/shm/softverbs-%u-%lu-%08x.qpn", (unsigned)getuid(),
+		 (unsigned long)ns.st_ino, (unsigned)ntohl(ip.s_addr));
+	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd < 0)
+		return NULL;
+	if (fstat(fd, &st) || st.st_uid != getuid() || (st.st_mode & 077) ||
+	    (st.st_size < (off_t)sizeof(*f) && ftruncate(fd, sizeof(*f)))) {
+		close(fd);
+		return NULL;
+	}
+	f = mmap(NULL, sizeof(*f), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	close(fd);
+	if (f == MAP_FAILED)
+		return NULL;
+	if (!atomic_load(&f->magic)) {
+		uint32_t zero = 0;
+
+		f->version = REG_VERSION; /* a new file is all zeros: every block free */
+		atomic_compare_exchange_strong(&f->magic, &zero, REG_MAGIC);
+	}
+	if (atomic_load(&f->magic) != REG_MAGIC || f->version != REG_VERSION) {
+		munmap(f, sizeof(*f));
+		return NULL;
+	}
+	return f;
+}
+
+static long port_base(void)
+{
+	static long base = -1;
+
+	if (base < 0)
+		base = sv_env_long("SOFTVERBS_PORT_BASE", 18000);
+	return base;
+}
+
+uint16_t sv_qpn_block_port(uint32_t block)
+{
+	long p = port_base() + (long)block;
+
+	return block && block < SV_QPN_NBLOCKS && p > 0 && p <= 65535 ? (uint16_t)p : 0;
+}
+
+uint16_t sv_qpn_port(uint32_t qpn)
+{
+	return sv_qpn_block_port((qpn & 0xffffffu) >> SV_QPN_BLOCK_SHIFT);
+}
+
+int sv_qpn_claim(struct in_addr ip, uint32_t from, struct sv_qpn_claim *c)
+{
+	static _Atomic uint32_t tags;
+	uint64_t me = (uint64_t)(uint32_t)getpid() | (uint64_t)(atomic_fetch_add(&tags, 1) + 1)
+							     << 32;
+	uint64_t mystart = sv_proc_stat(getpid(), NULL);
+
+	memset(c, 0, sizeof(*c));
+	if (!from)
+		from = 1;
+	c->map = registry_map(ip);
+	if (!c->map) {
+		static atomic_bool said;
+
+		if (!atomic_exchange(&said, true))
+			sv_warn("no QPN registry in /dev/shm (%s): QP numbers are chosen at random "
+				"and only probably unique on this host", strerror(errno));
+		c->block = from > 1 ? from : 1 + sv_random_u32() % (SV_QPN_NBLOCKS - 1);
+		return c->block < SV_QPN_NBLOCKS && sv_qpn_block_port(c->block) ? 0 : ENOSPC;
+	}
+	/* the lowest block free or abandoned: a dead process's numbers are
+	 * the first to be used again */
+	for (uint32_t b = from; b < SV_QPN_NBLOCKS && sv_qpn_block_port(b); b++) {
+		struct sv_qpn_slot *s = &c->map->slot[b];
+		uint64_t o = atomic_load(&s->owner);
+
+		if (o && !abandoned(s, o))
+			continue;
+		if (!atomic_compare_exchange_strong(&s->owner, &o, me))
+			continue; /* someone else took it first */
+		atomic_store(&s->start, mystart);
+		atomic_store(&s->port, 0);
+		c->block = b;
+		c->owner = me;
+		return 0;
+	}
+	munmap(c->map, sizeof(*c->map));
+	c->map = NULL;
+	return ENOSPC;
+}
+
+void sv_qpn_publish(struct sv_qpn_claim *c, uint16_t port)
+{
+	if (c->map && c->block)
+		atomic_store(&c->map->slot[c->block].port, port);
+}
+
+void sv_qpn_release(struct sv_qpn_claim *c)
+{
+	if (c->map && c->block) {
+		struct sv_qpn_slot *s = &c->map->slot[c->block];
+		uint64_t me = c->owner;
+
+		atomic_store(&s->port, 0);
+		atomic_store(&s->start, 0);
+		atomic_compare_exchange_strong(&s->owner, &me, 0);
+	}
+	if (c->map)
+		munmap(c->map, sizeof(*c->map));
+	memset(c, 0, sizeof(*c));
+}
+
+int sv_qpn_owner(struct in_addr ip, uint32_t qpn, uint16_t *port, pid_t *pid)
+{
+	struct sv_qpn_file *f = registry_map(ip);
+	uint32_t b = (qpn & 0xffffffu) >> SV_QPN_BLOCK_SHIFT;
+	uint64_t o;
+	int err = ENOENT;
+
+	if (!f)
+		return ENOENT;
+	o = atomic_load(&f->slot[b].owner);
+	*port = (uint16_t)atomic_load(&f->slot[b].port);
+	if (b && o && *port) {
+		*pid = (pid_t)(o & 0xffffffffu);
+		err = 0;
+	}
+	munmap(f, sizeof(*f));
+	return err;
+}

@@ -1,0 +1,57 @@
+/*
+ * The host's QP numbers: one registry per device (per IPv4 address of an
+ * interface, in one network namespace), shared by every process of the
+ * user on this host, with no daemon.  The 2^24 QP numbers are cut into
+ * 1024 blocks of SV_QPN_BLOCK; each opened context claims one block and
+ * numbers its QPs in it, so QPNs are unique per device across the host's
+ * processes, as on one HCA.  A claim records the claiming process (pid and
+ * start time) and its endpoint; a block whose owner died, however it died,
+ * is free again.  Block 0 (QPNs 0 and 1 are the IB special QPs) is never
+ * handed out.
+ *
+ * A block also names its endpoint's TCP port, SOFTVERBS_PORT_BASE + block
+ * (sv_qpn_port), on every host: so a peer anywhere that knows only (IP,
+ * QPN) knows where the process owning that QPN listens, and a block whose
+ * port is taken by another program is skipped.
+ */
+#ifndef SV_REGISTRY_H
+#define SV_REGISTRY_H
+
+#include <netinet/in.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#define SV_QPN_BLOCK_SHIFT 14
+#define SV_QPN_BLOCK (1u << SV_QPN_BLOCK_SHIFT) /* QPs a context may have */
+#define SV_QPN_NBLOCKS (1u << (24 - SV_QPN_BLOCK_SHIFT))
+
+struct sv_qpn_file;
+
+/* One context's block. */
+struct sv_qpn_claim {
+	struct sv_qpn_file *map; /* NULL: no registry (a block chosen at random) */
+	uint32_t block;		 /* 0: none */
+	uint64_t owner;		 /* what the slot holds while it is ours */
+};
+
+/*
+ * Claim the lowest free (or abandoned) block of the device at ip from block
+ * `from` on.  0, or an errno: ENOSPC when every block is held by a live
+ * process (or has no port).  Without a usable registry file (no /dev/shm),
+ * a random block is taken, unique with high probability only, and said once.
+ */
+int sv_qpn_claim(struct in_addr ip, uint32_t from, struct sv_qpn_claim *c);
+/* The endpoint of the block listens now (its port is in the registry). */
+void sv_qpn_publish(struct sv_qpn_claim *c, uint16_t port);
+void sv_qpn_release(struct sv_qpn_claim *c);
+/* The TCP port of the endpoint that owns qpn (on any host); 0 for none. */
+uint16_t sv_qpn_port(uint32_t qpn_or_block_shifted);
+/* The port of block b. */
+uint16_t sv_qpn_block_port(uint32_t block);
+
+/* The TCP port of the live endpoint whose block holds qpn on this host's
+ * device at ip: 0, or ENOENT (nobody, or no registry). */
+int sv_qpn_owner(struct in_addr ip, uint32_t qpn, uint16_t *port, pid_t *pid);
+
+#endif
