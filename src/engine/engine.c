@@ -17,6 +17,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -58,6 +59,7 @@ static struct sv_conn *conn_new(struct sv_engine *eng, int fd, bool outgoing,
 	c->ops = ops;
 	c->fd = fd;
 	c->outgoing = outgoing;
+	c->local_port = eng->port;
 	sv_ref_init(&c->ref, 1); /* the engine's list reference */
 	atomic_init(&c->state, outgoing ? SV_CONN_CONNECTING : SV_CONN_UP);
 	pthread_mutex_init(&c->tx_lock, NULL);
@@ -92,9 +94,11 @@ static int conn_register(struct sv_engine *eng, struct sv_conn *c)
 
 	if (c->ops->init && (err = c->ops->init(c)))
 		return err;
-	/* the HELLO goes first; EPOLLOUT is armed below, so it is only queued */
+	/* the HELLO goes first; EPOLLOUT is armed below, so it is only queued
+	 * (on the shared port, only once the peer's says the connection is ours) */
 	c->want_out = true;
-	err = sv_conn_send_hello(c, &eng->ctx->gid);
+	c->hello_gid = &eng->ctx->gid;
+	err = c->via_shared ? 0 : sv_conn_send_hello(c, &eng->ctx->gid);
 	if (err)
 		return err;
 	/* on the list before epoll can report it: the engine thread may fail
@@ -258,9 +262,14 @@ void sv_engine_conn_fail(struct sv_conn *conn)
 	struct sv_engine *eng = conn->eng;
 	int was = atomic_exchange(&conn->state, SV_CONN_DEAD);
 
-	/* lost, unless this context is closing it */
-	if (was == SV_CONN_UP && !atomic_load(&eng->stop))
-		sv_stat_ctx_count(eng->ctx, SV_CTXC_CONN_LOST);
+	/* lost, unless this context is closing it; one of ours never set up
+	 * (a shared port's taker found no endpoint for us: the peer is gone)
+	 * is a failed connect; one taken on the shared port and handed to
+	 * another process, or never ours, is neither */
+	if (was == SV_CONN_UP && !atomic_load(&eng->stop) && !conn->keep_socket &&
+	    (conn->hello_seen || conn->outgoing))
+		sv_stat_ctx_count(eng->ctx, conn->hello_seen ? SV_CTXC_CONN_LOST
+							     : SV_CTXC_CONNECT_FAIL);
 	/* the first call closes; every call makes sure it leaves the list */
 	if (was != SV_CONN_DEAD || conn->fd >= 0) {
 		if (conn->fd >= 0)
@@ -309,9 +318,12 @@ static void conn_flush(struct sv_conn *c)
 	if (!sv_conn_tx_waiting(c) && c->want_out) {
 		c->want_out = false;
 		conn_arm(c, false);
-	} else if (sv_conn_tx_waiting(c) && !c->want_out) {
+	} else if (sv_conn_tx_waiting(c) && !c->want_out && !sv_conn_gated(c)) {
 		c->want_out = true; /* what was corked did not all fit */
 		conn_arm(c, true);
+	} else if (sv_conn_gated(c) && c->gate_hello_out && c->want_out) {
+		c->want_out = false; /* the rest waits for the peer's HELLO, not for room */
+		conn_arm(c, false);
 	}
 	if (!sv_conn_congested(c)) {
 		while (!sv_list_empty(sv_conn_waiters(c)))
@@ -863,6 +875,13 @@ void sv_engine_stop(struct sv_engine *eng)
 		wake(eng);
 		pthread_join(eng->thread, NULL);
 	}
+	/* leave the host's shared port before the drain: a connection the
+	 * kernel gave this closing endpoint would wait unaccepted behind it */
+	for (int i = 0; i < eng->nlisteners; i++)
+		if (eng->listeners[i].ops == &sv_tcp_shared_ops) {
+			close(eng->listeners[i].fd);
+			eng->listeners[i].fd = -1;
+		}
 	while (!sv_list_empty(&eng->conns)) {
 		struct sv_conn *c = SV_CONTAINER_OF(eng->conns.next, struct sv_conn, link);
 
@@ -871,7 +890,8 @@ void sv_engine_stop(struct sv_engine *eng)
 	}
 	bury_dead(eng);
 	for (int i = 0; i < eng->nlisteners; i++)
-		close(eng->listeners[i].fd);
+		if (eng->listeners[i].fd >= 0)
+			close(eng->listeners[i].fd);
 	sv_qpn_release(&eng->qpns);
 	if (eng->wake_fd >= 0)
 		close(eng->wake_fd);

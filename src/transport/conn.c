@@ -106,8 +106,9 @@ int sv_conn_txq_write(struct sv_conn *c)
 		size_t off = b ? b->off : 0;
 		int n = 0, took;
 
-		/* each queued frame lies whole in one buffer, behind its length */
-		while (b && n < TXQ_BATCH) {
+		/* each queued frame lies whole in one buffer, behind its length;
+		 * while the peer's HELLO is awaited, only ours (the first) goes */
+		while (b && n < (sv_conn_gated(c) ? (c->gate_hello_out ? 0 : 1) : TXQ_BATCH)) {
 			uint32_t flen;
 
 			if (off == b->len) {
@@ -128,6 +129,8 @@ int sv_conn_txq_write(struct sv_conn *c)
 		took = c->ops->send(c, &f);
 		if (took < 0)
 			return took;
+		if (took && sv_conn_gated(c))
+			c->gate_hello_out = true;
 		for (int k = 0; k < took; k++) {
 			b = c->txq_head;
 			b->off += v[k].iov_len;
@@ -163,7 +166,8 @@ static int conn_write(struct sv_conn *conn, const struct sv_frames *f, size_t to
 	bool up;
 
 	pthread_mutex_lock(&conn->tx_lock);
-	up = atomic_load(&conn->state) == SV_CONN_UP;
+	/* gated: frames queue as while connecting, behind our HELLO */
+	up = atomic_load(&conn->state) == SV_CONN_UP && !sv_conn_gated(conn);
 	if (atomic_load(&conn->state) == SV_CONN_DEAD) {
 		ret = -ENOTCONN;
 		goto out;
@@ -188,7 +192,8 @@ static int conn_write(struct sv_conn *conn, const struct sv_frames *f, size_t to
 	}
 	if (taken < f->nframes)
 		ret = queue_frames(conn, f, taken);
-	if (!ret && sv_conn_tx_waiting(conn) && !conn->want_out && !conn->tx_corked) {
+	if (!ret && sv_conn_tx_waiting(conn) && !conn->want_out && !conn->tx_corked &&
+	    !(sv_conn_gated(conn) && conn->gate_hello_out)) {
 		conn->want_out = true;
 		conn->host->want_output(conn); /* ask the engine to poll for room */
 	}
@@ -283,6 +288,8 @@ int sv_conn_send_hello(struct sv_conn *conn, const union ibv_gid *gid)
 	struct iovec iov = { &h, sizeof(h) };
 
 	memcpy(h.gid, gid->raw, 16);
+	if (conn->outgoing)
+		h.to_port = htons(conn->peer.port);
 	if (conn->peer_pid && sv_cuda_can_import() && !sv_cuda_peer_refused(conn->peer_pid))
 		h.flags = htons(SV_HELLO_GPU);
 	return sv_conn_send(conn, &iov, 1);
@@ -299,6 +306,19 @@ bool sv_conn_take_hello(struct sv_conn *conn, const uint8_t *f, size_t len)
 		return false;
 	}
 	memcpy(gid.raw, h->gid, 16);
+	if (conn->via_shared) {
+		/* accepted on the shared port: ours, or another endpoint's */
+		uint16_t to = ntohs(h->to_port);
+
+		conn->via_shared = false;
+		if (to != conn->local_port) {
+			if (!conn->ops->handoff || conn->ops->handoff(conn, f, len, to))
+				sv_dbg("shared port: no endpoint %u here for a connection", to);
+			return false; /* ours no more (or nobody's) */
+		}
+		if (sv_conn_send_hello(conn, conn->hello_gid))
+			return false;
+	}
 	memcpy(conn->peer_gid, h->gid, 16);
 	atomic_store_explicit(&conn->peer_gpu, (ntohs(h->flags) & SV_HELLO_GPU) != 0,
 			      memory_order_relaxed);

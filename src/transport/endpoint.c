@@ -11,7 +11,13 @@
  */
 #include "transport/transport.h"
 
+#include <arpa/inet.h>
+#include <errno.h>
+#include <stddef.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 void sv_gid_encode(union ibv_gid *gid, struct in_addr ip, uint16_t port)
 {
@@ -35,3 +41,37 @@ bool sv_gid_decode(const union ibv_gid *gid, struct sv_endpoint_addr *out)
 	return out->port != 0;
 }
 
+
+void sv_endpoint_unix_name(struct sockaddr_un *sa, socklen_t *len, const char *kind,
+			   struct in_addr ip, uint16_t port)
+{
+	char ipbuf[INET_ADDRSTRLEN];
+	int n;
+
+	memset(sa, 0, sizeof(*sa));
+	sa->sun_family = AF_UNIX;
+	inet_ntop(AF_INET, &ip, ipbuf, sizeof(ipbuf));
+	/* sun_path[0] = 0: abstract namespace, scoped to the network namespace,
+	 * gone with the process */
+	n = snprintf(sa->sun_path + 1, sizeof(sa->sun_path) - 1, "softverbs-%s/%s:%u", kind, ipbuf,
+		     port);
+	*len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
+}
+
+int sv_endpoint_unix_listen(const char *kind, struct in_addr ip, uint16_t port)
+{
+	struct sockaddr_un sa;
+	socklen_t sl;
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return -errno;
+	sv_endpoint_unix_name(&sa, &sl, kind, ip, port);
+	if (bind(fd, (struct sockaddr *)&sa, sl) || listen(fd, 512)) {
+		int e = -errno;
+
+		close(fd);
+		return e;
+	}
+	return fd;
+}

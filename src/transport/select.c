@@ -35,6 +35,10 @@ int sv_transports_listening(enum sv_transport_mode mode,
 	out[n++] = &sv_tcp_ops;
 	if (mode != SV_TRANSPORT_TCP)
 		out[n++] = &sv_shm_ops;
+	if (sv_tcp_shared_port()) {
+		out[n++] = &sv_tcp_handoff_ops;
+		out[n++] = &sv_tcp_shared_ops;
+	}
 	return n;
 }
 

@@ -115,38 +115,11 @@ static inline struct sv_shm *to_shm(struct sv_conn *c)
 	return c->tp;
 }
 
-static void shm_name(struct sockaddr_un *sa, socklen_t *len, struct in_addr ip, uint16_t port)
-{
-	char ipbuf[INET_ADDRSTRLEN];
-	int n;
-
-	memset(sa, 0, sizeof(*sa));
-	sa->sun_family = AF_UNIX;
-	inet_ntop(AF_INET, &ip, ipbuf, sizeof(ipbuf));
-	/* sun_path[0] = 0: abstract namespace, scoped to the network namespace */
-	n = snprintf(sa->sun_path + 1, sizeof(sa->sun_path) - 1, "softverbs-shm/%s:%u", ipbuf,
-		     port);
-	*len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
-}
-
 /* Listen on the abstract unix name of the endpoint's tcp address and port:
  * only peers on this host and in this network namespace can reach it. */
 static int shm_listen(struct in_addr ip, uint16_t *port)
 {
-	struct sockaddr_un sa;
-	socklen_t sl;
-	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-
-	if (fd < 0)
-		return -errno;
-	shm_name(&sa, &sl, ip, *port);
-	if (bind(fd, (struct sockaddr *)&sa, sl) || listen(fd, 512)) {
-		int e = -errno;
-
-		close(fd);
-		return e;
-	}
-	return fd;
+	return sv_endpoint_unix_listen("shm", ip, *port);
 }
 
 static bool peer_is_us(int fd, pid_t *pid)
@@ -286,7 +259,7 @@ static int shm_connect(struct sv_conn *c)
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
-	shm_name(&sa, &sl, c->peer.ip, c->peer.port);
+	sv_endpoint_unix_name(&sa, &sl, "shm", c->peer.ip, c->peer.port);
 	/* a unix connect to a listener completes at once (or fails: no such
 	 * endpoint here, or its backlog is full) */
 	if (connect(fd, (struct sockaddr *)&sa, sl) || !peer_is_us(fd, &pid)) {

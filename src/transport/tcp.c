@@ -4,6 +4,11 @@
  */
 #include "transport/stream.h"
 
+#include <arpa/inet.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <sys/un.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -115,11 +120,29 @@ static void tcp_drain(struct sv_conn *c, uint64_t deadline)
 	}
 }
 
+uint16_t sv_tcp_shared_port(void)
+{
+	static long port = -1;
+
+	if (port < 0) {
+		port = sv_env_long("SOFTVERBS_PORT", 4791);
+		if (port < 0 || port > 65535)
+			port = 0;
+	}
+	return (uint16_t)port;
+}
+
+/*
+ * A connection goes to the peer host's shared port, whichever process of
+ * that host takes it hands it to the endpoint its HELLO names (to_port);
+ * without a shared port, straight to the endpoint's own port.
+ */
 static int tcp_connect(struct sv_conn *conn)
 {
+	uint16_t shared = sv_tcp_shared_port();
 	struct sockaddr_in sa = { .sin_family = AF_INET,
 				  .sin_addr = conn->peer.ip,
-				  .sin_port = htons(conn->peer.port) };
+				  .sin_port = htons(shared ? shared : conn->peer.port) };
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 
 	if (fd < 0)
@@ -132,6 +155,7 @@ static int tcp_connect(struct sv_conn *conn)
 		return e;
 	}
 	conn->fd = fd;
+	conn->gated = shared != 0; /* the peer host's taker hands it on by our HELLO */
 	return 0;
 }
 
@@ -175,6 +199,10 @@ static int tcp_set_lowat(struct sv_conn *conn, size_t bytes)
 
 static void tcp_close(struct sv_conn *conn)
 {
+	if (conn->fd >= 0 && conn->keep_socket) {
+		close(conn->fd); /* handed to another process: the socket lives on there */
+		conn->fd = -1;
+	}
 	if (conn->fd >= 0) {
 		/* the peer sees the endpoint vanish, like a link going down */
 		shutdown(conn->fd, SHUT_RDWR);
@@ -209,6 +237,166 @@ static void tcp_input(struct sv_conn *conn, bool closing)
 	sv_stream_input(conn, &tcp_io, closing);
 }
 
+/* ---- the host's shared port, and handing a connection to its endpoint ---- */
+
+/* A HELLO frame as it arrives: its length word, then the HELLO. */
+struct hello_frame {
+	uint32_t len;
+	struct sv_hello h;
+} __attribute__((packed));
+
+static int shared_listen(struct in_addr ip, uint16_t *port)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr = ip,
+				  .sin_port = htons(sv_tcp_shared_port()) };
+	int fd, one = 1;
+
+	(void)port;
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -errno;
+	/* every process of this user on this host listens here; the kernel
+	 * spreads connections over them, and each hands on what is not its own */
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || listen(fd, 512)) {
+		int e = -errno;
+
+		close(fd);
+		return e;
+	}
+	return fd;
+}
+
+/* The abstract socket over which a connection is handed to an endpoint. */
+static int handoff_listen(struct in_addr ip, uint16_t *port)
+{
+	return sv_endpoint_unix_listen("handoff", ip, *port);
+}
+
+/* A HELLO frame that can be taken: its length and the HELLO's own checks. */
+static bool hello_ok(const struct hello_frame *f)
+{
+	return ntohl(f->len) == sizeof(f->h) && ntohl(f->h.magic) == SV_WIRE_MAGIC &&
+	       ntohs(f->h.version) == SV_WIRE_VERSION;
+}
+
+/* The connection is ours now: a tcp one whose HELLO was read already. */
+static int adopt(struct sv_conn *conn, int fd, const struct hello_frame *f)
+{
+	tcp_tune(fd);
+	conn->fd = fd;
+	conn->ops = &sv_tcp_ops;
+	return sv_conn_take_hello(conn, (const uint8_t *)&f->h, sizeof(f->h)) ? 0 : -EPROTO;
+}
+
+/*
+ * A peer reached the shared port: the connection is taken as a tcp one that
+ * says nothing until the peer's HELLO, which names the endpoint it is for
+ * (and the peer sends nothing else before ours): then it is ours, or handed
+ * on (tcp_handoff, from sv_conn_take_hello).
+ */
+static int shared_accept(int lfd, struct sv_conn *conn)
+{
+	int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+
+	if (fd < 0)
+		return sv_accept_error(errno);
+	tcp_tune(fd);
+	conn->fd = fd;
+	conn->ops = &sv_tcp_ops;
+	conn->via_shared = true;
+	return 0;
+}
+
+/* Pass the socket and the peer's HELLO to the endpoint to_port of this host. */
+static int tcp_handoff(struct sv_conn *conn, const uint8_t *hello, size_t len, uint16_t to_port)
+{
+	struct hello_frame f;
+	struct sockaddr_in me;
+	socklen_t ml = sizeof(me);
+	struct sockaddr_un sa;
+	socklen_t sl;
+	char cbuf[CMSG_SPACE(sizeof(int))] = { 0 };
+	struct iovec iov = { &f, sizeof(f) };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+			     .msg_controllen = sizeof(cbuf) };
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+	int u, err = 0;
+
+	if (len != sizeof(f.h) || getsockname(conn->fd, (struct sockaddr *)&me, &ml))
+		return -EINVAL;
+	f.len = htonl((uint32_t)len);
+	memcpy(&f.h, hello, len);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &conn->fd, sizeof(int));
+	sv_endpoint_unix_name(&sa, &sl, "handoff", me.sin_addr, to_port);
+	u = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (u < 0 || connect(u, (struct sockaddr *)&sa, sl) ||
+	    sendmsg(u, &mh, MSG_NOSIGNAL) != (ssize_t)sizeof(f))
+		err = -errno;
+	else
+		conn->keep_socket = true; /* the owner holds it now: no shutdown here */
+	if (u >= 0)
+		close(u);
+	return err ? err : 0;
+}
+
+/* A connection handed to us by the process that took it on the shared port. */
+static int handoff_accept(int lfd, struct sv_conn *conn)
+{
+	struct hello_frame f;
+	char cbuf[CMSG_SPACE(sizeof(int))];
+	struct iovec iov = { &f, sizeof(f) };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+			     .msg_controllen = sizeof(cbuf) };
+	struct cmsghdr *cm;
+	struct ucred cr;
+	socklen_t cl = sizeof(cr);
+	struct pollfd p;
+	int u = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC), fd = -1;
+	ssize_t n;
+
+	if (u < 0)
+		return sv_accept_error(errno);
+	/* only a process of our own user may hand us a connection */
+	if (getsockopt(u, SOL_SOCKET, SO_PEERCRED, &cr, &cl) || cr.uid != getuid()) {
+		close(u);
+		return -ECONNABORTED;
+	}
+	p = (struct pollfd){ .fd = u, .events = POLLIN };
+	poll(&p, 1, 1000);
+	n = recvmsg(u, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+	close(u);
+	cm = n == (ssize_t)sizeof(f) ? CMSG_FIRSTHDR(&mh) : NULL;
+	if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
+	    cm->cmsg_len == CMSG_LEN(sizeof(int)))
+		memcpy(&fd, CMSG_DATA(cm), sizeof(int));
+	if (fd < 0 || !hello_ok(&f) || ntohs(f.h.to_port) != conn->local_port) {
+		if (fd >= 0)
+			close(fd);
+		return -ECONNABORTED;
+	}
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+	return adopt(conn, fd, &f);
+}
+
+const struct sv_transport_ops sv_tcp_shared_ops = {
+	.name = "tcp (shared port)",
+	.listen = shared_listen,
+	.accept = shared_accept,
+	.close = tcp_close, /* a connection refused before it became a tcp one */
+};
+
+const struct sv_transport_ops sv_tcp_handoff_ops = {
+	.name = "tcp (hand-off)",
+	.listen = handoff_listen,
+	.accept = handoff_accept,
+	.close = tcp_close,
+};
+
 const struct sv_transport_ops sv_tcp_ops = {
 	.name = "tcp",
 	.listen = tcp_listen,
@@ -222,4 +410,5 @@ const struct sv_transport_ops sv_tcp_ops = {
 	.unsent = tcp_unsent,
 	.close = tcp_close,
 	.destroy = sv_stream_fini,
+	.handoff = tcp_handoff,
 };

@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <sys/un.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -34,6 +35,12 @@ struct sv_endpoint_addr {
 
 /* The GID that names an endpoint, and back (false: not a softverbs GID). */
 void sv_gid_encode(union ibv_gid *gid, struct in_addr ip, uint16_t port);
+/* The abstract unix socket "softverbs-KIND/IP:PORT" of an endpoint (only
+ * peers on this host, in this network namespace, reach it); listening on
+ * it: the fd or -errno. */
+void sv_endpoint_unix_name(struct sockaddr_un *sa, socklen_t *len, const char *kind,
+			   struct in_addr ip, uint16_t port);
+int sv_endpoint_unix_listen(const char *kind, struct in_addr ip, uint16_t port);
 bool sv_gid_decode(const union ibv_gid *gid, struct sv_endpoint_addr *out);
 
 enum sv_conn_state {
@@ -112,6 +119,13 @@ struct sv_conn {
 	bool hello_seen;       /* peer's HELLO arrived */
 	struct sv_endpoint_addr peer;
 	uint8_t peer_gid[16];  /* from the peer's HELLO */
+	uint16_t local_port;   /* our endpoint's port (set by the engine) */
+	const union ibv_gid *hello_gid; /* what our HELLO says (the engine's endpoint) */
+	/* The host's shared port (tcp.c): a connection accepted there sends its
+	 * HELLO only once the peer's says it is for us (else it is handed on,
+	 * and its socket kept open for the owner); one made to a shared port
+	 * sends nothing but its HELLO until the peer's has come (gated). */
+	bool via_shared, keep_socket, gated, gate_hello_out;
 	pid_t peer_pid;        /* the peer process, where the transport knows it is on
 				  this host with our uid (shm); 0 otherwise */
 	atomic_bool peer_gpu;  /* its HELLO says it opens our GPU memory (SV_HELLO_GPU) */
@@ -127,6 +141,12 @@ struct sv_conn {
 
 	void *framing;         /* the transport's framing state (stream.c) */
 };
+
+/* Output waits for the peer's HELLO (a connection made to a shared port). */
+static inline bool sv_conn_gated(const struct sv_conn *conn)
+{
+	return conn->gated && !conn->hello_seen;
+}
 
 /* tx_lock held: does output wait, in the queue or held by the transport? */
 static inline bool sv_conn_tx_waiting(const struct sv_conn *conn)
@@ -211,6 +231,10 @@ struct sv_transport_ops {
 	/* Listen for an endpoint at (ip, *port), the port of its block of QP
 	 * numbers (registry.h): returns the listening fd or -errno
 	 * (-EADDRINUSE: the port is another program's). */
+	/* Pass the connection, whose peer's HELLO (hello, len) named the
+	 * endpoint to_port, to that endpoint's process on this host; 0, and
+	 * conn->keep_socket set, or -errno.  NULL: not a transport that can. */
+	int (*handoff)(struct sv_conn *conn, const uint8_t *hello, size_t len, uint16_t to_port);
 	int (*listen)(struct in_addr ip, uint16_t *port);
 	/* Accept one waiting peer on lfd into conn (its fd and transport state):
 	 * 0; -EAGAIN when none waits, or when accepting must stop (out of
@@ -233,6 +257,12 @@ struct sv_transport_ops {
 };
 
 extern const struct sv_transport_ops sv_tcp_ops;
+/* Listeners only (their connections are tcp ones): the host's shared port
+ * (SOFTVERBS_PORT, every process with SO_REUSEPORT), and the abstract
+ * socket over which a connection that arrived there is handed to the
+ * process it is for (tcp.c). */
+extern const struct sv_transport_ops sv_tcp_shared_ops;
+extern const struct sv_transport_ops sv_tcp_handoff_ops;
 extern const struct sv_transport_ops sv_shm_ops;
 
 /* ---- choosing transports (select.c): the only place that names them ---- */
@@ -242,6 +272,8 @@ enum sv_transport_mode {
 	SV_TRANSPORT_SHM,  /* shm only: a peer it cannot reach is unreachable */
 };
 #define SV_MAX_TRANSPORTS 4
+/* The host's shared TCP port for endpoints (SOFTVERBS_PORT, default 4791; 0: none). */
+uint16_t sv_tcp_shared_port(void);
 /* SOFTVERBS_TRANSPORT, read when a device is opened. */
 enum sv_transport_mode sv_transport_mode(void);
 /* The transports an endpoint listens with, the one that picks the port first. */
@@ -267,7 +299,7 @@ static inline int sv_accept_error(int err)
  * hands the first frame it receives to sv_conn_take_hello.
  */
 #define SV_WIRE_MAGIC 0x53565242u /* "SVRB" */
-#define SV_WIRE_VERSION 1
+#define SV_WIRE_VERSION 2
 
 /* HELLO flags: the sender opens GPU memory exported to it (CUDA IPC), so a
  * packet may name such memory instead of carrying its bytes (wire.h). */
@@ -278,6 +310,9 @@ struct sv_hello {
 	uint16_t version;
 	uint16_t flags;
 	uint8_t gid[16]; /* the sending endpoint's GID (endpoint.c) */
+	uint16_t to_port; /* the endpoint it is for (its block's port, registry.h):
+			     a connection to the host's shared port is handed to it */
+	uint16_t pad;
 } __attribute__((packed));
 
 /* Queue our HELLO, naming the endpoint gid; 0 or -errno. */

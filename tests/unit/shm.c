@@ -174,6 +174,11 @@ static void dev_shm_list(struct names *l)
 	while ((de = readdir(d))) {
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
 			continue;
+		/* the host's QPN registries (one per user, namespace and device
+		 * address) are meant to stay: they are not the shm transport's */
+		if (!strncmp(de->d_name, "softverbs-", 10) &&
+		    strlen(de->d_name) > 4 && !strcmp(de->d_name + strlen(de->d_name) - 4, ".qpn"))
+			continue;
 		l->v = realloc(l->v, (l->n + 1) * sizeof(*l->v));
 		SVT_CHECK_PTR(l->v);
 		l->v[l->n] = strdup(de->d_name);
