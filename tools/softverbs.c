@@ -364,13 +364,18 @@ static int show_port(struct ibv_context *ctx, uint8_t port)
 	printf("    link_layer        %s\n", link_layer_str(pa.link_layer));
 	printf("    gid_tbl_len       %d\n", pa.gid_tbl_len);
 
-	if (ibv_query_gid(ctx, port, 0, &gid)) {
-		printf("    GID[0]            (ibv_query_gid failed: %s)\n", strerror(errno));
-		return -1;
+	for (int i = 0; i < pa.gid_tbl_len; i++) {
+		struct ibv_gid_entry e;
+
+		if (ibv_query_gid_ex(ctx, port, (uint32_t)i, &e, 0)) {
+			printf("    GID[%d]            (ibv_query_gid_ex failed)\n", i);
+			return -1;
+		}
+		gid = e.gid;
+		printf("    GID[%d]            ", i);
+		print_gid(&gid);
+		printf(", %s\n", e.gid_type == IBV_GID_TYPE_ROCE_V2 ? "RoCE v2" : "RoCE v1");
 	}
-	printf("    GID[0]            ");
-	print_gid(&gid);
-	printf("\n");
 	return 0;
 }
 
@@ -453,8 +458,8 @@ static int cmd_devices(int argc, char **argv)
 		if (show_device(list[i]) != 0)
 			status = 1;
 	}
-	printf("\nGID[0] names the endpoint of the process that opened the device;\n"
-	       "each process that opens a device gets its own.\n");
+	printf("\nThe GIDs name the port, the same in every process; a QP on this host\n"
+	       "is reached by (any of them, its QP number).\n");
 
 	ibv_free_device_list(list);
 	return status;

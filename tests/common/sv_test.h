@@ -13,9 +13,9 @@
  *     set SKIP_RETURN_CODE 77 so CTest reports them as skipped.
  *   - Nothing may hang: every wait has a timeout (SVT_TIMEOUT_MS by default),
  *     and svt_watchdog() arms an alarm that aborts a stuck test with a message.
- *   - Device name: $SVT_DEVICE, default "sv_lo". Use GID index 0 and
- *     ah_attr.is_global=1 with grh.dgid = peer's GID 0 (see
- *     docs/DESIGN-NOTES-FOR-HELPERS.md).
+ *   - Device name: $SVT_DEVICE, default "sv_lo". AVs need
+ *     ah_attr.is_global=1 with grh.dgid = a GID of the peer's port (any
+ *     index; the harness uses index 3, the IPv4-mapped RoCE v2 GID).
  *   - Never use an ibv_context across fork(): two-process tests use
  *     svt_spawn(), which fork+execs the test binary itself, and the child opens
  *     its own device.
