@@ -849,6 +849,20 @@ void sv_engine_quiesce(struct sv_engine *eng, uint64_t deadline_ns)
  * stuck elsewhere must not hang the process.  The engine's state stays as it
  * is; callers of the verbs still make progress themselves.
  */
+/*
+ * The engine thread is gone: leave the host's shared port, or the kernel
+ * would go on giving this endpoint connections nobody accepts (a library
+ * unloaded with devices open, a context closing).
+ */
+static void leave_shared_port(struct sv_engine *eng)
+{
+	for (int i = 0; i < eng->nlisteners; i++)
+		if (eng->listeners[i].ops == &sv_tcp_shared_ops && eng->listeners[i].fd >= 0) {
+			close(eng->listeners[i].fd);
+			eng->listeners[i].fd = -1;
+		}
+}
+
 void sv_engine_halt(struct sv_engine *eng)
 {
 	struct timespec until;
@@ -864,6 +878,7 @@ void sv_engine_halt(struct sv_engine *eng)
 		return;
 	}
 	eng->thread_started = false;
+	leave_shared_port(eng);
 }
 
 void sv_engine_stop(struct sv_engine *eng)
@@ -875,13 +890,9 @@ void sv_engine_stop(struct sv_engine *eng)
 		wake(eng);
 		pthread_join(eng->thread, NULL);
 	}
-	/* leave the host's shared port before the drain: a connection the
-	 * kernel gave this closing endpoint would wait unaccepted behind it */
-	for (int i = 0; i < eng->nlisteners; i++)
-		if (eng->listeners[i].ops == &sv_tcp_shared_ops) {
-			close(eng->listeners[i].fd);
-			eng->listeners[i].fd = -1;
-		}
+	/* before the drain: a connection the kernel gave this closing
+	 * endpoint would wait unaccepted behind it */
+	leave_shared_port(eng);
 	while (!sv_list_empty(&eng->conns)) {
 		struct sv_conn *c = SV_CONTAINER_OF(eng->conns.next, struct sv_conn, link);
 
