@@ -60,6 +60,7 @@ static struct sv_conn *conn_new(struct sv_engine *eng, int fd, bool outgoing,
 	c->fd = fd;
 	c->outgoing = outgoing;
 	c->local_port = eng->port;
+	c->born_ns = sv_now_ns();
 	sv_ref_init(&c->ref, 1); /* the engine's list reference */
 	atomic_init(&c->state, outgoing ? SV_CONN_CONNECTING : SV_CONN_UP);
 	pthread_mutex_init(&c->tx_lock, NULL);
@@ -127,7 +128,7 @@ struct sv_conn *sv_engine_conn_to(struct sv_engine *eng, const struct sv_endpoin
 	pthread_mutex_lock(&eng->lock);
 	for (l = eng->conns.next; l != &eng->conns; l = l->next) {
 		c = SV_CONTAINER_OF(l, struct sv_conn, link);
-		if (c->outgoing && atomic_load(&c->state) != SV_CONN_DEAD &&
+		if (c->outgoing && atomic_load(&c->state) != SV_CONN_DEAD && !atomic_load(&c->abandoned) &&
 		    c->peer.ip.s_addr == peer->ip.s_addr && c->peer.port == peer->port) {
 			sv_conn_get(c);
 			pthread_mutex_unlock(&eng->lock);
@@ -230,6 +231,11 @@ void sv_engine_forget_qp(struct sv_engine *eng, struct sv_qp *qp)
 		sv_qp_put(qp);
 	}
 	pthread_mutex_unlock(&eng->lock);
+	sv_engine_unpark_qp(qp);
+}
+
+void sv_engine_unpark_qp(struct sv_qp *qp)
+{
 	/* parked on a connection (its own, or an AH's for UD): leave its list */
 	struct sv_conn *c = atomic_exchange(&qp->txwait_conn, NULL);
 

@@ -80,6 +80,8 @@ void sv_engine_schedule(struct sv_engine *eng, struct sv_qp *qp);
 /* qp->lock held: (re)arm or clear the QP's timers in the engine's list. */
 void sv_engine_timer_update(struct sv_engine *eng, struct sv_qp *qp);
 /* Forget a QP (destroy): removes it from timer/run/wait lists. */
+/* The QP waits on no connection any more (its wait is over or moot). */
+void sv_engine_unpark_qp(struct sv_qp *qp);
 void sv_engine_forget_qp(struct sv_engine *eng, struct sv_qp *qp);
 
 /* A connection broke or misbehaved: it is gone for good. */

@@ -27,9 +27,26 @@ static uint32_t wqe_npkts(const struct sv_qp *qp, const struct sv_send_wqe *w)
 	return (w->length + qp->mtu - 1) / qp->mtu;
 }
 
+/* A live connection to use, or false: dead, or silent too long (abandoned;
+ * the QP stops waiting on it). */
+static bool conn_usable(struct sv_qp *qp, struct sv_conn *c)
+{
+	if (atomic_load(&c->state) == SV_CONN_DEAD || atomic_load(&c->abandoned))
+		return false;
+	if (sv_conn_gated(c) && sv_conn_silent(c, sv_now_ns())) {
+		atomic_store(&c->abandoned, true);
+		if (atomic_load(&qp->txwait_conn) == c)
+			sv_engine_unpark_qp(qp);
+		sv_dbg("connection to %s:%u unanswered; trying a new one", inet_ntoa(c->peer.ip),
+		       c->peer.port);
+		return false;
+	}
+	return true;
+}
+
 struct sv_conn *sv_qp_conn(struct sv_qp *qp)
 {
-	if (qp->conn && atomic_load(&qp->conn->state) != SV_CONN_DEAD)
+	if (qp->conn && conn_usable(qp, qp->conn))
 		return qp->conn;
 	if (qp->conn)
 		sv_conn_put(qp->conn);
@@ -44,7 +61,7 @@ static struct sv_conn *ah_conn(struct sv_qp *qp, struct sv_ah *ah, uint32_t remo
 	struct sv_conn *c;
 
 	pthread_mutex_lock(&ah->lock);
-	if (!ah->conn || atomic_load(&ah->conn->state) == SV_CONN_DEAD || ah->peer.port != port) {
+	if (!ah->conn || !conn_usable(qp, ah->conn) || ah->peer.port != port) {
 		if (ah->conn)
 			sv_conn_put(ah->conn);
 		ah->peer.port = port;
@@ -530,6 +547,13 @@ void sv_requester_timeout(struct sv_qp *qp, uint64_t now)
 		}
 		if (!oldest) {
 			atomic_store_explicit(&qp->ack_deadline, 0, memory_order_relaxed);
+		} else if (qp->conn && atomic_load(&qp->conn->state) != SV_CONN_DEAD &&
+			   sv_conn_gated(qp->conn) && !conn_usable(qp, qp->conn)) {
+			/* its peer never answered (a stopped process took it on
+			 * the shared port): again on a new connection, no retry used */
+			sv_requester_rewind(qp, oldest->first_psn);
+			sv_requester_arm_ack_timer(qp);
+			sv_requester_run(qp);
 		} else if (qp->conn && sv_conn_busy(qp->conn)) {
 			/* still queued behind other traffic: the wire has not lost it,
 			 * it has not even carried it yet; wait without using a retry */

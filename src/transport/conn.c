@@ -47,7 +47,8 @@ bool sv_conn_congested(struct sv_conn *conn)
 	/* while connecting, frames queue behind the HELLO as on a slow link: the
 	 * requester's timers must see them sent, or a dead peer is never noticed */
 	/* corked bytes leave as soon as the receive pass ends */
-	return atomic_load(&conn->state) == SV_CONN_UP &&
+	/* so do they while the peer's HELLO is awaited (gated) */
+	return atomic_load(&conn->state) == SV_CONN_UP && !sv_conn_gated(conn) &&
 	       atomic_load_explicit(&conn->txq_bytes, memory_order_relaxed) != 0 &&
 	       !atomic_load_explicit(&conn->tx_corked, memory_order_relaxed);
 }

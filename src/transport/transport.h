@@ -126,6 +126,8 @@ struct sv_conn {
 	 * and its socket kept open for the owner); one made to a shared port
 	 * sends nothing but its HELLO until the peer's has come (gated). */
 	bool via_shared, keep_socket, gated, gate_hello_out;
+	uint64_t born_ns;      /* when it was made (sv_now_ns) */
+	atomic_bool abandoned; /* no more work goes on it (sv_conn_silent) */
 	pid_t peer_pid;        /* the peer process, where the transport knows it is on
 				  this host with our uid (shm); 0 otherwise */
 	atomic_bool peer_gpu;  /* its HELLO says it opens our GPU memory (SV_HELLO_GPU) */
@@ -146,6 +148,20 @@ struct sv_conn {
 static inline bool sv_conn_gated(const struct sv_conn *conn)
 {
 	return conn->gated && !conn->hello_seen;
+}
+
+/*
+ * A connection made to a shared port whose peer has not answered for this
+ * long: the process the kernel gave it to may be stopped (SIGSTOP, a
+ * debugger) and never accept it.  New work goes on a new connection,
+ * which the kernel may give to another process.  Long enough that a busy
+ * host's answer is not taken for silence (the old connection's frames
+ * would arrive as duplicates once it does answer).
+ */
+#define SV_CONN_SILENT_NS 2000000000ull
+static inline bool sv_conn_silent(const struct sv_conn *conn, uint64_t now)
+{
+	return sv_conn_gated(conn) && now - conn->born_ns > SV_CONN_SILENT_NS;
 }
 
 /* tx_lock held: does output wait, in the queue or held by the transport? */
