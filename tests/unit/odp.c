@@ -94,7 +94,7 @@ static void test_traffic_and_advice(void)
 	/* refusals */
 	sge = (struct ibv_sge){ (uintptr_t)mem + LEN - 4096, 8192, mr->lkey };
 	SVT_CHECK_RC(ibv_advise_mr(p.b.pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &sge, 1), EFAULT);
-	sge = (struct ibv_sge){ (uintptr_t)mem, 4096, mr->lkey ^ 0x100 };
+	sge = (struct ibv_sge){ (uintptr_t)mem, 4096, mr->lkey ^ 0x1 }; /* its slot, another tag: no key */
 	SVT_CHECK_RC(ibv_advise_mr(p.b.pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0, &sge, 1), EFAULT);
 	sge = (struct ibv_sge){ (uintptr_t)mem, 4096, mr->lkey };
 	SVT_CHECK_RC(ibv_advise_mr(p.b.pd, IBV_ADVISE_MR_ADVICE_PREFETCH, 0x80, &sge, 1), EINVAL);
