@@ -116,7 +116,7 @@ struct sv_conn {
 	_Atomic int state;     /* enum sv_conn_state */
 	struct sv_ref ref;     /* freed by the last put (sv_conn_put) */
 	bool outgoing;         /* we initiated it (and keyed it by peer addr) */
-	bool hello_seen;       /* peer's HELLO arrived */
+	atomic_bool hello_seen; /* peer's HELLO arrived (read by posting threads: sv_conn_gated) */
 	struct sv_endpoint_addr peer;
 	uint8_t peer_gid[16];  /* from the peer's HELLO */
 	uint16_t local_port;   /* our endpoint's port (set by the engine) */
