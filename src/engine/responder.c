@@ -709,14 +709,16 @@ static enum resp_result exec_write(const struct resp_pkt *p)
 		r = check_rkey(qp, qp->wr_rkey, qp->wr_va, p->plen, IBV_ACCESS_REMOTE_WRITE, &mem,
 			       &gpu);
 		/* a directly received payload (receive.c) is in place already */
-		if (r == RESP_OK && p->src_gpu) {
-			/* from a peer's GPU memory, to ours or host memory */
-			if (sv_gpu_sink_copy(&qp->gpu_in, p->src_gpu, mem, p->payload, p->plen))
-				r = RESP_ERR_RKEY;
-			else if (p->op->mask & SV_OPF_LAST)
-				sv_gpu_sink_start(qp->gpu_in);
-		} else if (r == RESP_OK && gpu) {
-			if (sv_gpu_sink_put(&qp->gpu_in, gpu, mem, p->payload, p->plen))
+		if (r == RESP_OK && (p->src_gpu || gpu)) {
+			/* from a peer's GPU memory (to ours or host memory), or into
+			 * ours: through the sink, a run started at the message's end */
+			enum sv_mem_err e =
+				p->src_gpu ? sv_gpu_sink_copy(&qp->gpu_in, p->src_gpu, mem,
+							      p->payload, p->plen)
+					   : sv_gpu_sink_put(&qp->gpu_in, gpu, mem, p->payload,
+							     p->plen);
+
+			if (e)
 				r = RESP_ERR_RKEY; /* GPU memory the driver could not reach */
 			else if (p->op->mask & SV_OPF_LAST)
 				sv_gpu_sink_start(qp->gpu_in);

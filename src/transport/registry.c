@@ -166,22 +166,3 @@ void sv_qpn_release(struct sv_qpn_claim *c)
 		munmap(c->map, sizeof(*c->map));
 	memset(c, 0, sizeof(*c));
 }
-
-int sv_qpn_owner(struct in_addr ip, uint32_t qpn, uint16_t *port, pid_t *pid)
-{
-	struct sv_qpn_file *f = registry_map(ip);
-	uint32_t b = (qpn & 0xffffffu) >> SV_QPN_BLOCK_SHIFT;
-	uint64_t o;
-	int err = ENOENT;
-
-	if (!f)
-		return ENOENT;
-	o = atomic_load(&f->slot[b].owner);
-	*port = (uint16_t)atomic_load(&f->slot[b].port);
-	if (b && o && *port) {
-		*pid = (pid_t)(o & 0xffffffffu);
-		err = 0;
-	}
-	munmap(f, sizeof(*f));
-	return err;
-}

@@ -50,8 +50,5 @@ uint16_t sv_qpn_port(uint32_t qpn_or_block_shifted);
 /* The port of block b. */
 uint16_t sv_qpn_block_port(uint32_t block);
 
-/* The TCP port of the live endpoint whose block holds qpn on this host's
- * device at ip: 0, or ENOENT (nobody, or no registry). */
-int sv_qpn_owner(struct in_addr ip, uint32_t qpn, uint16_t *port, pid_t *pid);
 
 #endif
