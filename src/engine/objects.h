@@ -258,6 +258,10 @@ struct sv_send_wqe {
 	enum ibv_wc_status status;
 	uint32_t first_psn, last_psn;
 	uint32_t npkts;
+	/* READ: the next response PSN expected.  Responses are placed only in
+	 * order: one after a lost response (a gap) would complete the READ
+	 * with a hole in its buffer, so it is dropped and the READ asked again */
+	uint32_t resp_psn;
 	uint64_t atomic_orig;
 	/* BIND_MW: taken at post, as the WR's pointers may be gone by then; the
 	 * window is only looked at once the table says it still is in bind_slot */

@@ -378,6 +378,7 @@ void sv_requester_run(struct sv_qp *qp)
 			w->first_psn = sq->psn;
 			w->npkts = wqe_npkts(qp, w);
 			w->last_psn = sv_psn_add(w->first_psn, w->npkts - 1);
+			w->resp_psn = w->first_psn;
 		}
 		if (budget-- <= 0) {
 			if (--quanta <= 0 || sv_engine_others_waiting(qp->ctx->eng, qp)) {

@@ -1,0 +1,272 @@
+/*
+ * READ responses in order, or not at all: a peer that speaks the wire format
+ * itself plays the responder of an RC READ and answers it badly.
+ *
+ *   - a response lost at the start (MIDDLE..LAST arrive, FIRST never does),
+ *   - a response lost in the middle,
+ *     then, when the requester asks again (its ack timer), the whole READ:
+ *     the READ must complete once, successfully, with every byte; completing
+ *     at the first LAST would leave a hole in the buffer (what CI saw once
+ *     under load, a READ into GPU memory that kept its old first bytes);
+ *   - a READ ended early (LAST where a MIDDLE belongs): IBV_WC_BAD_RESP_ERR,
+ *     never a success with bytes that were not written.
+ *
+ * The fake responder listens on the port of a block of QP numbers that no
+ * process of this host claims (registry.h), and softverbs reaches it there
+ * (SOFTVERBS_PORT=0: a QPN's own port, no shared port), over TCP.
+ */
+#include "sv_test.h"
+#include "engine/opcode.h"
+#include "engine/wire.h"
+#include "transport/transport.h"
+#include "transport/registry.h"
+
+#include <arpa/inet.h>
+#include <endian.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define MTU 1024
+#define NPKT 8
+#define LEN (MTU * NPKT)
+#define REMOTE_VA 0x100000ull
+#define REMOTE_RKEY 0x4242u
+
+enum flaw { LOSE_FIRST, LOSE_MIDDLE, END_EARLY };
+
+static struct {
+	int lfd;
+	uint32_t qpn;         /* the fake responder's QPN */
+	uint8_t mem[LEN];     /* what it answers READs from */
+	_Atomic uint32_t requester; /* the QPN responses go to */
+	_Atomic int flaw;
+	_Atomic int requests; /* READ requests seen for the current case */
+	_Atomic bool stop;
+} fake;
+
+static bool read_full(int fd, void *b, size_t n)
+{
+	uint8_t *p = b;
+
+	while (n) {
+		ssize_t r = recv(fd, p, n, 0);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return false;
+		p += r;
+		n -= (size_t)r;
+	}
+	return true;
+}
+
+static bool send_frame(int fd, const void *pkt, size_t len)
+{
+	uint32_t flen = htonl((uint32_t)len);
+
+	return send(fd, &flen, 4, MSG_NOSIGNAL) == 4 &&
+	       send(fd, pkt, len, MSG_NOSIGNAL) == (ssize_t)len;
+}
+
+/* Response k of the READ whose request had PSN psn, opcode `low` (FIRST...). */
+static bool send_resp(int fd, uint32_t psn, uint32_t k, uint8_t low, uint64_t off)
+{
+	uint8_t pkt[sizeof(struct sv_bth) + sizeof(struct sv_aeth) + MTU];
+	struct sv_bth *bth = (void *)pkt;
+	size_t hl = sizeof(*bth);
+
+	memset(pkt, 0, sizeof(pkt));
+	bth->opcode = SV_OP_RC | low;
+	bth->pkey = 0xffff;
+	bth->dqpn = htonl(atomic_load(&fake.requester));
+	bth->psn = htonl((psn + k) & SV_PSN_MASK);
+	if (sv_opcode_info(bth->opcode)->off_aeth) {
+		struct sv_aeth a = { htonl(SV_AETH_ACK << 24) };
+
+		memcpy(pkt + hl, &a, sizeof(a));
+		hl += sizeof(a);
+	}
+	memcpy(pkt + hl, fake.mem + off, MTU);
+	return send_frame(fd, pkt, hl + MTU);
+}
+
+/* Answer one READ request: whole, or with this case's flaw the first time. */
+static bool answer(int fd, uint32_t psn, uint64_t va, uint32_t len)
+{
+	uint32_t n = len / MTU;
+	int flaw = atomic_load(&fake.flaw);
+	bool first_time = atomic_fetch_add(&fake.requests, 1) == 0;
+
+	SVT_CHECK_EQ(len, LEN);
+	SVT_CHECK_EQ(va, REMOTE_VA);
+	for (uint32_t k = 0; k < n; k++) {
+		uint8_t low = k == 0 ? SV_OP_READ_RESP_FIRST
+			      : k + 1 == n ? SV_OP_READ_RESP_LAST : SV_OP_READ_RESP_MIDDLE;
+
+		if (first_time && flaw == LOSE_FIRST && k == 0)
+			continue;
+		if (first_time && flaw == LOSE_MIDDLE && k == 3)
+			continue;
+		if (first_time && flaw == END_EARLY && k == 2) {
+			low = SV_OP_READ_RESP_LAST; /* the READ "ends" two packets in */
+			return send_resp(fd, psn, k, low, (uint64_t)k * MTU);
+		}
+		if (!send_resp(fd, psn, k, low, (uint64_t)k * MTU))
+			return false;
+	}
+	return true;
+}
+
+static void *responder(void *arg)
+{
+	static uint8_t pkt[SV_MAX_FRAME];
+	int fd;
+
+	(void)arg;
+	fd = accept(fake.lfd, NULL, NULL);
+	SVT_CHECK(fd >= 0);
+	int one = 1;
+
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	for (bool hello = true; !atomic_load(&fake.stop);) {
+		uint32_t flen;
+
+		if (!read_full(fd, &flen, 4))
+			break;
+		flen = ntohl(flen);
+		SVT_CHECK(flen <= sizeof(pkt));
+		if (!read_full(fd, pkt, flen))
+			break;
+		if (hello) {
+			/* softverbs' HELLO; ours answers it (GID: where we listen) */
+			struct sv_hello h = { .magic = htonl(SV_WIRE_MAGIC),
+					      .version = htons(SV_WIRE_VERSION) };
+			struct sv_hello *in = (void *)pkt;
+			union ibv_gid g;
+			struct in_addr lo = { htonl(INADDR_LOOPBACK) };
+
+			SVT_CHECK_EQ(flen, sizeof(h));
+			SVT_CHECK_EQ(ntohl(in->magic), SV_WIRE_MAGIC);
+			sv_gid_encode(&g, lo, sv_qpn_port(fake.qpn));
+			memcpy(h.gid, g.raw, 16);
+			SVT_CHECK(send_frame(fd, &h, sizeof(h)));
+			hello = false;
+			continue;
+		}
+		const struct sv_bth *bth = (const void *)pkt;
+
+		if (bth->opcode != (SV_OP_RC | SV_OP_READ_REQUEST))
+			continue; /* nothing else is asked of it here */
+		SVT_CHECK_EQ(ntohl(bth->dqpn) & SV_PSN_MASK, fake.qpn);
+		const struct sv_reth *r = (const void *)(pkt + sizeof(*bth));
+
+		SVT_CHECK_EQ(ntohl(r->rkey), REMOTE_RKEY);
+		if (!answer(fd, ntohl(bth->psn) & SV_PSN_MASK, be64toh(r->va), ntohl(r->dma_len)))
+			break;
+	}
+	close(fd);
+	return NULL;
+}
+
+/* Listen where a QPN of an unclaimed block is reached; sets fake.qpn. */
+static void fake_listen(void)
+{
+	fake.lfd = socket(AF_INET, SOCK_STREAM, 0);
+	SVT_CHECK(fake.lfd >= 0);
+	/* the registry hands out low blocks first: try from the top */
+	for (uint32_t b = SV_QPN_NBLOCKS - 1; b > SV_QPN_NBLOCKS / 2; b--) {
+		struct sockaddr_in sa = { .sin_family = AF_INET,
+					  .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+					  .sin_port = htons(sv_qpn_block_port(b)) };
+
+		if (!sa.sin_port || bind(fake.lfd, (struct sockaddr *)&sa, sizeof(sa)))
+			continue;
+		SVT_CHECK_OK(listen(fake.lfd, 4));
+		fake.qpn = (b << SV_QPN_BLOCK_SHIFT) | 17;
+		return;
+	}
+	SVT_CHECK_MSG(0, "no free port for the fake responder");
+}
+
+static void one_case(struct svt_dev *d, struct ibv_cq *cq, enum flaw flaw)
+{
+	static const char *names[] = { "first response lost", "a middle response lost",
+				       "ended early" };
+	struct svt_qp_init qi;
+	struct svt_conn c;
+	struct ibv_wc wc;
+	uint8_t *buf = svt_alloc(LEN + 2 * 64);
+	struct ibv_mr *mr = svt_reg_mr(d->pd, buf, LEN + 2 * 64, SVT_ACCESS_ALL);
+
+	memset(buf, 0xee, LEN + 2 * 64);
+	svt_qp_init_default(&qi, IBV_QPT_RC);
+	struct ibv_qp *qp = svt_create_qp(d->pd, cq, cq, &qi);
+
+	svt_conn_default(&c, IBV_QPT_RC);
+	c.path_mtu = IBV_MTU_1024;
+	c.timeout = 1; /* the engine's floor, 1 ms: the retry comes soon */
+	atomic_store(&fake.requester, qp->qp_num);
+	atomic_store(&fake.flaw, flaw);
+	atomic_store(&fake.requests, 0);
+	svt_qp_connect(qp, &c, &d->gid, fake.qpn);
+	SVT_CHECK_OK(svt_post_send(qp, 7, IBV_WR_RDMA_READ, IBV_SEND_SIGNALED, buf + 64, LEN,
+				   mr->lkey, REMOTE_VA, REMOTE_RKEY, 0));
+	svt_poll_n(cq, 1, &wc, 10000);
+	SVT_CHECK_EQ(wc.wr_id, 7);
+	if (flaw == END_EARLY) {
+		SVT_CHECK_MSG(wc.status == IBV_WC_BAD_RESP_ERR, "%s: status %s", names[flaw],
+			      ibv_wc_status_str(wc.status));
+		SVT_CHECK_EQ(atomic_load(&fake.requests), 1);
+	} else {
+		SVT_CHECK_MSG(wc.status == IBV_WC_SUCCESS, "%s: status %s", names[flaw],
+			      ibv_wc_status_str(wc.status));
+		SVT_CHECK_EQ(wc.byte_len, LEN);
+		/* asked again after the loss, and complete only then */
+		SVT_CHECK(atomic_load(&fake.requests) >= 2);
+		SVT_CHECK_MEM(buf + 64, fake.mem, LEN);
+	}
+	for (int i = 0; i < 64; i++) {
+		SVT_CHECK_EQ(buf[i], 0xee);
+		SVT_CHECK_EQ(buf[64 + LEN + i], 0xee);
+	}
+	svt_log("%s: %s after %d request(s)", names[flaw], ibv_wc_status_str(wc.status),
+		atomic_load(&fake.requests));
+	SVT_CHECK_OK(ibv_destroy_qp(qp));
+	SVT_CHECK_OK(ibv_dereg_mr(mr));
+	while (ibv_poll_cq(cq, 1, &wc) > 0)
+		;
+	free(buf);
+}
+
+int main(void)
+{
+	struct svt_dev d;
+	pthread_t t;
+
+	svt_watchdog(60);
+	/* before the device opens: a QPN's own port, over TCP */
+	setenv("SOFTVERBS_PORT", "0", 1);
+	setenv("SOFTVERBS_TRANSPORT", "tcp", 1);
+	svt_fill(fake.mem, LEN, 5);
+	fake_listen();
+	SVT_CHECK_OK(pthread_create(&t, NULL, responder, NULL));
+	svt_dev_open(&d);
+	struct ibv_cq *cq = svt_create_cq(d.ctx, 16, NULL);
+
+	one_case(&d, cq, LOSE_FIRST);
+	one_case(&d, cq, LOSE_MIDDLE);
+	one_case(&d, cq, END_EARLY);
+	atomic_store(&fake.stop, true);
+	SVT_CHECK_OK(ibv_destroy_cq(cq));
+	svt_dev_close(&d); /* closes the connection: the responder's read ends */
+	pthread_join(t, NULL);
+	close(fake.lfd);
+	return 0;
+}
