@@ -4,7 +4,8 @@
 #   scripts/install-deps.sh [EXTRA_PACKAGE...]
 #
 # Build: cmake, gcc, make, pkg-config and rdma-core's headers (libibverbs-dev,
-# librdmacm-dev: softverbs is built against them, they are the ABI contract).
+# librdmacm-dev: softverbs is built against them, they are the ABI contract);
+# libsodium-dev for the peers' handshake (HMAC-SHA-256).
 # Clients run over softverbs in tests and benchmarks: ibverbs-utils,
 # rdmacm-utils, perftest, qperf; iproute2 for network namespaces; iperf3 as the
 # TCP reference. Extra package names given as arguments (e.g. clang for
@@ -16,7 +17,7 @@ set -euo pipefail
 
 packages=(
 	cmake gcc make pkg-config
-	libibverbs-dev librdmacm-dev
+	libibverbs-dev librdmacm-dev libsodium-dev
 	ibverbs-utils rdmacm-utils perftest qperf
 	iproute2 iperf3
 	"$@"

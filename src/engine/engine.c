@@ -99,7 +99,7 @@ static int conn_register(struct sv_engine *eng, struct sv_conn *c)
 	 * (on the shared port, only once the peer's says the connection is ours) */
 	c->want_out = true;
 	c->hello_gid = &eng->ctx->gid;
-	err = c->via_shared ? 0 : sv_conn_send_hello(c, &eng->ctx->gid);
+	err = sv_conn_start(c);
 	if (err)
 		return err;
 	/* on the list before epoll can report it: the engine thread may fail
@@ -327,7 +327,7 @@ static void conn_flush(struct sv_conn *c)
 	} else if (sv_conn_tx_waiting(c) && !c->want_out && !sv_conn_gated(c)) {
 		c->want_out = true; /* what was corked did not all fit */
 		conn_arm(c, true);
-	} else if (sv_conn_gated(c) && c->gate_hello_out && c->want_out) {
+	} else if (sv_conn_gated(c) && !c->gate_pass && c->want_out) {
 		c->want_out = false; /* the rest waits for the peer's HELLO, not for room */
 		conn_arm(c, false);
 	}
@@ -336,6 +336,16 @@ static void conn_flush(struct sv_conn *c)
 			unpark_first(c);
 	}
 	pthread_mutex_unlock(&c->tx_lock);
+}
+
+/*
+ * Does a packet on conn come from the endpoint an RC/UC QP is connected to
+ * (qp->peer, set at RTR)?  Endpoints, not connections: the peer's packets
+ * may come on its connection to us or ours to it.
+ */
+static bool from_peer(const struct sv_qp *qp, const struct sv_conn *conn)
+{
+	return conn->peer.ip.s_addr == qp->peer.ip.s_addr && conn->peer.port == qp->peer.port;
 }
 
 static void dispatch(struct sv_conn *conn, const struct sv_opcode_info *op, uint8_t *hdr,
@@ -349,6 +359,15 @@ static void dispatch(struct sv_conn *conn, const struct sv_opcode_info *op, uint
 		return; /* no such QP: dropped, as a NIC drops it */
 	}
 	pthread_mutex_lock(&qp->lock);
+	if (qp->ti->connected && !from_peer(qp, conn)) {
+		/* a connected QP hears its own peer only: anyone else could
+		 * otherwise forge ACKs and READ responses, draw ACKs that tell
+		 * the expected PSN, or move the QP to the error state */
+		pthread_mutex_unlock(&qp->lock);
+		sv_stat_ctx_count(conn->eng->ctx, SV_CTXC_RX_WRONG_PEER);
+		sv_qp_put(qp);
+		return;
+	}
 	sv_stat_rx(conn->eng->ctx, qp, plen);
 	if (op->mask & SV_OPF_REQUEST)
 		sv_responder_rx(qp, conn, op, hdr, payload, plen, src_gpu);

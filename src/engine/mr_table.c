@@ -1,13 +1,16 @@
 /*
- * Memory protection as the HCA applies it on every access: a key names a
- * slot of the context's key table ((key ^ secret) >> 8) whose MR or memory
- * window must carry exactly that key, then PD, access flags and bounds are
- * checked and the local address returned.  Binding and invalidating
- * windows happen here too, under the write lock.  The verbs (src/verbs/mr.c) register and
- * deregister under the table's write lock; accesses hold its read lock for
- * as long as they use the address.
+ * Memory protection as the HCA applies it on every access: a key names the
+ * entry of the context's key table (an MR or a memory window) that carries
+ * exactly that key, then PD, access flags and bounds are checked and the
+ * local address returned.  Keys are random (objects.h, struct
+ * sv_mr_table).  Binding and invalidating windows happen here too, under
+ * the write lock.  The verbs (src/verbs/mr.c) register and deregister under
+ * the table's write lock; accesses hold its read lock for as long as they
+ * use the address.
  */
 #include "engine/objects.h"
+
+#include <stdlib.h>
 
 void sv_mr_read_lock(struct sv_context *ctx)
 {
@@ -19,14 +22,93 @@ void sv_mr_read_unlock(struct sv_context *ctx)
 	pthread_rwlock_unlock(&ctx->mrs.lock);
 }
 
+static uint32_t key_hi(const struct sv_mr *e)
+{
+	return e->ibmr.lkey >> 8;
+}
+
+/* The position of the entry with these upper bits, or of the empty one
+ * that ends its probe sequence. */
+static uint32_t probe(const struct sv_mr_table *t, uint32_t hi)
+{
+	uint32_t i = hi & (t->size - 1);
+
+	while (t->tab[i] && key_hi(t->tab[i]) != hi)
+		i = (i + 1) & (t->size - 1);
+	return i;
+}
+
+struct sv_mr *sv_key_find_hi(struct sv_context *ctx, uint32_t hi)
+{
+	const struct sv_mr_table *t = &ctx->mrs;
+
+	return t->size ? t->tab[probe(t, hi)] : NULL;
+}
+
 struct sv_mr *sv_key_entry(struct sv_context *ctx, uint32_t key)
 {
-	uint32_t slot = (key ^ ctx->key_secret) >> 8;
-	struct sv_mr *e;
+	struct sv_mr *e = sv_key_find_hi(ctx, key >> 8);
 
-	if (slot >= ctx->mrs.nslots || !(e = ctx->mrs.slots[slot]) || e->ibmr.lkey != key)
-		return NULL;
-	return e;
+	return e && e->ibmr.lkey == key ? e : NULL;
+}
+
+static int grow(struct sv_mr_table *t)
+{
+	uint32_t n = t->size ? t->size * 2 : 64;
+	struct sv_mr **old = t->tab, **tab = calloc(n, sizeof(*tab));
+	uint32_t oldn = t->size;
+
+	if (!tab)
+		return -1;
+	t->tab = tab;
+	t->size = n;
+	for (uint32_t i = 0; i < oldn; i++)
+		if (old[i])
+			t->tab[probe(t, key_hi(old[i]))] = old[i];
+	free(old);
+	return 0;
+}
+
+int sv_key_insert(struct sv_mr_table *t, struct sv_mr *e)
+{
+	uint32_t key, i;
+
+	if (t->count >= SV_MAX_MR || ((t->count + 1) * 2 > t->size && grow(t)))
+		return -1;
+	do {
+		key = sv_random_u32();
+		i = probe(t, key >> 8);
+	} while (!(key >> 8) || t->tab[i]); /* upper bits in use (or 0): again */
+	e->ibmr.lkey = e->ibmr.rkey = key;
+	t->tab[i] = e;
+	t->count++;
+	return 0;
+}
+
+void sv_key_remove(struct sv_mr_table *t, struct sv_mr *e)
+{
+	uint32_t mask = t->size - 1, i = probe(t, key_hi(e)), j = i;
+
+	if (t->tab[i] != e)
+		return;
+	t->tab[i] = NULL;
+	t->count--;
+	/* close the gap: an entry further on whose probe sequence crosses it
+	 * moves into it (backward-shift deletion, no tombstones) */
+	for (;;) {
+		struct sv_mr *m;
+		uint32_t home;
+
+		j = (j + 1) & mask;
+		if (!(m = t->tab[j]))
+			return;
+		home = key_hi(m) & mask;
+		if (((j - home) & mask) >= ((j - i) & mask)) {
+			t->tab[i] = m;
+			t->tab[j] = NULL;
+			i = j;
+		}
+	}
 }
 
 /* PD, access and bounds of an MR or a bound MW. */
@@ -86,7 +168,7 @@ static void mw_unbind(struct sv_mr *mw)
 
 /*
  * A window's key changes only in its low eight bits (ibv_inc_rkey), so the
- * slot it names stays the same.  Checks as the IBA and rxe make them; a
+ * entry it names stays the same.  Checks as the IBA and rxe make them; a
  * refused bind changes nothing.
  */
 enum ibv_wc_status sv_mw_bind(struct sv_qp *qp, struct sv_send_wqe *w)
@@ -100,8 +182,7 @@ enum ibv_wc_status sv_mw_bind(struct sv_qp *qp, struct sv_send_wqe *w)
 
 	pthread_rwlock_wrlock(&ctx->mrs.lock);
 	/* the window may have been deallocated since the post */
-	ok = w->bind_slot < ctx->mrs.nslots && ctx->mrs.slots[w->bind_slot] == mw &&
-	     (new_key & ~0xffu) == (mw->ibmr.lkey & ~0xffu);
+	ok = sv_key_find_hi(ctx, w->bind_hi) == mw && (new_key >> 8) == w->bind_hi;
 	if (ok && w->bind_lkey) {
 		mr = sv_key_entry(ctx, w->bind_lkey);
 		ok = mr && mr->kind == SV_KEY_MR && mr->pd == mw->pd &&

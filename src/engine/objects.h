@@ -60,12 +60,19 @@ struct sv_device {
 	int index;
 };
 
-/* key -> MR lookups for one context (lkey == rkey, as in Soft-RoCE) */
+/*
+ * key -> MR or MW lookups for one context (lkey == rkey, as in Soft-RoCE).
+ * A key's upper 24 bits are drawn from the kernel's CSPRNG, unique among
+ * the live keys, and name the entry (an MW keeps them for life; its low 8
+ * bits are the consumer's, ibv_inc_rkey); the low 8 bits of an MR's key
+ * are random too.  Nothing in one key tells anything about another, and a
+ * freed key comes back only by chance (2^-32 a registration).  The table
+ * is open addressing on those random bits, linear probing.
+ */
 struct sv_mr_table {
 	pthread_rwlock_t lock;
-	struct sv_mr **slots;
-	uint32_t nslots;
-	uint32_t free_hint;
+	struct sv_mr **tab;
+	uint32_t size; /* a power of two, at least twice count (0: none yet) */
 	uint32_t count;
 };
 
@@ -78,7 +85,6 @@ struct sv_context {
 	struct sv_engine *eng;
 	union ibv_gid gid; /* this context's endpoint (transport/endpoint.c), said in
 			      HELLOs; not a GID of the port (verbs/gid.c) */
-	uint32_t key_secret;
 
 	pthread_mutex_t lock; /* qp table, object counts */
 	uint32_t qpn_base;    /* the first QPN of this context's block */
@@ -126,7 +132,6 @@ struct sv_mr {
 	uint8_t *vaddr; /* where it is in this process */
 	uint64_t len;
 	unsigned int access;
-	uint32_t slot;
 	uint8_t kind;   /* enum sv_key_kind */
 	uint32_t nmw;   /* MR: memory windows bound to it */
 	/* GPU memory (CUDA device memory; a window bound to such an MR too):
@@ -264,9 +269,9 @@ struct sv_send_wqe {
 	uint32_t resp_psn;
 	uint64_t atomic_orig;
 	/* BIND_MW: taken at post, as the WR's pointers may be gone by then; the
-	 * window is only looked at once the table says it still is in bind_slot */
+	 * window is only looked at once the table says it still carries bind_hi */
 	struct sv_mr *bind_mw;
-	uint32_t bind_slot;
+	uint32_t bind_hi; /* its key's upper 24 bits, which name it in the table */
 	uint32_t bind_lkey; /* the MR's key, 0 when unbinding */
 };
 /* A send WQE leaves the queue (completed, flushed or discarded): what it held goes. */
@@ -419,6 +424,13 @@ enum sv_mem_err sv_mr_translate(struct sv_context *ctx, uint32_t key, struct sv_
 				uint8_t **ptr, sv_cu_ctx *gpu);
 /* The MR or window that carries exactly this key, or NULL (read lock held). */
 struct sv_mr *sv_key_entry(struct sv_context *ctx, uint32_t key);
+/* The entry whose key has these upper 24 bits, or NULL (a lock held). */
+struct sv_mr *sv_key_find_hi(struct sv_context *ctx, uint32_t hi);
+/* Write lock held: enter e under a fresh key (e->ibmr.lkey/rkey); 0, or -1
+ * when the table is full (SV_MAX_MR) or memory ran out. */
+int sv_key_insert(struct sv_mr_table *t, struct sv_mr *e);
+/* Write lock held: e's key names nothing any more. */
+void sv_key_remove(struct sv_mr_table *t, struct sv_mr *e);
 /* The same as sv_mr_translate for a key a peer presents (rkey): an MR's, or a bound MW's
  * reached through the QP qpn. */
 enum sv_mem_err sv_key_translate_remote(struct sv_context *ctx, uint32_t key, struct sv_pd *pd,

@@ -64,6 +64,8 @@ enum cm_msg_type {
 	MSG_DREP = 'E',
 	MSG_SIDR_REQ = 'S',
 	MSG_SIDR_REP = 'R',
+	MSG_HELLO = 'H', /* the handshake: a nonce, then */
+	MSG_AUTH = 'A',  /* the proof of the secret (transport/auth.h) */
 };
 
 enum cm_state {
@@ -151,9 +153,17 @@ struct cm_id {
 	struct ibv_qp_init_attr *ep_qp_attr; /* rdma_create_ep on a passive id: for rdma_get_request */
 	struct ibv_pd *ep_pd;
 
-	/* the REQ to send once the TCP connection to the peer's CM port is up */
+	/* the REQ to send once the TCP connection to the peer's CM port is up
+	 * and the peer has proved the secret (req_due) */
 	struct rdma_conn_param pending;
 	uint8_t pending_pdata[CM_MAX_PDATA];
+	bool req_due;
+
+	/* the CM connection's handshake (protocol.c): nothing but HELLO and
+	 * AUTH counts before the peer's AUTH has passed */
+	bool active;                   /* this end connected (the AUTH's role) */
+	bool hello_seen, authed;
+	uint8_t nonce_mine[16], nonce_peer[16];
 
 	/* receive side of the CM socket */
 	uint8_t rx[512];

@@ -24,9 +24,10 @@
 #include <unistd.h>
 
 #include "rdmacm/cm.h"
+#include "transport/auth.h"
 
 #define CM_MAGIC 0x5356434du /* "SVCM" */
-#define CM_VERSION 1
+#define CM_VERSION 2 /* 2: the HELLO/AUTH handshake */
 
 
 /* One frame; multi-byte fields in network order. */
@@ -91,6 +92,37 @@ static int wire_send(struct cm_id *id, const struct cm_wire *m)
 	/* a 280-byte frame on an idle CM socket: a short write means the peer is gone */
 	sv_dbg("cm: send %c failed: %s", m->type, n < 0 ? strerror(errno) : "short write");
 	return n < 0 ? errno : EPIPE;
+}
+
+/*
+ * The handshake of a CM connection, as on the data path's connections
+ * (transport/auth.h): each end sends a HELLO with a fresh nonce as soon as
+ * the connection is up, and an AUTH (HMAC of the secret over its role and
+ * both nonces) once it has the other's; no other message counts, and the
+ * active end sends its REQ (private data included), only after the other's
+ * AUTH has passed.
+ */
+static int send_hello(struct cm_id *id)
+{
+	struct cm_wire m;
+
+	if (sv_auth_init())
+		return EACCES;
+	sv_auth_nonce(id->nonce_mine);
+	wire_init(&m, MSG_HELLO);
+	wire_pdata(&m, id->nonce_mine, sizeof(id->nonce_mine));
+	return wire_send(id, &m);
+}
+
+static int send_auth(struct cm_id *id)
+{
+	struct sv_auth_frame a = { .magic = htonl(SV_AUTH_MAGIC) };
+	struct cm_wire m;
+
+	sv_auth_mac(a.mac, id->active, id->nonce_mine, id->nonce_peer, sizeof(id->nonce_mine));
+	wire_init(&m, MSG_AUTH);
+	wire_pdata(&m, &a, sizeof(a));
+	return wire_send(id, &m);
 }
 
 static void wire_conn_param(struct cm_wire *m, struct cm_id *id, uint32_t qpn, bool srq,
@@ -440,11 +472,61 @@ static void on_rej(struct cm_id *id, const struct cm_wire *m)
 	post(ev);
 }
 
+static void send_pending_req(struct cm_id *id)
+{
+	int err;
+
+	id->req_due = false;
+	err = cm_ps_is_ud(id->pub.ps) ? cm_send_sidr_req(id, &id->pending)
+				      : cm_send_req(id, &id->pending);
+	if (err)
+		peer_lost(id, err);
+}
+
+/* A handshake message; false: the connection was dropped. */
+static bool on_handshake(struct cm_id *id, const struct cm_wire *m)
+{
+	static atomic_bool told;
+
+	if (m->type == MSG_HELLO && !id->hello_seen && m->pdata_len == sizeof(id->nonce_peer)) {
+		memcpy(id->nonce_peer, m->pdata, sizeof(id->nonce_peer));
+		id->hello_seen = true;
+		if (send_auth(id)) {
+			peer_lost(id, ECONNRESET);
+			return false;
+		}
+		return true;
+	}
+	if (m->type == MSG_AUTH && id->hello_seen &&
+	    sv_auth_verify(m->pdata, m->pdata_len, id->active, id->nonce_mine, id->nonce_peer,
+			   sizeof(id->nonce_mine))) {
+		id->authed = true;
+		if (id->req_due)
+			send_pending_req(id);
+		return true;
+	}
+	if (m->type == MSG_AUTH && !atomic_exchange(&told, true))
+		sv_warn("cm: refused a connection from %s: it does not hold this job's secret "
+			"(%s). To accept peers from other hosts, give every process the same "
+			"SOFTVERBS_SECRET; see docs/SECURITY.md",
+			inet_ntoa(id->pub.route.addr.dst_sin.sin_addr), sv_auth_source());
+	else
+		sv_warn_limited("cm: message %c before the peer proved the secret: connection "
+				"dropped",
+				m->type);
+	peer_lost(id, ECONNREFUSED);
+	return false;
+}
+
 /* One frame arrived on id's CM connection. */
 static void on_message(struct cm_id *id, const struct cm_wire *m)
 {
 	enum cm_state s = id->state;
 
+	if (!id->authed) {
+		on_handshake(id, m);
+		return;
+	}
 	switch (m->type) {
 	case MSG_REQ:
 	case MSG_SIDR_REQ:
@@ -531,9 +613,10 @@ static void on_connected(struct cm_id *id)
 	id->want_write = false;
 	if (getsockopt(id->sock, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0) {
 		cm_sock_watch(id);
-		err = cm_ps_is_ud(id->pub.ps) ? cm_send_sidr_req(id, &id->pending)
-					      : cm_send_req(id, &id->pending);
+		/* the REQ follows once the peer has proved the secret */
+		err = send_hello(id);
 		if (!err) {
+			id->req_due = true;
 			id->state = CM_REQ_SENT;
 			return;
 		}
@@ -548,14 +631,16 @@ uint64_t cm_refused_grace_ns(void)
 
 void cm_start_connect(struct cm_id *id)
 {
-	bool ud = cm_ps_is_ud(id->pub.ps);
 	int err;
 
+	id->active = true;
+	id->hello_seen = id->authed = false;
 	if (connect(id->sock, (struct sockaddr *)&id->pub.route.addr.dst_sin,
 		    sizeof(struct sockaddr_in)) == 0) {
-		err = ud ? cm_send_sidr_req(id, &id->pending) : cm_send_req(id, &id->pending);
+		err = send_hello(id);
 		if (err)
 			return cm_connect_failed(id, err);
+		id->req_due = true;
 		id->state = CM_REQ_SENT;
 		cm_sock_watch(id);
 	} else if (errno == EINPROGRESS) {
@@ -629,6 +714,8 @@ static void on_listener(struct cm_id *ls)
 		c->pub.route.addr.dst_sin = peer;
 		cm_fill_route(c);
 		cm_sock_watch(c);
+		if (send_hello(c))
+			peer_lost(c, ECONNRESET);
 	}
 }
 

@@ -64,6 +64,8 @@ enum sv_stat_ctx_counter {
 	SV_CTXC_CONNECT_FAIL,  /* connections to a peer endpoint that could not be
 				* made (nobody listens there, unreachable) */
 	SV_CTXC_RX_NO_QP,      /* packets for a QP number that does not exist, dropped */
+	SV_CTXC_RX_WRONG_PEER, /* packets for an RC/UC QP from an endpoint it is not
+				* connected to, dropped */
 	SV_CTXC_COUNT
 };
 

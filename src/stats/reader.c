@@ -45,6 +45,7 @@ static const char *const ctxc_names[SV_CTXC_COUNT] = {
 	[SV_CTXC_CONN_LOST] = "connections_lost",
 	[SV_CTXC_CONNECT_FAIL] = "connect_failures",
 	[SV_CTXC_RX_NO_QP] = "rx_no_qp_drops",
+	[SV_CTXC_RX_WRONG_PEER] = "rx_wrong_peer_drops",
 };
 
 static const char *const wc_names[SV_STAT_WC_MAX] = {

@@ -8,21 +8,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-int sv_private_dir(const char *path)
-{
-	struct stat st;
-
-	if (mkdir(path, 0700) && errno != EEXIST)
-		return -1;
-	if (lstat(path, &st))
-		return -1;
-	if (!S_ISDIR(st.st_mode) || st.st_uid != getuid() || (st.st_mode & 022)) {
-		errno = EPERM;
-		return -1;
-	}
-	return 0;
-}
-
 /* $XDG_RUNTIME_DIR/softverbs when XDG_RUNTIME_DIR is set, absolute and ours */
 static int xdg_dir(char *out, size_t len)
 {

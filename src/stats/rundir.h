@@ -9,12 +9,10 @@
 #define SV_RUNDIR_H
 
 #include <stddef.h>
+#include "common/fs.h" /* sv_private_dir */
 
 /* The runtime directory, made if missing; 0, or -1 with errno set. */
 int sv_rundir(char *out, size_t len);
-/* A directory of ours: made 0700 if missing, refused (EPERM) if anyone else
- * owns it or could change it; 0 or -1 with errno. */
-int sv_private_dir(const char *path);
 /*
  * Where readers look, made or not: the runtime directory as the rules above
  * give it to this process, and the other of the two places (a process with

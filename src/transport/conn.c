@@ -7,6 +7,7 @@
  */
 #include "transport/transport.h"
 #include "common/cuda.h"
+#include "transport/auth.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -108,8 +109,8 @@ int sv_conn_txq_write(struct sv_conn *c)
 		int n = 0, took;
 
 		/* each queued frame lies whole in one buffer, behind its length;
-		 * while the peer's HELLO is awaited, only ours (the first) goes */
-		while (b && n < (sv_conn_gated(c) ? (c->gate_hello_out ? 0 : 1) : TXQ_BATCH)) {
+		 * while gated, only the handshake's frames at the head go */
+		while (b && n < (sv_conn_gated(c) ? c->gate_pass : TXQ_BATCH)) {
 			uint32_t flen;
 
 			if (off == b->len) {
@@ -130,8 +131,7 @@ int sv_conn_txq_write(struct sv_conn *c)
 		took = c->ops->send(c, &f);
 		if (took < 0)
 			return took;
-		if (took && sv_conn_gated(c))
-			c->gate_hello_out = true;
+		c->gate_pass = SV_MAX(0, c->gate_pass - took);
 		for (int k = 0; k < took; k++) {
 			b = c->txq_head;
 			b->off += v[k].iov_len;
@@ -167,7 +167,7 @@ static int conn_write(struct sv_conn *conn, const struct sv_frames *f, size_t to
 	bool up;
 
 	pthread_mutex_lock(&conn->tx_lock);
-	/* gated: frames queue as while connecting, behind our HELLO */
+	/* gated: frames queue as while connecting, behind the handshake */
 	up = atomic_load(&conn->state) == SV_CONN_UP && !sv_conn_gated(conn);
 	if (atomic_load(&conn->state) == SV_CONN_DEAD) {
 		ret = -ENOTCONN;
@@ -194,7 +194,7 @@ static int conn_write(struct sv_conn *conn, const struct sv_frames *f, size_t to
 	if (taken < f->nframes)
 		ret = queue_frames(conn, f, taken);
 	if (!ret && sv_conn_tx_waiting(conn) && !conn->want_out && !conn->tx_corked &&
-	    !(sv_conn_gated(conn) && conn->gate_hello_out)) {
+	    !(sv_conn_gated(conn) && !conn->gate_pass)) {
 		conn->want_out = true;
 		conn->host->want_output(conn); /* ask the engine to poll for room */
 	}
@@ -283,17 +283,97 @@ int sv_txbatch_flush(struct sv_txbatch *b)
 	return ret;
 }
 
-int sv_conn_send_hello(struct sv_conn *conn, const union ibv_gid *gid)
+/*
+ * tx_lock held: a handshake frame joins the queue behind the handshake
+ * frames there and ahead of everything else (what waits for the gate).
+ */
+static int queue_handshake(struct sv_conn *conn, const void *f, size_t len)
 {
-	struct sv_hello h = { .magic = htonl(SV_WIRE_MAGIC), .version = htons(SV_WIRE_VERSION) };
-	struct iovec iov = { &h, sizeof(h) };
+	struct sv_txbuf *b = malloc(sizeof(*b) + SV_FRAME_HEAD + len), **at = &conn->txq_head;
+	uint32_t flen = htonl((uint32_t)len);
 
-	memcpy(h.gid, gid->raw, 16);
+	if (!b)
+		return -ENOMEM;
+	memcpy(b->data, &flen, SV_FRAME_HEAD);
+	memcpy(b->data + SV_FRAME_HEAD, f, len);
+	b->len = SV_FRAME_HEAD + len;
+	b->off = 0;
+	/* each handshake frame has a buffer of its own */
+	for (int i = 0; i < conn->gate_pass && *at; i++)
+		at = &(*at)->next;
+	b->next = *at;
+	*at = b;
+	if (!b->next)
+		conn->txq_tail = b;
+	conn->gate_pass++;
+	atomic_store_explicit(&conn->txq_bytes, conn->txq_bytes + b->len, memory_order_relaxed);
+	return 0;
+}
+
+/* Queue a handshake frame and ask for room to write it; `open`: then let
+ * everything behind it go (the peer has proved itself). */
+static int send_handshake(struct sv_conn *conn, const void *f, size_t len, bool open)
+{
+	int err;
+
+	pthread_mutex_lock(&conn->tx_lock);
+	err = queue_handshake(conn, f, len);
+	if (!err && open)
+		atomic_store_explicit(&conn->peer_authed, true, memory_order_release);
+	/* out now where the transport takes it (a ring has no EPOLLOUT); in a
+	 * receive pass the flush at its end writes it */
+	if (!err && atomic_load(&conn->state) == SV_CONN_UP && !conn->tx_corked)
+		(void)sv_conn_txq_write(conn);
+	if (!err && sv_conn_tx_waiting(conn) && !conn->want_out && !conn->tx_corked) {
+		conn->want_out = true;
+		conn->host->want_output(conn);
+	}
+	pthread_mutex_unlock(&conn->tx_lock);
+	return err;
+}
+
+static int send_hello(struct sv_conn *conn)
+{
+	struct sv_hello *h = &conn->hello_mine;
+
+	memset(h, 0, sizeof(*h));
+	h->magic = htonl(SV_WIRE_MAGIC);
+	h->version = htons(SV_WIRE_VERSION);
+	memcpy(h->gid, conn->hello_gid->raw, 16);
 	if (conn->outgoing)
-		h.to_port = htons(conn->peer.port);
+		h->to_port = htons(conn->peer.port);
 	if (conn->peer_pid && sv_cuda_can_import() && !sv_cuda_peer_refused(conn->peer_pid))
-		h.flags = htons(SV_HELLO_GPU);
-	return sv_conn_send(conn, &iov, 1);
+		h->flags = htons(SV_HELLO_GPU);
+	sv_auth_nonce(h->nonce);
+	return send_handshake(conn, h, sizeof(*h), false);
+}
+
+/* Our AUTH; the side that connects sends it last, and opens its gate. */
+static int send_auth(struct sv_conn *conn)
+{
+	struct sv_auth_frame a = { .magic = htonl(SV_AUTH_MAGIC) };
+
+	sv_auth_mac(a.mac, conn->outgoing, &conn->hello_mine, &conn->hello_peer,
+		    sizeof(struct sv_hello));
+	return send_handshake(conn, &a, sizeof(a), conn->outgoing);
+}
+
+/* An accepted connection answers the peer's HELLO: ours, then our AUTH. */
+static int answer_hello(struct sv_conn *conn)
+{
+	int err = send_hello(conn);
+
+	return err ? err : send_auth(conn);
+}
+
+int sv_conn_start(struct sv_conn *conn)
+{
+	conn->registered = true;
+	if (sv_auth_init())
+		return -EACCES;
+	if (conn->outgoing)
+		return send_hello(conn);
+	return conn->hello_seen ? answer_hello(conn) : 0;
 }
 
 bool sv_conn_take_hello(struct sv_conn *conn, const uint8_t *f, size_t len)
@@ -317,9 +397,12 @@ bool sv_conn_take_hello(struct sv_conn *conn, const uint8_t *f, size_t len)
 				sv_dbg("shared port: no endpoint %u here for a connection", to);
 			return false; /* ours no more (or nobody's) */
 		}
-		if (sv_conn_send_hello(conn, conn->hello_gid))
-			return false;
 	}
+	memcpy(&conn->hello_peer, h, sizeof(*h));
+	/* an accepted connection answers now, or when the engine registers it
+	 * (one handed over from the shared port comes with its HELLO) */
+	if (!conn->outgoing && conn->registered && answer_hello(conn))
+		return false;
 	memcpy(conn->peer_gid, h->gid, 16);
 	atomic_store_explicit(&conn->peer_gpu, (ntohs(h->flags) & SV_HELLO_GPU) != 0,
 			      memory_order_relaxed);
@@ -327,5 +410,32 @@ bool sv_conn_take_hello(struct sv_conn *conn, const uint8_t *f, size_t len)
 	if (!conn->outgoing)
 		sv_gid_decode(&gid, &conn->peer);
 	conn->hello_seen = true;
+	return true;
+}
+
+bool sv_conn_take_auth(struct sv_conn *conn, const uint8_t *f, size_t len)
+{
+	static atomic_bool told;
+
+	if (!sv_auth_verify(f, len, conn->outgoing, &conn->hello_mine, &conn->hello_peer,
+			    sizeof(struct sv_hello))) {
+		/* the first refusal says how to let such peers in; the rest are
+		 * a peer's to provoke, and rate limited */
+		if (!atomic_exchange(&told, true))
+			sv_warn("refused a connection from %s: it does not hold this job's "
+				"secret (%s). To accept peers from other hosts, give every "
+				"process the same SOFTVERBS_SECRET (or SOFTVERBS_SECRET_FILE); "
+				"see docs/SECURITY.md",
+				inet_ntoa(conn->peer.ip), sv_auth_source());
+		else
+			sv_warn_limited("refused a connection from %s: no proof of the secret",
+					inet_ntoa(conn->peer.ip));
+		return false;
+	}
+	/* the side that connects proves itself last: only to a proven peer,
+	 * and ahead of everything it queued meanwhile */
+	if (conn->outgoing)
+		return !send_auth(conn);
+	atomic_store_explicit(&conn->peer_authed, true, memory_order_release);
 	return true;
 }

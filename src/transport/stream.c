@@ -6,9 +6,9 @@
  * the rest is kept here and goes out before anything else, so the
  * connection's queue (conn.c) only ever holds whole frames.
  *
- * Receiving: the byte stream is cut into frames, the first is the peer's
- * HELLO, and each one after it goes up to the connection's owner
- * (conn->host->rx_frame).
+ * Receiving: the byte stream is cut into frames, the first two are the
+ * peer's HELLO and AUTH (the handshake, conn.c), and each one after them
+ * goes up to the connection's owner (conn->host->rx_frame).
  *
  * Frames normally arrive through large reads into the connection's buffer.
  * The payload of an RDMA WRITE would then be copied a second time, from the
@@ -105,8 +105,10 @@ static bool parse_frames(struct sv_conn *c)
 		}
 		if (st->rx_len - off - 4 < flen)
 			break;
-		if (!c->hello_seen) {
-			if (!sv_conn_take_hello(c, st->rxbuf + off + 4, flen)) {
+		if (!c->hello_seen || !atomic_load(&c->peer_authed)) {
+			/* the handshake: nothing goes up before the peer's AUTH */
+			if (!(c->hello_seen ? sv_conn_take_auth : sv_conn_take_hello)(
+				    c, st->rxbuf + off + 4, flen)) {
 				c->host->fail(c);
 				return false;
 			}
@@ -181,8 +183,10 @@ static enum rx_direct rx_direct(struct sv_conn *c, const struct sv_stream_io *io
 	ssize_t avail, n;
 	int niov = 0, npred = 0, cls;
 
-	if (st->rx_len < 4 || !c->hello_seen || !host->rx_classify)
-		return c->hello_seen && host->rx_classify ? RX_NOT_NOW : RX_NO;
+	bool authed = atomic_load(&c->peer_authed);
+
+	if (st->rx_len < 4 || !authed || !host->rx_classify)
+		return authed && host->rx_classify ? RX_NOT_NOW : RX_NO;
 	memcpy(&flen, st->rxbuf, 4);
 	flen = ntohl(flen);
 	if (flen > SV_MAX_FRAME)

@@ -155,7 +155,6 @@ static int tcp_connect(struct sv_conn *conn)
 		return e;
 	}
 	conn->fd = fd;
-	conn->gated = shared != 0; /* the peer host's taker hands it on by our HELLO */
 	return 0;
 }
 

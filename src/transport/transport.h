@@ -107,6 +107,35 @@ struct sv_conn_host {
 			  uint32_t plen);
 };
 
+/*
+ * The handshake: the first frame in each direction is a HELLO, carrying the
+ * protocol version, the sending endpoint's GID and a nonce; the second is an
+ * AUTH (auth.h) that proves the sender holds the secret.  The side that
+ * connects sends its HELLO at once; the side that accepts answers with its
+ * HELLO and AUTH once the other's HELLO has come; the connecting side sends
+ * its AUTH once it has checked the other's, and only then anything else.
+ * Each side passes nothing up before it has checked the other's AUTH.
+ * A connection's owner hands the frames it receives before that to
+ * sv_conn_take_hello and sv_conn_take_auth.
+ */
+#define SV_WIRE_MAGIC 0x53565242u /* "SVRB" */
+#define SV_WIRE_VERSION 3 /* 3: the nonce and AUTH (auth.h) */
+
+/* HELLO flags: the sender opens GPU memory exported to it (CUDA IPC), so a
+ * packet may name such memory instead of carrying its bytes (wire.h). */
+#define SV_HELLO_GPU 0x1
+
+struct sv_hello {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t flags;
+	uint8_t gid[16]; /* the sending endpoint's GID (endpoint.c) */
+	uint16_t to_port; /* the endpoint it is for (its block's port, registry.h):
+			     a connection to the host's shared port is handed to it */
+	uint16_t pad;
+	uint8_t nonce[16]; /* fresh for each connection (auth.h) */
+} __attribute__((packed));
+
 struct sv_conn {
 	struct sv_engine *eng;     /* the owner, opaque to the transports */
 	const struct sv_conn_host *host;
@@ -116,16 +145,25 @@ struct sv_conn {
 	_Atomic int state;     /* enum sv_conn_state */
 	struct sv_ref ref;     /* freed by the last put (sv_conn_put) */
 	bool outgoing;         /* we initiated it (and keyed it by peer addr) */
-	atomic_bool hello_seen; /* peer's HELLO arrived (read by posting threads: sv_conn_gated) */
+	atomic_bool hello_seen; /* the peer's HELLO arrived */
+	/* the peer's AUTH proved it holds the secret (auth.h): only then do its
+	 * frames go up, and ours (but for the handshake's) go out; read by
+	 * posting threads (sv_conn_gated) */
+	atomic_bool peer_authed;
 	struct sv_endpoint_addr peer;
 	uint8_t peer_gid[16];  /* from the peer's HELLO */
 	uint16_t local_port;   /* our endpoint's port (set by the engine) */
 	const union ibv_gid *hello_gid; /* what our HELLO says (the engine's endpoint) */
-	/* The host's shared port (tcp.c): a connection accepted there sends its
-	 * HELLO only once the peer's says it is for us (else it is handed on,
-	 * and its socket kept open for the owner); one made to a shared port
-	 * sends nothing but its HELLO until the peer's has come (gated). */
-	bool via_shared, keep_socket, gated, gate_hello_out;
+	/* The host's shared port (tcp.c): a connection accepted there answers
+	 * only once the peer's HELLO says it is for us (else it is handed on,
+	 * and its socket kept open for the owner). */
+	bool via_shared, keep_socket;
+	bool registered;       /* the engine has it (framing ready: it may send) */
+	/* tx_lock: handshake frames (HELLO, AUTH) at the head of the queue,
+	 * the only ones that leave while the connection is gated */
+	int gate_pass;
+	/* the two HELLOs as they went over the wire, which AUTH covers */
+	struct sv_hello hello_mine, hello_peer;
 	uint64_t born_ns;      /* when it was made (sv_now_ns) */
 	atomic_bool abandoned; /* no more work goes on it (sv_conn_silent) */
 	pid_t peer_pid;        /* the peer process, where the transport knows it is on
@@ -144,15 +182,15 @@ struct sv_conn {
 	void *framing;         /* the transport's framing state (stream.c) */
 };
 
-/* Output waits for the peer's HELLO (a connection made to a shared port). */
+/* Output but for the handshake waits for the peer's AUTH (auth.h). */
 static inline bool sv_conn_gated(const struct sv_conn *conn)
 {
-	return conn->gated && !conn->hello_seen;
+	return !atomic_load_explicit(&conn->peer_authed, memory_order_acquire);
 }
 
 /*
- * A connection made to a shared port whose peer has not answered for this
- * long: the process the kernel gave it to may be stopped (SIGSTOP, a
+ * A connection whose peer has not proved itself for this long: the process
+ * the kernel gave it to on a shared port may be stopped (SIGSTOP, a
  * debugger) and never accept it.  New work goes on a new connection,
  * which the kernel may give to another process.  Long enough that a busy
  * host's answer is not taken for silence (the old connection's frames
@@ -308,33 +346,15 @@ static inline int sv_accept_error(int err)
 	       : -err;
 }
 
-/*
- * The handshake: the first frame in each direction is a HELLO, carrying the
- * protocol version and the sending endpoint's GID.  A connection's owner
- * queues ours when it registers the connection (it goes out first), and
- * hands the first frame it receives to sv_conn_take_hello.
- */
-#define SV_WIRE_MAGIC 0x53565242u /* "SVRB" */
-#define SV_WIRE_VERSION 2
-
-/* HELLO flags: the sender opens GPU memory exported to it (CUDA IPC), so a
- * packet may name such memory instead of carrying its bytes (wire.h). */
-#define SV_HELLO_GPU 0x1
-
-struct sv_hello {
-	uint32_t magic;
-	uint16_t version;
-	uint16_t flags;
-	uint8_t gid[16]; /* the sending endpoint's GID (endpoint.c) */
-	uint16_t to_port; /* the endpoint it is for (its block's port, registry.h):
-			     a connection to the host's shared port is handed to it */
-	uint16_t pad;
-} __attribute__((packed));
-
-/* Queue our HELLO, naming the endpoint gid; 0 or -errno. */
-int sv_conn_send_hello(struct sv_conn *conn, const union ibv_gid *gid);
-/* The peer's HELLO (the first frame): false if it is not one we speak. */
+/* The connection is the engine's now (conn->hello_gid set): the side that
+ * connects sends its HELLO, one accepted whose HELLO came with it (handed
+ * over from the shared port) answers it; 0 or -errno. */
+int sv_conn_start(struct sv_conn *conn);
+/* The peer's HELLO (the first frame): false if it is not one we speak (or
+ * not for us: handed on). */
 bool sv_conn_take_hello(struct sv_conn *conn, const uint8_t *frame, size_t len);
+/* The peer's AUTH (the second frame): false if it does not prove the secret. */
+bool sv_conn_take_auth(struct sv_conn *conn, const uint8_t *frame, size_t len);
 
 /* Takes tx_lock: hand queued frames to the transport while it takes them; 0 or -errno. */
 int sv_conn_flush_queue(struct sv_conn *conn);

@@ -308,7 +308,6 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 	}
 	ctx->dev = dev;
 	ctx->owner = getpid();
-	ctx->key_secret = sv_random_u32();
 	pthread_mutex_init(&ctx->lock, NULL);
 	pthread_rwlock_init(&ctx->mrs.lock, NULL);
 	if (pipe2(pfd, O_CLOEXEC)) {
@@ -374,7 +373,7 @@ int ibv_close_device(struct ibv_context *context)
 	sv_async_fini(ctx);
 	close(context->cmd_fd);
 	free(ctx->qpt);
-	free(ctx->mrs.slots);
+	free(ctx->mrs.tab);
 	pthread_rwlock_destroy(&ctx->mrs.lock);
 	pthread_mutex_destroy(&ctx->lock);
 	free(ctx);

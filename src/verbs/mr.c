@@ -1,8 +1,8 @@
 /*
  * Memory regions and the key table (its lookups, on every access, are the
- * engine's: src/engine/mr_table.c).  lkey == rkey (as in Soft-RoCE); a key is
- * (slot << 8 | random tag) XOR a per-context secret, so keys are not
- * predictable from registration order and a stale key fails the tag check.
+ * engine's: src/engine/mr_table.c).  lkey == rkey (as in Soft-RoCE); a key
+ * is 32 random bits (struct sv_mr_table), so no key tells anything of
+ * another and a stale key names nothing.
  * Registration checks that the range is mapped (mincore), so unmapped memory
  * fails as it does with a real HCA's pinning.
  */
@@ -90,33 +90,6 @@ static bool range_writable(void *addr, size_t len)
 	return ok;
 }
 
-/* Insert into the key table (write lock held); returns slot or -1. */
-static int table_insert(struct sv_mr_table *t, struct sv_mr *mr)
-{
-	uint32_t i;
-
-	if (t->count >= SV_MAX_MR)
-		return -1;
-	for (i = t->free_hint; i < t->nslots; i++)
-		if (!t->slots[i])
-			break;
-	if (i == t->nslots) {
-		uint32_t n = t->nslots ? t->nslots * 2 : 64;
-		struct sv_mr **s = realloc(t->slots, sizeof(*s) * n);
-
-		if (!s)
-			return -1;
-		memset(s + t->nslots, 0, sizeof(*s) * (n - t->nslots));
-		i = t->nslots;
-		t->slots = s;
-		t->nslots = n;
-	}
-	t->slots[i] = mr;
-	t->free_hint = i + 1;
-	t->count++;
-	return (int)i;
-}
-
 /*
  * The range a registration names: CUDA device memory (GPUDirect RDMA: the
  * driver moves its bytes; *gpu says whose it is), or host memory that must
@@ -168,8 +141,7 @@ static struct sv_mr *mr_create(struct ibv_pd *ibpd, void *addr, size_t length, u
 	struct sv_context *ctx;
 	struct sv_cuda_range gpu = { 0 };
 	struct sv_mr *mr;
-	int slot, err;
-	uint32_t key;
+	int err;
 
 	if (!ibpd) {
 		errno = EINVAL;
@@ -200,23 +172,18 @@ static struct sv_mr *mr_create(struct ibv_pd *ibpd, void *addr, size_t length, u
 	mr->gx = gpu_export(&gpu, addr);
 
 	pthread_rwlock_wrlock(&ctx->mrs.lock);
-	slot = table_insert(&ctx->mrs, mr);
-	if (slot < 0) {
+	if (sv_key_insert(&ctx->mrs, mr)) {
 		pthread_rwlock_unlock(&ctx->mrs.lock);
 		free(mr->gx);
 		free(mr);
 		errno = ENOMEM;
 		return NULL;
 	}
-	key = (((uint32_t)slot << 8) | (sv_random_u32() & 0xff)) ^ ctx->key_secret;
-	mr->slot = (uint32_t)slot;
 	mr->ibmr.context = ibpd->context;
 	mr->ibmr.pd = ibpd;
 	mr->ibmr.addr = addr;
 	mr->ibmr.length = length;
-	mr->ibmr.handle = (uint32_t)slot;
-	mr->ibmr.lkey = key;
-	mr->ibmr.rkey = key;
+	mr->ibmr.handle = mr->ibmr.lkey >> 8;
 	pthread_rwlock_unlock(&ctx->mrs.lock);
 	sv_ref_get(&mr->pd->users);
 	return mr;
@@ -320,10 +287,7 @@ int ibv_dereg_mr(struct ibv_mr *ibmr)
 		pthread_rwlock_unlock(&ctx->mrs.lock);
 		return EBUSY;
 	}
-	ctx->mrs.slots[mr->slot] = NULL;
-	if (mr->slot < ctx->mrs.free_hint)
-		ctx->mrs.free_hint = mr->slot;
-	ctx->mrs.count--;
+	sv_key_remove(&ctx->mrs, mr);
 	pthread_rwlock_unlock(&ctx->mrs.lock);
 	sv_ref_put(&mr->pd->users);
 	free(mr->gx);
@@ -459,7 +423,7 @@ int sv_advise_mr(struct ibv_pd *ibpd, enum ibv_advise_mr_advice advice, uint32_t
 
 /*
  * Memory windows share the key table with the MRs: a window's key names its
- * slot, and a bind changes only the key's low eight bits.  Type 1 windows
+ * entry by its upper 24 bits, and a bind changes only the low eight.  Type 1 windows
  * are bound with ibv_bind_mw, type 2 with an IBV_WR_BIND_MW work request;
  * both binds execute in order on the send queue (sv_mw_bind).
  */
@@ -467,7 +431,6 @@ struct ibv_mw *sv_alloc_mw(struct ibv_pd *ibpd, enum ibv_mw_type type)
 {
 	struct sv_context *ctx;
 	struct sv_mw *mw;
-	int slot;
 
 	if (!ibpd || (type != IBV_MW_TYPE_1 && type != IBV_MW_TYPE_2)) {
 		errno = EINVAL;
@@ -483,21 +446,17 @@ struct ibv_mw *sv_alloc_mw(struct ibv_pd *ibpd, enum ibv_mw_type type)
 	mw->key.pd = to_sv_pd(ibpd);
 	mw->key.ibmw = &mw->ibmw;
 	pthread_rwlock_wrlock(&ctx->mrs.lock);
-	slot = table_insert(&ctx->mrs, &mw->key);
-	if (slot < 0) {
+	if (sv_key_insert(&ctx->mrs, &mw->key)) {
 		pthread_rwlock_unlock(&ctx->mrs.lock);
 		free(mw);
 		errno = ENOMEM;
 		return NULL;
 	}
-	mw->key.slot = (uint32_t)slot;
-	mw->key.ibmr.lkey = mw->key.ibmr.rkey =
-		(((uint32_t)slot << 8) | (sv_random_u32() & 0xff)) ^ ctx->key_secret;
 	pthread_rwlock_unlock(&ctx->mrs.lock);
 	mw->ibmw.context = ibpd->context;
 	mw->ibmw.pd = ibpd;
 	mw->ibmw.rkey = mw->key.ibmr.rkey;
-	mw->ibmw.handle = (uint32_t)slot;
+	mw->ibmw.handle = mw->key.ibmr.lkey >> 8;
 	mw->ibmw.type = type;
 	sv_ref_get(&mw->key.pd->users);
 	return &mw->ibmw;
@@ -512,10 +471,7 @@ int sv_dealloc_mw(struct ibv_mw *ibmw)
 	pthread_rwlock_wrlock(&ctx->mrs.lock);
 	if (mw->key.mw_mr)
 		mw->key.mw_mr->nmw--;
-	ctx->mrs.slots[mw->key.slot] = NULL;
-	if (mw->key.slot < ctx->mrs.free_hint)
-		ctx->mrs.free_hint = mw->key.slot;
-	ctx->mrs.count--;
+	sv_key_remove(&ctx->mrs, &mw->key);
 	pthread_rwlock_unlock(&ctx->mrs.lock);
 	sv_ref_put(&mw->key.pd->users);
 	free(mw);

@@ -525,7 +525,7 @@ static int sq_post_one(struct sv_qp *qp, const struct ibv_send_wr *wr)
 	w->op = op;
 	if (wr->opcode == IBV_WR_BIND_MW) {
 		w->bind_mw = &SV_CONTAINER_OF(wr->bind_mw.mw, struct sv_mw, ibmw)->key;
-		w->bind_slot = wr->bind_mw.mw->handle;
+		w->bind_hi = wr->bind_mw.mw->handle; /* its key's upper 24 bits */
 		w->bind_lkey = wr->bind_mw.bind_info.mr ? wr->bind_mw.bind_info.mr->lkey : 0;
 		wr->bind_mw.mw->rkey = wr->bind_mw.rkey; /* what the bind makes it */
 	}

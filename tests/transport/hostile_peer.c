@@ -18,6 +18,7 @@
 #include "engine/wire.h"
 #include "transport/transport.h"
 #include "transport/registry.h"
+#include "wire_peer.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -39,13 +40,17 @@ static uint32_t rnd(void)
 	return (uint32_t)rng;
 }
 
+/* The peer the victim's RC and UC QPs are connected to, which the hostile
+ * peer claims to be (and proves, holding the secret: the fuzzing is of what
+ * an authenticated but broken peer can send). */
+#define PEER_QPN (((SV_QPN_NBLOCKS - 2) << SV_QPN_BLOCK_SHIFT) | 0x777)
+
 struct victim {
 	struct svt_dev d;
 	struct ibv_cq *cq;
 	struct ibv_qp *qp[3]; /* RC, UC, UD */
 	uint8_t *mem;         /* three pages: canary, the MR, canary */
 	struct ibv_mr *mr;
-	struct sv_endpoint_addr at;
 };
 
 static void victim_make(struct victim *v)
@@ -55,12 +60,6 @@ static void victim_make(struct victim *v)
 	union ibv_gid peer = v->d.gid;
 
 	svt_dev_open(&v->d);
-	{
-		union ibv_gid g4; /* ::ffff:IPv4, index 3 */
-
-		SVT_CHECK_OK(ibv_query_gid(v->d.ctx, 1, 3, &g4));
-		memcpy(&v->at.ip.s_addr, &g4.raw[12], 4);
-	}
 	v->cq = svt_create_cq(v->d.ctx, 4096, NULL);
 	v->mem = svt_alloc(3 * PAGE);
 	memset(v->mem, 0xc5, 3 * PAGE);
@@ -69,12 +68,9 @@ static void victim_make(struct victim *v)
 	for (int t = 0; t < 3; t++) {
 		svt_qp_init_default(&qi, types[t]);
 		v->qp[t] = svt_create_qp(v->d.pd, v->cq, v->cq, &qi);
-		/* RC/UC: "connected" to a QP that does not exist; the hostile
-		 * peer's packets name the victim's QPN all the same */
-		svt_qp_connect(v->qp[t], NULL, &peer, 0x777);
-		/* the victim's endpoint: its host's address, the port of its
-		 * block of QP numbers (transport/registry.h) */
-		v->at.port = sv_qpn_port(v->qp[t]->qp_num);
+		/* RC/UC: "connected" to a QP that does not exist, whose
+		 * endpoint the hostile peer says it is */
+		svt_qp_connect(v->qp[t], NULL, &peer, PEER_QPN);
 		for (int i = 0; i < 16; i++)
 			SVT_CHECK_OK(svt_post_recv(v->qp[t], (uint64_t)i, v->mem + PAGE + 256u * (unsigned)i,
 						   256, v->mr->lkey));
@@ -83,22 +79,7 @@ static void victim_make(struct victim *v)
 
 static int peer_connect(const struct victim *v)
 {
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr = v->at.ip,
-				  .sin_port = htons(v->at.port) };
-	struct sv_hello h = { .magic = htonl(SV_WIRE_MAGIC), .version = htons(SV_WIRE_VERSION) };
-	uint32_t flen = htonl(sizeof(h));
-	union ibv_gid g;
-	struct in_addr lo = { htonl(INADDR_LOOPBACK) };
-	int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
-
-	SVT_CHECK(fd >= 0);
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	SVT_CHECK_OK(connect(fd, (struct sockaddr *)&sa, sizeof(sa)));
-	sv_gid_encode(&g, lo, 1); /* a peer that listens nowhere */
-	memcpy(h.gid, g.raw, 16);
-	SVT_CHECK_EQ(send(fd, &flen, 4, MSG_NOSIGNAL), 4);
-	SVT_CHECK_EQ(send(fd, &h, sizeof(h), MSG_NOSIGNAL), (ssize_t)sizeof(h));
-	return fd;
+	return svt_wire_connect(v->qp[0]->qp_num, sv_qpn_port(PEER_QPN));
 }
 
 /* What the victim answers is read and thrown away, so it never waits on us. */

@@ -11,25 +11,18 @@
  *   - a READ ended early (LAST where a MIDDLE belongs): IBV_WC_BAD_RESP_ERR,
  *     never a success with bytes that were not written.
  *
- * The fake responder listens on the port of a block of QP numbers that no
- * process of this host claims (registry.h), and softverbs reaches it there
- * (SOFTVERBS_PORT=0: a QPN's own port, no shared port), over TCP.
+ * The fake responder is a wire_peer.h listener, reached over TCP.
  */
 #include "sv_test.h"
-#include "engine/opcode.h"
-#include "engine/wire.h"
-#include "transport/transport.h"
-#include "transport/registry.h"
+#include "wire_peer.h"
+#include "common/util.h"
 
 #include <arpa/inet.h>
 #include <endian.h>
-#include <errno.h>
-#include <netinet/in.h>
-#include <netinet/tcp.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #define MTU 1024
@@ -41,60 +34,27 @@
 enum flaw { LOSE_FIRST, LOSE_MIDDLE, END_EARLY };
 
 static struct {
-	int lfd;
-	uint32_t qpn;         /* the fake responder's QPN */
+	struct svt_wire_listener l;
 	uint8_t mem[LEN];     /* what it answers READs from */
 	_Atomic uint32_t requester; /* the QPN responses go to */
 	_Atomic int flaw;
 	_Atomic int requests; /* READ requests seen for the current case */
-	_Atomic bool stop;
 } fake;
-
-static bool read_full(int fd, void *b, size_t n)
-{
-	uint8_t *p = b;
-
-	while (n) {
-		ssize_t r = recv(fd, p, n, 0);
-
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			return false;
-		p += r;
-		n -= (size_t)r;
-	}
-	return true;
-}
-
-static bool send_frame(int fd, const void *pkt, size_t len)
-{
-	uint32_t flen = htonl((uint32_t)len);
-
-	return send(fd, &flen, 4, MSG_NOSIGNAL) == 4 &&
-	       send(fd, pkt, len, MSG_NOSIGNAL) == (ssize_t)len;
-}
 
 /* Response k of the READ whose request had PSN psn, opcode `low` (FIRST...). */
 static bool send_resp(int fd, uint32_t psn, uint32_t k, uint8_t low, uint64_t off)
 {
 	uint8_t pkt[sizeof(struct sv_bth) + sizeof(struct sv_aeth) + MTU];
-	struct sv_bth *bth = (void *)pkt;
-	size_t hl = sizeof(*bth);
+	size_t hl = svt_wire_bth(pkt, SV_OP_RC | low, atomic_load(&fake.requester), psn + k);
 
-	memset(pkt, 0, sizeof(pkt));
-	bth->opcode = SV_OP_RC | low;
-	bth->pkey = 0xffff;
-	bth->dqpn = htonl(atomic_load(&fake.requester));
-	bth->psn = htonl((psn + k) & SV_PSN_MASK);
-	if (sv_opcode_info(bth->opcode)->off_aeth) {
+	if (sv_opcode_info(SV_OP_RC | low)->off_aeth) {
 		struct sv_aeth a = { htonl(SV_AETH_ACK << 24) };
 
 		memcpy(pkt + hl, &a, sizeof(a));
 		hl += sizeof(a);
 	}
 	memcpy(pkt + hl, fake.mem + off, MTU);
-	return send_frame(fd, pkt, hl + MTU);
+	return svt_wire_send(fd, pkt, hl + MTU);
 }
 
 /* Answer one READ request: whole, or with this case's flaw the first time. */
@@ -126,45 +86,17 @@ static bool answer(int fd, uint32_t psn, uint64_t va, uint32_t len)
 
 static void *responder(void *arg)
 {
-	static uint8_t pkt[SV_MAX_FRAME];
-	int fd;
+	static uint8_t pkt[SV_MAX_PACKET_LEN];
+	int fd = svt_wire_accept(&fake.l);
+	long n;
 
 	(void)arg;
-	fd = accept(fake.lfd, NULL, NULL);
-	SVT_CHECK(fd >= 0);
-	int one = 1;
-
-	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	for (bool hello = true; !atomic_load(&fake.stop);) {
-		uint32_t flen;
-
-		if (!read_full(fd, &flen, 4))
-			break;
-		flen = ntohl(flen);
-		SVT_CHECK(flen <= sizeof(pkt));
-		if (!read_full(fd, pkt, flen))
-			break;
-		if (hello) {
-			/* softverbs' HELLO; ours answers it (GID: where we listen) */
-			struct sv_hello h = { .magic = htonl(SV_WIRE_MAGIC),
-					      .version = htons(SV_WIRE_VERSION) };
-			struct sv_hello *in = (void *)pkt;
-			union ibv_gid g;
-			struct in_addr lo = { htonl(INADDR_LOOPBACK) };
-
-			SVT_CHECK_EQ(flen, sizeof(h));
-			SVT_CHECK_EQ(ntohl(in->magic), SV_WIRE_MAGIC);
-			sv_gid_encode(&g, lo, sv_qpn_port(fake.qpn));
-			memcpy(h.gid, g.raw, 16);
-			SVT_CHECK(send_frame(fd, &h, sizeof(h)));
-			hello = false;
-			continue;
-		}
+	while ((n = svt_wire_recv(fd, pkt, sizeof(pkt), -1)) > 0) {
 		const struct sv_bth *bth = (const void *)pkt;
 
 		if (bth->opcode != (SV_OP_RC | SV_OP_READ_REQUEST))
 			continue; /* nothing else is asked of it here */
-		SVT_CHECK_EQ(ntohl(bth->dqpn) & SV_PSN_MASK, fake.qpn);
+		SVT_CHECK_EQ(ntohl(bth->dqpn) & SV_PSN_MASK, fake.l.qpn);
 		const struct sv_reth *r = (const void *)(pkt + sizeof(*bth));
 
 		SVT_CHECK_EQ(ntohl(r->rkey), REMOTE_RKEY);
@@ -173,26 +105,6 @@ static void *responder(void *arg)
 	}
 	close(fd);
 	return NULL;
-}
-
-/* Listen where a QPN of an unclaimed block is reached; sets fake.qpn. */
-static void fake_listen(void)
-{
-	fake.lfd = socket(AF_INET, SOCK_STREAM, 0);
-	SVT_CHECK(fake.lfd >= 0);
-	/* the registry hands out low blocks first: try from the top */
-	for (uint32_t b = SV_QPN_NBLOCKS - 1; b > SV_QPN_NBLOCKS / 2; b--) {
-		struct sockaddr_in sa = { .sin_family = AF_INET,
-					  .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
-					  .sin_port = htons(sv_qpn_block_port(b)) };
-
-		if (!sa.sin_port || bind(fake.lfd, (struct sockaddr *)&sa, sizeof(sa)))
-			continue;
-		SVT_CHECK_OK(listen(fake.lfd, 4));
-		fake.qpn = (b << SV_QPN_BLOCK_SHIFT) | 17;
-		return;
-	}
-	SVT_CHECK_MSG(0, "no free port for the fake responder");
 }
 
 static void one_case(struct svt_dev *d, struct ibv_cq *cq, enum flaw flaw)
@@ -215,7 +127,7 @@ static void one_case(struct svt_dev *d, struct ibv_cq *cq, enum flaw flaw)
 	atomic_store(&fake.requester, qp->qp_num);
 	atomic_store(&fake.flaw, flaw);
 	atomic_store(&fake.requests, 0);
-	svt_qp_connect(qp, &c, &d->gid, fake.qpn);
+	svt_qp_connect(qp, &c, &d->gid, fake.l.qpn);
 	SVT_CHECK_OK(svt_post_send(qp, 7, IBV_WR_RDMA_READ, IBV_SEND_SIGNALED, buf + 64, LEN,
 				   mr->lkey, REMOTE_VA, REMOTE_RKEY, 0));
 	svt_poll_n(cq, 1, &wc, 10000);
@@ -255,7 +167,7 @@ int main(void)
 	setenv("SOFTVERBS_PORT", "0", 1);
 	setenv("SOFTVERBS_TRANSPORT", "tcp", 1);
 	svt_fill(fake.mem, LEN, 5);
-	fake_listen();
+	svt_wire_listen(&fake.l);
 	SVT_CHECK_OK(pthread_create(&t, NULL, responder, NULL));
 	svt_dev_open(&d);
 	struct ibv_cq *cq = svt_create_cq(d.ctx, 16, NULL);
@@ -263,10 +175,9 @@ int main(void)
 	one_case(&d, cq, LOSE_FIRST);
 	one_case(&d, cq, LOSE_MIDDLE);
 	one_case(&d, cq, END_EARLY);
-	atomic_store(&fake.stop, true);
 	SVT_CHECK_OK(ibv_destroy_cq(cq));
 	svt_dev_close(&d); /* closes the connection: the responder's read ends */
 	pthread_join(t, NULL);
-	close(fake.lfd);
+	close(fake.l.fd);
 	return 0;
 }

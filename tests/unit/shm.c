@@ -562,9 +562,11 @@ static void test_sigkill(void)
 	/* The device stays open: the connections to the dead child, both the
 	 * one we opened and the one it opened to us, must be gone with the QP,
 	 * not linger until the context closes. */
-	int left = shm_maps_gone(2000);
+	/* (5 s: a killed process under AddressSanitizer, on a loaded 2-core
+	 * machine, can take seconds to be gone and close its sockets) */
+	int left = shm_maps_gone(5000);
 
-	SVT_CHECK_MSG(left == 0, "%d %s mapping(s) left 2 s after the QP to a killed peer "
+	SVT_CHECK_MSG(left == 0, "%d %s mapping(s) left 5 s after the QP to a killed peer "
 		      "was destroyed", left, SHM_MEMFD);
 	SVT_CHECK_EQ(shm_fds(), 0);
 	/*

@@ -1,0 +1,174 @@
+/* A peer that speaks the wire format itself; see wire_peer.h. */
+#include "wire_peer.h"
+#include "sv_test.h"
+#include "transport/transport.h"
+#include "transport/registry.h"
+#include "transport/auth.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+static bool read_full(int fd, void *b, size_t n)
+{
+	uint8_t *p = b;
+
+	while (n) {
+		ssize_t r = recv(fd, p, n, 0);
+
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return false;
+		p += r;
+		n -= (size_t)r;
+	}
+	return true;
+}
+
+bool svt_wire_send(int fd, const void *pkt, size_t len)
+{
+	uint32_t flen = htonl((uint32_t)len);
+	struct iovec v[2] = { { &flen, 4 }, { (void *)pkt, len } };
+	struct msghdr m = { .msg_iov = v, .msg_iovlen = 2 };
+
+	return sendmsg(fd, &m, MSG_NOSIGNAL) == (ssize_t)(4 + len);
+}
+
+long svt_wire_recv(int fd, void *buf, size_t cap, int timeout_ms)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	uint32_t flen;
+
+	if (timeout_ms >= 0 && poll(&p, 1, timeout_ms) == 0)
+		return 0;
+	if (!read_full(fd, &flen, 4))
+		return -1;
+	flen = ntohl(flen);
+	SVT_CHECK_MSG(flen && flen <= cap, "frame of %u bytes", flen);
+	if (!read_full(fd, buf, flen))
+		return -1;
+	return (long)flen;
+}
+
+static void say_hello(int fd, struct sv_hello *h, uint16_t port, uint16_t to_port)
+{
+	struct in_addr lo = { htonl(INADDR_LOOPBACK) };
+	union ibv_gid g;
+
+	memset(h, 0, sizeof(*h));
+	h->magic = htonl(SV_WIRE_MAGIC);
+	h->version = htons(SV_WIRE_VERSION);
+	sv_gid_encode(&g, lo, port);
+	memcpy(h->gid, g.raw, 16);
+	h->to_port = htons(to_port);
+	sv_auth_nonce(h->nonce);
+	SVT_CHECK(svt_wire_send(fd, h, sizeof(*h)));
+}
+
+static void take_hello(int fd, struct sv_hello *h)
+{
+	SVT_CHECK_EQ(svt_wire_recv(fd, h, sizeof(*h), 10000), (long)sizeof(*h));
+	SVT_CHECK_EQ(ntohl(h->magic), SV_WIRE_MAGIC);
+	SVT_CHECK_EQ(ntohs(h->version), SV_WIRE_VERSION);
+}
+
+/* Our AUTH: the proof of the secret, or (know_secret false) a guess. */
+static void say_auth(int fd, bool connecting, const struct sv_hello *mine,
+		     const struct sv_hello *theirs, bool know_secret)
+{
+	struct sv_auth_frame a = { .magic = htonl(SV_AUTH_MAGIC) };
+
+	if (know_secret)
+		sv_auth_mac(a.mac, connecting, mine, theirs, sizeof(*mine));
+	else
+		sv_auth_nonce(a.mac); /* 16 random bytes and zeros: no proof */
+	SVT_CHECK(svt_wire_send(fd, &a, sizeof(a)));
+}
+
+static void take_auth(int fd, bool connecting, const struct sv_hello *mine,
+		      const struct sv_hello *theirs)
+{
+	uint8_t f[64];
+	long n = svt_wire_recv(fd, f, sizeof(f), 10000);
+
+	SVT_CHECK_MSG(n > 0 && sv_auth_verify(f, (size_t)n, connecting, mine, theirs, sizeof(*mine)),
+		      "the device's AUTH does not prove the secret");
+}
+
+void svt_wire_listen(struct svt_wire_listener *l)
+{
+	int one = 1;
+
+	SVT_CHECK_OK(sv_auth_init()); /* the secret this user's devices use */
+	l->fd = socket(AF_INET, SOCK_STREAM, 0);
+	SVT_CHECK(l->fd >= 0);
+	setsockopt(l->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	/* the registry hands out low blocks first: try from the top */
+	for (uint32_t b = SV_QPN_NBLOCKS - 1; b > SV_QPN_NBLOCKS / 2; b--) {
+		struct sockaddr_in sa = { .sin_family = AF_INET,
+					  .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+					  .sin_port = htons(sv_qpn_block_port(b)) };
+
+		if (!sa.sin_port || bind(l->fd, (struct sockaddr *)&sa, sizeof(sa)))
+			continue;
+		SVT_CHECK_OK(listen(l->fd, 8));
+		l->qpn = (b << SV_QPN_BLOCK_SHIFT) | 17;
+		return;
+	}
+	SVT_CHECK_MSG(0, "no free port for a fake peer");
+}
+
+int svt_wire_accept(struct svt_wire_listener *l)
+{
+	struct sv_hello mine, theirs;
+	int fd = accept(l->fd, NULL, NULL), one = 1;
+
+	SVT_CHECK(fd >= 0);
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	take_hello(fd, &theirs);
+	say_hello(fd, &mine, sv_qpn_port(l->qpn), 0);
+	say_auth(fd, false, &mine, &theirs, true);
+	take_auth(fd, false, &mine, &theirs);
+	return fd;
+}
+
+int svt_wire_connect_as(uint32_t qpn, uint16_t claim_port, bool know_secret)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+				  .sin_port = htons(sv_qpn_port(qpn)) };
+	struct sv_hello mine, theirs;
+	int fd = socket(AF_INET, SOCK_STREAM, 0), one = 1;
+
+	SVT_CHECK(fd >= 0);
+	SVT_CHECK_OK(sv_auth_init());
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	SVT_CHECK_OK(connect(fd, (struct sockaddr *)&sa, sizeof(sa)));
+	say_hello(fd, &mine, claim_port, sv_qpn_port(qpn));
+	take_hello(fd, &theirs);
+	take_auth(fd, true, &mine, &theirs);
+	say_auth(fd, true, &mine, &theirs, know_secret);
+	return fd;
+}
+
+int svt_wire_connect(uint32_t qpn, uint16_t claim_port)
+{
+	return svt_wire_connect_as(qpn, claim_port, true);
+}
+
+size_t svt_wire_bth(uint8_t *pkt, uint8_t opcode, uint32_t dqpn, uint32_t psn)
+{
+	struct sv_bth *bth = (void *)pkt;
+
+	memset(bth, 0, sizeof(*bth));
+	bth->opcode = opcode;
+	bth->pkey = 0xffff;
+	bth->dqpn = htonl(dqpn & SV_PSN_MASK);
+	bth->psn = htonl(psn & SV_PSN_MASK);
+	return sizeof(*bth);
+}

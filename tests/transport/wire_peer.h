@@ -1,0 +1,49 @@
+/*
+ * A peer that speaks softverbs' wire format itself, over TCP, for tests
+ * that must send what softverbs would never send: a fake responder that a
+ * real QP connects to (it listens where the QPs of an unclaimed block of QP
+ * numbers are reached), or an outsider that connects to a real device's
+ * endpoint under an identity of its own choosing.
+ *
+ * The tests that use it set SOFTVERBS_PORT=0 before opening a device, so
+ * that a QP reaches its peer's own port rather than the host's shared one.
+ */
+#ifndef SVT_WIRE_PEER_H
+#define SVT_WIRE_PEER_H
+
+#include "engine/opcode.h"
+#include "engine/wire.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct svt_wire_listener {
+	int fd;
+	uint32_t qpn; /* a QP number softverbs reaches here */
+};
+
+/* Listen on the port of a block of QP numbers nobody on this host claims
+ * (and load the secret this user's devices use: the peer holds it). */
+void svt_wire_listen(struct svt_wire_listener *l);
+/* Accept a connection and go through the handshake; the connected socket. */
+int svt_wire_accept(struct svt_wire_listener *l);
+/*
+ * Connect to the endpoint of a real device's QP qpn on 127.0.0.1 and say
+ * HELLO as the endpoint 127.0.0.1:claim_port; checks the device's AUTH and
+ * proves the secret in turn (the handshake, transport/auth.h).
+ */
+int svt_wire_connect(uint32_t qpn, uint16_t claim_port);
+/* The same; know_secret false: an AUTH that proves nothing (the device
+ * closes the connection). */
+int svt_wire_connect_as(uint32_t qpn, uint16_t claim_port, bool know_secret);
+
+bool svt_wire_send(int fd, const void *pkt, size_t len);
+/* The next frame into buf (at most cap bytes): its length, or -1 when the
+ * connection ended; timeout_ms < 0 waits for ever, 0 when nothing came. */
+long svt_wire_recv(int fd, void *buf, size_t cap, int timeout_ms);
+
+/* A BTH into pkt; the header's length. */
+size_t svt_wire_bth(uint8_t *pkt, uint8_t opcode, uint32_t dqpn, uint32_t psn);
+
+#endif
