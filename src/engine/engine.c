@@ -25,6 +25,18 @@
 static int tag_wake;
 
 /*
+ * What a peer that has not proved itself may cost (docs/SECURITY.md): it has
+ * eng->handshake_ns to do it, and at most SV_MAX_UNPROVEN accepted connections
+ * wait in their handshake at once (one more pushes the oldest out: a real
+ * peer's handshake takes a round trip, a flood's never ends).  Out of file
+ * descriptors, the listeners rest for SV_LISTEN_REST_NS instead of waking
+ * the engine for a connection they cannot take.  The handshake's time is
+ * eng->handshake_ns (SOFTVERBS_HANDSHAKE_TIMEOUT_MS, 10 s by default).
+ */
+#define SV_MAX_UNPROVEN 64
+#define SV_LISTEN_REST_NS 100000000ull
+
+/*
  * A polling application thread keeps the bells of in-memory connections
  * (transports whose data is in memory, not behind an fd) unarmed for this
  * long after its last poll, so that a busy pair exchanges messages without a
@@ -86,6 +98,17 @@ static void conn_unlist(struct sv_engine *eng, struct sv_conn *c)
 		eng->nconns_polled--;
 }
 
+static void wake(struct sv_engine *eng);
+
+/* eng->lock held: look again at handshakes and listeners by `when`. */
+static void housekeep_by(struct sv_engine *eng, uint64_t when)
+{
+	if (!eng->housekeep_ns || when < eng->housekeep_ns)
+		eng->housekeep_ns = when;
+	if (when < eng->sleep_until)
+		eng->sleep_until = when;
+}
+
 static int conn_register(struct sv_engine *eng, struct sv_conn *c)
 {
 	struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP |
@@ -109,7 +132,11 @@ static int conn_register(struct sv_engine *eng, struct sv_conn *c)
 	sv_list_add_tail(&eng->conns, &c->link);
 	if (!c->ops->rx_pending)
 		eng->nconns_polled++;
+	/* its handshake has eng->handshake_ns; the engine looks in time */
+	housekeep_by(eng, c->born_ns + eng->handshake_ns);
 	pthread_mutex_unlock(&eng->lock);
+	if (tls_engine_thread != eng)
+		wake(eng);
 	if (epoll_ctl(eng->epfd, EPOLL_CTL_ADD, c->fd, &ev)) {
 		err = -errno;
 		pthread_mutex_lock(&eng->lock);
@@ -487,11 +514,57 @@ static void conn_event(struct sv_conn *c, uint32_t events)
 		conn_flush(c);
 }
 
+/* Out of descriptors: the listeners are not polled for a while. */
+static void rest_listeners(struct sv_engine *eng)
+{
+	pthread_mutex_lock(&eng->lock);
+	if (!eng->listeners_resting) {
+		eng->listeners_resting = true;
+		for (int i = 0; i < eng->nlisteners; i++) {
+			struct epoll_event ev = { .events = 0, .data.ptr = &eng->listeners[i] };
+
+			if (eng->listeners[i].fd >= 0)
+				epoll_ctl(eng->epfd, EPOLL_CTL_MOD, eng->listeners[i].fd, &ev);
+		}
+		sv_warn_limited("out of file descriptors: not accepting connections for %llu ms",
+				SV_LISTEN_REST_NS / 1000000ull);
+	}
+	housekeep_by(eng, sv_now_ns() + SV_LISTEN_REST_NS);
+	pthread_mutex_unlock(&eng->lock);
+}
+
+/*
+ * Accepted connections still in their handshake, beyond the cap with the
+ * newest: the oldest goes (returned with a reference, to fail), else NULL.
+ */
+static struct sv_conn *unproven_over_cap(struct sv_engine *eng)
+{
+	struct sv_conn *oldest = NULL;
+	int n = 0;
+
+	pthread_mutex_lock(&eng->lock);
+	for (struct sv_list *l = eng->conns.next; l != &eng->conns; l = l->next) {
+		struct sv_conn *c = SV_CONTAINER_OF(l, struct sv_conn, link);
+
+		if (c->outgoing || !sv_conn_gated(c))
+			continue;
+		n++;
+		if (!oldest || c->born_ns < oldest->born_ns)
+			oldest = c;
+	}
+	if (n > SV_MAX_UNPROVEN)
+		sv_conn_get(oldest);
+	else
+		oldest = NULL;
+	pthread_mutex_unlock(&eng->lock);
+	return oldest;
+}
+
 /* Accept every peer waiting on one of the endpoint's listeners. */
 static void accept_all(struct sv_engine *eng, const struct sv_listener *l)
 {
 	for (;;) {
-		struct sv_conn *c = conn_new(eng, -1, false, l->ops);
+		struct sv_conn *c = conn_new(eng, -1, false, l->ops), *old;
 		int err;
 
 		if (!c)
@@ -499,12 +572,68 @@ static void accept_all(struct sv_engine *eng, const struct sv_listener *l)
 		err = l->ops->accept(l->fd, c);
 		if (err) {
 			sv_conn_put(c);
-			if (err == -EAGAIN)
+			if (err == -EMFILE)
+				rest_listeners(eng);
+			if (err == -EAGAIN || err == -EMFILE)
 				return;
 			continue; /* a refused peer: look for the next */
 		}
-		if (conn_register(eng, c))
+		if (conn_register(eng, c)) {
 			sv_conn_put(c); /* closes its fd */
+			continue;
+		}
+		if ((old = unproven_over_cap(eng))) {
+			sv_warn_limited("more than %d connections in their handshake: the oldest "
+					"goes",
+					SV_MAX_UNPROVEN);
+			sv_engine_conn_fail(old);
+			sv_conn_put(old);
+		}
+	}
+}
+
+/*
+ * Handshakes that took too long fail; resting listeners are polled again.
+ * Engine thread, progress_lock held.
+ */
+static void housekeep(struct sv_engine *eng, uint64_t now)
+{
+	struct sv_conn *late[32];
+	int nlate = 0;
+	bool waiting = false;
+
+	pthread_mutex_lock(&eng->lock);
+	eng->housekeep_ns = 0;
+	if (eng->listeners_resting) {
+		eng->listeners_resting = false;
+		for (int i = 0; i < eng->nlisteners; i++) {
+			struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &eng->listeners[i] };
+
+			if (eng->listeners[i].fd >= 0)
+				epoll_ctl(eng->epfd, EPOLL_CTL_MOD, eng->listeners[i].fd, &ev);
+		}
+	}
+	for (struct sv_list *l = eng->conns.next; l != &eng->conns; l = l->next) {
+		struct sv_conn *c = SV_CONTAINER_OF(l, struct sv_conn, link);
+
+		if (!sv_conn_gated(c))
+			continue;
+		if (now - c->born_ns >= eng->handshake_ns && nlate < (int)SV_ARRAY_SIZE(late)) {
+			sv_conn_get(c);
+			late[nlate++] = c;
+		} else {
+			waiting = true;
+		}
+	}
+	if (waiting || nlate == (int)SV_ARRAY_SIZE(late))
+		housekeep_by(eng, now + eng->handshake_ns / 10);
+	pthread_mutex_unlock(&eng->lock);
+	for (int i = 0; i < nlate; i++) {
+		sv_dbg("connection to %s:%u: no handshake in %llu s; closed",
+		       inet_ntoa(late[i]->peer.ip), late[i]->peer.port,
+		       eng->handshake_ns / 1000000000ull);
+		sv_engine_conn_fail(late[i]);
+		sv_conn_put(late[i]);
 	}
 }
 
@@ -599,6 +728,11 @@ static int run_timers(struct sv_engine *eng)
 	struct sv_list *l;
 
 	pthread_mutex_lock(&eng->lock);
+	if (eng->housekeep_ns && now >= eng->housekeep_ns) {
+		pthread_mutex_unlock(&eng->lock);
+		housekeep(eng, now);
+		pthread_mutex_lock(&eng->lock);
+	}
 	/*
 	 * sleep_until is a lower bound of every armed deadline: the last scan
 	 * set it to the earliest one, and sv_engine_timer_update lowers it for
@@ -624,6 +758,8 @@ static int run_timers(struct sv_engine *eng)
 			next = d;
 		}
 	}
+	if (eng->housekeep_ns && eng->housekeep_ns < next)
+		next = eng->housekeep_ns;
 	eng->sleep_until = ndue ? now : next;
 	pthread_mutex_unlock(&eng->lock);
 	for (int i = 0; i < ndue; i++) {
@@ -789,6 +925,8 @@ int sv_engine_start(struct sv_context *ctx, struct in_addr ip)
 	eng->ctx = ctx;
 	eng->wake_fd = eng->epfd = -1;
 	eng->sleep_until = UINT64_MAX;
+	eng->handshake_ns = (uint64_t)SV_MAX(1, sv_env_long("SOFTVERBS_HANDSHAKE_TIMEOUT_MS", 10000)) *
+			    1000000ull;
 	pthread_mutex_init(&eng->lock, NULL);
 	pthread_mutex_init(&eng->progress_lock, NULL);
 	sv_list_init(&eng->conns);

@@ -57,6 +57,11 @@ struct sv_engine {
 	struct sv_list timer_qps;
 	struct sv_list run_qps;
 	uint64_t sleep_until; /* when the engine thread next wakes by itself */
+	/* eng->lock: the next look at handshakes that take too long and at
+	 * resting listeners (0: nothing to look at) */
+	uint64_t housekeep_ns;
+	uint64_t handshake_ns; /* a connection's time to prove itself */
+	bool listeners_resting; /* out of descriptors: not polled for now */
 	atomic_int nconns_polled;      /* connections only epoll can look at (tcp) */
 	_Atomic uint64_t last_poll_ns; /* an application thread last made progress */
 };

@@ -55,7 +55,7 @@
 #include <unistd.h>
 
 #define SHM_MAGIC 0x5356534du /* "SVSM" */
-#define SHM_VERSION 1u
+#define SHM_VERSION 2u /* 2: the memory comes sealed at its size */
 /* Bytes of ring per direction (a power of two). */
 #define SHM_RING_BYTES (2u << 20)
 /* Payload pieces at least this big travel indirect, when allowed: whole
@@ -192,6 +192,16 @@ static void cma_test(struct sv_shm *s)
 }
 
 /* Accept one peer and map its rings into conn (fd, tp). */
+/* Is the memfd a peer sent sealed against shrinking and growing, at our size? */
+static bool sealed_at_size(int mfd)
+{
+	int seals = fcntl(mfd, F_GET_SEALS);
+	struct stat st;
+
+	return seals >= 0 && (seals & (F_SEAL_SHRINK | F_SEAL_GROW)) == (F_SEAL_SHRINK | F_SEAL_GROW) &&
+	       !fstat(mfd, &st) && (uint64_t)st.st_size == SHM_MAP_LEN;
+}
+
 static int shm_accept(int lfd, struct sv_conn *c)
 {
 	char cbuf[CMSG_SPACE(sizeof(int))];
@@ -223,6 +233,13 @@ static int shm_accept(int lfd, struct sv_conn *c)
 	    cm->cmsg_type != SCM_RIGHTS)
 		goto bad;
 	memcpy(&mfd, CMSG_DATA(cm), sizeof(int));
+	/* sealed at its size: nobody (the peer included) can shrink it under
+	 * our mapping, so no access to the rings can raise SIGBUS */
+	if (!sealed_at_size(mfd)) {
+		sv_warn_limited("shm: a peer's memory is not sealed at its size; refused");
+		close(mfd);
+		goto bad;
+	}
 	map = mmap(NULL, SHM_MAP_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
 	close(mfd);
 	if (map == MAP_FAILED)
@@ -266,8 +283,9 @@ static int shm_connect(struct sv_conn *c)
 		err = errno ? -errno : -EPERM;
 		goto fail;
 	}
-	mfd = memfd_create("softverbs-shm", MFD_CLOEXEC);
-	if (mfd < 0 || fchmod(mfd, 0600) || ftruncate(mfd, SHM_MAP_LEN)) {
+	mfd = memfd_create("softverbs-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+	if (mfd < 0 || fchmod(mfd, 0600) || ftruncate(mfd, SHM_MAP_LEN) ||
+	    fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL)) {
 		err = -errno;
 		goto fail;
 	}

@@ -337,13 +337,16 @@ int sv_transports_listening(enum sv_transport_mode mode,
  * sets conn->ops (and conn->fd); 0, or -errno with conn->ops set. */
 int sv_transport_connect(struct sv_conn *conn, enum sv_transport_mode mode);
 
-/* An accept4() failure as the accept op reports it (-EAGAIN: stop for now). */
+/* An accept4() failure as the accept op reports it (-EAGAIN: nobody waits;
+ * -EMFILE: out of descriptors or memory, the listener rests a while). */
 static inline int sv_accept_error(int err)
 {
-	return err == EAGAIN || err == EWOULDBLOCK || err == EMFILE || err == ENFILE ||
-		       err == ENOBUFS || err == ENOMEM
-	       ? -EAGAIN
-	       : -err;
+	if (err == EAGAIN || err == EWOULDBLOCK)
+		return -EAGAIN;
+	/* out of descriptors or memory: the listener must rest, not spin */
+	if (err == EMFILE || err == ENFILE || err == ENOBUFS || err == ENOMEM)
+		return -EMFILE;
+	return -err;
 }
 
 /* The connection is the engine's now (conn->hello_gid set): the side that
