@@ -294,6 +294,7 @@ void sv_engine_conn_fail(struct sv_conn *conn)
 {
 	struct sv_engine *eng = conn->eng;
 	int was = atomic_exchange(&conn->state, SV_CONN_DEAD);
+	bool buried = false;
 
 	/* lost, unless this context is closing it; one of ours never set up
 	 * (a shared port's taker found no endpoint for us: the peer is gone)
@@ -320,8 +321,13 @@ void sv_engine_conn_fail(struct sv_conn *conn)
 	if (sv_list_linked(&conn->link)) {
 		conn_unlist(eng, conn);
 		sv_list_add_tail(&eng->graveyard, &conn->link);
+		buried = true;
 	}
 	pthread_mutex_unlock(&eng->lock);
+	/* failed by a polling thread: the engine thread, maybe asleep with no
+	 * deadline, releases it (and its memory) now, not at its next wake-up */
+	if (buried && tls_engine_thread != eng)
+		wake(eng);
 }
 
 static void bury_dead(struct sv_engine *eng)
