@@ -26,12 +26,12 @@ static int tag_wake;
 
 /*
  * What a peer that has not proved itself may cost (docs/SECURITY.md): it has
- * eng->handshake_ns to do it, and at most SV_MAX_UNPROVEN accepted connections
- * wait in their handshake at once (one more pushes the oldest out: a real
- * peer's handshake takes a round trip, a flood's never ends).  Out of file
- * descriptors, the listeners rest for SV_LISTEN_REST_NS instead of waking
- * the engine for a connection they cannot take.  The handshake's time is
- * eng->handshake_ns (SOFTVERBS_HANDSHAKE_TIMEOUT_MS, 10 s by default).
+ * eng->handshake_ns (SOFTVERBS_HANDSHAKE_TIMEOUT_MS, 10 s by default) to do
+ * it, and at most SV_MAX_UNPROVEN accepted connections wait in their
+ * handshake at once (one more pushes the oldest out: a real peer's handshake
+ * takes a round trip, a flood's never ends).  Out of file descriptors, the
+ * listeners rest for SV_LISTEN_REST_NS instead of waking the engine for a
+ * connection they cannot take.
  */
 #define SV_MAX_UNPROVEN 64
 #define SV_LISTEN_REST_NS 100000000ull
@@ -100,13 +100,28 @@ static void conn_unlist(struct sv_engine *eng, struct sv_conn *c)
 
 static void wake(struct sv_engine *eng);
 
-/* eng->lock held: look again at handshakes and listeners by `when`. */
-static void housekeep_by(struct sv_engine *eng, uint64_t when)
+/* eng->lock held: look again at handshakes and listeners by `when`; true if
+ * the engine thread would otherwise sleep past it (then it must be woken). */
+static bool housekeep_by(struct sv_engine *eng, uint64_t when)
 {
 	if (!eng->housekeep_ns || when < eng->housekeep_ns)
 		eng->housekeep_ns = when;
-	if (when < eng->sleep_until)
-		eng->sleep_until = when;
+	if (when >= eng->sleep_until)
+		return false;
+	eng->sleep_until = when;
+	return true;
+}
+
+/* eng->lock held: the listeners are polled (or, resting, not). */
+static void poll_listeners(struct sv_engine *eng, bool on)
+{
+	eng->listeners_resting = !on;
+	for (int i = 0; i < eng->nlisteners; i++) {
+		struct epoll_event ev = { .events = on ? EPOLLIN : 0, .data.ptr = &eng->listeners[i] };
+
+		if (eng->listeners[i].fd >= 0)
+			epoll_ctl(eng->epfd, EPOLL_CTL_MOD, eng->listeners[i].fd, &ev);
+	}
 }
 
 static int conn_register(struct sv_engine *eng, struct sv_conn *c)
@@ -114,6 +129,7 @@ static int conn_register(struct sv_engine *eng, struct sv_conn *c)
 	struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP |
 					    (c->ops->room_by_bell ? 0 : EPOLLOUT),
 				  .data.ptr = c };
+	bool kick;
 	int err;
 
 	if (c->ops->init && (err = c->ops->init(c)))
@@ -133,9 +149,9 @@ static int conn_register(struct sv_engine *eng, struct sv_conn *c)
 	if (!c->ops->rx_pending)
 		eng->nconns_polled++;
 	/* its handshake has eng->handshake_ns; the engine looks in time */
-	housekeep_by(eng, c->born_ns + eng->handshake_ns);
+	kick = housekeep_by(eng, c->born_ns + eng->handshake_ns);
 	pthread_mutex_unlock(&eng->lock);
-	if (tls_engine_thread != eng)
+	if (kick && tls_engine_thread != eng)
 		wake(eng);
 	if (epoll_ctl(eng->epfd, EPOLL_CTL_ADD, c->fd, &ev)) {
 		err = -errno;
@@ -525,13 +541,7 @@ static void rest_listeners(struct sv_engine *eng)
 {
 	pthread_mutex_lock(&eng->lock);
 	if (!eng->listeners_resting) {
-		eng->listeners_resting = true;
-		for (int i = 0; i < eng->nlisteners; i++) {
-			struct epoll_event ev = { .events = 0, .data.ptr = &eng->listeners[i] };
-
-			if (eng->listeners[i].fd >= 0)
-				epoll_ctl(eng->epfd, EPOLL_CTL_MOD, eng->listeners[i].fd, &ev);
-		}
+		poll_listeners(eng, false);
 		sv_warn_limited("out of file descriptors: not accepting connections for %llu ms",
 				SV_LISTEN_REST_NS / 1000000ull);
 	}
@@ -610,15 +620,8 @@ static void housekeep(struct sv_engine *eng, uint64_t now)
 
 	pthread_mutex_lock(&eng->lock);
 	eng->housekeep_ns = 0;
-	if (eng->listeners_resting) {
-		eng->listeners_resting = false;
-		for (int i = 0; i < eng->nlisteners; i++) {
-			struct epoll_event ev = { .events = EPOLLIN, .data.ptr = &eng->listeners[i] };
-
-			if (eng->listeners[i].fd >= 0)
-				epoll_ctl(eng->epfd, EPOLL_CTL_MOD, eng->listeners[i].fd, &ev);
-		}
-	}
+	if (eng->listeners_resting)
+		poll_listeners(eng, true);
 	for (struct sv_list *l = eng->conns.next; l != &eng->conns; l = l->next) {
 		struct sv_conn *c = SV_CONTAINER_OF(l, struct sv_conn, link);
 
@@ -635,9 +638,9 @@ static void housekeep(struct sv_engine *eng, uint64_t now)
 		housekeep_by(eng, now + eng->handshake_ns / 10);
 	pthread_mutex_unlock(&eng->lock);
 	for (int i = 0; i < nlate; i++) {
-		sv_dbg("connection to %s:%u: no handshake in %llu s; closed",
+		sv_dbg("connection to %s:%u: no handshake in %llu ms; closed",
 		       inet_ntoa(late[i]->peer.ip), late[i]->peer.port,
-		       eng->handshake_ns / 1000000000ull);
+		       (unsigned long long)(eng->handshake_ns / 1000000ull));
 		sv_engine_conn_fail(late[i]);
 		sv_conn_put(late[i]);
 	}

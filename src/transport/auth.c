@@ -22,7 +22,6 @@ static pthread_once_t once = PTHREAD_ONCE_INIT;
 static int loaded_rc = -1;
 static uint8_t key[crypto_auth_hmacsha256_KEYBYTES];
 static char source[1100];
-static bool explicit_secret;
 
 /* The key is a hash of the secret: any length of secret makes one key. */
 static void take_secret(const void *s, size_t len)
@@ -119,11 +118,9 @@ static void load(void)
 				SECRET_MIN);
 		take_secret(s, strlen(s));
 		snprintf(source, sizeof(source), "SOFTVERBS_SECRET");
-		explicit_secret = true;
 		loaded_rc = 0;
 	} else if (file && *file) {
 		snprintf(source, sizeof(source), "%s", file);
-		explicit_secret = true;
 		loaded_rc = read_secret(file, true);
 	} else {
 		loaded_rc = host_secret();
@@ -139,11 +136,6 @@ int sv_auth_init(void)
 const char *sv_auth_source(void)
 {
 	return source;
-}
-
-bool sv_auth_explicit(void)
-{
-	return explicit_secret;
 }
 
 void sv_auth_nonce(uint8_t nonce[SV_AUTH_NONCE])

@@ -46,8 +46,6 @@ struct sv_auth_frame {
 int sv_auth_init(void);
 /* Where the secret came from, for messages: "SOFTVERBS_SECRET", a path. */
 const char *sv_auth_source(void);
-/* Was the secret set explicitly (not this user's secret of this host)? */
-bool sv_auth_explicit(void);
 
 void sv_auth_nonce(uint8_t nonce[SV_AUTH_NONCE]);
 

@@ -191,7 +191,6 @@ static void cma_test(struct sv_shm *s)
 	}
 }
 
-/* Accept one peer and map its rings into conn (fd, tp). */
 /* Is the memfd a peer sent sealed against shrinking and growing, at our size? */
 static bool sealed_at_size(int mfd)
 {
@@ -202,6 +201,7 @@ static bool sealed_at_size(int mfd)
 	       !fstat(mfd, &st) && (uint64_t)st.st_size == SHM_MAP_LEN;
 }
 
+/* Accept one peer and map its rings into conn (fd, tp). */
 static int shm_accept(int lfd, struct sv_conn *c)
 {
 	char cbuf[CMSG_SPACE(sizeof(int))];
