@@ -7,6 +7,7 @@
  */
 #include "engine/engine.h"
 #include "engine/dma.h"
+#include "common/fault_guard.h"
 
 #include <arpa/inet.h>
 
@@ -54,11 +55,16 @@ bool sv_engine_rx_plan(struct sv_conn *c, const uint8_t *f, uint32_t plen, uint3
 	mtu = qp->mtu;
 	pthread_mutex_unlock(&qp->lock);
 	sv_qp_put(qp);
+	/* the kernel (or the shm ring) writes the rest of the range this read
+	 * may take: memory the application unmapped goes the plain way, where
+	 * the responder's own copy fails the packet with a NAK */
+	if (ok)
+		ok = sv_probe_guarded(dst, SV_MIN(msg_left, plen + (uint64_t)SV_RX_PREDICT * mtu)) &&
+		     sv_dma_write(dst, f + op->hdr_len, have); /* what the buffer holds already */
 	if (!ok) {
 		sv_mr_read_unlock(ctx);
 		return false;
 	}
-	sv_dma_write(dst, f + op->hdr_len, have); /* what the buffer holds already */
 	plan->dst = dst;
 	plan->msg_left = msg_left;
 	plan->seg = mtu;

@@ -1,6 +1,7 @@
 /* Scatter/gather list walking; see dma.h. */
 #include "engine/dma.h"
 #include "engine/gpu.h"
+#include "common/fault_guard.h"
 
 #include <string.h>
 
@@ -9,27 +10,31 @@ enum ibv_wc_status sv_mem_err_to_local_status(enum sv_mem_err e)
 	return e == SV_MEM_OK ? IBV_WC_SUCCESS : IBV_WC_LOC_PROT_ERR;
 }
 
-void sv_dma_write(void *dst, const void *src, size_t len)
+bool sv_dma_write(void *dst, const void *src, size_t len)
 {
-	memcpy(dst, src, len);
+	return sv_copy_guarded(dst, src, len);
 }
 
 enum sv_mem_err sv_dma_place(sv_cu_ctx gpu, void *dst, const void *src, size_t len)
 {
-	if (!gpu) {
-		sv_dma_write(dst, src, len);
-		return SV_MEM_OK;
-	}
+	if (!gpu)
+		return sv_dma_write(dst, src, len) ? SV_MEM_OK : SV_MEM_FAULT;
 	return sv_cuda_copy(gpu, dst, src, len) ? SV_MEM_FAULT : SV_MEM_OK;
 }
 
 enum sv_mem_err sv_dma_read(sv_cu_ctx gpu, void *dst, const void *src, size_t len)
 {
-	if (!gpu) {
-		memcpy(dst, src, len);
-		return SV_MEM_OK;
-	}
+	if (!gpu)
+		return sv_copy_guarded(dst, src, len) ? SV_MEM_OK : SV_MEM_FAULT;
 	return sv_cuda_copy(gpu, dst, src, len) ? SV_MEM_FAULT : SV_MEM_OK;
+}
+
+bool sv_iov_readable(const struct iovec *iov, const sv_cu_ctx *gpu, int n)
+{
+	for (int i = 0; i < n; i++)
+		if (!gpu[i] && !sv_probe_guarded(iov[i].iov_base, iov[i].iov_len))
+			return false;
+	return true;
 }
 
 uint64_t sv_sgl_len(const struct ibv_sge *sge, uint32_t nsge)

@@ -44,14 +44,21 @@ enum sv_mem_err sv_sgl_copy_out(struct sv_context *ctx, struct sv_pd *pd,
 /*
  * The HCA's own accesses to application memory (placing a WRITE's payload).
  * Kept in one named place: like a NIC's DMA, they race with the application
- * by design, and race detectors are told so (tests/tsan.supp).
+ * by design, and race detectors are told so (tests/tsan.supp).  False: the
+ * application unmapped part of dst (common/fault_guard.h); the operation
+ * fails, the process goes on.
  */
-void sv_dma_write(void *dst, const void *src, size_t len);
+bool sv_dma_write(void *dst, const void *src, size_t len);
 
 /* The same, into memory that may be GPU memory of gpu (NULL: host), or out
- * of it (sv_dma_read); SV_MEM_FAULT where the driver fails. */
+ * of it (sv_dma_read); SV_MEM_FAULT where the driver fails or host memory
+ * is not mapped. */
 enum sv_mem_err sv_dma_place(sv_cu_ctx gpu, void *dst, const void *src, size_t len);
 enum sv_mem_err sv_dma_read(sv_cu_ctx gpu, void *dst, const void *src, size_t len);
+
+/* Each piece of host memory in iov[0..n) (gpu[i] NULL) can be read: memory
+ * that goes to the kernel or to a peer by reference, to be read later. */
+bool sv_iov_readable(const struct iovec *iov, const sv_cu_ctx *gpu, int n);
 
 /* Total length of an SGE list. */
 uint64_t sv_sgl_len(const struct ibv_sge *sge, uint32_t nsge);

@@ -34,6 +34,14 @@ static int tag_wake;
  * connection they cannot take.
  */
 #define SV_MAX_UNPROVEN 64
+/*
+ * A proven peer (one endpoint: the address and port its HELLO names) needs
+ * one connection to us, two when both sides connected at once, and one
+ * more for each it gave up as silent (sv_conn_silent): beyond this many,
+ * its oldest goes, so that no peer holds more than this much buffer memory
+ * here (SECURITY.md).
+ */
+#define SV_MAX_CONNS_PER_PEER 8
 #define SV_LISTEN_REST_NS 100000000ull
 
 /*
@@ -492,10 +500,13 @@ static void rx_placed(struct sv_conn *conn, uint8_t *hdr, const uint8_t *payload
 }
 
 /* What the transports may ask of the engine about a connection. */
+static void conn_proven(struct sv_conn *c);
+
 static const struct sv_conn_host engine_host = {
 	.want_output = want_output,
 	.rx_frame = rx_frame,
 	.fail = sv_engine_conn_fail,
+	.proven = conn_proven,
 	.rx_classify = sv_engine_rx_classify,
 	.rx_plan = sv_engine_rx_plan,
 	.rx_plan_end = sv_engine_rx_plan_end,
@@ -574,6 +585,41 @@ static struct sv_conn *unproven_over_cap(struct sv_engine *eng)
 		oldest = NULL;
 	pthread_mutex_unlock(&eng->lock);
 	return oldest;
+}
+
+/* An accepted connection's peer proved itself: its connections beyond
+ * SV_MAX_CONNS_PER_PEER, oldest first, go. */
+static void conn_proven(struct sv_conn *c)
+{
+	struct sv_engine *eng = c->eng;
+
+	for (;;) {
+		struct sv_conn *oldest = NULL;
+		int n = 0;
+
+		pthread_mutex_lock(&eng->lock);
+		for (struct sv_list *l = eng->conns.next; l != &eng->conns; l = l->next) {
+			struct sv_conn *o = SV_CONTAINER_OF(l, struct sv_conn, link);
+
+			if (o->outgoing || sv_conn_gated(o) ||
+			    atomic_load(&o->state) == SV_CONN_DEAD ||
+			    o->peer.ip.s_addr != c->peer.ip.s_addr || o->peer.port != c->peer.port)
+				continue;
+			n++;
+			if (o != c && (!oldest || o->born_ns < oldest->born_ns))
+				oldest = o;
+		}
+		if (n <= SV_MAX_CONNS_PER_PEER || !oldest) {
+			pthread_mutex_unlock(&eng->lock);
+			return;
+		}
+		sv_conn_get(oldest);
+		pthread_mutex_unlock(&eng->lock);
+		sv_warn_limited("peer %s:%u holds more than %d connections: the oldest goes",
+				inet_ntoa(c->peer.ip), c->peer.port, SV_MAX_CONNS_PER_PEER);
+		sv_engine_conn_fail(oldest);
+		sv_conn_put(oldest);
+	}
 }
 
 /* Accept every peer waiting on one of the endpoint's listeners. */
@@ -802,10 +848,7 @@ static void handle_events(struct sv_engine *eng, struct epoll_event *evs, int n,
 		} else if (p >= (void *)eng->listeners && p < (void *)(eng->listeners + eng->nlisteners)) {
 			const struct sv_listener *l = p;
 
-			/* a transport whose accept waits for its peer is left to the
-			 * engine thread, so that no application call blocks */
-			if (engine_thread || !l->ops->accept_waits)
-				accept_all(eng, l);
+			accept_all(eng, l);
 		} else {
 			struct sv_conn *c = p;
 

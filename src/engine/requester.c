@@ -249,6 +249,10 @@ static enum ibv_wc_status send_packet(struct sv_qp *qp, struct req_pass *p, stru
 			       SV_FRAME_MAX_IOV - 1, &e);
 		if (n < 0)
 			return sv_mem_err_to_local_status(e);
+		/* read later, by the kernel or the peer: memory the application
+		 * unmapped fails the WQE here rather than the connection there */
+		if (!sv_iov_readable(iov, gpu, n))
+			return IBV_WC_LOC_PROT_ERR;
 		if (n == 1 && gpu[0] && gpu_ref(qp, conn, w, off, iov, &ref)) {
 			by_ref = true;
 			n = 0;

@@ -10,6 +10,7 @@
 #include "engine/stats.h"
 #include "engine/dma.h"
 #include "engine/gpu.h"
+#include "common/fault_guard.h"
 
 #include <arpa/inet.h>
 #include <string.h>
@@ -377,6 +378,11 @@ static enum resp_result do_read(struct sv_qp *qp, struct sv_conn *conn, uint32_t
 	sv_mr_read_lock(qp->ctx);
 	if (dma_len)
 		r = check_rkey(qp, rkey, va, dma_len, IBV_ACCESS_REMOTE_READ, &mem, &gpu);
+	/* the responses point into the memory until the transport has taken
+	 * them: memory the application unmapped is refused here, as an rkey
+	 * the MR does not cover would be */
+	if (r == RESP_OK && dma_len && !gpu && !sv_probe_guarded(mem, dma_len))
+		r = RESP_ERR_RKEY;
 	if (r != RESP_OK) {
 		sv_mr_read_unlock(qp->ctx);
 		return r;
@@ -492,9 +498,7 @@ static enum resp_result exec_atomic_write(const struct resp_pkt *p)
 			 &gpu);
 	if (res == RESP_OK) {
 		memcpy(&v, p->payload, sizeof(v));
-		if (!gpu)
-			__atomic_store_n(word, v, __ATOMIC_RELEASE);
-		else if (!sv_gpu_store(gpu, word, v))
+		if (!(gpu ? sv_gpu_store(gpu, word, v) : sv_store_guarded(word, v)))
 			res = RESP_ERR_RKEY; /* the memory could not be reached */
 	}
 	sv_mr_read_unlock(qp->ctx);
@@ -534,12 +538,11 @@ static enum resp_result exec_atomic(const struct resp_pkt *p)
 	/* atomic with respect to every other softverbs atomic on this memory */
 	if (gpu) {
 		/* done above */
-	} else if (p->low == SV_OP_CMP_SWAP) {
-		orig = be64toh(a->compare);
-		__atomic_compare_exchange_n(word, &orig, be64toh(a->swap_add), false,
-					    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-	} else {
-		orig = __atomic_fetch_add(word, be64toh(a->swap_add), __ATOMIC_SEQ_CST);
+	} else if (!(p->low == SV_OP_CMP_SWAP
+			     ? sv_cas_guarded(word, be64toh(a->compare), be64toh(a->swap_add), &orig)
+			     : sv_fadd_guarded(word, be64toh(a->swap_add), &orig))) {
+		sv_mr_read_unlock(qp->ctx);
+		return RESP_ERR_RKEY; /* registered, but unmapped by the application */
 	}
 	sv_mr_read_unlock(qp->ctx);
 	qp->atomic_cache[qp->atomic_cache_next].psn = p->psn;
@@ -722,8 +725,9 @@ static enum resp_result exec_write(const struct resp_pkt *p)
 				r = RESP_ERR_RKEY; /* GPU memory the driver could not reach */
 			else if (p->op->mask & SV_OPF_LAST)
 				sv_gpu_sink_start(qp->gpu_in);
-		} else if (r == RESP_OK && mem != p->payload) {
-			sv_dma_write(mem, p->payload, p->plen);
+		} else if (r == RESP_OK && mem != p->payload &&
+			   !sv_dma_write(mem, p->payload, p->plen)) {
+			r = RESP_ERR_RKEY; /* registered, but unmapped by the application */
 		}
 		sv_mr_read_unlock(qp->ctx);
 		if (r != RESP_OK)

@@ -437,5 +437,7 @@ bool sv_conn_take_auth(struct sv_conn *conn, const uint8_t *f, size_t len)
 	if (conn->outgoing)
 		return !send_auth(conn);
 	atomic_store_explicit(&conn->peer_authed, true, memory_order_release);
+	if (conn->host->proven)
+		conn->host->proven(conn);
 	return true;
 }

@@ -39,9 +39,11 @@
  */
 
 #include "transport/stream.h"
+#include "common/fault_guard.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -105,9 +107,18 @@ struct sv_shm {
 	uint64_t rpos;     /* next ring byte to read */
 	uint64_t rec_left; /* stream bytes left in the current record */
 	uint64_t rec_addr; /* indirect: where they are in the producer */
+	uint64_t rx_logical; /* stream bytes taken (our copy of rx->head_logical) */
+	/* producer state (under the connection's tx_lock).  The ring's own
+	 * counters are in memory the peer can write: ours are kept here and
+	 * only published there; the peer's are checked on every read */
+	_Atomic uint64_t wpos; /* ring bytes published (our copy of tx->tail) */
+	uint64_t tx_logical;
 	bool rec_indirect;
 	bool eof;          /* the socket ended: the peer is gone */
 	bool cma_tested;
+	/* the rings are mapped; until then (an accepted peer whose setup has
+	 * not come yet) nothing looks at them.  Set once, with release order */
+	atomic_bool ready;
 };
 
 static inline struct sv_shm *to_shm(struct sv_conn *c)
@@ -133,12 +144,8 @@ static bool peer_is_us(int fd, pid_t *pid)
 	return true;
 }
 
-static struct sv_shm *shm_attach(void *map, int side, pid_t peer)
+static void shm_attach(struct sv_shm *s, void *map, int side, pid_t peer)
 {
-	struct sv_shm *s = calloc(1, sizeof(*s));
-
-	if (!s)
-		return NULL;
 	s->area = map;
 	s->side = side;
 	s->peer_pid = peer;
@@ -149,7 +156,12 @@ static struct sv_shm *shm_attach(void *map, int side, pid_t peer)
 	/* a child forked later must not share the rings */
 	madvise(map, SHM_MAP_LEN, MADV_DONTFORK);
 	atomic_store_explicit(&s->area->base[side], (uint64_t)(uintptr_t)map, memory_order_release);
-	return s;
+	atomic_store_explicit(&s->ready, true, memory_order_release);
+}
+
+static inline bool shm_ready(const struct sv_shm *s)
+{
+	return s && atomic_load_explicit(&s->ready, memory_order_acquire);
 }
 
 static bool cma_allowed(void)
@@ -201,61 +213,86 @@ static bool sealed_at_size(int mfd)
 	       !fstat(mfd, &st) && (uint64_t)st.st_size == SHM_MAP_LEN;
 }
 
-/* Accept one peer and map its rings into conn (fd, tp). */
-static int shm_accept(int lfd, struct sv_conn *c)
+/*
+ * The connector's setup message (its memfd), on an accepted socket: 0 and
+ * the rings mapped; -EAGAIN: not here yet; another error: refused.
+ */
+static int shm_take_setup(struct sv_conn *c)
 {
+	struct sv_shm *s = to_shm(c);
 	char cbuf[CMSG_SPACE(sizeof(int))];
 	struct shm_setup su;
 	struct iovec iov = { &su, sizeof(su) };
 	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
 			     .msg_controllen = sizeof(cbuf) };
-	struct pollfd p;
 	struct cmsghdr *cm;
-	int fd, mfd = -1;
-	pid_t pid;
+	int mfd = -1;
 	ssize_t n;
 	void *map;
 
-	fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-	if (fd < 0)
-		return sv_accept_error(errno);
-	if (!peer_is_us(fd, &pid))
-		goto bad;
-	/* the connector sends its setup right after connect(): wait for it
-	 * briefly rather than keep a half-open connection state around */
-	p = (struct pollfd){ .fd = fd, .events = POLLIN };
-	if (poll(&p, 1, 1000) != 1)
-		goto bad;
-	n = recvmsg(fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+	n = recvmsg(c->fd, &mh, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return -EAGAIN;
 	cm = CMSG_FIRSTHDR(&mh);
+	if (cm && cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS)
+		memcpy(&mfd, CMSG_DATA(cm), sizeof(int));
 	if (n != (ssize_t)sizeof(su) || su.magic != SHM_MAGIC || su.version != SHM_VERSION ||
-	    su.map_len != SHM_MAP_LEN || !cm || cm->cmsg_level != SOL_SOCKET ||
-	    cm->cmsg_type != SCM_RIGHTS)
+	    su.map_len != SHM_MAP_LEN || mfd < 0 || (mh.msg_flags & MSG_CTRUNC))
 		goto bad;
-	memcpy(&mfd, CMSG_DATA(cm), sizeof(int));
 	/* sealed at its size: nobody (the peer included) can shrink it under
 	 * our mapping, so no access to the rings can raise SIGBUS */
 	if (!sealed_at_size(mfd)) {
 		sv_warn_limited("shm: a peer's memory is not sealed at its size; refused");
-		close(mfd);
 		goto bad;
 	}
 	map = mmap(NULL, SHM_MAP_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
 	close(mfd);
 	if (map == MAP_FAILED)
-		goto bad;
-	if (((struct shm_area *)map)->magic != SHM_MAGIC ||
-	    !(c->tp = shm_attach(map, 1, pid))) {
+		return -ECONNREFUSED;
+	if (((struct shm_area *)map)->magic != SHM_MAGIC) {
 		munmap(map, SHM_MAP_LEN);
-		goto bad;
+		return -ECONNREFUSED;
 	}
-	c->fd = fd;
-	c->peer_pid = pid;
-	cma_test(c->tp);
+	shm_attach(s, map, 1, c->peer_pid);
+	cma_test(s);
 	return 0;
 bad:
-	close(fd);
+	if (mfd >= 0)
+		close(mfd);
 	return -ECONNREFUSED;
+}
+
+/*
+ * Accept one peer.  Its setup normally came with its connect; one that has
+ * not (a process that connects and stays silent) does not hold up the
+ * engine: the connection waits for it like any other input (shm_poll_in),
+ * and the handshake deadline ends it if it never comes.
+ */
+static int shm_accept(int lfd, struct sv_conn *c)
+{
+	struct sv_shm *s;
+	pid_t pid;
+	int fd, err;
+
+	fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	if (fd < 0)
+		return sv_accept_error(errno);
+	if (!peer_is_us(fd, &pid) || !(s = calloc(1, sizeof(*s)))) {
+		close(fd);
+		return -ECONNREFUSED;
+	}
+	c->tp = s;
+	c->fd = fd;
+	c->peer_pid = pid;
+	err = shm_take_setup(c);
+	if (err && err != -EAGAIN) {
+		c->tp = NULL;
+		c->fd = -1;
+		free(s);
+		close(fd);
+		return err;
+	}
+	return 0;
 }
 
 static int shm_connect(struct sv_conn *c)
@@ -312,11 +349,12 @@ static int shm_connect(struct sv_conn *c)
 	}
 	close(mfd);
 	mfd = -1;
-	c->tp = shm_attach(map, 0, pid);
+	c->tp = calloc(1, sizeof(struct sv_shm));
 	if (!c->tp) {
 		err = -ENOMEM;
 		goto fail;
 	}
+	shm_attach(c->tp, map, 0, pid);
 	c->fd = fd;
 	c->peer_pid = pid;
 	atomic_store(&c->state, SV_CONN_UP); /* nothing left to wait for */
@@ -392,7 +430,8 @@ static void self_copy_flush(struct cma_batch *b)
 		/* a seccomp filter forbids it: the CPU copies from now on */
 		atomic_store_explicit(&self_copy_ok, 0, memory_order_relaxed);
 		for (int i = 0; i < n; i++)
-			memcpy(b->l[i].iov_base, b->r[i].iov_base, b->l[i].iov_len);
+			if (!sv_copy_guarded(b->l[i].iov_base, b->r[i].iov_base, b->l[i].iov_len))
+				memset(b->l[i].iov_base, 0, b->l[i].iov_len);
 	} else if (got != (ssize_t)bytes) {
 		sv_warn("shm: a payload in unmapped memory was sent as it stood (%zd of %zu bytes)",
 			got, bytes);
@@ -402,7 +441,9 @@ static void self_copy_flush(struct cma_batch *b)
 static void copy_piece(struct cma_batch *b, void *dst, const void *src, size_t len)
 {
 	if (len < SHM_SAFE_MIN || !atomic_load_explicit(&self_copy_ok, memory_order_relaxed)) {
-		memcpy(dst, src, len);
+		/* unmapped in a race with the WQE's check: sent as zeros */
+		if (!sv_copy_guarded(dst, src, len))
+			memset(dst, 0, len);
 		return;
 	}
 	if (b->n == SHM_CMA_BATCH)
@@ -429,17 +470,27 @@ static void ring_copy_out(struct sv_shm *s, uint64_t pos, void *dst, size_t len)
 		memcpy((uint8_t *)dst + first, s->rxdata, len - first);
 }
 
+/* The same into application memory (a payload received in place), which
+ * the application may have unmapped: false, and the bytes stay in the ring. */
+static bool ring_copy_out_guarded(struct sv_shm *s, uint64_t pos, void *dst, size_t len)
+{
+	size_t o = (size_t)(pos & (SHM_RING_BYTES - 1)), first = SV_MIN(len, SHM_RING_BYTES - o);
+
+	return sv_copy_guarded(dst, s->rxdata + o, first) &&
+	       (first == len || sv_copy_guarded((uint8_t *)dst + first, s->rxdata, len - first));
+}
+
 static inline uint64_t round8(uint64_t v)
 {
 	return (v + 7) & ~7ull;
 }
 
 /* Producer: put as much of iov in the ring as fits; returns stream bytes. */
-static size_t ring_put(struct sv_conn *c, const struct iovec *iov, int iovcnt, bool indirect_ok)
+static ssize_t ring_put(struct sv_conn *c, const struct iovec *iov, int iovcnt, bool indirect_ok)
 {
 	struct sv_shm *s = to_shm(c);
 	uint64_t head = atomic_load_explicit(&s->tx->head, memory_order_seq_cst); /* after `room` */
-	uint64_t wpos = s->tx->tail, start = wpos;
+	uint64_t wpos = atomic_load_explicit(&s->wpos, memory_order_relaxed), start = wpos;
 	struct cma_batch sc = { .n = 0, .bytes = 0 };
 	size_t taken = 0;
 	int i = 0;
@@ -447,6 +498,12 @@ static size_t ring_put(struct sv_conn *c, const struct iovec *iov, int iovcnt, b
 
 	if (atomic_load_explicit(&self_copy_ok, memory_order_relaxed) < 0)
 		atomic_store_explicit(&self_copy_ok, cma_allowed(), memory_order_relaxed);
+	if (wpos - head > SHM_RING_BYTES || (head & 7)) {
+		/* the consumer released bytes never written, or more than a ring */
+		sv_warn_limited("shm: pid %d's ring head is impossible; closing the connection",
+				(int)s->peer_pid);
+		return -EIO;
+	}
 
 	while (i < iovcnt) {
 		uint64_t space = SHM_RING_BYTES - (wpos - head);
@@ -493,11 +550,12 @@ static size_t ring_put(struct sv_conn *c, const struct iovec *iov, int iovcnt, b
 	if (wpos != start) {
 		/* tail before tail_logical: what readable() counts is readable.
 		 * seq_cst: ordered before the load of `bell` that follows */
+		atomic_store_explicit(&s->wpos, wpos, memory_order_release);
 		atomic_store_explicit(&s->tx->tail, wpos, memory_order_seq_cst);
-		atomic_store_explicit(&s->tx->tail_logical, s->tx->tail_logical + taken,
-				 memory_order_release);
+		s->tx_logical += taken;
+		atomic_store_explicit(&s->tx->tail_logical, s->tx_logical, memory_order_release);
 	}
-	return taken;
+	return (ssize_t)taken;
 }
 
 static size_t iov_total(const struct iovec *iov, int iovcnt)
@@ -512,10 +570,17 @@ static size_t iov_total(const struct iovec *iov, int iovcnt)
 static ssize_t shm_writev(struct sv_conn *c, const struct iovec *iov, int iovcnt, bool ref)
 {
 	struct sv_shm *s = to_shm(c);
-	bool indirect_ok = ref && atomic_load_explicit(&s->tx->cma_ok, memory_order_acquire);
+	bool indirect_ok;
 	size_t total = iov_total(iov, iovcnt), taken;
+	ssize_t put;
 
-	taken = ring_put(c, iov, iovcnt, indirect_ok);
+	if (!shm_ready(s))
+		return 0; /* nothing goes before the peer's setup (nothing is sent) */
+	indirect_ok = ref && atomic_load_explicit(&s->tx->cma_ok, memory_order_acquire);
+	put = ring_put(c, iov, iovcnt, indirect_ok);
+	if (put < 0)
+		return put;
+	taken = (size_t)put;
 	if (taken < total) {
 		/* full: ask for a ring back, then look once more, since the
 		 * consumer may have made room before it could see the request */
@@ -534,7 +599,10 @@ static ssize_t shm_writev(struct sv_conn *c, const struct iovec *iov, int iovcnt
 			skip = 0;
 		}
 		/* a piece cut at `taken` still lies in the same registered memory */
-		taken += ring_put(c, rest, n, indirect_ok);
+		put = ring_put(c, rest, n, indirect_ok);
+		if (put < 0)
+			return put;
+		taken += (size_t)put;
 	}
 	/* Each side stores, then loads what the other stores, all seq_cst (no
 	 * fences: ThreadSanitizer does not model them): either the consumer
@@ -569,10 +637,17 @@ static ssize_t shm_readv(struct sv_conn *c, const struct iovec *iov, int iovcnt)
 {
 	struct sv_shm *s = to_shm(c);
 	struct cma_batch b = { .n = 0, .bytes = 0 };
-	uint64_t tail = atomic_load_explicit(&s->rx->tail, memory_order_acquire), start = s->rpos;
+	uint64_t tail, start = s->rpos;
 	size_t got = 0, off = 0;
+	bool fault = false;
 	int i = 0;
 
+	if (!shm_ready(s))
+		return s->eof ? 0 : -EAGAIN;
+	/* the peer's counter, read once: everything below stays inside it */
+	tail = atomic_load_explicit(&s->rx->tail, memory_order_acquire);
+	if (tail - s->rpos > SHM_RING_BYTES || (tail & 7))
+		goto broken; /* published bytes it never wrote, or more than a ring */
 	if (!s->cma_tested)
 		cma_test(s);
 	while (i < iovcnt) {
@@ -592,6 +667,11 @@ static ssize_t shm_readv(struct sv_conn *c, const struct iovec *iov, int iovcnt)
 			s->rpos += 8;
 			s->rec_left = h & 0xffffffffull;
 			s->rec_indirect = (h & REC_INDIRECT) != 0;
+			/* a record lies whole inside what was published */
+			if ((h & ~(REC_INDIRECT | 0xffffffffull)) ||
+			    (s->rec_indirect ? tail - s->rpos < 8
+					     : round8(s->rec_left) > tail - s->rpos))
+				goto broken;
 			if (s->rec_indirect) {
 				ring_copy_out(s, s->rpos, &s->rec_addr, 8);
 				s->rpos += 8;
@@ -605,7 +685,10 @@ static ssize_t shm_readv(struct sv_conn *c, const struct iovec *iov, int iovcnt)
 			cma_add(&b, dst, (const void *)(uintptr_t)s->rec_addr, l);
 			s->rec_addr += l;
 		} else {
-			ring_copy_out(s, s->rpos, dst, l);
+			if (!ring_copy_out_guarded(s, s->rpos, dst, l)) {
+				fault = true; /* as a socket's read: what came before */
+				break;
+			}
 			s->rpos += l;
 		}
 		s->rec_left -= l;
@@ -618,22 +701,34 @@ static ssize_t shm_readv(struct sv_conn *c, const struct iovec *iov, int iovcnt)
 		return -EIO;
 	if (s->rpos != start || got) {
 		atomic_store_explicit(&s->rx->head, s->rpos, memory_order_seq_cst);
-		atomic_store_explicit(&s->rx->head_logical, s->rx->head_logical + got, memory_order_release);
+		s->rx_logical += got;
+		atomic_store_explicit(&s->rx->head_logical, s->rx_logical, memory_order_release);
 		if (atomic_load_explicit(&s->rx->room, memory_order_seq_cst) &&
 		    atomic_exchange_explicit(&s->rx->room, 0, memory_order_seq_cst))
 			ring_bell(c);
 	}
 	if (got)
 		return (ssize_t)got;
+	if (fault)
+		return -EFAULT;
 	return s->eof ? 0 : -EAGAIN;
+broken:
+	sv_warn_limited("shm: pid %d's ring holds an impossible record or tail; closing the "
+			"connection",
+			(int)s->peer_pid);
+	return -EIO;
 }
 
 static ssize_t shm_readable(struct sv_conn *c)
 {
 	struct sv_shm *s = to_shm(c);
+	uint64_t n;
 
-	return (ssize_t)(atomic_load_explicit(&s->rx->tail_logical, memory_order_acquire) -
-			 s->rx->head_logical);
+	if (!shm_ready(s))
+		return 0;
+	/* a hint only (the peer writes it): a read finds what is really there */
+	n = atomic_load_explicit(&s->rx->tail_logical, memory_order_acquire) - s->rx_logical;
+	return (ssize_t)SV_MIN(n, (uint64_t)SSIZE_MAX);
 }
 
 /* Readiness comes from the ring, not the socket: nothing to tune. */
@@ -644,10 +739,22 @@ static int shm_set_lowat(struct sv_conn *c, size_t bytes)
 	return 0;
 }
 
-/* The socket said readable: take the bells, and notice the peer's end. */
+/* The socket said readable: take the bells, and notice the peer's end
+ * (first, on an accepted connection: the peer's setup). */
 static void shm_poll_in(struct sv_conn *c)
 {
 	char sink[64];
+
+	if (!shm_ready(to_shm(c))) {
+		int err = shm_take_setup(c);
+
+		if (err == -EAGAIN)
+			return;
+		if (err) {
+			to_shm(c)->eof = true; /* the stream ends before it began */
+			return;
+		}
+	}
 
 	for (;;) {
 		ssize_t n = recv(c->fd, sink, sizeof(sink), MSG_DONTWAIT);
@@ -667,11 +774,15 @@ static bool shm_rx_pending(struct sv_conn *c)
 {
 	struct sv_shm *s = to_shm(c);
 
+	if (!shm_ready(s))
+		return s->eof;
 	return s->rec_left || atomic_load_explicit(&s->rx->tail, memory_order_seq_cst) != s->rpos;
 }
 
 static bool shm_arm(struct sv_conn *c)
 {
+	if (!shm_ready(to_shm(c)))
+		return to_shm(c)->eof; /* the socket wakes us with the setup */
 	atomic_store_explicit(&to_shm(c)->rx->bell, 1, memory_order_seq_cst);
 	return shm_rx_pending(c);
 }
@@ -692,7 +803,8 @@ static void shm_destroy(struct sv_conn *c)
 	struct sv_shm *s = to_shm(c);
 
 	if (s) {
-		munmap(s->area, SHM_MAP_LEN);
+		if (s->area)
+			munmap(s->area, SHM_MAP_LEN);
 		free(s);
 		c->tp = NULL;
 	}
@@ -703,11 +815,13 @@ static size_t shm_unsent(struct sv_conn *c)
 {
 	struct sv_shm *s = to_shm(c);
 
-	if (!s)
+	if (!shm_ready(s))
 		return 0;
-	/* any thread may ask (sv_conn_busy), not only the producer */
-	return (size_t)(atomic_load_explicit(&s->tx->tail, memory_order_acquire) -
-			atomic_load_explicit(&s->tx->head, memory_order_acquire));
+	/* any thread may ask (sv_conn_busy), not only the producer; the head
+	 * is the peer's, and clamped */
+	return (size_t)SV_MIN(atomic_load_explicit(&s->wpos, memory_order_acquire) -
+				      atomic_load_explicit(&s->tx->head, memory_order_acquire),
+			      (uint64_t)SHM_RING_BYTES);
 }
 
 /* Set up synchronously by shm_connect: nothing left to finish. */
@@ -751,7 +865,6 @@ const struct sv_transport_ops sv_shm_ops = {
 	.room_by_bell = true,
 	.listen = shm_listen,
 	.accept = shm_accept,
-	.accept_waits = true,
 	.finish_connect = shm_finish_connect,
 	.drain = shm_drain,
 	.connect = shm_connect,

@@ -42,6 +42,7 @@
  * engine's progress_lock.
  */
 #include "transport/stream.h"
+#include "common/fault_guard.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -56,8 +57,6 @@
 #define RX_DIRECT_MIN 1024u
 /* Room for the length word and the headers of a predicted frame. */
 #define RX_SLOT_MAX 32u
-/* Packets one direct read may take beyond the first. */
-#define RX_PREDICT 56
 /* Bytes after the predicted packets that a direct read also takes (the next
  * packet's headers), and where in the buffer they go. */
 #define RX_TAIL_LEN 64u
@@ -175,8 +174,8 @@ static enum rx_direct rx_direct(struct sv_conn *c, const struct sv_stream_io *io
 {
 	struct sv_stream *st = to_stream(c);
 	const struct sv_conn_host *host = c->host;
-	uint8_t slots[RX_PREDICT][RX_SLOT_MAX];
-	struct iovec iov[2 + 2 * RX_PREDICT];
+	uint8_t slots[SV_RX_PREDICT][RX_SLOT_MAX];
+	struct iovec iov[2 + 2 * SV_RX_PREDICT];
 	struct sv_rx_plan plan;
 	uint32_t flen, hl, plen, have, need, off, slot;
 	size_t avail_left;
@@ -222,7 +221,7 @@ static enum rx_direct rx_direct(struct sv_conn *c, const struct sv_stream_io *io
 	iov[niov++].iov_len = need;
 	off = plen;
 	avail_left = (size_t)avail - need;
-	while (npred < RX_PREDICT && off < plan.msg_left && slot <= RX_SLOT_MAX) {
+	while (npred < SV_RX_PREDICT && off < plan.msg_left && slot <= RX_SLOT_MAX) {
 		uint32_t pl = SV_MIN(plan.seg, plan.msg_left - off);
 
 		if (avail_left < slot + pl)
@@ -240,11 +239,27 @@ static enum rx_direct rx_direct(struct sv_conn *c, const struct sv_stream_io *io
 		iov[niov++].iov_len = SV_MIN(avail_left, RX_TAIL_LEN);
 	}
 	n = io->readv(c, iov, niov);
+	if (n == -EFAULT || (n >= 0 && (size_t)n < need)) {
+		/* the socket promised these bytes, so the read stopped at memory
+		 * the application unmapped after the plan looked at it: what was
+		 * placed goes back into the buffer and the frame is finished the
+		 * plain way, where the owner's own copy fails it (a NAK) */
+		size_t got = n > 0 ? (size_t)n : 0;
+		bool ok = sv_copy_guarded(st->rxbuf + st->rx_len, plan.dst + have, got);
+
+		host->rx_plan_end(c, &plan);
+		if (!ok) {
+			host->fail(c);
+			return RX_PLACED;
+		}
+		st->rx_len += got;
+		return RX_NO;
+	}
 	host->rx_plan_end(c, &plan);
-	if (n < 0 || (size_t)n < need) {
-		/* the socket promised these bytes; a payload half placed cannot be
-		 * handed on, so the connection goes, as a broken link would */
-		sv_warn_limited("short read on a connection (%zd); closing it", n);
+	if (n < 0) {
+		/* a payload half placed cannot be handed on, so the connection
+		 * goes, as a broken link would */
+		sv_warn_limited("read error on a connection (%zd); closing it", n);
 		host->fail(c);
 		return RX_PLACED;
 	}
@@ -365,7 +380,12 @@ int sv_stream_send(struct sv_conn *c, const struct sv_stream_io *io, const struc
 	for (int i = f->first[k]; i < f->first[k + 1]; i++) {
 		size_t l = f->iov[i].iov_len, skip = SV_MIN(l, left);
 
-		memcpy(st->held + st->held_len, (const uint8_t *)f->iov[i].iov_base + skip, l - skip);
+		/* a payload the application unmapped while it was on its way
+		 * (its WQE was checked readable when the packet was made) goes
+		 * as zeros: the frame must stay whole for the stream's sake */
+		if (!sv_copy_guarded(st->held + st->held_len,
+				     (const uint8_t *)f->iov[i].iov_base + skip, l - skip))
+			memset(st->held + st->held_len, 0, l - skip);
 		st->held_len += l - skip;
 		left -= skip;
 	}

@@ -66,6 +66,10 @@ struct sv_txbuf {
  * Direct receive of an RDMA WRITE's payloads by a stream transport
  * (stream.c): the owner plans where they go, the stream reads into place.
  */
+/* Packets one direct read may take beyond the first (their range is what a
+ * plan's destination must cover). */
+#define SV_RX_PREDICT 56
+
 struct sv_rx_plan {
 	uint8_t *dst;          /* the first frame's payload goes here ... */
 	uint32_t msg_left;     /* ... and the message's next bytes behind it */
@@ -85,6 +89,9 @@ struct sv_conn_host {
 	void (*rx_frame)(struct sv_conn *conn, uint8_t *frame, size_t len);
 	/* the connection broke or its peer misbehaved: it is gone for good */
 	void (*fail)(struct sv_conn *conn);
+	/* an accepted connection's peer proved itself (its AUTH passed); may
+	 * be NULL */
+	void (*proven)(struct sv_conn *conn);
 
 	/* Direct receive (may be NULL).  Is the frame beginning at frame (have
 	 * bytes of it here, flen in all) a packet whose payload may be received
@@ -294,8 +301,6 @@ struct sv_transport_ops {
 	 * 0; -EAGAIN when none waits, or when accepting must stop (out of
 	 * descriptors, memory); any other -errno: that peer was refused. */
 	int (*accept)(int lfd, struct sv_conn *conn);
-	/* accept may wait briefly for the peer (the engine thread alone calls it) */
-	bool accept_waits;
 	/* A connection being set up reported writable or an error: 0 once it is up. */
 	int (*finish_connect)(struct sv_conn *conn);
 	/* Closing: what is queued goes out and the stream ends, by deadline_ns. */

@@ -5,6 +5,7 @@
  * (src/transport/endpoint.c), so a peer given only (GID, QPN), which is
  * what verbs programs exchange, can reach it.
  */
+#include "common/fault_guard.h"
 #include "verbs/verbs.h"
 #include "engine/engine.h"
 #include "engine/stats.h"
@@ -333,6 +334,8 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 	err = sv_stats_open(ctx); /* before the engine, which counts */
 	if (err)
 		goto fail_cmd_fd;
+	/* the engine touches application memory that may be unmapped under it */
+	sv_fault_guard_init();
 	err = sv_engine_start(ctx, dev->ip);
 	if (err)
 		goto fail_stats;

@@ -17,7 +17,9 @@
  * Each time X hears nothing back, memory is unchanged, B stays in RTS, and
  * the real exchange with F then completes with F's data.  An outsider that
  * claims F's identity in its HELLO but cannot prove the secret in its AUTH
- * is shut out before anything it sends counts (transport/auth.h).
+ * is shut out before anything it sends counts (transport/auth.h).  A
+ * proven peer that opens connection after connection under one identity
+ * keeps only its newest eight.
  */
 #include "sv_test.h"
 #include "wire_peer.h"
@@ -180,6 +182,24 @@ int main(void)
 	SVT_CHECK_MEM(mem + 2 * LEN, theirs, LEN);
 	SVT_CHECK_EQ(svt_qp_state(b), IBV_QPS_RTS);
 	close(y);
+
+	/* a proven peer that keeps opening connections under one identity:
+	 * the device keeps its newest SV_MAX_CONNS_PER_PEER (8) and closes the
+	 * older ones, so no peer holds more than that much buffer memory */
+	int z[12];
+	uint16_t zport = (uint16_t)(sv_qpn_port(f.qpn) + 2);
+
+	for (int i = 0; i < 12; i++)
+		z[i] = svt_wire_connect(a->qp_num, zport);
+	for (int i = 0; i < 4; i++)
+		SVT_CHECK_MSG(svt_wire_recv(z[i], pkt, sizeof(pkt), 5000) == -1,
+			      "the peer's connection %d of 12 was kept", i + 1);
+	for (int i = 4; i < 12; i++)
+		SVT_CHECK_MSG(svt_wire_recv(z[i], pkt, sizeof(pkt), 200) == 0,
+			      "the peer's connection %d of 12 was closed", i + 1);
+	for (int i = 0; i < 12; i++)
+		close(z[i]);
+	svt_log("ok: one peer, 12 connections: the oldest 4 closed, the newest 8 kept");
 
 	close(x);
 	close(fd);

@@ -8,7 +8,12 @@
  *   - a sealed one of the wrong size: closed;
  *   - a sealed one of the right size (the control, so that this test
  *     cannot pass by getting the setup message wrong): kept;
- * and the device still moves data between two of its QPs over shm.
+ * and a peer that then scribbles on the ring's counters (a tail beyond
+ * what a ring holds, a record longer than what was published) is cut off
+ * at its next doorbell, without a crash.  Eight peers that connect and
+ * never send their setup do not hold up the device (each used to stall its
+ * engine for a second), and through all of it the device still moves data
+ * between two of its QPs over shm.
  */
 #include "sv_test.h"
 #include "transport/transport.h"
@@ -34,35 +39,36 @@ struct setup {
 	uint64_t map_len;
 };
 
-/* Connect to the endpoint's shm socket and hand it mfd; true if the device
- * is still connected 300 ms later. */
-static bool offer(uint16_t port, int mfd)
+/* Where shm.c's struct shm_area keeps the connector's ring (tail first)
+ * and that ring's data. */
+#define RING0_TAIL 64
+#define RING0_DATA 4096
+
+static int shm_socket(uint16_t port)
 {
-	struct setup su = { SETUP_MAGIC, SETUP_VERSION, MAP_LEN };
-	char cbuf[CMSG_SPACE(sizeof(int))] = { 0 };
-	struct iovec iov = { &su, sizeof(su) };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
-			     .msg_controllen = sizeof(cbuf) };
-	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
 	struct in_addr lo = { htonl(INADDR_LOOPBACK) };
 	struct sockaddr_un sa;
 	socklen_t sl;
 	int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-	char b;
 
 	SVT_CHECK(fd >= 0);
 	sv_endpoint_unix_name(&sa, &sl, "shm", lo, port);
 	SVT_CHECK_OK(connect(fd, (struct sockaddr *)&sa, sl));
-	cm->cmsg_level = SOL_SOCKET;
-	cm->cmsg_type = SCM_RIGHTS;
-	cm->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(cm), &mfd, sizeof(int));
-	SVT_CHECK_EQ(sendmsg(fd, &mh, MSG_NOSIGNAL), (ssize_t)sizeof(su));
-	struct pollfd p = { .fd = fd, .events = POLLIN };
-	bool open = poll(&p, 1, 300) == 0 || recv(fd, &b, 1, MSG_DONTWAIT) > 0;
+	return fd;
+}
 
-	close(fd);
-	return open;
+/* Did the device close fd within ms? */
+static bool closed_within(int fd, int ms)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	uint64_t end = svt_now_ms() + (uint64_t)ms;
+	char b;
+
+	while (svt_now_ms() < end) {
+		if (poll(&p, 1, 50) == 1 && recv(fd, &b, 1, MSG_DONTWAIT) == 0)
+			return true;
+	}
+	return false;
 }
 
 /* Ring memory as a connector makes it: sized, and sealed if asked. */
@@ -82,6 +88,59 @@ static int ring_memory(size_t len, bool seal)
 	if (seal)
 		SVT_CHECK_OK(fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL));
 	return mfd;
+}
+
+/* Connect to the endpoint's shm socket and hand it mfd: the socket. */
+static int offer_keep(uint16_t port, int mfd)
+{
+	struct setup su = { SETUP_MAGIC, SETUP_VERSION, MAP_LEN };
+	char cbuf[CMSG_SPACE(sizeof(int))] = { 0 };
+	struct iovec iov = { &su, sizeof(su) };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+			     .msg_controllen = sizeof(cbuf) };
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+	int fd = shm_socket(port);
+
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &mfd, sizeof(int));
+	SVT_CHECK_EQ(sendmsg(fd, &mh, MSG_NOSIGNAL), (ssize_t)sizeof(su));
+	return fd;
+}
+
+/* The same; true if the device is still connected 300 ms later. */
+static bool offer(uint16_t port, int mfd)
+{
+	int fd = offer_keep(port, mfd);
+	bool open = !closed_within(fd, 300);
+
+	close(fd);
+	return open;
+}
+
+/*
+ * Hand the device good ring memory, then write the connector ring's tail
+ * (and the first record header, when rec is not 0) as a broken peer would,
+ * and ring: the device must close the connection.
+ */
+static void scribble(uint16_t port, uint64_t tail, uint64_t rec, const char *what)
+{
+	int mfd = ring_memory(MAP_LEN, true);
+	uint8_t *m = mmap(NULL, MAP_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+	int fd = offer_keep(port, mfd);
+	char bell = 0;
+
+	SVT_CHECK(m != MAP_FAILED);
+	SVT_CHECK_MSG(!closed_within(fd, 200), "good ring memory refused (%s)", what);
+	memcpy(m + RING0_DATA, &rec, 8);
+	__atomic_store_n((uint64_t *)(m + RING0_TAIL), tail, __ATOMIC_SEQ_CST);
+	SVT_CHECK_EQ(send(fd, &bell, 1, MSG_NOSIGNAL), 1);
+	SVT_CHECK_MSG(closed_within(fd, 3000), "a ring with %s was read on", what);
+	svt_log("ok: a ring with %s: connection closed", what);
+	close(fd);
+	munmap(m, MAP_LEN);
+	close(mfd);
 }
 
 int main(void)
@@ -111,18 +170,36 @@ int main(void)
 	SVT_CHECK_MSG(offer(port, mfd), "sealed ring memory of the right size was refused: "
 					"does this test's setup message match shm.c's?");
 	close(mfd);
+	scribble(port, (4u << 20) + 8, 0, "a tail beyond a ring");
+	scribble(port, 12, 0, "a tail inside a record header");
+	scribble(port, 16, 1u << 20, "a record longer than what was published");
+	scribble(port, 16, (1ull << 40) | 8, "a record header with unknown flags");
 
-	/* the device still moves data over shm */
+	/* peers that connect and never send their setup */
+	int silent[8];
+
+	for (int i = 0; i < 8; i++)
+		silent[i] = shm_socket(port);
+	svt_sleep_ms(50);
+
+	/* the device still moves data over shm, without waiting on them */
 	uint8_t *buf = svt_alloc(8192);
 	struct ibv_mr *mr = svt_reg_mr(d.pd, buf, 8192, SVT_ACCESS_ALL);
 
 	svt_qp_link(a, &d.gid, b, &d.gid, NULL);
 	svt_fill(buf, 4096, 4);
 	SVT_CHECK_OK(svt_post_recv(b, 1, buf + 4096, 4096, mr->lkey));
+	uint64_t t0 = svt_now_ms();
+
 	SVT_CHECK_OK(svt_post_send(a, 2, IBV_WR_SEND, IBV_SEND_SIGNALED, buf, 4096, mr->lkey, 0, 0,
 				   0));
-	svt_poll_ok(cq, 2, wc, 10000);
+	/* 8 s if each silent peer held the engine for its second */
+	svt_poll_ok(cq, 2, wc, 3000);
 	SVT_CHECK_FILL(buf + 4096, 4096, 4);
+	svt_log("ok: 8 silent connectors, a SEND completed in %llu ms",
+		(unsigned long long)(svt_now_ms() - t0));
+	for (int i = 0; i < 8; i++)
+		close(silent[i]);
 	SVT_CHECK_OK(ibv_destroy_qp(a));
 	SVT_CHECK_OK(ibv_destroy_qp(b));
 	SVT_CHECK_OK(ibv_dereg_mr(mr));

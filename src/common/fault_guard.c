@@ -1,0 +1,142 @@
+/* Guarded accesses to application memory; see fault_guard.h. */
+#include "common/fault_guard.h"
+
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <unistd.h>
+
+/*
+ * The jump buffer of the guarded access this thread is in, or NULL.  The
+ * initial-exec model keeps the handler's read of it free of the lazy TLS
+ * allocation a dlopen'ed library could otherwise need (not signal safe).
+ */
+static __thread sigjmp_buf *armed __attribute__((tls_model("initial-exec")));
+
+static struct sigaction prev_segv, prev_bus;
+static pthread_once_t installed = PTHREAD_ONCE_INIT;
+
+/* What would have happened without softverbs' handler. */
+static void pass_on(int sig, siginfo_t *si, void *uc)
+{
+	const struct sigaction *p = sig == SIGSEGV ? &prev_segv : &prev_bus;
+
+	if (p->sa_flags & SA_SIGINFO) {
+		p->sa_sigaction(sig, si, uc);
+		return;
+	}
+	if (p->sa_handler != SIG_DFL && p->sa_handler != SIG_IGN) {
+		p->sa_handler(sig);
+		return;
+	}
+	/* the default action: a fault repeats as soon as this returns and then
+	 * kills (with its core dump, at the right instruction); a signal sent
+	 * by someone is sent again */
+	signal(sig, SIG_DFL);
+	if (si->si_code <= 0)
+		raise(sig);
+}
+
+static void on_fault(int sig, siginfo_t *si, void *uc)
+{
+	sigjmp_buf *jb = armed;
+
+	if (jb && si->si_code > 0) { /* a real fault, in a guarded access */
+		armed = NULL;
+		siglongjmp(*jb, 1);
+	}
+	pass_on(sig, si, uc);
+}
+
+static void install(void)
+{
+	struct sigaction sa = { 0 };
+
+	sa.sa_sigaction = on_fault;
+	/* SA_NODEFER: the jump leaves the handler without sigreturn, so the
+	 * signal must not stay blocked (the jump buffer saves no mask: that
+	 * would cost a system call per access) */
+	sa.sa_flags = SA_SIGINFO | SA_NODEFER | SA_ONSTACK;
+	sigemptyset(&sa.sa_mask);
+	sigaction(SIGSEGV, &sa, &prev_segv);
+	sigaction(SIGBUS, &sa, &prev_bus);
+}
+
+void sv_fault_guard_init(void)
+{
+	pthread_once(&installed, install);
+}
+
+/*
+ * The pattern of every guarded access: arm, access, disarm.  The signal
+ * fences keep the compiler from moving the access outside the armed window;
+ * nothing the access changes is read after a jump back.
+ */
+#define GUARD_BEGIN()                                                                        \
+	sigjmp_buf jb;                                                                       \
+	if (sigsetjmp(jb, 0)) {                                                              \
+		atomic_signal_fence(memory_order_seq_cst);                                   \
+		return false;                                                                \
+	}                                                                                    \
+	armed = &jb;                                                                         \
+	atomic_signal_fence(memory_order_seq_cst)
+
+#define GUARD_END()                                                                          \
+	atomic_signal_fence(memory_order_seq_cst);                                           \
+	armed = NULL
+
+bool sv_copy_guarded(void *dst, const void *src, size_t len)
+{
+	GUARD_BEGIN();
+	__builtin_memcpy(dst, src, len);
+	GUARD_END();
+	return true;
+}
+
+bool sv_probe_guarded(const void *p, size_t len)
+{
+	const volatile uint8_t *b = p;
+	size_t page = 4096;
+
+	if (!len)
+		return true;
+	GUARD_BEGIN();
+	(void)b[0];
+	/* one byte in each further page, and the last */
+	for (size_t o = page - ((uintptr_t)b & (page - 1)); o < len; o += page)
+		(void)b[o];
+	(void)b[len - 1];
+	GUARD_END();
+	return true;
+}
+
+bool sv_cas_guarded(uint64_t *word, uint64_t compare, uint64_t swap, uint64_t *orig)
+{
+	uint64_t v = compare;
+
+	GUARD_BEGIN();
+	__atomic_compare_exchange_n(word, &v, swap, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+	GUARD_END();
+	*orig = v;
+	return true;
+}
+
+bool sv_fadd_guarded(uint64_t *word, uint64_t add, uint64_t *orig)
+{
+	uint64_t v;
+
+	GUARD_BEGIN();
+	v = __atomic_fetch_add(word, add, __ATOMIC_SEQ_CST);
+	GUARD_END();
+	*orig = v;
+	return true;
+}
+
+bool sv_store_guarded(uint64_t *word, uint64_t v)
+{
+	GUARD_BEGIN();
+	__atomic_store_n(word, v, __ATOMIC_RELEASE);
+	GUARD_END();
+	return true;
+}

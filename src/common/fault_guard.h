@@ -1,0 +1,44 @@
+/*
+ * Accesses to application memory that survive the application unmapping it.
+ *
+ * A NIC pins registered pages, so an application that unmaps registered
+ * memory leaves the NIC writing to orphaned pages; softverbs touches the
+ * mapping itself, and a load or store to a page that is gone (or to a file
+ * mapping past its end) raises SIGSEGV or SIGBUS in whichever thread made
+ * it.  The operation that met the hole must fail (an error completion or a
+ * NAK), never the process.
+ *
+ * A guarded access arms a per-thread jump buffer; the fault handler, when a
+ * fault hits an armed thread, jumps back and the access returns false.  A
+ * fault anywhere else is passed on to the handler that was installed before
+ * softverbs' (or the default action), so the application's own crashes and
+ * handlers behave as without softverbs.  An application that installs its
+ * own SIGSEGV handler after opening a device replaces this one: then an
+ * unmapped MR faults as it would in any program (docs/SECURITY.md).
+ */
+#ifndef SV_FAULT_GUARD_H
+#define SV_FAULT_GUARD_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Install the handler (once per process; called when a device is opened). */
+void sv_fault_guard_init(void);
+
+/* memcpy; false when either side could not be reached (dst partly written). */
+bool sv_copy_guarded(void *dst, const void *src, size_t len);
+
+/* Read one byte in every page of [p, p+len): false if one is not readable.
+ * For memory handed to the kernel or to a peer to read later (a gather). */
+bool sv_probe_guarded(const void *p, size_t len);
+
+/* 64-bit compare-and-swap / fetch-and-add (sequentially consistent) on a
+ * word of application memory; *orig gets the value before.  False: the
+ * word could not be reached, nothing changed. */
+bool sv_cas_guarded(uint64_t *word, uint64_t compare, uint64_t swap, uint64_t *orig);
+bool sv_fadd_guarded(uint64_t *word, uint64_t add, uint64_t *orig);
+/* An 8-byte store (release), for ATOMIC_WRITE. */
+bool sv_store_guarded(uint64_t *word, uint64_t v);
+
+#endif
