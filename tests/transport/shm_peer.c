@@ -18,6 +18,7 @@
 #include "sv_test.h"
 #include "transport/transport.h"
 #include "transport/registry.h"
+#include "shm_connector.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -28,92 +29,11 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-/* What shm.c's connector sends (struct shm_setup, SHM_MAGIC, SHM_VERSION,
- * SHM_MAP_LEN there). */
-#define SETUP_MAGIC 0x5356534du
-#define SETUP_VERSION 2u
-#define MAP_LEN (4096u + 2u * (2u << 20))
-
-struct setup {
-	uint32_t magic, version;
-	uint64_t map_len;
-};
-
-/* Where shm.c's struct shm_area keeps the connector's ring (tail first)
- * and that ring's data. */
-#define RING0_TAIL 64
-#define RING0_DATA 4096
-
-static int shm_socket(uint16_t port)
-{
-	struct in_addr lo = { htonl(INADDR_LOOPBACK) };
-	struct sockaddr_un sa;
-	socklen_t sl;
-	int fd = socket(AF_UNIX, SOCK_STREAM, 0);
-
-	SVT_CHECK(fd >= 0);
-	sv_endpoint_unix_name(&sa, &sl, "shm", lo, port);
-	SVT_CHECK_OK(connect(fd, (struct sockaddr *)&sa, sl));
-	return fd;
-}
-
-/* Did the device close fd within ms? */
-static bool closed_within(int fd, int ms)
-{
-	struct pollfd p = { .fd = fd, .events = POLLIN };
-	uint64_t end = svt_now_ms() + (uint64_t)ms;
-	char b;
-
-	while (svt_now_ms() < end) {
-		if (poll(&p, 1, 50) == 1 && recv(fd, &b, 1, MSG_DONTWAIT) == 0)
-			return true;
-	}
-	return false;
-}
-
-/* Ring memory as a connector makes it: sized, and sealed if asked. */
-static int ring_memory(size_t len, bool seal)
-{
-	int mfd = memfd_create("svt-shm-peer", MFD_CLOEXEC | MFD_ALLOW_SEALING);
-
-	SVT_CHECK(mfd >= 0);
-	SVT_CHECK_OK(ftruncate(mfd, (off_t)len));
-	/* a valid-looking area: the magic where the device looks first */
-	uint32_t *a = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
-
-	SVT_CHECK(a != MAP_FAILED);
-	a[0] = SETUP_MAGIC;
-	a[1] = SETUP_VERSION;
-	munmap(a, len);
-	if (seal)
-		SVT_CHECK_OK(fcntl(mfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL));
-	return mfd;
-}
-
-/* Connect to the endpoint's shm socket and hand it mfd: the socket. */
-static int offer_keep(uint16_t port, int mfd)
-{
-	struct setup su = { SETUP_MAGIC, SETUP_VERSION, MAP_LEN };
-	char cbuf[CMSG_SPACE(sizeof(int))] = { 0 };
-	struct iovec iov = { &su, sizeof(su) };
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
-			     .msg_controllen = sizeof(cbuf) };
-	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-	int fd = shm_socket(port);
-
-	cm->cmsg_level = SOL_SOCKET;
-	cm->cmsg_type = SCM_RIGHTS;
-	cm->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(cm), &mfd, sizeof(int));
-	SVT_CHECK_EQ(sendmsg(fd, &mh, MSG_NOSIGNAL), (ssize_t)sizeof(su));
-	return fd;
-}
-
 /* The same; true if the device is still connected 300 ms later. */
 static bool offer(uint16_t port, int mfd)
 {
-	int fd = offer_keep(port, mfd);
-	bool open = !closed_within(fd, 300);
+	int fd = svt_shm_offer(port, mfd);
+	bool open = !svt_shm_closed_within(fd, 300);
 
 	close(fd);
 	return open;
@@ -126,20 +46,20 @@ static bool offer(uint16_t port, int mfd)
  */
 static void scribble(uint16_t port, uint64_t tail, uint64_t rec, const char *what)
 {
-	int mfd = ring_memory(MAP_LEN, true);
-	uint8_t *m = mmap(NULL, MAP_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
-	int fd = offer_keep(port, mfd);
+	int mfd = svt_shm_memory(SVT_SHM_MAP_LEN, true);
+	uint8_t *m = mmap(NULL, SVT_SHM_MAP_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, mfd, 0);
+	int fd = svt_shm_offer(port, mfd);
 	char bell = 0;
 
 	SVT_CHECK(m != MAP_FAILED);
-	SVT_CHECK_MSG(!closed_within(fd, 200), "good ring memory refused (%s)", what);
-	memcpy(m + RING0_DATA, &rec, 8);
-	__atomic_store_n((uint64_t *)(m + RING0_TAIL), tail, __ATOMIC_SEQ_CST);
+	SVT_CHECK_MSG(!svt_shm_closed_within(fd, 200), "good ring memory refused (%s)", what);
+	memcpy(m + SVT_SHM_RING0_DATA, &rec, 8);
+	__atomic_store_n((uint64_t *)(m + SVT_SHM_RING0_TAIL), tail, __ATOMIC_SEQ_CST);
 	SVT_CHECK_EQ(send(fd, &bell, 1, MSG_NOSIGNAL), 1);
-	SVT_CHECK_MSG(closed_within(fd, 3000), "a ring with %s was read on", what);
+	SVT_CHECK_MSG(svt_shm_closed_within(fd, 3000), "a ring with %s was read on", what);
 	svt_log("ok: a ring with %s: connection closed", what);
 	close(fd);
-	munmap(m, MAP_LEN);
+	munmap(m, SVT_SHM_MAP_LEN);
 	close(mfd);
 }
 
@@ -160,13 +80,13 @@ int main(void)
 	struct ibv_qp *b = svt_create_qp(d.pd, cq, cq, &qi);
 	uint16_t port = sv_qpn_port(a->qp_num);
 
-	mfd = ring_memory(MAP_LEN, false);
+	mfd = svt_shm_memory(SVT_SHM_MAP_LEN, false);
 	SVT_CHECK_MSG(!offer(port, mfd), "unsealed ring memory was accepted");
 	close(mfd);
-	mfd = ring_memory(4096, true);
+	mfd = svt_shm_memory(4096, true);
 	SVT_CHECK_MSG(!offer(port, mfd), "ring memory of the wrong size was accepted");
 	close(mfd);
-	mfd = ring_memory(MAP_LEN, true);
+	mfd = svt_shm_memory(SVT_SHM_MAP_LEN, true);
 	SVT_CHECK_MSG(offer(port, mfd), "sealed ring memory of the right size was refused: "
 					"does this test's setup message match shm.c's?");
 	close(mfd);
@@ -179,7 +99,7 @@ int main(void)
 	int silent[8];
 
 	for (int i = 0; i < 8; i++)
-		silent[i] = shm_socket(port);
+		silent[i] = svt_shm_socket(port);
 	svt_sleep_ms(50);
 
 	/* the device still moves data over shm, without waiting on them */
