@@ -19,7 +19,8 @@
  * claims F's identity in its HELLO but cannot prove the secret in its AUTH
  * is shut out before anything it sends counts (transport/auth.h).  A
  * proven peer that opens connection after connection under one identity
- * keeps only its newest eight.
+ * keeps only its newest eight.  The outsiders connect over tcp, or over shm
+ * with SVT_WIRE_VIA=shm (transport_forged_peer.shm).
  */
 #include "sv_test.h"
 #include "wire_peer.h"
@@ -96,7 +97,9 @@ int main(void)
 
 	svt_watchdog(60);
 	setenv("SOFTVERBS_PORT", "0", 1);
-	setenv("SOFTVERBS_TRANSPORT", "tcp", 1);
+	/* the fake peer F is reached over tcp; the outsiders come over tcp,
+	 * or over shm (SVT_WIRE_VIA=shm), for which the device listens there */
+	setenv("SOFTVERBS_TRANSPORT", svt_wire_via_shm() ? "auto" : "tcp", 1);
 	svt_fill(theirs, LEN, 3);
 	memset(evil, 0xaa, LEN);
 	svt_wire_listen(&f);

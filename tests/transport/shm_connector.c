@@ -4,7 +4,11 @@
 #include "transport/transport.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -82,3 +86,171 @@ int svt_shm_offer(uint16_t port, int mfd)
 	return fd;
 }
 
+
+/* The rings of struct shm_area, shm.c: one direction's counters. */
+struct ring_at {
+	size_t tail, tail_logical, room, head, head_logical, bell;
+	size_t data;
+};
+static const struct ring_at ring_at[2] = {
+	{ 64, 72, 80, 128, 136, 144, 4096 },
+	{ 192, 200, 208, 256, 264, 272, 4096 + SVT_SHM_RING_BYTES },
+};
+
+struct bridge {
+	int sp;      /* our end of the socket pair */
+	int us;      /* the device's shm socket: doorbells and the end */
+	int mfd;
+	uint8_t *m;
+	uint64_t wpos, wlog; /* producer of ring 0 */
+	uint64_t rpos, rlog, rec_left; /* consumer of ring 1 */
+};
+
+static _Atomic uint64_t *ctr(struct bridge *b, size_t field_off)
+{
+	return (_Atomic uint64_t *)(b->m + field_off);
+}
+
+static void bell(struct bridge *b)
+{
+	char c = 0;
+
+	(void)!send(b->us, &c, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+static bool write_all(int fd, const uint8_t *p, size_t n)
+{
+	while (n) {
+		ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return false;
+		p += w;
+		n -= (size_t)w;
+	}
+	return true;
+}
+
+/* Device to us: the records in ring 1, onto the socket pair. */
+static bool bridge_in(struct bridge *b)
+{
+	const struct ring_at *r = &ring_at[1];
+	uint64_t tail = atomic_load(ctr(b, r->tail)), start = b->rpos, got = 0;
+
+	while (b->rpos != tail) {
+		if (!b->rec_left) {
+			uint64_t h;
+
+			memcpy(&h, b->m + r->data + (b->rpos & (SVT_SHM_RING_BYTES - 1)), 8);
+			b->rpos += 8;
+			b->rec_left = h & 0xffffffffull;
+			SVT_CHECK_MSG(!(h >> 32), "the device wrote an indirect record");
+			continue;
+		}
+		size_t o = (size_t)(b->rpos & (SVT_SHM_RING_BYTES - 1));
+		size_t l = (size_t)(b->rec_left < SVT_SHM_RING_BYTES - o ? b->rec_left
+									  : SVT_SHM_RING_BYTES - o);
+
+		if (!write_all(b->sp, b->m + r->data + o, l))
+			return false;
+		b->rpos += l;
+		b->rec_left -= l;
+		got += l;
+		if (!b->rec_left)
+			b->rpos = (b->rpos + 7) & ~7ull;
+	}
+	if (b->rpos != start) {
+		b->rlog += got;
+		atomic_store(ctr(b, r->head), b->rpos);
+		atomic_store(ctr(b, r->head_logical), b->rlog);
+		if (atomic_exchange((_Atomic uint32_t *)(b->m + r->room), 0))
+			bell(b);
+	}
+	atomic_store((_Atomic uint32_t *)(b->m + r->bell), 1); /* ring us next time */
+	return true;
+}
+
+/* Us to the device: what the socket pair holds, as one record in ring 0. */
+static bool bridge_out(struct bridge *b)
+{
+	const struct ring_at *r = &ring_at[0];
+	uint64_t head = atomic_load(ctr(b, r->head));
+	uint64_t space = SVT_SHM_RING_BYTES - (b->wpos - head);
+	static uint8_t buf[64 << 10];
+	ssize_t n;
+
+	if (space < 8 + 8)
+		return true; /* full: the device rings when it has made room */
+	n = recv(b->sp, buf, (size_t)(space - 8 < sizeof(buf) ? space - 8 : sizeof(buf)),
+		 MSG_DONTWAIT);
+	if (n == 0)
+		return false;
+	if (n < 0)
+		return errno == EAGAIN || errno == EINTR;
+	uint64_t h = (uint64_t)n, at = b->wpos + 8;
+
+	for (size_t done = 0; done < (size_t)n;) {
+		size_t o = (size_t)(at & (SVT_SHM_RING_BYTES - 1));
+		size_t l = (size_t)n - done < SVT_SHM_RING_BYTES - o ? (size_t)n - done
+								      : SVT_SHM_RING_BYTES - o;
+
+		memcpy(b->m + r->data + o, buf + done, l);
+		done += l;
+		at += l;
+	}
+	memcpy(b->m + r->data + (b->wpos & (SVT_SHM_RING_BYTES - 1)), &h, 8);
+	b->wpos += 8 + (((uint64_t)n + 7) & ~7ull);
+	b->wlog += (uint64_t)n;
+	atomic_store(ctr(b, r->tail), b->wpos);
+	atomic_store(ctr(b, r->tail_logical), b->wlog);
+	bell(b);
+	return true;
+}
+
+static void *bridge_main(void *arg)
+{
+	struct bridge *b = arg;
+
+	for (;;) {
+		struct pollfd p[2] = { { .fd = b->sp, .events = POLLIN }, { .fd = b->us, .events = POLLIN } };
+		char sink[64];
+
+		poll(p, 2, 2);
+		if (p[1].revents) {
+			ssize_t n = recv(b->us, sink, sizeof(sink), MSG_DONTWAIT);
+
+			if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
+				bridge_in(b); /* what it wrote before it closed */
+				break;
+			}
+		}
+		if (!bridge_in(b) || !bridge_out(b))
+			break;
+	}
+	close(b->sp);
+	close(b->us);
+	munmap(b->m, SVT_SHM_MAP_LEN);
+	close(b->mfd);
+	free(b);
+	return NULL;
+}
+
+int svt_shm_stream(uint16_t port)
+{
+	struct bridge *b = calloc(1, sizeof(*b));
+	pthread_t t;
+	int sv[2];
+
+	SVT_CHECK_PTR(b);
+	SVT_CHECK_OK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv));
+	b->sp = sv[1];
+	b->mfd = svt_shm_memory(SVT_SHM_MAP_LEN, true);
+	b->m = mmap(NULL, SVT_SHM_MAP_LEN, PROT_READ | PROT_WRITE, MAP_SHARED, b->mfd, 0);
+	SVT_CHECK(b->m != MAP_FAILED);
+	b->us = svt_shm_offer(port, b->mfd);
+	SVT_CHECK_OK(pthread_create(&t, NULL, bridge_main, b));
+	SVT_CHECK_OK(pthread_detach(t));
+	return sv[0];
+}

@@ -31,4 +31,14 @@ int svt_shm_offer(uint16_t port, int mfd);
 /* Did the device close fd within ms? */
 bool svt_shm_closed_within(int fd, int ms);
 
+/*
+ * A shm connection to the device's endpoint port, as a byte stream: the
+ * returned socket carries what a tcp connection would (frames behind their
+ * length words), and a thread moves it into and out of the rings (inline
+ * records only).  When the device closes the connection, the socket ends;
+ * closing the socket closes the connection.  So the wire-format peers of
+ * wire_peer.h speak over shm unchanged.
+ */
+int svt_shm_stream(uint16_t port);
+
 #endif

@@ -7,6 +7,8 @@
  *
  * The tests that use it set SOFTVERBS_PORT=0 before opening a device, so
  * that a QP reaches its peer's own port rather than the host's shared one.
+ * A fake responder is reached over tcp; an outsider connects over tcp or,
+ * with SVT_WIRE_VIA=shm, over shm.
  */
 #ifndef SVT_WIRE_PEER_H
 #define SVT_WIRE_PEER_H
@@ -37,6 +39,10 @@ int svt_wire_connect(uint32_t qpn, uint16_t claim_port);
 /* The same; know_secret false: an AUTH that proves nothing (the device
  * closes the connection). */
 int svt_wire_connect_as(uint32_t qpn, uint16_t claim_port, bool know_secret);
+/* With SVT_WIRE_VIA=shm, connections made by svt_wire_connect(_as) go over
+ * the device's shm transport (shm_connector.h) instead of tcp, and the
+ * device must listen on shm too (SOFTVERBS_TRANSPORT unset or auto). */
+bool svt_wire_via_shm(void);
 
 bool svt_wire_send(int fd, const void *pkt, size_t len);
 /* The next frame into buf (at most cap bytes): its length, or -1 when the
