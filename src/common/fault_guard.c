@@ -16,6 +16,7 @@ static __thread sigjmp_buf *armed __attribute__((tls_model("initial-exec")));
 
 static struct sigaction prev_segv, prev_bus;
 static pthread_once_t installed = PTHREAD_ONCE_INIT;
+static atomic_bool ours; /* install() ran */
 
 /* What would have happened without softverbs' handler. */
 static void pass_on(int sig, siginfo_t *si, void *uc)
@@ -61,11 +62,31 @@ static void install(void)
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGSEGV, &sa, &prev_segv);
 	sigaction(SIGBUS, &sa, &prev_bus);
+	atomic_store(&ours, true);
 }
 
 void sv_fault_guard_init(void)
 {
 	pthread_once(&installed, install);
+}
+
+static void restore(int sig, const struct sigaction *prev)
+{
+	struct sigaction cur;
+
+	if (!sigaction(sig, NULL, &cur) && (cur.sa_flags & SA_SIGINFO) &&
+	    cur.sa_sigaction == on_fault)
+		sigaction(sig, prev, NULL);
+}
+
+/* After a dlclose the handler's code is gone: a fault would jump into
+ * unmapped memory instead of reaching the program's handler. */
+void sv_fault_guard_fini(void)
+{
+	if (!atomic_load(&ours))
+		return;
+	restore(SIGSEGV, &prev_segv);
+	restore(SIGBUS, &prev_bus);
 }
 
 /*

@@ -30,6 +30,9 @@
 
 /* Install the handler (once per process; called when a device is opened). */
 void sv_fault_guard_init(void);
+/* The library is unloaded (its destructor): the handlers from before come
+ * back, unless the program has installed its own since. */
+void sv_fault_guard_fini(void);
 
 /* memcpy; false when either side could not be reached (dst partly written). */
 bool sv_copy_guarded(void *dst, const void *src, size_t len);

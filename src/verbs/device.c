@@ -279,6 +279,9 @@ __attribute__((destructor)) static void stop_engines_at_unload(void)
 		}
 	}
 	pthread_mutex_unlock(&open_lock);
+	/* the fault handler's code goes with the library (at exit, a thread
+	 * still polling then meets unmapped memory as any program would) */
+	sv_fault_guard_fini();
 }
 
 /* open_lock is consistent in a forked child: held across fork() */

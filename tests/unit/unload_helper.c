@@ -24,10 +24,13 @@
  * gives NULL, else the round proves nothing), the process must be back to
  * one thread, and it must go on running for 200 ms: a thread left in the
  * unmapped code would crash it there (SIGSEGV; the parent sees the signal).
+ * After libibverbs' dlclose the SIGSEGV and SIGBUS handlers are the ones
+ * from before it was loaded (its fault guard's handler went with it).
  * Exit status 0 when every round passed, 1 with a message otherwise.
  */
 #include <dirent.h>
 #include <dlfcn.h>
+#include <signal.h>
 #include <errno.h>
 #include <poll.h>
 #include <stdarg.h>
@@ -147,6 +150,34 @@ static void check_unloaded(const char *path)
 		dlclose(h); /* NOLOAD took a reference: give it back */
 		die("%s is still loaded after dlclose: the round proves nothing", path);
 	}
+}
+
+/* The SIGSEGV/SIGBUS handlers the library installed (src/common/fault_guard.c)
+ * went with it: the program's from before (the default action, or a
+ * sanitizer's) are back, so a fault does not jump into unmapped code. */
+static struct sigaction before_segv, before_bus;
+
+static void save_fault_handlers(void)
+{
+	if (sigaction(SIGSEGV, NULL, &before_segv) || sigaction(SIGBUS, NULL, &before_bus))
+		die("sigaction");
+}
+
+static void check_fault_handler(int sig, const struct sigaction *before)
+{
+	struct sigaction sa;
+
+	if (sigaction(sig, NULL, &sa) ||
+	    (sa.sa_flags & SA_SIGINFO) != (before->sa_flags & SA_SIGINFO) ||
+	    ((sa.sa_flags & SA_SIGINFO) ? (void *)sa.sa_sigaction != (void *)before->sa_sigaction
+					: sa.sa_handler != before->sa_handler))
+		die("%s's handler after dlclose is not the one from before", strsignal(sig));
+}
+
+static void check_fault_handlers(void)
+{
+	check_fault_handler(SIGSEGV, &before_segv);
+	check_fault_handler(SIGBUS, &before_bus);
 }
 
 /* After the last dlclose: one thread, and it stays alive for 200 ms. */
@@ -366,6 +397,7 @@ static void verbs_round(const char *dir, int leave_open)
 		die("dlclose: %s", dlerror());
 	check_unloaded(path);
 	check_alone_and_alive();
+	check_fault_handlers();
 	/*
 	 * Left open, the buffer is not freed: the library is gone and so is
 	 * anything that could still write to it, but the test would learn
@@ -497,6 +529,7 @@ int main(int argc, char **argv)
 
 	if (n != 1)
 		die("%d threads at start, expected 1", n);
+	save_fault_handlers();
 	for (round_no = 1; round_no <= rounds; round_no++) {
 		int leave_open = round_no % 2;
 
