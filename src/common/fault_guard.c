@@ -16,7 +16,6 @@ static __thread sigjmp_buf *armed __attribute__((tls_model("initial-exec")));
 
 static struct sigaction prev_segv, prev_bus;
 static pthread_once_t installed = PTHREAD_ONCE_INIT;
-static atomic_bool ours; /* install() ran */
 
 /* What would have happened without softverbs' handler. */
 static void pass_on(int sig, siginfo_t *si, void *uc)
@@ -62,7 +61,6 @@ static void install(void)
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGSEGV, &sa, &prev_segv);
 	sigaction(SIGBUS, &sa, &prev_bus);
-	atomic_store(&ours, true);
 }
 
 void sv_fault_guard_init(void)
@@ -70,6 +68,7 @@ void sv_fault_guard_init(void)
 	pthread_once(&installed, install);
 }
 
+/* Only while the handler is still ours (never installed: it is not). */
 static void restore(int sig, const struct sigaction *prev)
 {
 	struct sigaction cur;
@@ -83,8 +82,6 @@ static void restore(int sig, const struct sigaction *prev)
  * unmapped memory instead of reaching the program's handler. */
 void sv_fault_guard_fini(void)
 {
-	if (!atomic_load(&ours))
-		return;
 	restore(SIGSEGV, &prev_segv);
 	restore(SIGBUS, &prev_bus);
 }

@@ -560,26 +560,32 @@ static void rest_listeners(struct sv_engine *eng)
 	pthread_mutex_unlock(&eng->lock);
 }
 
+/* Which connections a cap counts (`like`: the one that made it count). */
+typedef bool (*conn_pick)(const struct sv_conn *o, const struct sv_conn *like);
+
 /*
- * Accepted connections still in their handshake, beyond the cap with the
- * newest: the oldest goes (returned with a reference, to fail), else NULL.
+ * Of the connections `pick` chooses, more than cap: the oldest but `spare`
+ * (returned with a reference, to fail), else NULL.  A cap is looked at each
+ * time one more connection counts, so one going is always enough.
  */
-static struct sv_conn *unproven_over_cap(struct sv_engine *eng)
+static struct sv_conn *oldest_over_cap(struct sv_engine *eng, conn_pick pick,
+				       const struct sv_conn *like, int cap,
+				       const struct sv_conn *spare)
 {
 	struct sv_conn *oldest = NULL;
 	int n = 0;
 
 	pthread_mutex_lock(&eng->lock);
 	for (struct sv_list *l = eng->conns.next; l != &eng->conns; l = l->next) {
-		struct sv_conn *c = SV_CONTAINER_OF(l, struct sv_conn, link);
+		struct sv_conn *o = SV_CONTAINER_OF(l, struct sv_conn, link);
 
-		if (c->outgoing || !sv_conn_gated(c))
+		if (!pick(o, like))
 			continue;
 		n++;
-		if (!oldest || c->born_ns < oldest->born_ns)
-			oldest = c;
+		if (o != spare && (!oldest || o->born_ns < oldest->born_ns))
+			oldest = o;
 	}
-	if (n > SV_MAX_UNPROVEN)
+	if (n > cap && oldest)
 		sv_conn_get(oldest);
 	else
 		oldest = NULL;
@@ -587,39 +593,32 @@ static struct sv_conn *unproven_over_cap(struct sv_engine *eng)
 	return oldest;
 }
 
-/* An accepted connection's peer proved itself: its connections beyond
- * SV_MAX_CONNS_PER_PEER, oldest first, go. */
+/* An accepted connection still in its handshake. */
+static bool unproven(const struct sv_conn *o, const struct sv_conn *like)
+{
+	(void)like;
+	return !o->outgoing && sv_conn_gated(o);
+}
+
+/* A live accepted connection whose peer proved itself as `like`'s did. */
+static bool proven_as(const struct sv_conn *o, const struct sv_conn *like)
+{
+	return !o->outgoing && !sv_conn_gated(o) && atomic_load(&o->state) != SV_CONN_DEAD &&
+	       o->peer.ip.s_addr == like->peer.ip.s_addr && o->peer.port == like->peer.port;
+}
+
+/* An accepted connection's peer proved itself: beyond SV_MAX_CONNS_PER_PEER
+ * connections of that peer, its oldest other one goes. */
 static void conn_proven(struct sv_conn *c)
 {
-	struct sv_engine *eng = c->eng;
+	struct sv_conn *old = oldest_over_cap(c->eng, proven_as, c, SV_MAX_CONNS_PER_PEER, c);
 
-	for (;;) {
-		struct sv_conn *oldest = NULL;
-		int n = 0;
-
-		pthread_mutex_lock(&eng->lock);
-		for (struct sv_list *l = eng->conns.next; l != &eng->conns; l = l->next) {
-			struct sv_conn *o = SV_CONTAINER_OF(l, struct sv_conn, link);
-
-			if (o->outgoing || sv_conn_gated(o) ||
-			    atomic_load(&o->state) == SV_CONN_DEAD ||
-			    o->peer.ip.s_addr != c->peer.ip.s_addr || o->peer.port != c->peer.port)
-				continue;
-			n++;
-			if (o != c && (!oldest || o->born_ns < oldest->born_ns))
-				oldest = o;
-		}
-		if (n <= SV_MAX_CONNS_PER_PEER || !oldest) {
-			pthread_mutex_unlock(&eng->lock);
-			return;
-		}
-		sv_conn_get(oldest);
-		pthread_mutex_unlock(&eng->lock);
-		sv_warn_limited("peer %s:%u holds more than %d connections: the oldest goes",
-				inet_ntoa(c->peer.ip), c->peer.port, SV_MAX_CONNS_PER_PEER);
-		sv_engine_conn_fail(oldest);
-		sv_conn_put(oldest);
-	}
+	if (!old)
+		return;
+	sv_warn_limited("peer %s:%u holds more than %d connections: the oldest goes",
+			inet_ntoa(c->peer.ip), c->peer.port, SV_MAX_CONNS_PER_PEER);
+	sv_engine_conn_fail(old);
+	sv_conn_put(old);
 }
 
 /* Accept every peer waiting on one of the endpoint's listeners. */
@@ -644,7 +643,7 @@ static void accept_all(struct sv_engine *eng, const struct sv_listener *l)
 			sv_conn_put(c); /* closes its fd */
 			continue;
 		}
-		if ((old = unproven_over_cap(eng))) {
+		if ((old = oldest_over_cap(eng, unproven, c, SV_MAX_UNPROVEN, NULL))) {
 			sv_warn_limited("more than %d connections in their handshake: the oldest "
 					"goes",
 					SV_MAX_UNPROVEN);

@@ -162,21 +162,6 @@ static size_t gen_frame(const struct victim *v, uint8_t *buf)
 	return 4 + len;
 }
 
-static bool send_all(int fd, const uint8_t *b, size_t n)
-{
-	while (n) {
-		ssize_t w = send(fd, b, n, MSG_NOSIGNAL);
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return false;
-		b += w;
-		n -= (size_t)w;
-	}
-	return true;
-}
-
 int main(void)
 {
 	static uint8_t frame[4 + SV_MAX_FRAME + 64];
@@ -197,7 +182,7 @@ int main(void)
 	for (long k = 0; k < nframes; k++) {
 		size_t n = gen_frame(&v, frame);
 
-		if (!send_all(fd, frame, n)) {
+		if (!svt_send_all(fd, frame, n)) {
 			/* the victim closed on us (a malformed frame): start over */
 			close(fd);
 			fd = peer_connect(&v);

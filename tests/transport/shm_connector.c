@@ -1,5 +1,6 @@
 /* The shm connector played by hand; see shm_connector.h. */
 #include "shm_connector.h"
+#include "wire_peer.h"
 #include "sv_test.h"
 #include "transport/transport.h"
 
@@ -118,21 +119,6 @@ static void bell(struct bridge *b)
 	(void)!send(b->us, &c, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
-static bool write_all(int fd, const uint8_t *p, size_t n)
-{
-	while (n) {
-		ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
-
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0)
-			return false;
-		p += w;
-		n -= (size_t)w;
-	}
-	return true;
-}
-
 /* Device to us: the records in ring 1, onto the socket pair. */
 static bool bridge_in(struct bridge *b)
 {
@@ -153,7 +139,7 @@ static bool bridge_in(struct bridge *b)
 		size_t l = (size_t)(b->rec_left < SVT_SHM_RING_BYTES - o ? b->rec_left
 									  : SVT_SHM_RING_BYTES - o);
 
-		if (!write_all(b->sp, b->m + r->data + o, l))
+		if (!svt_send_all(b->sp, b->m + r->data + o, l))
 			return false;
 		b->rpos += l;
 		b->rec_left -= l;

@@ -33,6 +33,23 @@ static bool read_full(int fd, void *b, size_t n)
 	return true;
 }
 
+bool svt_send_all(int fd, const void *buf, size_t n)
+{
+	const uint8_t *p = buf;
+
+	while (n) {
+		ssize_t w = send(fd, p, n, MSG_NOSIGNAL);
+
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0)
+			return false;
+		p += w;
+		n -= (size_t)w;
+	}
+	return true;
+}
+
 bool svt_wire_send(int fd, const void *pkt, size_t len)
 {
 	uint32_t flen = htonl((uint32_t)len);

@@ -45,6 +45,8 @@ int svt_wire_connect_as(uint32_t qpn, uint16_t claim_port, bool know_secret);
 bool svt_wire_via_shm(void);
 
 bool svt_wire_send(int fd, const void *pkt, size_t len);
+/* All n bytes of buf on a stream socket (false: it ended or failed). */
+bool svt_send_all(int fd, const void *buf, size_t n);
 /* The next frame into buf (at most cap bytes): its length, or -1 when the
  * connection ended; timeout_ms < 0 waits for ever, 0 when nothing came. */
 long svt_wire_recv(int fd, void *buf, size_t cap, int timeout_ms);
