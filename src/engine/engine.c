@@ -86,12 +86,22 @@ static struct sv_conn *conn_new(struct sv_engine *eng, int fd, bool outgoing,
 	pthread_mutex_init(&c->tx_lock, NULL);
 	sv_list_init(&c->link);
 	sv_list_init(&ec->tx_waiters);
+	sv_list_init(&ec->held_link);
 	return c;
 }
 
+static inline struct sv_engine_conn *to_ec(struct sv_conn *c)
+{
+	return SV_CONTAINER_OF(c, struct sv_engine_conn, c);
+}
+
+/* tx_lock held.  While its input waits (rx_held), a socket's data is not
+ * asked about (epoll would report it for ever); the peer's end still is,
+ * and a ring's bells (which say there is room) still are. */
 static int conn_arm(struct sv_conn *c, bool out)
 {
-	struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP |
+	bool in = !to_ec(c)->rx_held || c->ops->room_by_bell;
+	struct epoll_event ev = { .events = (in ? EPOLLIN : 0) | EPOLLRDHUP |
 					    (out && !c->ops->room_by_bell ? EPOLLOUT : 0),
 				  .data.ptr = c };
 
@@ -313,6 +323,63 @@ static void unpark_first(struct sv_conn *conn)
 		sv_conn_put(c);
 }
 
+/* tx_lock held: the READ waiting for room on conn goes on (in its QP's
+ * scheduled run: sv_responder_resume). */
+static void unpark_read(struct sv_conn *conn)
+{
+	struct sv_engine_conn *ec = to_ec(conn);
+
+	if (ec->rd_waiter) {
+		sv_engine_schedule(conn->eng, ec->rd_waiter);
+		sv_qp_put(ec->rd_waiter);
+		ec->rd_waiter = NULL;
+	}
+}
+
+bool sv_engine_read_wait(struct sv_conn *conn, struct sv_qp *qp)
+{
+	struct sv_engine_conn *ec = to_ec(conn);
+	bool wait = false;
+
+	pthread_mutex_lock(&conn->tx_lock);
+	if (!ec->rd_waiter && atomic_load(&conn->state) == SV_CONN_UP &&
+	    sv_conn_tx_waiting(conn)) {
+		sv_qp_get(qp);
+		ec->rd_waiter = qp;
+		atomic_fetch_add(&ec->reads_left, 1);
+		wait = true;
+	}
+	pthread_mutex_unlock(&conn->tx_lock);
+	return wait;
+}
+
+void sv_engine_read_done(struct sv_conn *conn, struct sv_qp *qp)
+{
+	struct sv_engine_conn *ec = to_ec(conn);
+
+	pthread_mutex_lock(&conn->tx_lock);
+	if (ec->rd_waiter == qp) {
+		sv_qp_put(qp);
+		ec->rd_waiter = NULL;
+	}
+	pthread_mutex_unlock(&conn->tx_lock);
+	/* the connection's input may go on now (release_held): an application
+	 * thread (destroy, reset) has the engine thread look */
+	if (atomic_fetch_sub(&ec->reads_left, 1) == 1 && tls_progress != conn->eng)
+		wake(conn->eng);
+}
+
+/* Is qp's READ still waiting for room on conn (not yet unparked)? */
+static bool read_parked(struct sv_conn *conn, struct sv_qp *qp)
+{
+	bool parked;
+
+	pthread_mutex_lock(&conn->tx_lock);
+	parked = to_ec(conn)->rd_waiter == qp;
+	pthread_mutex_unlock(&conn->tx_lock);
+	return parked;
+}
+
 /* A connection broke or misbehaved: it is gone for good (engine thread). */
 void sv_engine_conn_fail(struct sv_conn *conn)
 {
@@ -337,6 +404,7 @@ void sv_engine_conn_fail(struct sv_conn *conn)
 		/* blocked QPs must not wait for room that never comes: rerun them */
 		while (!sv_list_empty(sv_conn_waiters(conn)))
 			unpark_first(conn);
+		unpark_read(conn); /* it sees the connection dead and ends */
 		pthread_mutex_unlock(&conn->tx_lock);
 	}
 	/* the list's reference is dropped later by the engine thread, at a point
@@ -391,6 +459,7 @@ static void conn_flush(struct sv_conn *c)
 	if (!sv_conn_congested(c)) {
 		while (!sv_list_empty(sv_conn_waiters(c)))
 			unpark_first(c);
+		unpark_read(c);
 	}
 	pthread_mutex_unlock(&c->tx_lock);
 }
@@ -499,6 +568,94 @@ static void rx_placed(struct sv_conn *conn, uint8_t *hdr, const uint8_t *payload
 		 NULL);
 }
 
+static void conn_event(struct sv_conn *c, uint32_t events);
+
+/*
+ * Is more than `mark` queued of what we answer on c?  Requests go on the
+ * connection their requester opened (sv_engine_conn_to), so on one we
+ * accepted we only answer; what we queue on one we opened is our own
+ * requests, which wait for room by themselves (requester.c), and whose
+ * answers come back on it: holding its input could leave both sides
+ * waiting for each other.
+ */
+static bool answers_over(struct sv_conn *c, size_t mark)
+{
+	return !c->outgoing && atomic_load_explicit(&c->txq_bytes, memory_order_relaxed) > mark;
+}
+
+/*
+ * Progress holder, asked by the transport before each frame: does c's input
+ * wait?  It starts to while a READ waits for room on c, or while more than
+ * SV_CONN_RX_HOLD bytes of answers are queued there: what the peer sends
+ * meanwhile stays in its socket or ring, so a peer that does not read what
+ * it asks for cannot make us hold more.  release_held ends the wait.
+ */
+static bool rx_held(struct sv_conn *c)
+{
+	struct sv_engine_conn *ec = to_ec(c);
+
+	if (ec->rx_held)
+		return true;
+	if (!atomic_load_explicit(&ec->reads_left, memory_order_relaxed) &&
+	    !answers_over(c, SV_CONN_RX_HOLD))
+		return false;
+	pthread_mutex_lock(&c->tx_lock);
+	ec->rx_held = true;
+	if (c->fd >= 0 && atomic_load(&c->state) != SV_CONN_DEAD)
+		conn_arm(c, c->want_out);
+	pthread_mutex_unlock(&c->tx_lock);
+	sv_conn_get(c);
+	sv_list_add_tail(&c->eng->held_conns, &ec->held_link);
+	return true;
+}
+
+/* May a held connection's input go on (or is it dead)? */
+static bool hold_over(struct sv_engine_conn *ec)
+{
+	return atomic_load(&ec->c.state) == SV_CONN_DEAD ||
+	       (!atomic_load(&ec->reads_left) && !answers_over(&ec->c, SV_CONN_RX_HOLD / 2));
+}
+
+/* Progress holder: is a held connection's wait over?  (Its input, taken up
+ * again, may have held it anew at once: the next pass must not sleep.) */
+static bool held_ready(struct sv_engine *eng)
+{
+	for (struct sv_list *l = eng->held_conns.next; l != &eng->held_conns; l = l->next)
+		if (hold_over(SV_CONTAINER_OF(l, struct sv_engine_conn, held_link)))
+			return true;
+	return false;
+}
+
+/* Progress holder: the connections whose input need not wait any more take
+ * it up again (what is in their buffers first); true if one did. */
+static bool release_held(struct sv_engine *eng)
+{
+	struct sv_list *l, *next;
+	bool any = false;
+
+	for (l = eng->held_conns.next; l != &eng->held_conns; l = next) {
+		struct sv_engine_conn *ec = SV_CONTAINER_OF(l, struct sv_engine_conn, held_link);
+		struct sv_conn *c = &ec->c;
+		bool dead = atomic_load(&c->state) == SV_CONN_DEAD;
+
+		next = l->next;
+		if (!hold_over(ec))
+			continue;
+		sv_list_del(&ec->held_link);
+		pthread_mutex_lock(&c->tx_lock);
+		ec->rx_held = false;
+		if (!dead && c->fd >= 0)
+			conn_arm(c, c->want_out);
+		pthread_mutex_unlock(&c->tx_lock);
+		if (!dead) {
+			conn_event(c, EPOLLIN);
+			any = true;
+		}
+		sv_conn_put(c);
+	}
+	return any;
+}
+
 /* What the transports may ask of the engine about a connection. */
 static void conn_proven(struct sv_conn *c);
 
@@ -507,6 +664,7 @@ static const struct sv_conn_host engine_host = {
 	.rx_frame = rx_frame,
 	.fail = sv_engine_conn_fail,
 	.proven = conn_proven,
+	.rx_held = rx_held,
 	.rx_classify = sv_engine_rx_classify,
 	.rx_plan = sv_engine_rx_plan,
 	.rx_plan_end = sv_engine_rx_plan_end,
@@ -532,6 +690,12 @@ static void conn_event(struct sv_conn *c, uint32_t events)
 			return;
 		}
 		atomic_store(&c->state, SV_CONN_UP);
+	}
+	if ((events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)) && to_ec(c)->rx_held) {
+		/* the peer ended its side while we held its input: nobody
+		 * waits for the answers we still owe it */
+		sv_engine_conn_fail(c);
+		return;
 	}
 	if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
 		pthread_mutex_lock(&c->tx_lock);
@@ -694,7 +858,9 @@ static void housekeep(struct sv_engine *eng, uint64_t now)
 /* eng->lock held: an established connection whose data is in memory. */
 static bool conn_in_memory(struct sv_conn *c)
 {
-	return c->ops->rx_pending && c->tp && atomic_load(&c->state) == SV_CONN_UP;
+	/* one whose input waits is looked at again by release_held */
+	return c->ops->rx_pending && c->tp && atomic_load(&c->state) == SV_CONN_UP &&
+	       !to_ec(c)->rx_held;
 }
 
 /*
@@ -766,8 +932,12 @@ static void run_deferred(struct sv_engine *eng)
 		sv_list_del(&qp->run_link);
 		pthread_mutex_unlock(&eng->lock);
 		pthread_mutex_lock(&qp->lock);
-		if (!qp->destroyed)
+		if (!qp->destroyed) {
+			/* a READ answered as its connection drains, once it has */
+			if (qp->rd_left.conn && !read_parked(qp->rd_left.conn, qp))
+				sv_responder_resume(qp);
 			sv_requester_run(qp);
+		}
 		pthread_mutex_unlock(&qp->lock);
 		sv_qp_put(qp);
 	}
@@ -881,6 +1051,10 @@ void sv_engine_progress(struct sv_engine *eng)
 			handle_events(eng, evs, n, false);
 	}
 	run_deferred(eng);
+	if (release_held(eng))
+		run_deferred(eng);
+	if (held_ready(eng))
+		wake(eng); /* the engine thread goes on with it */
 	tls_progress = NULL;
 	pthread_mutex_unlock(&eng->progress_lock);
 }
@@ -916,9 +1090,11 @@ static void *engine_main(void *arg)
 			handle_events(eng, evs, n, true);
 		scan_in_memory(eng);
 		run_deferred(eng);
+		if (release_held(eng))
+			run_deferred(eng);
 		tls_progress = NULL; /* timers may schedule: the doorbell brings us back */
 		timeout = run_timers(eng);
-		if (arm_in_memory(eng, &tick))
+		if (arm_in_memory(eng, &tick) || held_ready(eng))
 			timeout = 0;
 		pthread_mutex_unlock(&eng->progress_lock);
 	}
@@ -984,6 +1160,7 @@ int sv_engine_start(struct sv_context *ctx, struct in_addr ip)
 	sv_list_init(&eng->graveyard);
 	sv_list_init(&eng->timer_qps);
 	sv_list_init(&eng->run_qps);
+	sv_list_init(&eng->held_conns);
 	ctx->eng = eng;
 
 	eng->epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -1112,6 +1289,13 @@ void sv_engine_stop(struct sv_engine *eng)
 
 		conn_drain(c);
 		sv_engine_conn_fail(c);
+	}
+	while (!sv_list_empty(&eng->held_conns)) {
+		struct sv_engine_conn *ec =
+			SV_CONTAINER_OF(eng->held_conns.next, struct sv_engine_conn, held_link);
+
+		sv_list_del(&ec->held_link);
+		sv_conn_put(&ec->c);
 	}
 	bury_dead(eng);
 	for (int i = 0; i < eng->nlisteners; i++)

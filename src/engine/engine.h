@@ -30,7 +30,22 @@ struct sv_listener {
 struct sv_engine_conn {
 	struct sv_conn c;
 	struct sv_list tx_waiters; /* QPs (sv_qp.txwait_link) waiting for room; c.tx_lock */
+	/*
+	 * Answers to this peer that wait here are bounded: a READ makes its
+	 * responses as the connection drains (responder.c), and while one
+	 * waits, or while more than SV_CONN_RX_HOLD bytes are queued, the
+	 * connection's input waits too (the peer's requests stay in its
+	 * socket or ring, where they press on the peer, not on us).
+	 */
+	struct sv_qp *rd_waiter;  /* c.tx_lock: a READ waiting for room, with a QP reference */
+	atomic_int reads_left;    /* READs whose rest goes here (sv_qp.rd_left) */
+	bool rx_held;             /* c.tx_lock, set by the progress holder: input waits */
+	struct sv_list held_link; /* engine->held_conns (progress holder), with a reference */
 };
+
+/* Queued output above which a connection's input waits (and, below half
+ * of it, goes on). */
+#define SV_CONN_RX_HOLD (1u << 20)
 
 static inline struct sv_list *sv_conn_waiters(struct sv_conn *c)
 {
@@ -56,6 +71,7 @@ struct sv_engine {
 	struct sv_list graveyard;  /* failed conns, released by the engine thread */
 	struct sv_list timer_qps;
 	struct sv_list run_qps;
+	struct sv_list held_conns; /* progress holder: connections whose input waits */
 	uint64_t sleep_until; /* when the engine thread next wakes by itself */
 	/* eng->lock: the next look at handshakes that take too long and at
 	 * resting listeners (0: nothing to look at) */
@@ -91,6 +107,13 @@ void sv_engine_forget_qp(struct sv_engine *eng, struct sv_qp *qp);
 
 /* A connection broke or misbehaved: it is gone for good. */
 void sv_engine_conn_fail(struct sv_conn *conn);
+/* qp->lock held: the READ qp answers on conn waits for its queue to drain;
+ * false when it need not (drained meanwhile, or another READ waits there
+ * already: then it goes on).  The engine then schedules the QP, whose run
+ * calls sv_responder_resume. */
+bool sv_engine_read_wait(struct sv_conn *conn, struct sv_qp *qp);
+/* qp->lock held: that READ (waiting or not) is over. */
+void sv_engine_read_done(struct sv_conn *conn, struct sv_qp *qp);
 /* The engine's answers to a stream's direct receive (direct.c; struct sv_conn_host). */
 int sv_engine_rx_classify(struct sv_conn *c, const uint8_t *frame, size_t have, uint32_t flen,
 			  uint32_t *hdr_len);
@@ -125,6 +148,11 @@ void sv_responder_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opc
  */
 bool sv_responder_direct(struct sv_qp *qp, const struct sv_opcode_info *op, const uint8_t *pkt,
 			 uint32_t plen, uint8_t **dst, uint32_t *msg_left);
+/* qp->lock held: send what is left of a READ that waited for room (a
+ * scheduled run of the QP); sv_responder_cancel forgets it (destroy, reset,
+ * error). */
+void sv_responder_resume(struct sv_qp *qp);
+void sv_responder_cancel(struct sv_qp *qp);
 /* UD requests name no QP context on the connection beyond dqpn. */
 /* engine thread, qp->lock held: an incoming response packet */
 void sv_completer_rx(struct sv_qp *qp, const struct sv_opcode_info *op, uint8_t *pkt,

@@ -341,6 +341,15 @@ struct sv_qp {
 	uint32_t rwqe_off;
 	uint64_t wr_va;       /* RDMA WRITE in progress */
 	uint32_t wr_rkey, wr_left, wr_total;
+	/* a READ whose responses are made as its connection drains
+	 * (responder.c): conn (with a reference) is where they go, NULL when
+	 * none waits; next is the first response packet not made yet.  The
+	 * QP's other requests wait behind it. */
+	struct {
+		struct sv_conn *conn;
+		uint64_t va;
+		uint32_t rkey, dma_len, psn, next;
+	} rd_left;
 	/* atomic replay cache: duplicate atomics return the first result */
 	struct {
 		uint32_t psn;

@@ -95,6 +95,7 @@ void sv_qp_enter_error(struct sv_qp *qp)
 	sv_qp_flush_send(qp);
 	sv_qp_flush_recv(qp);
 	qp->resp_in_msg = false;
+	sv_responder_cancel(qp); /* the rest of a READ is not sent */
 	atomic_store_explicit(&qp->rnr_until, 0, memory_order_relaxed);
 	atomic_store_explicit(&qp->ack_deadline, 0, memory_order_relaxed);
 	sv_engine_timer_update(qp->ctx->eng, qp);

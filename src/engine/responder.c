@@ -361,9 +361,18 @@ static uint8_t *stage_read(struct sv_qp *qp, struct sv_txbatch *b, sv_cu_ctx gpu
 	return s;
 }
 
-/* READ request: send the response packets (possibly a replay of a duplicate). */
+/*
+ * READ request: send the response packets from packet `from` on (possibly a
+ * replay of a duplicate).  They are made a batch at a time, and only while
+ * the connection takes them: when a batch leaves bytes waiting in its
+ * queue, the rest waits in qp->rd_left, and the engine asks for it again
+ * (sv_responder_resume) once the connection has drained.  So a READ holds
+ * one batch of memory here, whatever its length and however slowly its
+ * requester reads (the QP's later requests and the connection's input wait
+ * meanwhile: engine.c).
+ */
 static enum resp_result do_read(struct sv_qp *qp, struct sv_conn *conn, uint32_t psn,
-				uint64_t va, uint32_t rkey, uint32_t dma_len)
+				uint64_t va, uint32_t rkey, uint32_t dma_len, uint32_t from)
 {
 	uint32_t npkts = dma_len ? (dma_len + qp->mtu - 1) / qp->mtu : 1;
 	uint8_t *mem = NULL;
@@ -381,7 +390,8 @@ static enum resp_result do_read(struct sv_qp *qp, struct sv_conn *conn, uint32_t
 	/* the responses point into the memory until the transport has taken
 	 * them: memory the application unmapped is refused here, as an rkey
 	 * the MR does not cover would be */
-	if (r == RESP_OK && dma_len && !gpu && !sv_probe_guarded(mem, dma_len))
+	if (r == RESP_OK && dma_len && !gpu &&
+	    !sv_probe_guarded(mem + (size_t)from * qp->mtu, dma_len - (size_t)from * qp->mtu))
 		r = RESP_ERR_RKEY;
 	if (r != RESP_OK) {
 		sv_mr_read_unlock(qp->ctx);
@@ -389,7 +399,7 @@ static enum resp_result do_read(struct sv_qp *qp, struct sv_conn *conn, uint32_t
 	}
 	/* responses leave in batches, one write for many packets */
 	sv_txbatch_init(&b);
-	for (uint32_t k = 0; k < npkts; k++) {
+	for (uint32_t k = from; k < npkts; k++) {
 		uint8_t low = npkts == 1	  ? SV_OP_READ_RESP_ONLY
 			      : k == 0		  ? SV_OP_READ_RESP_FIRST
 			      : k + 1 == npkts ? SV_OP_READ_RESP_LAST
@@ -402,8 +412,23 @@ static enum resp_result do_read(struct sv_qp *qp, struct sv_conn *conn, uint32_t
 		struct sv_bth *bth;
 		size_t hl = sizeof(*bth);
 
-		if (!sv_txbatch_fits(&b, conn, 1))
+		if (!sv_txbatch_fits(&b, conn, 1)) {
 			sv_txbatch_flush(&b);
+			if (atomic_load(&conn->state) == SV_CONN_DEAD)
+				break; /* the requester asks again, on another connection */
+			if (atomic_load_explicit(&conn->txq_bytes, memory_order_relaxed) &&
+			    sv_engine_read_wait(conn, qp)) {
+				/* the rest when the connection has drained */
+				sv_conn_get(conn);
+				qp->rd_left.conn = conn;
+				qp->rd_left.va = va;
+				qp->rd_left.rkey = rkey;
+				qp->rd_left.dma_len = dma_len;
+				qp->rd_left.psn = psn;
+				qp->rd_left.next = k;
+				break;
+			}
+		}
 		by_ref = gpu && sv_gpu_ref_ok(conn) &&
 			 sv_gpu_ref_make(sv_key_entry(qp->ctx, rkey), mem + off,
 					 (uint32_t)iov.iov_len, &ref);
@@ -441,6 +466,48 @@ static enum resp_result do_read(struct sv_qp *qp, struct sv_conn *conn, uint32_t
 	sv_mr_read_unlock(qp->ctx);
 	sv_gpu_stage_forget(qp->gpu_rd); /* a replay reads the memory again */
 	return r == RESP_OK ? RESP_DONE : r;
+}
+
+/* qp->lock held: the READ waiting in qp->rd_left is over (done, or moot). */
+static void read_left_end(struct sv_qp *qp)
+{
+	struct sv_conn *conn = qp->rd_left.conn;
+
+	qp->rd_left.conn = NULL;
+	sv_engine_read_done(conn, qp);
+	sv_conn_put(conn);
+}
+
+void sv_responder_resume(struct sv_qp *qp)
+{
+	struct sv_conn *conn = qp->rd_left.conn;
+	uint64_t va = qp->rd_left.va;
+	uint32_t rkey = qp->rd_left.rkey, dma_len = qp->rd_left.dma_len;
+	uint32_t psn = qp->rd_left.psn, next = qp->rd_left.next;
+	enum resp_result r;
+
+	if (!conn)
+		return;
+	sv_conn_get(conn);
+	read_left_end(qp);
+	/* a QP that left RTR/RTS, or a connection that broke, sends no more:
+	 * the requester asks again where it still can */
+	if (!qp->destroyed &&
+	    (qp->state == IBV_QPS_RTR || qp->state == IBV_QPS_RTS || qp->state == IBV_QPS_SQD) &&
+	    atomic_load(&conn->state) == SV_CONN_UP) {
+		/* the key is checked again: the MR may have gone meanwhile */
+		r = do_read(qp, conn, psn, va, rkey, dma_len, next);
+		if (r != RESP_DONE)
+			nak_fatal(qp, conn, psn,
+				  r == RESP_ERR_RKEY ? SV_NAK_REM_ACCESS : SV_NAK_INV_REQ);
+	}
+	sv_conn_put(conn);
+}
+
+void sv_responder_cancel(struct sv_qp *qp)
+{
+	if (qp->rd_left.conn)
+		read_left_end(qp);
 }
 
 static void send_atomic_ack(struct sv_qp *qp, struct sv_conn *conn, uint32_t psn, uint64_t orig)
@@ -565,7 +632,7 @@ static enum resp_result exec_read(const struct resp_pkt *p)
 
 	qp->epsn = sv_psn_add(p->psn, npkts);
 	qp->msn++;
-	return do_read(qp, p->conn, p->psn, be64toh(r->va), ntohl(r->rkey), dma_len);
+	return do_read(qp, p->conn, p->psn, be64toh(r->va), ntohl(r->rkey), dma_len, 0);
 }
 
 /* An RC request whose PSN we already executed: answer it again. */
@@ -576,7 +643,7 @@ static void duplicate(const struct resp_pkt *p)
 	if (p->op->mask & SV_OPF_READ) {
 		const struct sv_reth *r = (const void *)(p->hdr + p->op->off_reth);
 		enum resp_result res =
-			do_read(qp, p->conn, p->psn, be64toh(r->va), ntohl(r->rkey), ntohl(r->dma_len));
+			do_read(qp, p->conn, p->psn, be64toh(r->va), ntohl(r->rkey), ntohl(r->dma_len), 0);
 
 		/* a replayed READ that fails now fails as a first one would */
 		if (res != RESP_DONE)
@@ -827,6 +894,11 @@ void sv_responder_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opc
 
 	if (r == RESP_OK)
 		r = check_state(&p);
+	/* requests wait behind a READ still being answered (do_read): this
+	 * one is dropped and its requester sends it again.  None comes on the
+	 * READ's own connection, whose input waits meanwhile (engine.c). */
+	if (r == RESP_OK && qp->rd_left.conn)
+		r = RESP_DROP;
 	if (r == RESP_OK && qp->state == IBV_QPS_RTR && !qp->comm_est_sent) {
 		qp->comm_est_sent = true;
 		sv_async_event(qp->ctx, IBV_EVENT_COMM_EST, qp, &qp->async, 0);
@@ -878,8 +950,8 @@ bool sv_responder_direct(struct sv_qp *qp, const struct sv_opcode_info *op, cons
 	if (check_transport(&p) != RESP_OK || check_state(&p) != RESP_OK ||
 	    check_length(&p) != RESP_OK)
 		return false;
-	if ((ntohl(bth->psn) & SV_PSN_MASK) != qp->epsn || qp->resp_drop_msg)
-		return false; /* in order only */
+	if ((ntohl(bth->psn) & SV_PSN_MASK) != qp->epsn || qp->resp_drop_msg || qp->rd_left.conn)
+		return false; /* in order only (and not behind a READ: dropped) */
 	if (check_write(&p, &va, &rkey, &left, dst, &gpu) != RESP_OK || !left)
 		return false;
 	/* the message's whole remaining range, from here (check_write did it

@@ -85,8 +85,15 @@ enum rx_direct {
 	RX_NO,      /* not a packet for direct receive */
 };
 
-/* Hand up the complete frames in the buffer (the first must be the HELLO);
- * the incomplete rest moves to its start.  False if the connection died. */
+/* Does the owner take no frames for now (host->rx_held)? */
+static bool rx_held(struct sv_conn *c)
+{
+	return c->host->rx_held && atomic_load(&c->peer_authed) && c->host->rx_held(c);
+}
+
+/* Hand up the complete frames in the buffer (the first must be the HELLO),
+ * as long as the owner takes them; the rest moves to its start.  False if
+ * the connection died. */
 static bool parse_frames(struct sv_conn *c)
 {
 	struct sv_stream *st = to_stream(c);
@@ -102,7 +109,7 @@ static bool parse_frames(struct sv_conn *c)
 			c->host->fail(c);
 			return false;
 		}
-		if (st->rx_len - off - 4 < flen)
+		if (st->rx_len - off - 4 < flen || rx_held(c))
 			break;
 		if (!c->hello_seen || !atomic_load(&c->peer_authed)) {
 			/* the handshake: nothing goes up before the peer's AUTH */
@@ -400,11 +407,18 @@ void sv_stream_input(struct sv_conn *c, const struct sv_stream_io *io, bool clos
 {
 	struct sv_stream *st = to_stream(c);
 
+	/* frames left here while the owner held its input go up first */
+	if (st->rx_len >= 4 && !parse_frames(c))
+		return;
 	for (int rounds = 0; rounds < 16; rounds++) {
 		struct iovec v;
 		size_t want;
 		ssize_t n;
 
+		/* the owner takes nothing now: nothing more is read either, so
+		 * what the peer sends waits in its socket or ring */
+		if (rx_held(c))
+			return;
 		if (!closing && st->rx_len) {
 			switch (rx_direct(c, io)) {
 			case RX_PLACED:
@@ -431,6 +445,8 @@ void sv_stream_input(struct sv_conn *c, const struct sv_stream_io *io, bool clos
 		want = st->rx_cap - st->rx_len;
 		if (st->rx_direct && !closing)
 			want = SV_MIN(want, direct_read_len(st));
+		if (!want)
+			return; /* full of frames the owner does not take yet */
 		v.iov_base = st->rxbuf + st->rx_len;
 		v.iov_len = want;
 		n = io->readv(c, &v, 1);

@@ -92,6 +92,11 @@ struct sv_conn_host {
 	/* an accepted connection's peer proved itself (its AUTH passed); may
 	 * be NULL */
 	void (*proven)(struct sv_conn *conn);
+	/* Asked before each frame after the handshake: true while the owner
+	 * takes none (its answers to this peer back up).  The transport then
+	 * leaves what it has where it is, reads no more, and goes on when the
+	 * owner calls input again.  May be NULL. */
+	bool (*rx_held)(struct sv_conn *conn);
 
 	/* Direct receive (may be NULL).  Is the frame beginning at frame (have
 	 * bytes of it here, flen in all) a packet whose payload may be received

@@ -240,6 +240,7 @@ static void reset_qp(struct sv_qp *qp)
 	sq->head = sq->next = sq->tail = sq->seg_off = sq->rd_atomic_inflight = 0;
 	qp->rq.head = qp->rq.count = 0;
 	qp->resp_have_rwqe = qp->resp_in_msg = qp->resp_drop_msg = false;
+	sv_responder_cancel(qp); /* a READ still being answered */
 	qp->comm_est_sent = false;
 	qp->msn = 0;
 	/* GPU copies of its previous life: none started later, none reused */
@@ -454,6 +455,7 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 	pthread_mutex_unlock(&ctx->lock);
 	pthread_mutex_lock(&qp->lock);
 	qp->destroyed = true;
+	sv_responder_cancel(qp);
 	atomic_store_explicit(&qp->rnr_until, 0, memory_order_relaxed);
 	atomic_store_explicit(&qp->ack_deadline, 0, memory_order_relaxed);
 	pthread_mutex_unlock(&qp->lock);
