@@ -6,8 +6,9 @@
 # Each tree is a checkout built with `make` (its build/bin/softverbs is
 # used).  For ROUNDS rounds (default 8), alternating base and head so that
 # both see the same background load, it runs perftest between two processes
-# on sv_lo: ib_write_bw 8 B (message rate) and 1 MiB (bandwidth), and
-# ib_send_lat 8 B (typical latency), over the default transport (shm) and
+# on sv_lo: ib_write_bw 8 B (message rate) and 1 MiB (bandwidth),
+# ib_read_bw 1 MiB (READ bandwidth: responses made as the connection
+# drains) and ib_send_lat 8 B (typical latency), over the default transport (shm) and
 # over SOFTVERBS_TRANSPORT=tcp.  It prints every run and then, per measure,
 # both medians and ranges and head/base.  Short runs on a shared machine are
 # noisy and often bimodal: read the ranges, not only the ratio.
@@ -47,9 +48,11 @@ for r in $(seq "$ROUNDS"); do
 			rate=$(awk '/^ *8 +200000/ { print $5 }' "$OUT/c")
 			one "$tool" "$tr" ib_write_bw -s 1048576 -n 2000 -x 0 -F
 			bw=$(awk '/^ *1048576 +2000/ { print $4 }' "$OUT/c")
+			one "$tool" "$tr" ib_read_bw -s 1048576 -n 1000 -x 0 -F
+			rd=$(awk '/^ *1048576 +1000/ { print $4 }' "$OUT/c")
 			one "$tool" "$tr" ib_send_lat -s 8 -n 20000 -x 0 -F
 			lat=$(awk '/^ *8 +20000/ { print $5 }' "$OUT/c")
-			echo "$r $v $tr rate_Mpps=${rate:-} bw1M_MBps=${bw:-} lat8_us=${lat:-}" |
+			echo "$r $v $tr rate_Mpps=${rate:-} bw1M_MBps=${bw:-} rd1M_MBps=${rd:-} lat8_us=${lat:-}" |
 				tee -a "$OUT/all"
 		done
 	done
@@ -64,7 +67,7 @@ for line in open(sys.argv[1]):
         k, val = x.split("=")
         if val:
             d.setdefault((k, tr, v), []).append(float(val))
-for k in ("rate_Mpps", "bw1M_MBps", "lat8_us"):
+for k in ("rate_Mpps", "bw1M_MBps", "rd1M_MBps", "lat8_us"):
     for tr in ("auto", "tcp"):
         b, h = d.get((k, tr, "base"), []), d.get((k, tr, "head"), [])
         if not b or not h:

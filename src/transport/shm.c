@@ -506,8 +506,9 @@ static ssize_t ring_put(struct sv_conn *c, const struct iovec *iov, int iovcnt, 
 
 	if (atomic_load_explicit(&self_copy_ok, memory_order_relaxed) < 0)
 		atomic_store_explicit(&self_copy_ok, cma_allowed(), memory_order_relaxed);
-	if (wpos - head > SHM_RING_BYTES || (head & 7)) {
-		/* the consumer released bytes never written, or more than a ring */
+	if (wpos - head > SHM_RING_BYTES) {
+		/* the consumer released bytes never written, or more than a ring
+		 * (it may stop inside a record: any byte position is a head) */
 		sv_warn_limited("shm: pid %d's ring head is impossible; closing the connection",
 				(int)s->peer_pid);
 		return -EIO;

@@ -119,11 +119,16 @@ static void bell(struct bridge *b)
 	(void)!send(b->us, &c, 1, MSG_DONTWAIT | MSG_NOSIGNAL);
 }
 
+/* Ring bytes the bridge takes at most at once: an odd size, so that, like
+ * shm.c's own reader when its buffer fills, it releases the ring in the
+ * middle of records, at heads that are not multiples of 8. */
+#define BRIDGE_PIECE 1001u
+
 /* Device to us: the records in ring 1, onto the socket pair. */
 static bool bridge_in(struct bridge *b)
 {
 	const struct ring_at *r = &ring_at[1];
-	uint64_t tail = atomic_load(ctr(b, r->tail)), start = b->rpos, got = 0;
+	uint64_t tail = atomic_load(ctr(b, r->tail)), start = b->rpos;
 
 	while (b->rpos != tail) {
 		if (!b->rec_left) {
@@ -139,21 +144,19 @@ static bool bridge_in(struct bridge *b)
 		size_t l = (size_t)(b->rec_left < SVT_SHM_RING_BYTES - o ? b->rec_left
 									  : SVT_SHM_RING_BYTES - o);
 
+		l = l < BRIDGE_PIECE ? l : BRIDGE_PIECE;
 		if (!svt_send_all(b->sp, b->m + r->data + o, l))
 			return false;
 		b->rpos += l;
 		b->rec_left -= l;
-		got += l;
+		b->rlog += l;
 		if (!b->rec_left)
 			b->rpos = (b->rpos + 7) & ~7ull;
-	}
-	if (b->rpos != start) {
-		b->rlog += got;
 		atomic_store(ctr(b, r->head), b->rpos);
 		atomic_store(ctr(b, r->head_logical), b->rlog);
-		if (atomic_exchange((_Atomic uint32_t *)(b->m + r->room), 0))
-			bell(b);
 	}
+	if (b->rpos != start && atomic_exchange((_Atomic uint32_t *)(b->m + r->room), 0))
+		bell(b);
 	atomic_store((_Atomic uint32_t *)(b->m + r->bell), 1); /* ring us next time */
 	return true;
 }

@@ -14,7 +14,11 @@
  * 96 MiB), another QP pair of the same device moves data meanwhile, and
  * when X reads at last, it gets the ACK of its last WRITE, whose data is in
  * place, and every READ response in order with the bytes of the MR.
- * X comes over tcp, or over shm with SVT_WIRE_VIA=shm.
+ * X comes over tcp, or over shm with SVT_WIRE_VIA=shm.  Over shm, X's
+ * bridge (shm_connector.c) releases the ring in pieces of odd length, as
+ * shm.c's reader does when its buffer fills inside a record: the device
+ * must not take such a head for a broken peer (it did, and closed the
+ * connection in the middle of a READ).
  */
 #include "sv_test.h"
 #include "wire_peer.h"
