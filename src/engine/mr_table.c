@@ -122,7 +122,8 @@ static enum sv_mem_err check_range(const struct sv_mr *e, struct sv_pd *pd, uint
 		return SV_MEM_ACCESS;
 	if (iova < e->iova || len > e->len || iova - e->iova > e->len - len)
 		return SV_MEM_BOUNDS;
-	*ptr = e->vaddr + (iova - e->iova);
+	/* in integers: an implicit MR's vaddr is NULL (verbs/mr.c) */
+	*ptr = (uint8_t *)((uintptr_t)e->vaddr + (uintptr_t)(iova - e->iova));
 	if (gpu)
 		*gpu = e->gpu;
 	return SV_MEM_OK;
@@ -202,7 +203,7 @@ enum ibv_wc_status sv_mw_bind(struct sv_qp *qp, struct sv_send_wqe *w)
 		if (mr) {
 			mw->mw_mr = mr;
 			mr->nmw++;
-			mw->vaddr = mr->vaddr + (bi->addr - mr->iova);
+			mw->vaddr = (uint8_t *)((uintptr_t)mr->vaddr + (uintptr_t)(bi->addr - mr->iova));
 			mw->gpu = mr->gpu;
 			mw->iova = zero ? 0 : bi->addr;
 			mw->len = bi->length;

@@ -119,6 +119,19 @@ static int check_range(void *addr, size_t length, unsigned int access, struct sv
 	return 0;
 }
 
+/*
+ * Implicit on-demand paging: (NULL, SIZE_MAX) with ON_DEMAND names the whole
+ * address space, as on mlx5.  Nothing is mapped or checked at registration:
+ * each access reaches whatever is mapped at that address then, and one that
+ * finds nothing fails that operation (the fault guard, common/fault_guard.h:
+ * LOC_PROT_ERR here, a remote access error at a peer), as it would on
+ * memory an application unmapped under an ordinary MR.
+ */
+static bool implicit_range(const void *addr, size_t length)
+{
+	return !addr && length == SIZE_MAX;
+}
+
 /* What lets another process of this host open GPU memory (NULL: host
  * memory, or memory the driver cannot share, which is then staged). */
 static struct sv_gpu_export *gpu_export(const struct sv_cuda_range *gpu, void *addr)
@@ -150,10 +163,16 @@ static struct sv_mr *mr_create(struct ibv_pd *ibpd, void *addr, size_t length, u
 	ctx = to_sv_ctx(ibpd->context);
 	access &= ~(unsigned int)IBV_ACCESS_OPTIONAL_RANGE;
 	err = check_access(access);
-	if (!err && (!length || length > SV_MAX_MR_SIZE || (!addr && length)))
-		err = EINVAL;
-	if (!err)
-		err = check_range(addr, length, access, &gpu);
+	if (implicit_range(addr, length)) {
+		/* the whole address space: on demand, addressed by itself */
+		if (!err && (!(access & IBV_ACCESS_ON_DEMAND) || iova))
+			err = EINVAL;
+	} else {
+		if (!err && (!length || length > SV_MAX_MR_SIZE || !addr))
+			err = EINVAL;
+		if (!err)
+			err = check_range(addr, length, access, &gpu);
+	}
 	if (err) {
 		errno = err;
 		return NULL;
@@ -333,7 +352,11 @@ int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd, void *addr, 
 	naddr = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? addr : mr->vaddr;
 	nlen = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ? length : mr->len;
 	err = check_access(nacc);
-	if (!flags || !npd || npd->ibpd.context != ibmr->context || nlen > SV_MAX_MR_SIZE)
+	if (!flags || !npd || npd->ibpd.context != ibmr->context)
+		err = EINVAL;
+	else if (implicit_range(naddr, nlen) && !err)
+		err = (nacc & IBV_ACCESS_ON_DEMAND) ? 0 : EINVAL; /* it stays implicit */
+	else if (nlen > SV_MAX_MR_SIZE)
 		err = EINVAL;
 	else if (!err)
 		err = check_range(naddr, nlen, nacc, &gpu);

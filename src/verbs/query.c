@@ -77,9 +77,9 @@ static int sv_query_device_ex(struct ibv_context *context,
 	sv_device_attr(to_sv_ctx(context)->dev, &a.orig_attr);
 	/* the same flags, and those only the 64-bit field can carry */
 	a.device_cap_flags_ex = a.orig_attr.device_cap_flags | SV_DEVICE_CAP_ATOMIC_WRITE;
-	/* on-demand MRs: every MR behaves so (nothing is pinned); the implicit
-	 * kind (the whole address space) is not offered */
-	a.odp_caps.general_caps = IBV_ODP_SUPPORT;
+	/* on-demand MRs: every MR behaves so (nothing is pinned), and the
+	 * implicit kind (the whole address space, verbs/mr.c) is offered */
+	a.odp_caps.general_caps = IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT;
 	a.odp_caps.per_transport_caps.rc_odp_caps =
 		IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
 		IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV;
