@@ -176,6 +176,11 @@ int main(void)
 	svt_qp_connect(b, &c, &d.gid, f.qpn);
 	/* X is the endpoint B is connected to, as far as the device can tell */
 	int x = svt_wire_connect(b->qp_num, sv_qpn_port(f.qpn));
+	int small = 64 << 10;
+
+	/* X's own buffers small: what backs up, backs up at the device */
+	SVT_CHECK_OK(setsockopt(x, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)));
+	SVT_CHECK_OK(setsockopt(x, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)));
 
 	reqs = malloc((size_t)NWRITES * 64);
 	SVT_CHECK_PTR(reqs);
