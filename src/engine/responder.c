@@ -484,16 +484,16 @@ void sv_responder_resume(struct sv_qp *qp)
 	uint64_t va = qp->rd_left.va;
 	uint32_t rkey = qp->rd_left.rkey, dma_len = qp->rd_left.dma_len;
 	uint32_t psn = qp->rd_left.psn, next = qp->rd_left.next;
+	struct resp_pkt p = { .qp = qp };
 	enum resp_result r;
 
 	if (!conn)
 		return;
 	sv_conn_get(conn);
 	read_left_end(qp);
-	/* a QP that left RTR/RTS, or a connection that broke, sends no more:
-	 * the requester asks again where it still can */
-	if (!qp->destroyed &&
-	    (qp->state == IBV_QPS_RTR || qp->state == IBV_QPS_RTS || qp->state == IBV_QPS_SQD) &&
+	/* a QP whose responder stopped (check_state), or a connection that
+	 * broke, sends no more: the requester asks again where it still can */
+	if (!qp->destroyed && check_state(&p) == RESP_OK &&
 	    atomic_load(&conn->state) == SV_CONN_UP) {
 		/* the key is checked again: the MR may have gone meanwhile */
 		r = do_read(qp, conn, psn, va, rkey, dma_len, next);
