@@ -58,6 +58,7 @@ struct sv_device {
 	int ifindex;
 	uint64_t guid; /* network order */
 	int index;
+	bool loopback; /* serves a loopback interface: listed after the others */
 };
 
 /*

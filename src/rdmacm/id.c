@@ -236,7 +236,15 @@ static int bind_locked(struct cm_id *id, const struct sockaddr *addr)
 	err = to_sin(addr, &sin);
 	if (err)
 		return err;
-	if (sin.sin_addr.s_addr != htonl(INADDR_ANY)) {
+	/*
+	 * The kernel's CM takes a loopback address as it takes the wildcard
+	 * (cma_any_addr): the bind succeeds and the id gets no device until a
+	 * request or a resolve picks one.  libfabric's verbs provider relies on
+	 * it: it binds "localhost" and, finding id->verbs NULL, offers every
+	 * device with its own address.  The socket stays on the loopback
+	 * address, so only this host reaches a listener bound there.
+	 */
+	if (sin.sin_addr.s_addr != htonl(INADDR_ANY) && (ntohl(sin.sin_addr.s_addr) >> 24) != IN_LOOPBACKNET) {
 		d = cm_device_for_ip(sin.sin_addr);
 		if (!d)
 			return local_addr_known(sin.sin_addr) ? ENODEV : EADDRNOTAVAIL;

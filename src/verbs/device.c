@@ -126,6 +126,7 @@ static void scan_devices(void)
 		d->ifindex = (int)if_nametoindex(i->ifa_name);
 		interface_mac(i->ifa_name, d->mac);
 		d->index = ndevs;
+		d->loopback = (i->ifa_flags & IFF_LOOPBACK) != 0;
 		/* node GUID: "SV" marker, interface index, IPv4 address */
 		{
 			uint8_t g[8] = { 0x53, 0x56, (uint8_t)(d->ifindex >> 8), (uint8_t)d->ifindex };
@@ -153,9 +154,21 @@ struct ibv_device **ibv_get_device_list(int *num_devices)
 	pthread_mutex_lock(&devs_lock);
 	scan_devices(); /* devices are kept for the life of the process */
 	list = calloc((size_t)ndevs + 1, sizeof(*list));
-	if (list)
-		for (int i = 0; i < ndevs; i++)
-			list[i] = &devs[i]->ibdev;
+	/*
+	 * Devices of loopback interfaces come last.  A Linux host has no RDMA
+	 * device there, so programs that take the first device (the pingpongs
+	 * without -d, Open MPI's OFI MTL taking libfabric's first domain) should
+	 * get one that reaches other hosts, as on such a host.  libfabric's
+	 * verbs provider cannot use sv_lo at all: it skips loopback interfaces.
+	 */
+	if (list) {
+		int n = 0;
+
+		for (int pass = 0; pass < 2; pass++)
+			for (int i = 0; i < ndevs; i++)
+				if (devs[i]->loopback == (pass == 1))
+					list[n++] = &devs[i]->ibdev;
+	}
 	if (num_devices)
 		*num_devices = list ? ndevs : 0;
 	pthread_mutex_unlock(&devs_lock);

@@ -206,6 +206,10 @@ int main(void)
 	listener = cmt_listen(ch_p, RDMA_PS_TCP, "127.0.0.1", PORT);
 	listener->context = &ctx_l;
 	SVT_CHECK_EQ(rdma_get_src_port(listener), htons(PORT));
+	/* a loopback bind names no device, as on Linux (the request will) */
+	SVT_CHECK(listener->verbs == NULL);
+	SVT_CHECK_EQ(((struct sockaddr_in *)rdma_get_local_addr(listener))->sin_addr.s_addr,
+		     htonl(INADDR_LOOPBACK));
 
 	SVT_CHECK_CM(rdma_create_id(ch_a, &act.id, &ctx_a, RDMA_PS_TCP));
 	cmt_resolve(act.id, ch_a, "127.0.0.1", PORT);

@@ -48,6 +48,22 @@ if [ "$MODE" = netns ]; then
 	done
 	SNS=$SV_NS_A CNS=$SV_NS_B SDEV=sv_svm CDEV=sv_svm
 	HOST=$(ip -n "$SNS" -4 -o addr show svm | awk '{print $4}' | cut -d/ -f1)
+elif { [ "$CASE" = fi-pingpong ] && [ "$2" != dgram ]; } || { [ "$CASE" = mpi ] && [ "$1" = ofi ]; }; then
+	# One host, but an interface that is not loopback: libfabric's verbs
+	# provider finds a device's address among the host's interfaces, and
+	# skips loopback ones (as Linux's CM, a bind to 127.0.0.1 names no
+	# device).  Both sides run in a namespace of their own, with one end of
+	# a veth pair (the other end stays there too, without an address).
+	[ "$(id -u)" = 0 ] || sv_skip "a namespace with its own interface needs root"
+	ns="svt-mw1-$$"
+	ip netns add "$ns" 2>/dev/null || sv_skip "ip netns add failed here"
+	SV_NETNS+=("$ns")
+	net=$((RANDOM % 200 + 20))
+	ip -n "$ns" link set lo up && ip -n "$ns" link add svm type veth peer name svp &&
+		ip -n "$ns" addr add "10.212.$net.1/24" dev svm && ip -n "$ns" link set svp up &&
+		ip -n "$ns" link set svm up || sv_fail "configuring a veth pair in $ns"
+	SNS=$ns CNS=$ns SDEV=sv_svm CDEV=sv_svm HOST=10.212.$net.1
+	sv_log "one host: namespace $ns, interface svm 10.212.$net.1"
 else
 	SNS="" CNS="" SDEV=sv_lo CDEV=sv_lo HOST=127.0.0.1
 fi

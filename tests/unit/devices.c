@@ -5,6 +5,9 @@
 #include "sv_test.h"
 
 #include <fcntl.h>
+#include <net/if.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 static void test_device_list(void)
@@ -30,6 +33,27 @@ static void test_device_list(void)
 		}
 	}
 	SVT_CHECK_MSG(found, "device %s not in the list", svt_device_name());
+
+	/*
+	 * Devices of loopback interfaces come after all the others, so that a
+	 * program taking the first device gets one that reaches other hosts.
+	 */
+	bool seen_loopback = false;
+
+	for (int i = 0; i < num; i++) {
+		const char *name = ibv_get_device_name(list[i]);
+		struct ifreq ifr = { 0 };
+		int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+
+		SVT_CHECK_GE(fd, 0);
+		snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", name + 3); /* sv_<ifname> */
+		SVT_CHECK_MSG(ioctl(fd, SIOCGIFFLAGS, &ifr) == 0, "no interface %s", ifr.ifr_name);
+		close(fd);
+		if (ifr.ifr_flags & IFF_LOOPBACK)
+			seen_loopback = true;
+		else
+			SVT_CHECK_MSG(!seen_loopback, "%s listed after a loopback device", name);
+	}
 
 	/* The list may be NULL-checked and freed; num may be NULL. */
 	struct ibv_device **l2 = ibv_get_device_list(NULL);
