@@ -380,19 +380,86 @@ static bool read_parked(struct sv_conn *conn, struct sv_qp *qp)
 	return parked;
 }
 
+/*
+ * An outgoing connection that ends before the peer's HELLO came has carried
+ * nothing of ours but our HELLO: the rest waits behind the gate.  On the
+ * host's shared port that is what a process leaving does to the connections
+ * the kernel gave it and it had not handed on yet (it closes them, or its
+ * listener's queue is reset), and UC and UD would lose those frames for
+ * good, RC until its timer.  So such a connection's queue goes on a new
+ * connection, up to SV_CONN_REDIALS times in a row.  The first goes straight
+ * to the endpoint's own port, where no other process can take it; the
+ * others (a host that lets only its shared port through) to the shared
+ * port again, which the kernel may give to a process that is still there.
+ */
+#define SV_CONN_REDIALS 3
+
+static bool redial_wanted(struct sv_conn *c)
+{
+	return c->outgoing && c->registered && !atomic_load(&c->hello_seen) &&
+	       !atomic_load(&c->abandoned) && !atomic_load(&c->eng->stop) &&
+	       to_ec(c)->redials < SV_CONN_REDIALS && atomic_load(&c->state) != SV_CONN_DEAD;
+}
+
+/* old's tx_lock held: its queue on a new connection, which is returned
+ * with a reference (old->next), or NULL. */
+static struct sv_conn *conn_redial(struct sv_conn *old)
+{
+	struct sv_engine *eng = old->eng;
+	struct sv_conn *c = conn_new(eng, -1, true, NULL);
+	size_t bytes;
+	struct sv_txbuf *frames = sv_conn_take_gated(old, &bytes);
+
+	if (!c) {
+		while (frames) {
+			struct sv_txbuf *b = frames;
+
+			frames = b->next;
+			free(b);
+		}
+		return NULL;
+	}
+	c->peer = old->peer;
+	to_ec(c)->redials = to_ec(old)->redials + 1;
+	c->direct = to_ec(c)->redials == 1;
+	sv_conn_requeue(c, frames, bytes); /* behind the HELLO conn_register queues */
+	if (sv_transport_connect(c, eng->mode) || conn_register(eng, c)) {
+		atomic_store(&c->state, SV_CONN_DEAD);
+		sv_conn_put(c); /* never listed: the frames go with it */
+		return NULL;
+	}
+	sv_dbg("connection to %s:%u ended before the peer's HELLO; %zu bytes go on a new one",
+	       inet_ntoa(c->peer.ip), c->peer.port, bytes);
+	sv_conn_get(c);
+	return c;
+}
+
 /* A connection broke or misbehaved: it is gone for good (engine thread). */
 void sv_engine_conn_fail(struct sv_conn *conn)
 {
 	struct sv_engine *eng = conn->eng;
-	int was = atomic_exchange(&conn->state, SV_CONN_DEAD);
 	bool buried = false;
+	int was;
+
+	if (redial_wanted(conn)) {
+		/* the queue moves, and later frames are sent on (conn->next),
+		 * under tx_lock: a frame posted meanwhile is never dropped */
+		pthread_mutex_lock(&conn->tx_lock);
+		was = atomic_exchange(&conn->state, SV_CONN_DEAD);
+		if (was != SV_CONN_DEAD)
+			conn->next = conn_redial(conn);
+		pthread_mutex_unlock(&conn->tx_lock);
+	} else {
+		was = atomic_exchange(&conn->state, SV_CONN_DEAD);
+	}
 
 	/* lost, unless this context is closing it; one of ours never set up
 	 * (a shared port's taker found no endpoint for us: the peer is gone)
-	 * is a failed connect; one taken on the shared port and handed to
-	 * another process, or never ours, is neither */
+	 * is a failed connect, unless it was dialled again (then its last
+	 * try counts); one taken on the shared port and handed to another
+	 * process, or never ours, is neither */
 	if (was == SV_CONN_UP && !atomic_load(&eng->stop) && !conn->keep_socket &&
-	    (conn->hello_seen || conn->outgoing))
+	    (conn->hello_seen || conn->outgoing) && !conn->next)
 		sv_stat_ctx_count(eng->ctx, conn->hello_seen ? SV_CTXC_CONN_LOST
 							     : SV_CTXC_CONNECT_FAIL);
 	/* the first call closes; every call makes sure it leaves the list */
@@ -685,8 +752,9 @@ static void conn_event(struct sv_conn *c, uint32_t events)
 		c->ops->poll_in(c);
 	if (atomic_load(&c->state) == SV_CONN_CONNECTING && (events & (EPOLLOUT | EPOLLERR | EPOLLHUP))) {
 		if (c->ops->finish_connect(c)) {
-			sv_stat_ctx_count(c->eng->ctx, SV_CTXC_CONNECT_FAIL);
 			sv_engine_conn_fail(c);
+			if (!c->next) /* a connect dialled again counts once, at its end */
+				sv_stat_ctx_count(c->eng->ctx, SV_CTXC_CONNECT_FAIL);
 			return;
 		}
 		atomic_store(&c->state, SV_CONN_UP);

@@ -41,6 +41,7 @@ struct sv_engine_conn {
 	atomic_int reads_left;    /* READs whose rest goes here (sv_qp.rd_left) */
 	bool rx_held;             /* c.tx_lock, set by the progress holder: input waits */
 	struct sv_list held_link; /* engine->held_conns (progress holder), with a reference */
+	int redials;              /* connections before this one that carried its queue */
 };
 
 /* Queued output above which a connection's input waits (and, below half

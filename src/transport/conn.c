@@ -33,6 +33,8 @@ void sv_conn_put(struct sv_conn *conn)
 		free(b);
 	}
 	pthread_mutex_destroy(&conn->tx_lock);
+	if (conn->next)
+		sv_conn_put(conn->next);
 	free(conn);
 }
 
@@ -91,6 +93,41 @@ int sv_conn_flush_queue(struct sv_conn *c)
 	r = sv_conn_txq_write(c);
 	pthread_mutex_unlock(&c->tx_lock);
 	return r;
+}
+
+struct sv_txbuf *sv_conn_take_gated(struct sv_conn *c, size_t *bytes)
+{
+	struct sv_txbuf **at = &c->txq_head, *prev = NULL, *taken;
+
+	/* each handshake frame has a buffer of its own (queue_handshake) */
+	for (int i = 0; i < c->gate_pass && *at; i++) {
+		prev = *at;
+		at = &prev->next;
+	}
+	taken = *at;
+	*at = NULL;
+	c->txq_tail = prev;
+	*bytes = 0;
+	for (struct sv_txbuf *b = taken; b; b = b->next)
+		*bytes += b->len - b->off;
+	atomic_store_explicit(&c->txq_bytes, c->txq_bytes - *bytes, memory_order_relaxed);
+	return taken;
+}
+
+void sv_conn_requeue(struct sv_conn *c, struct sv_txbuf *frames, size_t bytes)
+{
+	struct sv_txbuf *last = frames;
+
+	if (!frames)
+		return;
+	while (last->next)
+		last = last->next;
+	if (c->txq_tail)
+		c->txq_tail->next = frames;
+	else
+		c->txq_head = frames;
+	c->txq_tail = last;
+	atomic_store_explicit(&c->txq_bytes, c->txq_bytes + bytes, memory_order_relaxed);
 }
 
 /* Queued frames handed to the transport in one call (one iovec each). */
@@ -170,8 +207,17 @@ static int conn_write(struct sv_conn *conn, const struct sv_frames *f, size_t to
 	/* gated: frames queue as while connecting, behind the handshake */
 	up = atomic_load(&conn->state) == SV_CONN_UP && !sv_conn_gated(conn);
 	if (atomic_load(&conn->state) == SV_CONN_DEAD) {
+		struct sv_conn *next = conn->next;
+
 		ret = -ENOTCONN;
-		goto out;
+		if (!next)
+			goto out;
+		/* it ended before the peer's HELLO: its successor carries on */
+		sv_conn_get(next);
+		pthread_mutex_unlock(&conn->tx_lock);
+		ret = conn_write(next, f, total);
+		sv_conn_put(next);
+		return ret;
 	}
 	if (conn->tx_corked && total <= SV_CONN_CORK_MAX) {
 		/* small frames wait for the uncork: one write for all of them */

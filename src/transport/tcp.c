@@ -135,11 +135,12 @@ uint16_t sv_tcp_shared_port(void)
 /*
  * A connection goes to the peer host's shared port, whichever process of
  * that host takes it hands it to the endpoint its HELLO names (to_port);
- * without a shared port, straight to the endpoint's own port.
+ * without a shared port, or when asked (conn->direct), straight to the
+ * endpoint's own port.
  */
 static int tcp_connect(struct sv_conn *conn)
 {
-	uint16_t shared = sv_tcp_shared_port();
+	uint16_t shared = conn->direct ? 0 : sv_tcp_shared_port();
 	struct sockaddr_in sa = { .sin_family = AF_INET,
 				  .sin_addr = conn->peer.ip,
 				  .sin_port = htons(shared ? shared : conn->peer.port) };

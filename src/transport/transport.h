@@ -170,6 +170,11 @@ struct sv_conn {
 	 * only once the peer's HELLO says it is for us (else it is handed on,
 	 * and its socket kept open for the owner). */
 	bool via_shared, keep_socket;
+	bool direct;           /* dial the endpoint's own port, not the shared one */
+	/* tx_lock: the connection that took this one's queue when it ended
+	 * before the peer's HELLO (with a reference): frames sent here after
+	 * that go there */
+	struct sv_conn *next;
 	bool registered;       /* the engine has it (framing ready: it may send) */
 	/* tx_lock: handshake frames (HELLO, AUTH) at the head of the queue,
 	 * the only ones that leave while the connection is gated */
@@ -371,6 +376,13 @@ bool sv_conn_take_auth(struct sv_conn *conn, const uint8_t *frame, size_t len);
 
 /* Takes tx_lock: hand queued frames to the transport while it takes them; 0 or -errno. */
 int sv_conn_flush_queue(struct sv_conn *conn);
+
+/* tx_lock held, the connection gated: the frames queued behind the
+ * handshake's, none of which has left, taken off the queue (their bytes in
+ * *bytes), to go on another connection (sv_conn_requeue). */
+struct sv_txbuf *sv_conn_take_gated(struct sv_conn *conn, size_t *bytes);
+/* A connection nobody else sees yet: frames taken from another join its queue. */
+void sv_conn_requeue(struct sv_conn *conn, struct sv_txbuf *frames, size_t bytes);
 
 /*
  * Send one frame.  Never blocks: what the transport does not take now is
