@@ -218,6 +218,51 @@ struct sv_conn *sv_engine_conn_to(struct sv_engine *eng, const struct sv_endpoin
 	return c; /* the caller's reference, beside the engine list's */
 }
 
+struct sv_conn *sv_engine_conn_mcast(struct sv_engine *eng, const union ibv_gid *mgid, int *err)
+{
+	struct epoll_event ev = { .events = EPOLLIN };
+	struct sv_conn *c;
+	struct sv_list *l;
+
+	/* under eng->lock throughout: one connection per group, however many
+	 * threads ask at once */
+	pthread_mutex_lock(&eng->lock);
+	for (l = eng->conns.next; l != &eng->conns; l = l->next) {
+		c = SV_CONTAINER_OF(l, struct sv_conn, link);
+		if (sv_conn_is_mcast(c) && atomic_load(&c->state) != SV_CONN_DEAD &&
+		    !memcmp(sv_mcast_mgid(c)->raw, mgid->raw, 16)) {
+			sv_conn_get(c);
+			pthread_mutex_unlock(&eng->lock);
+			return c;
+		}
+	}
+	c = conn_new(eng, -1, false, NULL);
+	if (!c) {
+		pthread_mutex_unlock(&eng->lock);
+		*err = ENOMEM;
+		return NULL;
+	}
+	*err = -sv_mcast_open(c, mgid, eng->ctx->dev->ip);
+	ev.data.ptr = c;
+	if (!*err && epoll_ctl(eng->epfd, EPOLL_CTL_ADD, c->fd, &ev))
+		*err = errno;
+	if (*err) {
+		pthread_mutex_unlock(&eng->lock);
+		c->ops = c->ops ? c->ops : &sv_mcast_ops;
+		sv_conn_put(c);
+		return NULL;
+	}
+	/* no handshake: each datagram proves itself (transport/mcast.c) */
+	atomic_store(&c->hello_seen, true);
+	atomic_store(&c->peer_authed, true);
+	c->registered = true;
+	sv_list_add_tail(&eng->conns, &c->link);
+	eng->nconns_polled++;
+	sv_conn_get(c); /* the caller's, beside the list's */
+	pthread_mutex_unlock(&eng->lock);
+	return c;
+}
+
 /* Any thread, tx_lock held: flush conn when it has room (EPOLLOUT). */
 static void want_output(struct sv_conn *conn)
 {
@@ -545,8 +590,16 @@ static void dispatch(struct sv_conn *conn, const struct sv_opcode_info *op, uint
 		     const uint8_t *payload, uint32_t plen, sv_cu_ctx src_gpu)
 {
 	const struct sv_bth *bth = (const void *)hdr;
-	struct sv_qp *qp = sv_qp_lookup(conn->eng->ctx, ntohl(bth->dqpn) & SV_PSN_MASK);
+	uint32_t dqpn = ntohl(bth->dqpn) & SV_PSN_MASK;
+	struct sv_qp *qp;
 
+	if (sv_conn_is_mcast(conn)) {
+		/* a group carries only what was sent to the group */
+		if (dqpn == SV_MCAST_QPN && (op->mask & SV_OPF_REQUEST))
+			sv_mcast_deliver(conn, op, hdr, payload, plen);
+		return;
+	}
+	qp = sv_qp_lookup(conn->eng->ctx, dqpn);
 	if (!qp) {
 		sv_stat_rx(conn->eng->ctx, NULL, plen);
 		return; /* no such QP: dropped, as a NIC drops it */

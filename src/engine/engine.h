@@ -124,6 +124,23 @@ void sv_engine_rx_plan_end(struct sv_conn *c, struct sv_rx_plan *plan);
 bool sv_engine_rx_match(const struct sv_rx_plan *plan, int k, uint32_t plen, bool last,
 			const uint8_t *hdr);
 
+/* The context's connection for multicast group mgid, made at first use
+ * (a reference; NULL with *err set). */
+struct sv_conn *sv_engine_conn_mcast(struct sv_engine *eng, const union ibv_gid *mgid, int *err);
+
+/* ---- multicast groups (mcast.c) ---- */
+/* ibv_attach_mcast / ibv_detach_mcast: 0 or an errno */
+int sv_mcast_attach(struct sv_qp *qp, const union ibv_gid *gid);
+int sv_mcast_detach(struct sv_qp *qp, const union ibv_gid *gid);
+/* Is the QP attached to any group (it cannot be destroyed)? */
+bool sv_mcast_busy(struct sv_qp *qp);
+/* Progress holder: a request packet that came to conn's group for the
+ * multicast QPN, to every QP of the context attached to that group. */
+void sv_mcast_deliver(struct sv_conn *conn, const struct sv_opcode_info *op, uint8_t *hdr,
+		      const uint8_t *payload, uint32_t plen);
+/* Context closing: leave every group. */
+void sv_mcast_table_fini(struct sv_context *ctx);
+
 /* ---- roles ---- */
 /* qp->lock held: the transport retry timer restarts from now. */
 void sv_requester_arm_ack_timer(struct sv_qp *qp);

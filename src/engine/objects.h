@@ -77,6 +77,22 @@ struct sv_mr_table {
 	uint32_t count;
 };
 
+/* Multicast attachments of a context (engine/mcast.c) */
+#define SV_MCAST_MAX_GRP 64
+#define SV_MCAST_MAX_QP_ATTACH 56
+#define SV_MCAST_MAX_TOTAL (SV_MCAST_MAX_GRP * SV_MCAST_MAX_QP_ATTACH)
+struct sv_mcast_group {
+	union ibv_gid mgid;
+	struct sv_conn *conn; /* the group's connection (a reference), joined */
+	int nqp;
+	uint32_t qpn[SV_MCAST_MAX_QP_ATTACH];
+};
+struct sv_mcast_table {
+	pthread_mutex_t lock;
+	struct sv_mcast_group g[SV_MCAST_MAX_GRP]; /* ngroups used, each with a QP */
+	int ngroups, total;
+};
+
 struct sv_context {
 	struct sv_list open_link;      /* in the list of open contexts (device.c) */
 	pid_t owner;                   /* the process that opened it (a forked child
@@ -102,6 +118,7 @@ struct sv_context {
 	pthread_cond_t async_acked;
 	struct sv_async_pending *async_head, *async_tail; /* one pipe byte each */
 	struct sv_stat_hdr *stats; /* counters segment (verbs/stats.[ch]) */
+	struct sv_mcast_table mcast;
 };
 
 static inline struct sv_context *to_sv_ctx(struct ibv_context *c)
@@ -234,9 +251,10 @@ struct sv_ah {
 	struct sv_ref ref;
 	struct ibv_ah_attr attr;
 	struct sv_endpoint_addr peer;
+	bool mcast;           /* its GID is a multicast group's: sends go there */
 	struct sv_pd *pd;
 	pthread_mutex_t lock;
-	struct sv_conn *conn; /* cached connection to the peer endpoint */
+	struct sv_conn *conn; /* cached connection to the peer endpoint (or group) */
 };
 static inline struct sv_ah *to_sv_ah(struct ibv_ah *a)
 {
@@ -304,6 +322,7 @@ struct sv_qp {
 	struct sv_srq *srq;
 	struct sv_ref ref;    /* the owner's, and the engine's while it holds it */
 	bool destroyed;
+	int mcast_attached;   /* ctx->mcast.lock: groups it is attached to */
 
 	pthread_mutex_t lock; /* everything below */
 	enum ibv_qp_state state;

@@ -61,7 +61,17 @@ static struct sv_conn *ah_conn(struct sv_qp *qp, struct sv_ah *ah, uint32_t remo
 	struct sv_conn *c;
 
 	pthread_mutex_lock(&ah->lock);
-	if (!ah->conn || !conn_usable(qp, ah->conn) || ah->peer.port != port) {
+	if (ah->mcast) {
+		/* a multicast GID: the group's connection, whatever the QPN
+		 * (receivers take only the multicast QPN) */
+		if (!ah->conn || atomic_load(&ah->conn->state) == SV_CONN_DEAD) {
+			int err;
+
+			if (ah->conn)
+				sv_conn_put(ah->conn);
+			ah->conn = sv_engine_conn_mcast(qp->ctx->eng, &ah->attr.grh.dgid, &err);
+		}
+	} else if (!ah->conn || !conn_usable(qp, ah->conn) || ah->peer.port != port) {
 		if (ah->conn)
 			sv_conn_put(ah->conn);
 		ah->peer.port = port;

@@ -13,7 +13,8 @@
  * serves an address; rdma_get_devices), id.c (ids, bind, address and route
  * resolution, options), protocol.c (the CM thread and the wire messages),
  * connect.c (listen/connect/accept/reject/disconnect), qp.c (QPs, SRQs,
- * endpoints, rdma_init_qp_attr), addrinfo.c, unsupported.c.
+ * endpoints, rdma_init_qp_attr), multicast.c (joins), addrinfo.c,
+ * unsupported.c.
  */
 #ifndef SV_CM_H
 #define SV_CM_H
@@ -169,6 +170,7 @@ struct cm_id {
 	uint8_t rx[512];
 	size_t rx_len;
 	struct cm_channel *own_channel;/* the private channel of a sync id */
+	struct cm_mcast *mcasts;       /* multicast groups joined (multicast.c) */
 };
 
 static inline struct cm_id *cm_id_of(struct rdma_cm_id *id)
@@ -230,6 +232,10 @@ void cm_set_deadline(struct cm_id *id);            /* the CM timeout starts now 
 void cm_connect_failed(struct cm_id *id, int err); /* TCP connect to the peer's CM port failed */
 void cm_start_connect(struct cm_id *id);           /* TCP connect, then the REQ/SIDR REQ */
 uint64_t cm_refused_grace_ns(void);                /* how long a refused connect is retried */
+
+/* multicast.c (cm_lock held) */
+void cm_mcast_detach_all(struct cm_id *id, struct ibv_qp *qp); /* before the QP goes */
+void cm_mcast_free_all(struct cm_id *id);                      /* the id goes */
 
 /* qp.c */
 int cm_qp_to_rtr_rts(struct cm_id *id, bool rts);  /* move id->pub.qp along; cm_lock NOT needed */

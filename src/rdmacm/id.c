@@ -84,6 +84,7 @@ void cm_id_free(struct cm_id *id)
 	}
 	cm_channel_forget(id);
 	cm_sock_close(id);
+	cm_mcast_free_all(id);
 	sv_list_del(&id->link);
 	if (id->pub.event)
 		rdma_ack_cm_event(id->pub.event);

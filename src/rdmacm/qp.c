@@ -297,6 +297,8 @@ void rdma_destroy_qp(struct rdma_cm_id *pub)
 	pthread_mutex_lock(&cm_lock);
 	struct ibv_qp *qp = pub->qp;
 
+	/* a QP still attached to a group cannot be destroyed (EBUSY) */
+	cm_mcast_detach_all(cm_id_of(pub), qp);
 	pub->qp = NULL;
 	pthread_mutex_unlock(&cm_lock);
 	if (!qp)

@@ -1,31 +1,12 @@
 /*
  * What librdmacm exports and softverbs does not implement yet.  Each entry
  * fails cleanly with the errno docs/COMPATIBILITY.md lists, changing nothing:
- * multicast (softverbs UD has no multicast groups) with EOPNOTSUPP, and
  * rsockets with ENOSYS until they are built over the verbs.
  */
 #include <errno.h>
 #include <rdma/rsocket.h>
 
 #include "rdmacm/cm.h"
-
-int rdma_join_multicast(struct rdma_cm_id *id, struct sockaddr *addr, void *context)
-{
-	(void)id, (void)addr, (void)context;
-	return cm_err(EOPNOTSUPP);
-}
-
-int rdma_join_multicast_ex(struct rdma_cm_id *id, struct rdma_cm_join_mc_attr_ex *attr, void *context)
-{
-	(void)id, (void)attr, (void)context;
-	return cm_err(EOPNOTSUPP);
-}
-
-int rdma_leave_multicast(struct rdma_cm_id *id, struct sockaddr *addr)
-{
-	(void)id, (void)addr;
-	return cm_err(EADDRNOTAVAIL); /* never joined */
-}
 
 /* ---- rsockets: not implemented ---- */
 

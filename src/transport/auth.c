@@ -173,3 +173,28 @@ bool sv_auth_verify(const uint8_t *f, size_t len, bool connecting, const void *m
 	sv_auth_mac(want, !connecting, theirs, mine, hello_len);
 	return sodium_memcmp(want, a.mac, SV_AUTH_MAC) == 0;
 }
+
+#define DATAGRAM_LABEL "softverbs multicast datagram v1"
+
+void sv_auth_datagram_mac(uint8_t mac[SV_AUTH_MAC], const struct iovec *iov, int n)
+{
+	crypto_auth_hmacsha256_state st;
+
+	crypto_auth_hmacsha256_init(&st, key, sizeof(key));
+	crypto_auth_hmacsha256_update(&st, (const unsigned char *)DATAGRAM_LABEL,
+				      sizeof(DATAGRAM_LABEL) - 1);
+	for (int i = 0; i < n; i++)
+		crypto_auth_hmacsha256_update(&st, iov[i].iov_base, iov[i].iov_len);
+	crypto_auth_hmacsha256_final(&st, mac);
+	sodium_memzero(&st, sizeof(st));
+}
+
+bool sv_auth_datagram_verify(const uint8_t mac[SV_AUTH_MAC], const struct iovec *iov, int n)
+{
+	uint8_t want[SV_AUTH_MAC];
+
+	if (loaded_rc)
+		return false;
+	sv_auth_datagram_mac(want, iov, n);
+	return sodium_memcmp(want, mac, SV_AUTH_MAC) == 0;
+}

@@ -31,6 +31,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/uio.h>
 
 #define SV_AUTH_NONCE 16
 #define SV_AUTH_MAC 32
@@ -56,6 +57,16 @@ void sv_auth_nonce(uint8_t nonce[SV_AUTH_NONCE]);
  */
 void sv_auth_mac(uint8_t mac[SV_AUTH_MAC], bool connecting, const void *mine, const void *theirs,
 		 size_t hello_len);
+/*
+ * A datagram's MAC (multicast, mcast.c): HMAC-SHA-256 keyed by the secret
+ * over a label of its own and the n pieces of iov.  There is no handshake to
+ * bind it to: a datagram recorded on the wire can be sent again, which UD
+ * allows anyway (it may duplicate).
+ */
+void sv_auth_datagram_mac(uint8_t mac[SV_AUTH_MAC], const struct iovec *iov, int n);
+/* Does mac match those pieces?  Constant time; false without a secret. */
+bool sv_auth_datagram_verify(const uint8_t mac[SV_AUTH_MAC], const struct iovec *iov, int n);
+
 /* Is f (len bytes) the AUTH the peer owes us?  Constant time. */
 bool sv_auth_verify(const uint8_t *f, size_t len, bool connecting, const void *mine,
 		    const void *theirs, size_t hello_len);

@@ -334,6 +334,26 @@ extern const struct sv_transport_ops sv_tcp_shared_ops;
 extern const struct sv_transport_ops sv_tcp_handoff_ops;
 extern const struct sv_transport_ops sv_shm_ops;
 
+/*
+ * Multicast (mcast.c): a context's connection for one group, which sends
+ * each frame as a datagram to the group and hands up what the group's
+ * members sent, while joined.  UD sends to the multicast QPN go there.
+ */
+#define SV_MCAST_QPN 0xffffffu
+extern const struct sv_transport_ops sv_mcast_ops;
+/* A multicast GID: IPv6 multicast (ff00::/8) or IPv4-mapped 224.0.0.0/4. */
+bool sv_gid_is_mcast(const union ibv_gid *gid);
+/* Make c (made by its owner, not yet polled) the group connection for mgid,
+ * sending through the interface of ifip; 0 or -errno. */
+int sv_mcast_open(struct sv_conn *c, const union ibv_gid *mgid, struct in_addr ifip);
+/* Receive the group's datagrams (join) or not (leave); 0 or -errno. */
+int sv_mcast_join(struct sv_conn *c, bool on);
+const union ibv_gid *sv_mcast_mgid(const struct sv_conn *c);
+static inline bool sv_conn_is_mcast(const struct sv_conn *c)
+{
+	return c->ops == &sv_mcast_ops;
+}
+
 /* ---- choosing transports (select.c): the only place that names them ---- */
 enum sv_transport_mode {
 	SV_TRANSPORT_AUTO, /* shm to peers on this host and namespace, else tcp */

@@ -16,7 +16,8 @@ struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 	 * process (its endpoint's port, transport/registry.h) */
 	memset(&peer, 0, sizeof(peer));
 	if (!pd || !attr || !attr->is_global || attr->grh.sgid_index >= SV_GID_TBL_LEN ||
-	    (attr->port_num && attr->port_num != 1) || !sv_gid_to_ip(&attr->grh.dgid, &peer.ip)) {
+	    (attr->port_num && attr->port_num != 1) ||
+	    (!sv_gid_is_mcast(&attr->grh.dgid) && !sv_gid_to_ip(&attr->grh.dgid, &peer.ip))) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -34,6 +35,7 @@ struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 	sv_ref_init(&ah->ref, 1); /* the application's */
 	ah->attr = *attr;
 	ah->peer = peer;
+	ah->mcast = sv_gid_is_mcast(&attr->grh.dgid); /* a group (engine/mcast.c) */
 	ah->pd = to_sv_pd(pd);
 	pthread_mutex_init(&ah->lock, NULL);
 	ah->ibah.context = pd->context;

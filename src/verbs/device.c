@@ -326,6 +326,7 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 	ctx->dev = dev;
 	ctx->owner = getpid();
 	pthread_mutex_init(&ctx->lock, NULL);
+	pthread_mutex_init(&ctx->mcast.lock, NULL);
 	pthread_rwlock_init(&ctx->mrs.lock, NULL);
 	if (pipe2(pfd, O_CLOEXEC)) {
 		err = errno;
@@ -386,6 +387,7 @@ int ibv_close_device(struct ibv_context *context)
 	sv_list_del(&ctx->open_link);
 	pthread_mutex_unlock(&open_lock);
 	sv_engine_stop(ctx->eng);
+	sv_mcast_table_fini(ctx); /* after the engine: nothing delivers any more */
 	sv_stats_close(ctx);
 	close(context->async_fd);
 	close(ctx->async_wfd);

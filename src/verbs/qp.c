@@ -447,6 +447,9 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 	struct sv_qp *qp = to_sv_qp(ibqp);
 	struct sv_context *ctx = qp->ctx;
 
+	/* as Linux's uverbs: detach from the multicast groups first */
+	if (sv_mcast_busy(qp))
+		return EBUSY;
 	pthread_mutex_lock(&ctx->lock);
 	ctx->qpt[ibqp->handle] = NULL;
 	if (ibqp->handle < ctx->qpt_hint)
@@ -657,18 +660,19 @@ struct ibv_qp_ex *ibv_qp_to_qp_ex(struct ibv_qp *qp)
 	return &to_sv_qp(qp)->ex;
 }
 
+/* The LID is not looked at: a RoCE port has none (engine/mcast.c). */
 int ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
 {
-	(void)qp;
-	(void)gid;
 	(void)lid;
-	return EOPNOTSUPP;
+	if (!qp || !gid)
+		return EINVAL;
+	return sv_mcast_attach(to_sv_qp(qp), gid);
 }
 
 int ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
 {
-	(void)qp;
-	(void)gid;
 	(void)lid;
-	return EOPNOTSUPP;
+	if (!qp || !gid)
+		return EINVAL;
+	return sv_mcast_detach(to_sv_qp(qp), gid);
 }

@@ -41,6 +41,10 @@ void sv_device_attr(const struct sv_device *dev, struct ibv_device_attr *a)
 	a->max_qp_init_rd_atom = SV_MAX_QP_RD_ATOM;
 	a->atomic_cap = IBV_ATOMIC_HCA;
 	a->max_ah = SV_MAX_AH;
+	/* UD multicast (engine/mcast.c); the limits are a context's */
+	a->max_mcast_grp = SV_MCAST_MAX_GRP;
+	a->max_mcast_qp_attach = SV_MCAST_MAX_QP_ATTACH;
+	a->max_total_mcast_qp_attach = SV_MCAST_MAX_TOTAL;
 	a->max_srq = SV_MAX_SRQ;
 	a->max_srq_wr = SV_MAX_SRQ_WR;
 	a->max_srq_sge = SV_MAX_SGE;

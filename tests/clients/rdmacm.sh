@@ -14,6 +14,9 @@
 #   rdma_xserver         rdma_xserver/rdma_xclient -c r (RC; inline SEND on a QP
 #                        created with max_inline_data 0)
 #   cmtime CONNS         CONNS connections set up and torn down
+#   mckey COUNT SIZE     UD multicast: a receiver joins a group and waits for
+#                        COUNT datagrams of SIZE bytes, which a sender that
+#                        joined too sends to the group
 # PORT is the rdma_cm port (a TCP port on the device's address here).
 . "$(dirname "$0")/lib.sh"
 
@@ -29,12 +32,12 @@ esac
 
 case $mode in
 lo)
-	sns="" cns="" saddr=127.0.0.1
+	sns="" cns="" saddr=127.0.0.1 caddr=127.0.0.1
 	;;
 netns)
 	net=$(((port % 200) + 30))
 	sv_netns_pair "cm-$scen-$port" "$net"
-	sns=$SV_NS_A cns=$SV_NS_B saddr="10.211.$net.1"
+	sns=$SV_NS_A cns=$SV_NS_B saddr="10.211.$net.1" caddr="10.211.$net.2"
 	;;
 *)
 	sv_fail "unknown mode '$mode'"
@@ -126,6 +129,28 @@ cmtime)
 		grep -q "^$step *:" "$SV_WORK/client.out" || sv_fail "cmtime printed no '$step' step"
 	done
 	grep '^connect *:' "$SV_WORK/client.out" | sed 's/^/   /'
+	;;
+mckey)
+	count=$1 size=$2
+	# a group of its own: tests running at the same time use others
+	grp="239.$((RANDOM % 200 + 20)).$((RANDOM % 256)).$((port % 256))"
+	sv_run_bg server "$(sv_left)" "$sns" mckey -m "$grp" -b "$saddr" -C "$count" -S "$size"
+	SPID=$SV_PID
+	# joined, with its receives posted, before anything is sent
+	until grep -q '^receiving data transfers' "$SV_WORK/server.out" 2>/dev/null; do
+		kill -0 "$SPID" 2>/dev/null || sv_fail "the receiver ended before it joined"
+		sleep 0.1
+	done
+	# the sender joins, waits 3 s (mckey's own pause) and sends COUNT
+	sv_run client "$(($(sv_left) - 5))" "$cns" mckey -m "$grp" -b "$caddr" -s -C "$count" \
+		-S "$size" || crc=$?
+	# the receiver ends only once it has polled all COUNT receives
+	finish "$crc"
+	for s in server client; do
+		grep -q '^data transfers complete' "$SV_WORK/$s.out" || sv_fail "$s: no data transfers"
+		grep -q '^return status 0' "$SV_WORK/$s.out" || sv_fail "$s: nonzero status"
+	done
+	grep "joined dgid" "$SV_WORK/server.out" | sed 's/^/   /'
 	;;
 *)
 	sv_fail "unknown scenario '$scen'"
