@@ -87,6 +87,7 @@ static struct sv_conn *conn_new(struct sv_engine *eng, int fd, bool outgoing,
 	sv_list_init(&c->link);
 	sv_list_init(&ec->tx_waiters);
 	sv_list_init(&ec->held_link);
+	sv_faults_conn_init(c);
 	return c;
 }
 
@@ -779,6 +780,19 @@ static bool release_held(struct sv_engine *eng)
 /* What the transports may ask of the engine about a connection. */
 static void conn_proven(struct sv_conn *c);
 
+/* tx_lock held: a frame fault injection held back is due at `when`. */
+static void fault_timer(struct sv_conn *c, uint64_t when)
+{
+	struct sv_engine *eng = c->eng;
+	bool kick;
+
+	pthread_mutex_lock(&eng->lock);
+	kick = housekeep_by(eng, when);
+	pthread_mutex_unlock(&eng->lock);
+	if (kick && tls_engine_thread != eng)
+		wake(eng);
+}
+
 static const struct sv_conn_host engine_host = {
 	.want_output = want_output,
 	.rx_frame = rx_frame,
@@ -790,6 +804,7 @@ static const struct sv_conn_host engine_host = {
 	.rx_plan_end = sv_engine_rx_plan_end,
 	.rx_match = sv_engine_rx_match,
 	.rx_placed = rx_placed,
+	.fault_timer = fault_timer,
 };
 
 static void conn_event(struct sv_conn *c, uint32_t events)
@@ -944,8 +959,8 @@ static void accept_all(struct sv_engine *eng, const struct sv_listener *l)
  */
 static void housekeep(struct sv_engine *eng, uint64_t now)
 {
-	struct sv_conn *late[32];
-	int nlate = 0;
+	struct sv_conn *late[32], *held[32];
+	int nlate = 0, nheld = 0;
 	bool waiting = false;
 
 	pthread_mutex_lock(&eng->lock);
@@ -955,6 +970,15 @@ static void housekeep(struct sv_engine *eng, uint64_t now)
 	for (struct sv_list *l = eng->conns.next; l != &eng->conns; l = l->next) {
 		struct sv_conn *c = SV_CONTAINER_OF(l, struct sv_conn, link);
 
+		/* frames fault injection held back (SOFTVERBS_FAULTS) */
+		if (atomic_load(&c->fault_nheld)) {
+			if (nheld < (int)SV_ARRAY_SIZE(held)) {
+				sv_conn_get(c);
+				held[nheld++] = c;
+			} else {
+				housekeep_by(eng, now + 1000000ull);
+			}
+		}
 		if (!sv_conn_gated(c))
 			continue;
 		if (now - c->born_ns >= eng->handshake_ns && nlate < (int)SV_ARRAY_SIZE(late)) {
@@ -967,6 +991,16 @@ static void housekeep(struct sv_engine *eng, uint64_t now)
 	if (waiting || nlate == (int)SV_ARRAY_SIZE(late))
 		housekeep_by(eng, now + eng->handshake_ns / 10);
 	pthread_mutex_unlock(&eng->lock);
+	for (int i = 0; i < nheld; i++) {
+		uint64_t next = sv_conn_fault_release(held[i], now);
+
+		if (next) {
+			pthread_mutex_lock(&eng->lock);
+			housekeep_by(eng, next);
+			pthread_mutex_unlock(&eng->lock);
+		}
+		sv_conn_put(held[i]);
+	}
 	for (int i = 0; i < nlate; i++) {
 		sv_dbg("connection to %s:%u: no handshake in %llu ms; closed",
 		       inet_ntoa(late[i]->peer.ip), late[i]->peer.port,

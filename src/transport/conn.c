@@ -32,6 +32,13 @@ void sv_conn_put(struct sv_conn *conn)
 		conn->txq_head = b->next;
 		free(b);
 	}
+	while (conn->fault_held) {
+		struct sv_held_frame *h = conn->fault_held;
+
+		conn->fault_held = h->next;
+		free(h->b);
+		free(h);
+	}
 	pthread_mutex_destroy(&conn->tx_lock);
 	if (conn->next)
 		sv_conn_put(conn->next);
@@ -196,14 +203,134 @@ void sv_conn_uncork_now(struct sv_conn *conn)
 	pthread_mutex_unlock(&conn->tx_lock);
 }
 
+/* tx_lock held: a frame's bytes (length word included), copied into a buffer. */
+static struct sv_txbuf *frame_copy(const struct sv_frames *f, int k)
+{
+	size_t len = 0, off = 0;
+	struct sv_txbuf *b;
+
+	for (int i = f->first[k]; i < f->first[k + 1]; i++)
+		len += f->iov[i].iov_len;
+	b = malloc(sizeof(*b) + len);
+	if (!b)
+		return NULL;
+	for (int i = f->first[k]; i < f->first[k + 1]; i++) {
+		memcpy(b->data + off, f->iov[i].iov_base, f->iov[i].iov_len);
+		off += f->iov[i].iov_len;
+	}
+	b->len = len;
+	b->off = 0;
+	b->next = NULL;
+	return b;
+}
+
+/*
+ * tx_lock held, fault injection on: each frame of f draws its fate (faults.c).
+ * What is sent now goes into out (iov and first, allocated here, the
+ * caller frees out->iov), with its bytes in *total; what is held back waits
+ * on conn->fault_held for the owner's timer.
+ */
+static int fault_filter(struct sv_conn *conn, const struct sv_frames *f, struct sv_frames *out,
+			size_t *total)
+{
+	int niov = f->first[f->nframes] - f->first[0];
+	struct iovec *iov = malloc(sizeof(*iov) * (size_t)niov * 2 + 1);
+	uint16_t *first = malloc(sizeof(*first) * ((size_t)f->nframes * 2 + 1));
+	int n = 0, m = 0;
+
+	if (!iov || !first) {
+		free(iov);
+		free(first);
+		return -ENOMEM;
+	}
+	*total = 0;
+	for (int k = 0; k < f->nframes; k++) {
+		uint64_t hold = 0;
+		enum sv_fault_kind kind = sv_faults_draw(conn, &hold);
+		int copies = kind == SV_FAULT_DUP ? 2 : kind == SV_FAULT_NONE ? 1 : 0;
+
+		if (kind == SV_FAULT_DELAY || kind == SV_FAULT_REORDER) {
+			struct sv_held_frame *h = malloc(sizeof(*h)), **at = &conn->fault_held;
+
+			if (h && (h->b = frame_copy(f, k))) {
+				h->due_ns = sv_now_ns() + hold;
+				h->next = NULL;
+				while (*at)
+					at = &(*at)->next;
+				*at = h;
+				atomic_fetch_add(&conn->fault_nheld, 1);
+				if (conn->host->fault_timer)
+					conn->host->fault_timer(conn, h->due_ns);
+			} else {
+				free(h); /* out of memory: it is lost, as a dropped one */
+			}
+		}
+		for (int c = 0; c < copies; c++) {
+			first[m++] = (uint16_t)n;
+			for (int i = f->first[k]; i < f->first[k + 1]; i++) {
+				*total += f->iov[i].iov_len;
+				iov[n++] = f->iov[i];
+			}
+		}
+	}
+	first[m] = (uint16_t)n;
+	*out = (struct sv_frames){ .iov = iov, .first = first, .nframes = m, .ref = f->ref };
+	return 0;
+}
+
+uint64_t sv_conn_fault_release(struct sv_conn *conn, uint64_t now)
+{
+	struct sv_held_frame **at, *h;
+	uint64_t next = 0;
+	bool dead;
+
+	pthread_mutex_lock(&conn->tx_lock);
+	dead = atomic_load(&conn->state) == SV_CONN_DEAD;
+	for (at = &conn->fault_held; (h = *at);) {
+		if (h->due_ns > now && !dead) {
+			next = next && next < h->due_ns ? next : h->due_ns;
+			at = &h->next;
+			continue;
+		}
+		*at = h->next;
+		atomic_fetch_sub(&conn->fault_nheld, 1);
+		if (dead)
+			free(h->b);
+		else
+			sv_conn_requeue(conn, h->b, h->b->len);
+		free(h);
+	}
+	/* out now where the transport takes it (a ring has no EPOLLOUT), as
+	 * send_handshake does; the rest when there is room */
+	if (!dead && atomic_load(&conn->state) == SV_CONN_UP && !sv_conn_gated(conn) &&
+	    !conn->tx_corked && sv_conn_tx_waiting(conn))
+		(void)sv_conn_txq_write(conn);
+	if (!dead && sv_conn_tx_waiting(conn) && atomic_load(&conn->state) == SV_CONN_UP &&
+	    !sv_conn_gated(conn) && !conn->want_out && !conn->tx_corked) {
+		conn->want_out = true;
+		conn->host->want_output(conn);
+	}
+	pthread_mutex_unlock(&conn->tx_lock);
+	return next;
+}
+
 /* Hand the frames to the transport as far as it takes them now and queue
  * the rest; never blocks.  total: their bytes, length words included. */
 static int conn_write(struct sv_conn *conn, const struct sv_frames *f, size_t total)
 {
 	int taken = 0, ret = 0;
+	struct sv_frames faulted = { .iov = NULL };
 	bool up;
 
 	pthread_mutex_lock(&conn->tx_lock);
+	if (sv_faults_on() && atomic_load(&conn->state) != SV_CONN_DEAD) {
+		ret = fault_filter(conn, f, &faulted, &total);
+		if (ret)
+			goto out;
+		f = &faulted;
+		if (!f->nframes)
+			goto out;
+	}
 	/* gated: frames queue as while connecting, behind the handshake */
 	up = atomic_load(&conn->state) == SV_CONN_UP && !sv_conn_gated(conn);
 	if (atomic_load(&conn->state) == SV_CONN_DEAD) {
@@ -217,6 +344,8 @@ static int conn_write(struct sv_conn *conn, const struct sv_frames *f, size_t to
 		pthread_mutex_unlock(&conn->tx_lock);
 		ret = conn_write(next, f, total);
 		sv_conn_put(next);
+		free((void *)faulted.iov);
+		free((void *)faulted.first);
 		return ret;
 	}
 	if (conn->tx_corked && total <= SV_CONN_CORK_MAX) {
@@ -246,6 +375,8 @@ static int conn_write(struct sv_conn *conn, const struct sv_frames *f, size_t to
 	}
 out:
 	pthread_mutex_unlock(&conn->tx_lock);
+	free((void *)faulted.iov);
+	free((void *)faulted.first);
 	return ret;
 }
 

@@ -117,6 +117,9 @@ struct sv_conn_host {
 	/* a packet whose payload was received in place at payload */
 	void (*rx_placed)(struct sv_conn *conn, uint8_t *hdr, const uint8_t *payload,
 			  uint32_t plen);
+	/* tx_lock held: call sv_conn_fault_release for conn at about `when`
+	 * (frames held back by fault injection); may be NULL */
+	void (*fault_timer)(struct sv_conn *conn, uint64_t when);
 };
 
 /*
@@ -147,6 +150,13 @@ struct sv_hello {
 	uint16_t pad;
 	uint8_t nonce[16]; /* fresh for each connection (auth.h) */
 } __attribute__((packed));
+
+/* A frame fault injection holds back (faults.c): it joins the queue at due_ns. */
+struct sv_held_frame {
+	struct sv_held_frame *next;
+	uint64_t due_ns;
+	struct sv_txbuf *b;
+};
 
 struct sv_conn {
 	struct sv_engine *eng;     /* the owner, opaque to the transports */
@@ -197,6 +207,12 @@ struct sv_conn {
 	atomic_bool tx_corked; /* a receive pass is running: small frames wait for its end */
 
 	void *framing;         /* the transport's framing state (stream.c) */
+
+	/* fault injection (faults.c): the connection's draws, and the frames
+	 * held back (tx_lock; nheld readable without it) */
+	uint64_t fault_rng;
+	struct sv_held_frame *fault_held;
+	atomic_int fault_nheld;
 };
 
 /* Output but for the handshake waits for the peer's AUTH (auth.h). */
@@ -393,6 +409,29 @@ int sv_conn_start(struct sv_conn *conn);
 bool sv_conn_take_hello(struct sv_conn *conn, const uint8_t *frame, size_t len);
 /* The peer's AUTH (the second frame): false if it does not prove the secret. */
 bool sv_conn_take_auth(struct sv_conn *conn, const uint8_t *frame, size_t len);
+
+/*
+ * Fault injection (faults.c, SOFTVERBS_FAULTS): what happens to a packet
+ * this process sends.  The draws are conn_write's (conn.c), on every
+ * transport; handshake frames are never touched.
+ */
+enum sv_fault_kind {
+	SV_FAULT_CORRUPT, /* a bit flips: the receiver's ICRC would drop it */
+	SV_FAULT_DROP,
+	SV_FAULT_DELAY,   /* it leaves delay_ms later */
+	SV_FAULT_REORDER, /* it leaves 1 ms later, overtaken */
+	SV_FAULT_DUP,     /* sent twice */
+	SV_FAULT_KINDS,
+	SV_FAULT_NONE = SV_FAULT_KINDS,
+};
+bool sv_faults_on(void);
+/* a new connection's generator (seed, order of creation) */
+void sv_faults_conn_init(struct sv_conn *conn);
+/* tx_lock held: one packet's fate; *hold_ns how long a held one waits */
+enum sv_fault_kind sv_faults_draw(struct sv_conn *conn, uint64_t *hold_ns);
+/* Takes tx_lock: frames held back until now join the queue; returns when
+ * the next one is due (0: none left). */
+uint64_t sv_conn_fault_release(struct sv_conn *conn, uint64_t now);
 
 /* Takes tx_lock: hand queued frames to the transport while it takes them; 0 or -errno. */
 int sv_conn_flush_queue(struct sv_conn *conn);

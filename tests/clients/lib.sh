@@ -53,6 +53,13 @@ sv_cleanup() {
 	for ns in "${SV_NETNS[@]}"; do
 		ip netns del "$ns" 2>/dev/null
 	done
+	# under SOFTVERBS_FAULTS the programs must really have lost packets
+	# (each prints what it injected at exit, with SOFTVERBS_LOG=info)
+	if [ "$rc" = 0 ] && [ -n "${SV_EXPECT_FAULTS:-}" ] &&
+		! cat "$SV_WORK"/*.out 2>/dev/null | grep -qE 'SOFTVERBS_FAULTS: injected .*drop [1-9]'; then
+		echo "FAIL: SOFTVERBS_FAULTS was set, but no program reports a packet dropped"
+		rc=1
+	fi
 	rm -rf "$SV_WORK"
 	exit "$rc"
 }
