@@ -323,7 +323,7 @@ static int conn_write(struct sv_conn *conn, const struct sv_frames *f, size_t to
 	bool up;
 
 	pthread_mutex_lock(&conn->tx_lock);
-	if (sv_faults_on() && atomic_load(&conn->state) != SV_CONN_DEAD) {
+	if (sv_faults_enabled && atomic_load(&conn->state) != SV_CONN_DEAD) {
 		ret = fault_filter(conn, f, &faulted, &total);
 		if (ret)
 			goto out;

@@ -38,6 +38,7 @@ struct sv_faults_cfg {
 };
 
 static struct sv_faults_cfg cfg;
+bool sv_faults_enabled;
 static pthread_once_t cfg_once = PTHREAD_ONCE_INIT;
 static atomic_ulong injected[SV_FAULT_KINDS];
 static atomic_ulong nconns;
@@ -98,6 +99,7 @@ bad:
 		cfg.on = false;
 		return;
 	}
+	sv_faults_enabled = cfg.on;
 	if (cfg.on) {
 		sv_info("SOFTVERBS_FAULTS: corrupt %g drop %g delay %g (%llu ms) reorder %g dup %g, "
 			"seed %llu",

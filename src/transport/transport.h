@@ -425,6 +425,9 @@ enum sv_fault_kind {
 	SV_FAULT_NONE = SV_FAULT_KINDS,
 };
 bool sv_faults_on(void);
+/* sv_faults_on()'s answer, for the write path: set before the first
+ * connection is made (sv_faults_conn_init asks) */
+extern bool sv_faults_enabled;
 /* a new connection's generator (seed, order of creation) */
 void sv_faults_conn_init(struct sv_conn *conn);
 /* tx_lock held: one packet's fate; *hold_ns how long a held one waits */
