@@ -16,7 +16,9 @@
  */
 #include "engine/engine.h"
 #include "engine/stats.h"
+#include "engine/wire.h"
 
+#include <arpa/inet.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -132,12 +134,21 @@ void sv_mcast_deliver(struct sv_conn *conn, const struct sv_opcode_info *op, uin
 		memcpy(qpn, g->qpn, sizeof(*qpn) * (size_t)n);
 	}
 	pthread_mutex_unlock(&t->lock);
-	/* each attached QP gets the datagram as if sent to it alone */
+	/* each attached QP gets the datagram as if sent to it alone, but for
+	 * the sender itself when it asked not to (BLOCK_SELF_MCAST_LB) */
+	const struct sv_deth *deth = (const void *)(hdr + op->off_deth);
+	bool ours = conn->peer.ip.s_addr == ctx->dev->ip.s_addr;
+
 	for (int i = 0; i < n; i++) {
 		struct sv_qp *qp = sv_qp_lookup(ctx, qpn[i]);
 
 		if (!qp)
 			continue;
+		if (qp->mcast_no_self && ours && op->off_deth &&
+		    (ntohl(deth->sqpn) & SV_PSN_MASK) == qpn[i]) {
+			sv_qp_put(qp);
+			continue;
+		}
 		pthread_mutex_lock(&qp->lock);
 		sv_stat_rx(ctx, qp, plen);
 		sv_responder_rx(qp, conn, op, hdr, payload, plen, NULL);

@@ -323,6 +323,7 @@ struct sv_qp {
 	struct sv_ref ref;    /* the owner's, and the engine's while it holds it */
 	bool destroyed;
 	int mcast_attached;   /* ctx->mcast.lock: groups it is attached to */
+	bool mcast_no_self;   /* IBV_QP_CREATE_BLOCK_SELF_MCAST_LB: not its own datagrams */
 
 	pthread_mutex_t lock; /* everything below */
 	enum ibv_qp_state state;

@@ -59,6 +59,8 @@ static struct ibv_qp *qp_create(struct ibv_context *context, struct ibv_qp_init_
 	}
 	qp->ctx = ctx;
 	qp->ti = sv_qp_type_info(ia->qp_type);
+	qp->mcast_no_self = (ia->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) &&
+			    (ia->create_flags & IBV_QP_CREATE_BLOCK_SELF_MCAST_LB);
 	qp->pd = to_sv_pd(ia->pd);
 	qp->scq = to_sv_cq(ia->send_cq);
 	qp->rcq = to_sv_cq(ia->recv_cq);
@@ -194,10 +196,9 @@ struct ibv_qp *sv_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_a
 	 * A comp_mask bit only says that its field was filled in.  CREATE_FLAGS
 	 * and MAX_TSO_HEADER are accepted when their value asks for nothing
 	 * (flags 0, no TSO header): a program that always sets the bits gets
-	 * its QP, as on Soft-RoCE.  Every create flag asks for something this
-	 * device does not do (raw packet offloads, a fixed source QPN, PCI
-	 * padding, blocking self multicast of a device without multicast), so
-	 * any flag is EOPNOTSUPP, which is also what rxe answers.
+	 * its QP, as on Soft-RoCE.  Every other create flag asks for something
+	 * this device does not do (raw packet offloads, a fixed source QPN, PCI
+	 * padding), so it is EOPNOTSUPP, which is also what rxe answers.
 	 */
 	const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS |
 			       IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_MAX_TSO_HEADER;
@@ -208,12 +209,17 @@ struct ibv_qp *sv_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_a
 			     IBV_QP_EX_WITH_BIND_MW | IBV_QP_EX_WITH_LOCAL_INV |
 			     IBV_QP_EX_WITH_SEND_WITH_INV;
 
+	/* a UD QP may keep its own multicast datagrams from looping back to
+	 * it (engine/mcast.c), as ConnectX allows; rxe refuses every flag */
+	const uint32_t self_lb = IBV_QP_CREATE_BLOCK_SELF_MCAST_LB;
+
 	if ((ia->comp_mask & ~known) || !(ia->comp_mask & IBV_QP_INIT_ATTR_PD)) {
 		errno = (ia->comp_mask & ~known) ? EOPNOTSUPP : EINVAL;
 		return NULL;
 	}
 	if (((ia->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && (ia->send_ops_flags & ~ops)) ||
-	    ((ia->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && ia->create_flags) ||
+	    ((ia->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) &&
+	     (ia->create_flags & ~(ia->qp_type == IBV_QPT_UD ? self_lb : 0u))) ||
 	    ((ia->comp_mask & IBV_QP_INIT_ATTR_MAX_TSO_HEADER) && ia->max_tso_header)) {
 		errno = EOPNOTSUPP;
 		return NULL;

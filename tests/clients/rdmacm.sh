@@ -141,9 +141,10 @@ mckey)
 		kill -0 "$SPID" 2>/dev/null || sv_fail "the receiver ended before it joined"
 		sleep 0.1
 	done
-	# the sender joins, waits 3 s (mckey's own pause) and sends COUNT
+	# the sender joins, waits 3 s (mckey's own pause) and sends COUNT; -l:
+	# its QP is made with IBV_QP_CREATE_BLOCK_SELF_MCAST_LB
 	sv_run client "$(($(sv_left) - 5))" "$cns" mckey -m "$grp" -b "$caddr" -s -C "$count" \
-		-S "$size" || crc=$?
+		-S "$size" -l || crc=$?
 	# the receiver ends only once it has polled all COUNT receives
 	finish "$crc"
 	for s in server client; do

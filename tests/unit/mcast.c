@@ -14,6 +14,8 @@
  *     that is not multicast, detaching what is not attached; attaching
  *     twice is a no-op; a QP still attached cannot be destroyed (EBUSY);
  *     the limits query_device reports.
+ *   - A QP created with IBV_QP_CREATE_BLOCK_SELF_MCAST_LB does not get its
+ *     own datagrams; another attached QP does.
  * The group is drawn from the process ID, so that tests running at the
  * same time use different groups.
  */
@@ -237,6 +239,65 @@ static void test_delivery(void)
 	svt_pair_destroy(&p);
 }
 
+/* BLOCK_SELF_MCAST_LB: the sending QP does not get its own datagram; another
+ * attached QP of the same context does. */
+static void test_block_self(void)
+{
+	struct svt_dev d;
+	struct ibv_cq *cq;
+	struct ibv_qp *q[2];
+	struct svt_conn c;
+	union ibv_gid g = mgid_v4(0, 0xefc20000u | (((uint32_t)getpid() & 0xffff) << 4) | 3);
+	uint8_t *buf = svt_alloc(8192);
+	struct ibv_mr *mr;
+	struct ibv_ah_attr aa;
+	struct ibv_ah *ah;
+	struct ibv_wc wc;
+
+	svt_dev_open(&d);
+	cq = svt_create_cq(d.ctx, 64, NULL);
+	mr = svt_reg_mr(d.pd, buf, 8192, IBV_ACCESS_LOCAL_WRITE);
+	svt_conn_default(&c, IBV_QPT_UD);
+	c.qkey = QKEY;
+	for (int i = 0; i < 2; i++) {
+		struct ibv_qp_init_attr_ex ia = {
+			.qp_type = IBV_QPT_UD, .send_cq = cq, .recv_cq = cq,
+			.cap = { .max_send_wr = 8, .max_recv_wr = 8, .max_send_sge = 1,
+				 .max_recv_sge = 1 },
+			.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_CREATE_FLAGS,
+			.pd = d.pd,
+			.create_flags = i == 0 ? IBV_QP_CREATE_BLOCK_SELF_MCAST_LB : 0,
+		};
+
+		q[i] = ibv_create_qp_ex(d.ctx, &ia);
+		SVT_CHECK_PTR(q[i]);
+		svt_qp_connect(q[i], &c, NULL, 0);
+		SVT_CHECK_OK(ibv_attach_mcast(q[i], &g, 0));
+		SVT_CHECK_OK(svt_post_recv(q[i], 10 + (uint64_t)i, buf + 4096 * i, 4096, mr->lkey));
+	}
+	svt_ah_attr(&aa, &g, NULL);
+	ah = ibv_create_ah(d.pd, &aa);
+	SVT_CHECK_PTR(ah);
+	SVT_CHECK_OK(svt_post_ud_send(q[0], 1, IBV_SEND_SIGNALED, buf, 32, mr->lkey, ah, 0xffffff,
+				      QKEY));
+	/* the send's completion and q[1]'s receive, and nothing for q[0] */
+	for (int n = 0; n < 2; n++) {
+		svt_poll_ok(cq, 1, &wc, 5000);
+		SVT_CHECK(wc.wr_id == 1 || wc.wr_id == 11);
+	}
+	svt_expect_no_wc(cq, 200);
+	for (int i = 0; i < 2; i++) {
+		SVT_CHECK_OK(ibv_detach_mcast(q[i], &g, 0));
+		SVT_CHECK_OK(ibv_destroy_qp(q[i]));
+	}
+	SVT_CHECK_OK(ibv_destroy_ah(ah));
+	SVT_CHECK_OK(ibv_dereg_mr(mr));
+	SVT_CHECK_OK(ibv_destroy_cq(cq));
+	free(buf);
+	svt_dev_close(&d);
+	svt_log("BLOCK_SELF_MCAST_LB kept the sender's own datagram from it, not from the others");
+}
+
 static void test_errors(void)
 {
 	struct svt_pair rc;
@@ -281,5 +342,6 @@ int main(void)
 	svt_watchdog(60);
 	test_errors();
 	test_delivery();
+	test_block_self();
 	return 0;
 }
