@@ -237,7 +237,7 @@ struct sv_conn *sv_engine_conn_mcast(struct sv_engine *eng, const union ibv_gid 
 			return c;
 		}
 	}
-	c = conn_new(eng, -1, false, NULL);
+	c = conn_new(eng, -1, false, &sv_mcast_ops);
 	if (!c) {
 		pthread_mutex_unlock(&eng->lock);
 		*err = ENOMEM;
@@ -249,7 +249,6 @@ struct sv_conn *sv_engine_conn_mcast(struct sv_engine *eng, const union ibv_gid 
 		*err = errno;
 	if (*err) {
 		pthread_mutex_unlock(&eng->lock);
-		c->ops = c->ops ? c->ops : &sv_mcast_ops;
 		sv_conn_put(c);
 		return NULL;
 	}
@@ -453,18 +452,12 @@ static struct sv_conn *conn_redial(struct sv_conn *old)
 {
 	struct sv_engine *eng = old->eng;
 	struct sv_conn *c = conn_new(eng, -1, true, NULL);
+	struct sv_txbuf *frames;
 	size_t bytes;
-	struct sv_txbuf *frames = sv_conn_take_gated(old, &bytes);
 
-	if (!c) {
-		while (frames) {
-			struct sv_txbuf *b = frames;
-
-			frames = b->next;
-			free(b);
-		}
-		return NULL;
-	}
+	if (!c)
+		return NULL; /* the frames go with old */
+	frames = sv_conn_take_gated(old, &bytes);
 	c->peer = old->peer;
 	to_ec(c)->redials = to_ec(old)->redials + 1;
 	c->direct = to_ec(c)->redials == 1;

@@ -122,9 +122,10 @@ static void ud_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opcode
 	/* the GIDs of the two host ports, IPv4-mapped, as RoCE v2 carries them */
 	grh[8 + 10] = grh[8 + 11] = grh[24 + 10] = grh[24 + 11] = 0xff;
 	memcpy(grh + 8 + 12, &conn->peer.ip.s_addr, 4);
-	memcpy(grh + 24 + 12, &qp->ctx->dev->ip.s_addr, 4);
 	if (sv_conn_is_mcast(conn))
 		memcpy(grh + 24, sv_mcast_mgid(conn)->raw, 16); /* sent to the group */
+	else
+		memcpy(grh + 24 + 12, &qp->ctx->dev->ip.s_addr, 4);
 	qp->rwqe_off = 0;
 	st = place(qp, grh, sizeof(grh), NULL);
 	if (st == IBV_WC_SUCCESS)

@@ -90,7 +90,6 @@ static int join(struct cm_id *id, const struct sockaddr *addr, uint32_t flags, v
 	memcpy(&mc->addr, addr, addr_len(addr));
 	mc->context = context;
 	mc->send_only = flags == RDMA_MC_JOIN_FLAG_SENDONLY_FULLMEMBER;
-	err = 0;
 	if (id->pub.qp && !mc->send_only) {
 		err = ibv_attach_mcast(id->pub.qp, &mc->mgid, 0);
 		mc->attached = !err;

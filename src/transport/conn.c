@@ -63,32 +63,39 @@ bool sv_conn_congested(struct sv_conn *conn)
 	       !atomic_load_explicit(&conn->tx_corked, memory_order_relaxed);
 }
 
-/* tx_lock held: copy frames [from, nframes) of f, whole, to the queue */
-static int queue_frames(struct sv_conn *conn, const struct sv_frames *f, int from)
+/* Frames [from, to) of f, whole (length words included), copied into one
+ * buffer; NULL when out of memory. */
+static struct sv_txbuf *frames_copy(const struct sv_frames *f, int from, int to)
 {
-	size_t total = 0, off = 0;
+	size_t len = 0, off = 0;
 	struct sv_txbuf *b;
 
-	for (int i = f->first[from]; i < f->first[f->nframes]; i++)
-		total += f->iov[i].iov_len;
-	if (!total)
-		return 0;
-	b = malloc(sizeof(*b) + total);
+	for (int i = f->first[from]; i < f->first[to]; i++)
+		len += f->iov[i].iov_len;
+	b = malloc(sizeof(*b) + len);
 	if (!b)
-		return -ENOMEM;
-	for (int i = f->first[from]; i < f->first[f->nframes]; i++) {
+		return NULL;
+	for (int i = f->first[from]; i < f->first[to]; i++) {
 		memcpy(b->data + off, f->iov[i].iov_base, f->iov[i].iov_len);
 		off += f->iov[i].iov_len;
 	}
-	b->len = off;
+	b->len = len;
 	b->off = 0;
 	b->next = NULL;
-	if (conn->txq_tail)
-		conn->txq_tail->next = b;
-	else
-		conn->txq_head = b;
-	conn->txq_tail = b;
-	atomic_store_explicit(&conn->txq_bytes, conn->txq_bytes + off, memory_order_relaxed);
+	return b;
+}
+
+/* tx_lock held: copy frames [from, nframes) of f, whole, to the queue */
+static int queue_frames(struct sv_conn *conn, const struct sv_frames *f, int from)
+{
+	struct sv_txbuf *b;
+
+	if (from == f->nframes)
+		return 0;
+	b = frames_copy(f, from, f->nframes);
+	if (!b)
+		return -ENOMEM;
+	sv_conn_requeue(conn, b, b->len);
 	return 0;
 }
 
@@ -203,27 +210,6 @@ void sv_conn_uncork_now(struct sv_conn *conn)
 	pthread_mutex_unlock(&conn->tx_lock);
 }
 
-/* tx_lock held: a frame's bytes (length word included), copied into a buffer. */
-static struct sv_txbuf *frame_copy(const struct sv_frames *f, int k)
-{
-	size_t len = 0, off = 0;
-	struct sv_txbuf *b;
-
-	for (int i = f->first[k]; i < f->first[k + 1]; i++)
-		len += f->iov[i].iov_len;
-	b = malloc(sizeof(*b) + len);
-	if (!b)
-		return NULL;
-	for (int i = f->first[k]; i < f->first[k + 1]; i++) {
-		memcpy(b->data + off, f->iov[i].iov_base, f->iov[i].iov_len);
-		off += f->iov[i].iov_len;
-	}
-	b->len = len;
-	b->off = 0;
-	b->next = NULL;
-	return b;
-}
-
 /*
  * tx_lock held, fault injection on: each frame of f draws its fate (faults.c).
  * What is sent now goes into out (iov and first, allocated here, the
@@ -252,7 +238,7 @@ static int fault_filter(struct sv_conn *conn, const struct sv_frames *f, struct 
 		if (kind == SV_FAULT_DELAY || kind == SV_FAULT_REORDER) {
 			struct sv_held_frame *h = malloc(sizeof(*h)), **at = &conn->fault_held;
 
-			if (h && (h->b = frame_copy(f, k))) {
+			if (h && (h->b = frames_copy(f, k, k + 1))) {
 				h->due_ns = sv_now_ns() + hold;
 				h->next = NULL;
 				while (*at)
@@ -303,12 +289,12 @@ uint64_t sv_conn_fault_release(struct sv_conn *conn, uint64_t now)
 	/* out now where the transport takes it (a ring has no EPOLLOUT), as
 	 * send_handshake does; the rest when there is room */
 	if (!dead && atomic_load(&conn->state) == SV_CONN_UP && !sv_conn_gated(conn) &&
-	    !conn->tx_corked && sv_conn_tx_waiting(conn))
+	    !conn->tx_corked && sv_conn_tx_waiting(conn)) {
 		(void)sv_conn_txq_write(conn);
-	if (!dead && sv_conn_tx_waiting(conn) && atomic_load(&conn->state) == SV_CONN_UP &&
-	    !sv_conn_gated(conn) && !conn->want_out && !conn->tx_corked) {
-		conn->want_out = true;
-		conn->host->want_output(conn);
+		if (sv_conn_tx_waiting(conn) && !conn->want_out) {
+			conn->want_out = true;
+			conn->host->want_output(conn);
+		}
 	}
 	pthread_mutex_unlock(&conn->tx_lock);
 	return next;
@@ -320,6 +306,7 @@ static int conn_write(struct sv_conn *conn, const struct sv_frames *f, size_t to
 {
 	int taken = 0, ret = 0;
 	struct sv_frames faulted = { .iov = NULL };
+	struct sv_conn *next = NULL;
 	bool up;
 
 	pthread_mutex_lock(&conn->tx_lock);
@@ -334,19 +321,12 @@ static int conn_write(struct sv_conn *conn, const struct sv_frames *f, size_t to
 	/* gated: frames queue as while connecting, behind the handshake */
 	up = atomic_load(&conn->state) == SV_CONN_UP && !sv_conn_gated(conn);
 	if (atomic_load(&conn->state) == SV_CONN_DEAD) {
-		struct sv_conn *next = conn->next;
-
+		/* ended before the peer's HELLO: its successor carries on (below) */
+		next = conn->next;
+		if (next)
+			sv_conn_get(next);
 		ret = -ENOTCONN;
-		if (!next)
-			goto out;
-		/* it ended before the peer's HELLO: its successor carries on */
-		sv_conn_get(next);
-		pthread_mutex_unlock(&conn->tx_lock);
-		ret = conn_write(next, f, total);
-		sv_conn_put(next);
-		free((void *)faulted.iov);
-		free((void *)faulted.first);
-		return ret;
+		goto out;
 	}
 	if (conn->tx_corked && total <= SV_CONN_CORK_MAX) {
 		/* small frames wait for the uncork: one write for all of them */
@@ -375,6 +355,10 @@ static int conn_write(struct sv_conn *conn, const struct sv_frames *f, size_t to
 	}
 out:
 	pthread_mutex_unlock(&conn->tx_lock);
+	if (next) {
+		ret = conn_write(next, f, total);
+		sv_conn_put(next);
+	}
 	free((void *)faulted.iov);
 	free((void *)faulted.first);
 	return ret;

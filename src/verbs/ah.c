@@ -10,6 +10,7 @@ struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 	struct sv_endpoint_addr peer;
 	struct sv_context *ctx;
 	struct sv_ah *ah;
+	bool mcast = attr && sv_gid_is_mcast(&attr->grh.dgid); /* a group (engine/mcast.c) */
 
 	/* RoCE addressing: the GID names the peer's host port, any index of
 	 * ours is a valid source; the QPN of each work request names the
@@ -17,7 +18,7 @@ struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 	memset(&peer, 0, sizeof(peer));
 	if (!pd || !attr || !attr->is_global || attr->grh.sgid_index >= SV_GID_TBL_LEN ||
 	    (attr->port_num && attr->port_num != 1) ||
-	    (!sv_gid_is_mcast(&attr->grh.dgid) && !sv_gid_to_ip(&attr->grh.dgid, &peer.ip))) {
+	    (!mcast && !sv_gid_to_ip(&attr->grh.dgid, &peer.ip))) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -35,7 +36,7 @@ struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 	sv_ref_init(&ah->ref, 1); /* the application's */
 	ah->attr = *attr;
 	ah->peer = peer;
-	ah->mcast = sv_gid_is_mcast(&attr->grh.dgid); /* a group (engine/mcast.c) */
+	ah->mcast = mcast;
 	ah->pd = to_sv_pd(pd);
 	pthread_mutex_init(&ah->lock, NULL);
 	ah->ibah.context = pd->context;
