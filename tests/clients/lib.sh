@@ -58,6 +58,7 @@ sv_cleanup() {
 	if [ "$rc" = 0 ] && [ -n "${SV_EXPECT_FAULTS:-}" ] &&
 		! cat "$SV_WORK"/*.out 2>/dev/null | grep -qE 'SOFTVERBS_FAULTS: injected .*drop [1-9]'; then
 		echo "FAIL: SOFTVERBS_FAULTS was set, but no program reports a packet dropped"
+		grep -H 'SOFTVERBS_FAULTS' "$SV_WORK"/*.out 2>/dev/null
 		rc=1
 	fi
 	rm -rf "$SV_WORK"
