@@ -5,6 +5,7 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <time.h>
 #include <unistd.h>
 
 /*
@@ -38,9 +39,45 @@ static void pass_on(int sig, siginfo_t *si, void *uc)
 		raise(sig);
 }
 
+/* The range whose pages are being replaced (sv_fault_guard_hold): [0] its
+ * start, [1] its end; 0 when none.  One at a time (mem_share.c holds its
+ * lock around it). */
+static _Atomic uintptr_t held_range[2];
+
+void sv_fault_guard_hold(void *start, size_t len)
+{
+	atomic_store(&held_range[1], (uintptr_t)start + len);
+	atomic_store(&held_range[0], (uintptr_t)start);
+}
+
+void sv_fault_guard_release(void)
+{
+	atomic_store(&held_range[0], 0);
+	atomic_store(&held_range[1], 0);
+}
+
+/* A store into the held range (read-only while its copy is taken) waits
+ * for the new pages, then returns: the instruction runs again on them. */
+static bool wait_held(const siginfo_t *si)
+{
+	uintptr_t a = (uintptr_t)si->si_addr, s = atomic_load(&held_range[0]);
+
+	if (si->si_code <= 0 || !s || a < s || a >= atomic_load(&held_range[1]))
+		return false;
+	while (atomic_load(&held_range[0]) == s) {
+		struct timespec ts = { 0, 20000 };
+
+		nanosleep(&ts, NULL); /* async-signal-safe */
+	}
+	return true;
+}
+
 static void on_fault(int sig, siginfo_t *si, void *uc)
 {
 	sigjmp_buf *jb = armed;
+
+	if (sig == SIGSEGV && wait_held(si))
+		return;
 
 	if (jb && si->si_code > 0) { /* a real fault, in a guarded access */
 		armed = NULL;
@@ -61,6 +98,14 @@ static void install(void)
 	sigemptyset(&sa.sa_mask);
 	sigaction(SIGSEGV, &sa, &prev_segv);
 	sigaction(SIGBUS, &sa, &prev_bus);
+}
+
+bool sv_fault_guard_active(void)
+{
+	struct sigaction cur;
+
+	return !sigaction(SIGSEGV, NULL, &cur) && (cur.sa_flags & SA_SIGINFO) &&
+	       cur.sa_sigaction == on_fault;
 }
 
 void sv_fault_guard_init(void)

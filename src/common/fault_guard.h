@@ -34,6 +34,18 @@ void sv_fault_guard_init(void);
  * back, unless the program has installed its own since. */
 void sv_fault_guard_fini(void);
 
+/*
+ * Pages of [start, start+len) are being replaced (engine/mem_share.c): the
+ * range is made read-only while they are copied, and a thread that stores
+ * into it meanwhile faults; the handler makes it wait until
+ * sv_fault_guard_release(), then lets it run the store again on the new
+ * pages, so no store is lost.  One range at a time.
+ */
+void sv_fault_guard_hold(void *start, size_t len);
+/* The handler is the one SIGSEGV calls (the program has not replaced it). */
+bool sv_fault_guard_active(void);
+void sv_fault_guard_release(void);
+
 /* memcpy; false when either side could not be reached (dst partly written). */
 bool sv_copy_guarded(void *dst, const void *src, size_t len);
 

@@ -146,6 +146,10 @@ void sv_mcast_table_fini(struct sv_context *ctx);
 void sv_requester_arm_ack_timer(struct sv_qp *qp);
 /* qp->lock held: send what the send queue and limits allow. */
 void sv_requester_run(struct sv_qp *qp);
+/* The same, in the thread that posted: long one-sided operations that
+ * would be executed in this thread are left to the next progress (the
+ * engine thread, or a thread that polls), so the post returns at once. */
+void sv_requester_post(struct sv_qp *qp);
 /* qp->lock held: rewind to the oldest unacked WQE (retry / RNR). */
 void sv_requester_rewind(struct sv_qp *qp, uint32_t to_psn);
 /* qp->lock held: complete and retire finished WQEs in order. */

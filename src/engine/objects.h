@@ -44,6 +44,8 @@
 struct sv_engine;
 struct sv_stat_hdr;
 struct sv_async_pending;
+struct sv_xseg;
+struct sv_extent;
 
 /* affiliated async events of one QP, CQ or SRQ: read and acknowledged (async_event.c) */
 struct sv_async_count {
@@ -119,6 +121,12 @@ struct sv_context {
 	struct sv_async_pending *async_head, *async_tail; /* one pipe byte each */
 	struct sv_stat_hdr *stats; /* counters segment (verbs/stats.[ch]) */
 	struct sv_mcast_table mcast;
+	/* what peers of this host see of its QPs and MRs (engine/mem_export.h);
+	 * NULL when not exported */
+	struct sv_xseg *xseg;
+	int xfd;
+	/* MR slots: the lowest free one is searched from xmr_hint (MR write lock) */
+	uint32_t xmr_hint;
 };
 
 static inline struct sv_context *to_sv_ctx(struct ibv_context *c)
@@ -159,6 +167,10 @@ struct sv_mr {
 	/* MR in GPU memory that other processes may open (CUDA IPC); NULL
 	 * otherwise.  A window reaches it through mw_mr */
 	struct sv_gpu_export *gx;
+	/* exported to peers of this host (engine/mem_export.h): its slot + 1
+	 * (0: not exported), and the shared pages it lies in */
+	uint32_t xslot;
+	struct sv_extent *ext;
 	/* MW */
 	struct ibv_mw *ibmw;
 	struct sv_mr *mw_mr; /* the MR it is bound to; NULL: not bound (no access) */
@@ -387,6 +399,12 @@ struct sv_qp {
 	struct sv_gpu_sink *gpu_in, *gpu_rd_in;
 
 	struct sv_wr_batch *batch; /* ibv_wr_start() .. ibv_wr_complete() */
+	/* the peer's MR this QP reached last by itself (engine/peer_mem.c) */
+	struct {
+		uint32_t rkey, slot, epoch;
+		uint64_t ino;
+		uint8_t *base;
+	} xcache;
 };
 static inline struct sv_qp *to_sv_qp(struct ibv_qp *q)
 {

@@ -7,6 +7,7 @@
 #include "engine/engine.h"
 #include "engine/gpu.h"
 #include "engine/stats.h"
+#include "engine/mem_export.h"
 
 #include <stdlib.h>
 
@@ -92,6 +93,7 @@ void sv_qp_enter_error(struct sv_qp *qp)
 	qp->attr.qp_state = IBV_QPS_ERR;
 	qp->ex.qp_base.state = IBV_QPS_ERR;
 	sv_stats_qp_update(qp);
+	sv_export_qp(qp); /* peers stop reaching memory through it now */
 	sv_qp_flush_send(qp);
 	sv_qp_flush_recv(qp);
 	qp->resp_in_msg = false;

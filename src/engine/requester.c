@@ -9,6 +9,7 @@
 #include "engine/stats.h"
 #include "engine/dma.h"
 #include "engine/gpu.h"
+#include "engine/peer_mem.h"
 
 #include <arpa/inet.h>
 #include <string.h>
@@ -343,6 +344,16 @@ void sv_requester_arm_ack_timer(struct sv_qp *qp)
 	atomic_store_explicit(&qp->ack_deadline, sv_now_ns() + t, memory_order_relaxed);
 }
 
+/* This thread runs the requester from ibv_post_send (sv_requester_post). */
+static __thread bool posting __attribute__((tls_model("initial-exec")));
+
+void sv_requester_post(struct sv_qp *qp)
+{
+	posting = true;
+	sv_requester_run(qp);
+	posting = false;
+}
+
 void sv_requester_run(struct sv_qp *qp)
 {
 	struct sv_sq *sq = &qp->sq;
@@ -350,6 +361,9 @@ void sv_requester_run(struct sv_qp *qp)
 	uint32_t max_rd = SV_MAX(1u, qp->attr.max_rd_atomic);
 	int budget = SV_REQ_BUDGET, quanta = SV_REQ_QUANTA;
 	struct req_pass pass = { .mr_locked = false };
+	/* a WQE before this one is still on the wire: what follows it goes
+	 * there too (peer_mem.h) */
+	bool on_wire = sq->head != sq->next || sq->seg_off;
 
 	if (qp->state != IBV_QPS_RTS || qp->rnr_until)
 		goto retire;
@@ -388,6 +402,22 @@ void sv_requester_run(struct sv_qp *qp)
 				w->state = SV_WQE_DONE;
 				sq->next++;
 				break; /* retire() moves the QP to ERR */
+			}
+			if (!on_wire && ti->reliable && ti->connected && qp->conn) {
+				enum sv_direct d = sv_peer_direct(qp, qp->conn, w, posting);
+
+				if (d == SV_DIRECT_DEFER) {
+					sv_engine_schedule(qp->ctx->eng, qp);
+					break;
+				}
+				if (d == SV_DIRECT_DONE) {
+					/* executed on the peer's memory, by this thread */
+					w->state = SV_WQE_DONE;
+					sq->next++;
+					if (w->status != IBV_WC_SUCCESS)
+						break;
+					continue;
+				}
 			}
 			w->first_psn = sq->psn;
 			w->npkts = wqe_npkts(qp, w);
@@ -428,6 +458,7 @@ void sv_requester_run(struct sv_qp *qp)
 			plen = 0; /* the request carries no payload */
 		else
 			plen = SV_MIN(qp->mtu, w->length - sq->seg_off);
+		on_wire = true;
 		st = send_packet(qp, &pass, conn, w, k, sq->seg_off, plen);
 		if (!ti->connected)
 			sv_conn_put(conn); /* the batch holds its own reference */

@@ -39,6 +39,8 @@ void sv_conn_put(struct sv_conn *conn)
 		free(h->b);
 		free(h);
 	}
+	if (conn->peer_mem_free)
+		conn->peer_mem_free(atomic_load(&conn->peer_mem));
 	pthread_mutex_destroy(&conn->tx_lock);
 	if (conn->next)
 		sv_conn_put(conn->next);

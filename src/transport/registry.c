@@ -21,7 +21,9 @@ struct sv_qpn_slot {
 	_Atomic uint64_t owner;	 /* pid | context tag << 32; 0: free */
 	_Atomic uint64_t start;	 /* the owner's start time (clock ticks after boot) */
 	_Atomic uint32_t port;	 /* its endpoint's TCP port; 0 while it is set up */
-	uint32_t pad[11];
+	_Atomic int32_t xfd;	 /* its export table's descriptor in the owner; -1 or 0: none */
+	_Atomic uint64_t xino;	 /* that memfd's inode (engine/mem_export.h) */
+	uint32_t pad[8];
 };
 
 struct sv_qpn_file {
@@ -137,6 +139,7 @@ int sv_qpn_claim(struct in_addr ip, uint32_t from, struct sv_qpn_claim *c)
 			continue; /* someone else took it first */
 		atomic_store(&s->start, mystart);
 		atomic_store(&s->port, 0);
+		atomic_store(&s->xino, 0);
 		c->block = b;
 		c->owner = me;
 		return 0;
@@ -152,12 +155,41 @@ void sv_qpn_publish(struct sv_qpn_claim *c, uint16_t port)
 		atomic_store(&c->map->slot[c->block].port, port);
 }
 
+void sv_qpn_publish_export(struct sv_qpn_claim *c, int fd, uint64_t ino)
+{
+	if (c->map && c->block) {
+		atomic_store(&c->map->slot[c->block].xfd, fd);
+		atomic_store(&c->map->slot[c->block].xino, ino);
+	}
+}
+
+bool sv_qpn_export_of(struct in_addr ip, uint32_t qpn, pid_t pid, int *fd, uint64_t *ino)
+{
+	struct sv_qpn_file *f = registry_map(ip);
+	uint32_t b = (qpn & 0xffffffu) >> SV_QPN_BLOCK_SHIFT;
+	bool ok = false;
+
+	if (!f)
+		return false;
+	if (b) {
+		struct sv_qpn_slot *s = &f->slot[b];
+
+		*ino = atomic_load(&s->xino);
+		*fd = atomic_load(&s->xfd);
+		/* read the owner last: a claim by another process clears xino first */
+		ok = *ino && *fd >= 0 && (pid_t)(atomic_load(&s->owner) & 0xffffffffu) == pid;
+	}
+	munmap(f, sizeof(*f));
+	return ok;
+}
+
 void sv_qpn_release(struct sv_qpn_claim *c)
 {
 	if (c->map && c->block) {
 		struct sv_qpn_slot *s = &c->map->slot[c->block];
 		uint64_t me = c->owner;
 
+		atomic_store(&s->xino, 0);
 		atomic_store(&s->port, 0);
 		atomic_store(&s->start, 0);
 		atomic_compare_exchange_strong(&s->owner, &me, 0);

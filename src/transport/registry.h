@@ -45,6 +45,12 @@ int sv_qpn_claim(struct in_addr ip, uint32_t from, struct sv_qpn_claim *c);
 /* The endpoint of the block listens now (its port is in the registry). */
 void sv_qpn_publish(struct sv_qpn_claim *c, uint16_t port);
 void sv_qpn_release(struct sv_qpn_claim *c);
+/* The block's export table (engine/mem_export.h): its descriptor in this
+ * process and its inode. */
+void sv_qpn_publish_export(struct sv_qpn_claim *c, int fd, uint64_t ino);
+/* The export table of the block of qpn on the device at ip, if process pid
+ * owns that block: its descriptor there and its inode. */
+bool sv_qpn_export_of(struct in_addr ip, uint32_t qpn, pid_t pid, int *fd, uint64_t *ino);
 /* The TCP port of the endpoint that owns qpn (on any host); 0 for none. */
 uint16_t sv_qpn_port(uint32_t qpn_or_block_shifted);
 /* The port of block b. */

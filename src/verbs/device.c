@@ -9,6 +9,7 @@
 #include "verbs/verbs.h"
 #include "engine/engine.h"
 #include "engine/stats.h"
+#include "engine/mem_export.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -357,6 +358,7 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 	if (err)
 		goto fail_stats;
 	sv_stats_publish(ctx);
+	(void)sv_export_open(ctx); /* without it, peers go through the engine */
 	sv_info("opened %s: endpoint %s:%u", device->name, inet_ntoa(dev->ip), ctx->eng->port);
 	pthread_mutex_lock(&open_lock);
 	sv_list_add_tail(&open_contexts, &ctx->open_link);
@@ -387,6 +389,7 @@ int ibv_close_device(struct ibv_context *context)
 	sv_list_del(&ctx->open_link);
 	pthread_mutex_unlock(&open_lock);
 	sv_engine_stop(ctx->eng);
+	sv_export_close(ctx); /* after the engine, which released its registry block */
 	sv_mcast_table_fini(ctx); /* after the engine: nothing delivers any more */
 	sv_stats_close(ctx);
 	close(context->async_fd);

@@ -7,6 +7,8 @@
  * fails as it does with a real HCA's pinning.
  */
 #include "verbs/verbs.h"
+#include "engine/mem_export.h"
+#include "engine/mem_share.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -148,6 +150,18 @@ static struct sv_gpu_export *gpu_export(const struct sv_cuda_range *gpu, void *a
 	return gx;
 }
 
+/* The pages of an MR that peers of this host may reach become shared
+ * (engine/mem_share.h), so that they reach it without our CPU. */
+static struct sv_extent *share(void *addr, size_t length, unsigned int access, bool gpu)
+{
+	uint64_t off;
+
+	if (gpu || !addr || (access & IBV_ACCESS_ON_DEMAND) ||
+	    !(access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)))
+		return NULL;
+	return sv_share_get(addr, length, &off);
+}
+
 static struct sv_mr *mr_create(struct ibv_pd *ibpd, void *addr, size_t length, uint64_t iova,
 			       unsigned int access)
 {
@@ -189,10 +203,12 @@ static struct sv_mr *mr_create(struct ibv_pd *ibpd, void *addr, size_t length, u
 	mr->access = access;
 	mr->gpu = gpu.ctx;
 	mr->gx = gpu_export(&gpu, addr);
+	mr->ext = implicit_range(addr, length) ? NULL : share(addr, length, access, gpu.ctx);
 
 	pthread_rwlock_wrlock(&ctx->mrs.lock);
 	if (sv_key_insert(&ctx->mrs, mr)) {
 		pthread_rwlock_unlock(&ctx->mrs.lock);
+		sv_share_put(mr->ext);
 		free(mr->gx);
 		free(mr);
 		errno = ENOMEM;
@@ -203,6 +219,7 @@ static struct sv_mr *mr_create(struct ibv_pd *ibpd, void *addr, size_t length, u
 	mr->ibmr.addr = addr;
 	mr->ibmr.length = length;
 	mr->ibmr.handle = mr->ibmr.lkey >> 8;
+	sv_export_mr(ctx, mr);
 	pthread_rwlock_unlock(&ctx->mrs.lock);
 	sv_ref_get(&mr->pd->users);
 	return mr;
@@ -306,9 +323,11 @@ int ibv_dereg_mr(struct ibv_mr *ibmr)
 		pthread_rwlock_unlock(&ctx->mrs.lock);
 		return EBUSY;
 	}
+	sv_export_mr_revoke(ctx, mr); /* peers first: they check no key table of ours */
 	sv_key_remove(&ctx->mrs, mr);
 	pthread_rwlock_unlock(&ctx->mrs.lock);
 	sv_ref_put(&mr->pd->users);
+	sv_share_put(mr->ext);
 	free(mr->gx);
 	free(mr);
 	return 0;
@@ -332,6 +351,7 @@ int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd, void *addr, 
 	struct sv_context *ctx;
 	struct sv_pd *npd;
 	struct sv_cuda_range gpu = { 0 };
+	struct sv_extent *next, *prev;
 	unsigned int nacc;
 	void *naddr;
 	size_t nlen;
@@ -365,13 +385,20 @@ int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd, void *addr, 
 		return IBV_REREG_MR_ERR_CMD;
 	}
 
+	/* the new range's pages are shared before the table changes (the
+	 * copy may take a while, and stores into the range wait for it) */
+	next = implicit_range(naddr, nlen) ? NULL : share(naddr, nlen, nacc, gpu.ctx);
 	pthread_rwlock_wrlock(&ctx->mrs.lock);
 	if (mr->nmw) {
 		/* windows bound to it name its old range and PD (rxe refuses too) */
 		pthread_rwlock_unlock(&ctx->mrs.lock);
+		sv_share_put(next);
 		errno = EBUSY;
 		return IBV_REREG_MR_ERR_CMD;
 	}
+	sv_export_mr_revoke(ctx, mr);
+	prev = mr->ext;
+	mr->ext = next;
 	if (npd != mr->pd) {
 		sv_ref_put(&mr->pd->users);
 		sv_ref_get(&npd->users);
@@ -389,7 +416,9 @@ int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd, void *addr, 
 		ibmr->addr = naddr;
 		ibmr->length = nlen;
 	}
+	sv_export_mr(ctx, mr);
 	pthread_rwlock_unlock(&ctx->mrs.lock);
+	sv_share_put(prev);
 	return 0;
 }
 

@@ -9,6 +9,7 @@
 #include "verbs/qp_state.h"
 #include "engine/engine.h"
 #include "engine/stats.h"
+#include "engine/mem_export.h"
 #include "engine/dma.h"
 
 #include <errno.h>
@@ -409,6 +410,7 @@ int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 			sv_requester_run(qp);
 	}
 	sv_stats_qp_update(qp);
+	sv_export_qp(qp);
 	pthread_mutex_unlock(&qp->lock);
 	return 0;
 }
@@ -464,6 +466,7 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 	pthread_mutex_unlock(&ctx->lock);
 	pthread_mutex_lock(&qp->lock);
 	qp->destroyed = true;
+	sv_export_qp_gone(qp); /* no peer reaches memory through it any more */
 	sv_responder_cancel(qp);
 	atomic_store_explicit(&qp->rnr_until, 0, memory_order_relaxed);
 	atomic_store_explicit(&qp->ack_deadline, 0, memory_order_relaxed);
@@ -596,7 +599,7 @@ static int post_chain(struct sv_qp *qp, struct ibv_send_wr *wr, struct ibv_send_
 	if (qp->state == IBV_QPS_ERR)
 		sv_qp_flush_send(qp); /* accepted, and flushed at once */
 	else
-		sv_requester_run(qp);
+		sv_requester_post(qp);
 	return err;
 }
 

@@ -470,6 +470,9 @@ int main(int argc, char **argv)
 	struct ibv_port_attr pa;
 	uint64_t dev_qkey;
 
+	/* the counters count packets: one-sided operations that the initiator
+	 * executes on the shared pages of an MR (SOFTVERBS_SHARED_MR) make none */
+	setenv("SOFTVERBS_SHARED_MR", "0", 1);
 	svt_watchdog(50);
 	svt_pair_opts_default(&o, IBV_QPT_RC);
 	o.separate_cqs = true;

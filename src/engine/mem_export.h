@@ -1,0 +1,83 @@
+/*
+ * What a context tells the processes of its host about its QPs and the
+ * memory they may reach, so that a peer executes RDMA WRITE, READ and
+ * atomics itself (ARCHITECTURE.md §4.6): the export table, a sealed memfd
+ * per context that peers of the same uid take with pidfd_getfd(2) (the
+ * QPN registry names its descriptor and inode) and map.
+ *
+ * The owner writes it; peers only read it, but for each QP's `busy`
+ * counter.  Revocation (deregistration, a QP leaving the states that
+ * receive, its destruction) is a Dekker handshake with the peers: the owner
+ * publishes the change, fences, then waits until every QP's busy count is
+ * 0; a peer raises busy (a sequentially consistent RMW), then reads what it
+ * checks.  Either the peer sees the change, or the owner sees it busy and
+ * waits until its access is over.
+ */
+#ifndef SV_MEM_EXPORT_H
+#define SV_MEM_EXPORT_H
+
+#include "transport/registry.h"
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define SV_XSEG_MAGIC 0x53565845u /* "SVXE" */
+#define SV_XSEG_VERSION 1u
+#define SV_XMR_SLOTS 4096 /* MRs a context exports; more go through its engine */
+
+/* A QP, at index qpn - qpn_base. */
+struct sv_xqp {
+	_Atomic uint32_t busy; /* peers' accesses through it in progress */
+	_Atomic uint32_t open; /* 1: RC, in a state that executes requests */
+	_Atomic uint32_t pd;     /* its PD's handle */
+	_Atomic uint32_t access; /* qp_access_flags */
+	_Atomic uint32_t dest_qpn;
+	uint32_t pad[3];
+};
+
+/* An exported MR.  seq is odd while the owner rewrites the slot. */
+struct sv_xmr {
+	_Atomic uint32_t seq;
+	_Atomic uint32_t rkey; /* 0: free */
+	_Atomic uint32_t pd;
+	_Atomic uint32_t access;
+	_Atomic uint64_t iova, len;
+	_Atomic uint64_t ino;  /* the extent's memfd (engine/mem_share.h) */
+	_Atomic uint64_t size; /* its size */
+	_Atomic uint64_t off;  /* of iova's byte in it */
+	_Atomic int32_t fd;    /* its descriptor in the owner */
+	uint32_t pad;
+};
+
+struct sv_xseg {
+	uint32_t magic, version;
+	uint32_t qpn_base;
+	_Atomic uint32_t nmr; /* slots in use or used: peers search [0, nmr) */
+	uint32_t pad[12];
+	struct sv_xqp qp[SV_QPN_BLOCK];
+	struct sv_xmr mr[SV_XMR_SLOTS];
+};
+
+struct sv_context;
+struct sv_mr;
+struct sv_qp;
+
+/* The context's table, made at open and published in the registry; false
+ * when it cannot be (peers then use the engine). */
+bool sv_export_open(struct sv_context *ctx);
+void sv_export_close(struct sv_context *ctx);
+/* An MR after its registration (MR table write lock held): exported when
+ * peers may reach it and its pages can be shared. */
+void sv_export_mr(struct sv_context *ctx, struct sv_mr *mr);
+/* Before an MR goes or changes (write lock held): peers stop using it, and
+ * the accesses in progress are over, when this returns. */
+void sv_export_mr_revoke(struct sv_context *ctx, struct sv_mr *mr);
+/* A QP's state or attributes changed (qp->lock held): what peers see now;
+ * once it no longer executes requests, no peer access through it is in
+ * progress when this returns. */
+void sv_export_qp(struct sv_qp *qp);
+/* The QP is being destroyed. */
+void sv_export_qp_gone(struct sv_qp *qp);
+
+#endif

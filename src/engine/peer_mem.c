@@ -1,0 +1,422 @@
+/*
+ * One-sided operations executed by the initiator on the memory of a peer of
+ * this host (ARCHITECTURE.md §4.6), with the target's CPU out of the path:
+ * the target may be asleep, busy, or stopped.
+ *
+ * Over a shm connection (same host, same uid, the peer's pid known), the
+ * requester asks sv_peer_direct() first for an RC WRITE, READ, compare-and-
+ * swap or fetch-and-add.  It takes the peer's export table once per
+ * connection (the registry names its descriptor; pidfd_getfd(2) takes it,
+ * with the same permission as process_vm_readv), and maps the memfd of an
+ * MR's pages the first time it is used.  Then, for each operation, it
+ * applies the responder's checks from the table (the target QP executes
+ * requests, is connected to this QP, and allows the operation; the rkey
+ * names an exported MR of the QP's PD, with the access, covering the
+ * range) and moves the bytes itself: a memcpy, or a CPU atomic, atomic
+ * against the target's own CPU as well.
+ *
+ * Anything else goes by the wire, unchanged: a check that fails (the
+ * target's responder then answers with the NAK the IBA requires and moves
+ * its QP as it must), memory that is not exported, GPU memory, zero-length
+ * operations, fault injection, or a WQE that would pass one still on the
+ * wire (RC order: a WQE executes here only when every WQE before it has
+ * completed).
+ */
+#include "engine/peer_mem.h"
+#include "engine/dma.h"
+#include "engine/mem_export.h"
+#include "engine/objects.h"
+#include "common/fault_guard.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#ifndef SYS_pidfd_open
+#define SYS_pidfd_open 434
+#endif
+#ifndef SYS_pidfd_getfd
+#define SYS_pidfd_getfd 438
+#endif
+
+#define PM_MAPS 64 /* extents of one peer mapped at a time */
+
+struct pm_map {
+	uint64_t ino;
+	uint8_t *base;
+	size_t size;
+};
+
+struct sv_peer_mem {
+	pthread_rwlock_t lock; /* write: maps change; read: a mapping is in use */
+	atomic_bool usable;    /* cleared for good when the peer is found dead */
+	_Atomic uint64_t alive_at; /* when the peer was last seen alive (ns) */
+	int pidfd;
+	struct sv_xseg *x;
+	struct pm_map map[PM_MAPS];
+	int nmap;
+	_Atomic uint32_t epoch; /* moves when a mapping goes: QP caches are stale */
+};
+
+static void pm_free(void *p)
+{
+	struct sv_peer_mem *pm = p;
+
+	for (int i = 0; i < pm->nmap; i++)
+		munmap(pm->map[i].base, pm->map[i].size);
+	if (pm->x)
+		munmap(pm->x, sizeof(*pm->x));
+	if (pm->pidfd >= 0)
+		close(pm->pidfd);
+	pthread_rwlock_destroy(&pm->lock);
+	free(pm);
+}
+
+/* A descriptor of the peer's, as ours; -1 if it is not (still) the memfd
+ * with that inode. */
+static int take_fd(struct sv_peer_mem *pm, int fd, uint64_t ino, uint64_t min_size)
+{
+	struct stat st;
+	int f = (int)syscall(SYS_pidfd_getfd, pm->pidfd, fd, 0);
+
+	if (f < 0)
+		return -1;
+	if (fstat(f, &st) || (uint64_t)st.st_ino != ino || (uint64_t)st.st_size < min_size) {
+		close(f);
+		return -1;
+	}
+	return f;
+}
+
+static void pm_setup(struct sv_peer_mem *pm, struct sv_conn *conn, uint32_t qpn)
+{
+	uint64_t ino;
+	int fd, f;
+	void *x;
+
+	if (!sv_qpn_export_of(conn->peer.ip, qpn, conn->peer_pid, &fd, &ino))
+		return;
+	pm->pidfd = (int)syscall(SYS_pidfd_open, conn->peer_pid, 0);
+	if (pm->pidfd < 0) {
+		sv_dbg("peer memory: no pidfd for pid %d: %s", (int)conn->peer_pid, strerror(errno));
+		return;
+	}
+	f = take_fd(pm, fd, ino, sizeof(struct sv_xseg));
+	if (f < 0) {
+		sv_dbg("peer memory: cannot take pid %d's export table: %s", (int)conn->peer_pid,
+		       strerror(errno));
+		return;
+	}
+	x = mmap(NULL, sizeof(struct sv_xseg), PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
+	close(f);
+	if (x == MAP_FAILED)
+		return;
+	pm->x = x;
+	if (pm->x->magic != SV_XSEG_MAGIC || pm->x->version != SV_XSEG_VERSION ||
+	    pm->x->qpn_base != (qpn & ~(SV_QPN_BLOCK - 1)))
+		return;
+	atomic_store(&pm->usable, true);
+	atomic_store(&pm->alive_at, sv_now_ns());
+	sv_dbg("peer memory: one-sided operations to pid %d run here", (int)conn->peer_pid);
+}
+
+/*
+ * A dead peer's QPs are gone, as the kernel destroys a process's QPs as it
+ * exits: its memory must not take a WRITE and report success.  Its
+ * connection breaks only once the engine has read the end of its socket, so
+ * the process itself is asked (its pidfd turns readable when it exits), at
+ * most every SV_PEER_ALIVE_NS: an operation posted once the peer has been
+ * reaped finds it dead and goes by the wire, which fails.
+ */
+#define SV_PEER_ALIVE_NS 50000ull
+
+static bool peer_alive(struct sv_peer_mem *pm)
+{
+	uint64_t now = sv_now_ns();
+	struct pollfd p = { .fd = pm->pidfd, .events = POLLIN };
+
+	if (now - atomic_load_explicit(&pm->alive_at, memory_order_relaxed) < SV_PEER_ALIVE_NS)
+		return true;
+	if (poll(&p, 1, 0) != 0) {
+		atomic_store(&pm->usable, false);
+		return false;
+	}
+	atomic_store_explicit(&pm->alive_at, now, memory_order_relaxed);
+	return true;
+}
+
+/* The connection's view of the peer's memory; NULL when there is none. */
+static struct sv_peer_mem *peer_mem(struct sv_conn *conn, uint32_t qpn)
+{
+	struct sv_peer_mem *pm = atomic_load_explicit(&conn->peer_mem, memory_order_acquire);
+	void *cur;
+
+	if (pm)
+		return atomic_load_explicit(&pm->usable, memory_order_relaxed) && peer_alive(pm)
+			       ? pm
+			       : NULL;
+	if (!conn->peer_pid || sv_conn_gated(conn) || atomic_load(&conn->state) != SV_CONN_UP)
+		return NULL; /* not (yet) a proven peer of this host */
+	pm = calloc(1, sizeof(*pm));
+	if (!pm)
+		return NULL;
+	pthread_rwlock_init(&pm->lock, NULL);
+	pm->pidfd = -1;
+	pm_setup(pm, conn, qpn);
+	cur = NULL;
+	if (!atomic_compare_exchange_strong(&conn->peer_mem, &cur, pm)) {
+		pm_free(pm); /* another thread was first */
+		pm = cur;
+	} else {
+		conn->peer_mem_free = pm_free;
+	}
+	return atomic_load(&pm->usable) ? pm : NULL;
+}
+
+/* Is an extent of this inode still exported by the peer? */
+static bool still_exported(const struct sv_xseg *x, uint64_t ino)
+{
+	uint32_t n = SV_MIN(atomic_load(&x->nmr), (uint32_t)SV_XMR_SLOTS);
+
+	for (uint32_t i = 0; i < n; i++)
+		if (atomic_load(&x->mr[i].rkey) && atomic_load(&x->mr[i].ino) == ino)
+			return true;
+	return false;
+}
+
+/* Write lock held: the mapping of the extent; NULL if it cannot be had. */
+static uint8_t *map_extent(struct sv_peer_mem *pm, int fd, uint64_t ino, uint64_t size)
+{
+	struct pm_map *m;
+	void *base;
+	int f;
+
+	for (int i = 0; i < pm->nmap; i++)
+		if (pm->map[i].ino == ino && pm->map[i].size >= size)
+			return pm->map[i].base;
+	if (pm->nmap == PM_MAPS) {
+		/* make room: the extents the peer no longer exports go first,
+		 * else the oldest */
+		int kept = 0;
+
+		for (int i = 0; i < pm->nmap; i++) {
+			if (still_exported(pm->x, pm->map[i].ino))
+				pm->map[kept++] = pm->map[i];
+			else
+				munmap(pm->map[i].base, pm->map[i].size);
+		}
+		if (kept == PM_MAPS) {
+			munmap(pm->map[0].base, pm->map[0].size);
+			memmove(pm->map, pm->map + 1, (PM_MAPS - 1) * sizeof(pm->map[0]));
+			kept--;
+		}
+		pm->nmap = kept;
+		atomic_fetch_add(&pm->epoch, 1);
+	}
+	f = take_fd(pm, fd, ino, size);
+	if (f < 0)
+		return NULL;
+	base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
+	close(f);
+	if (base == MAP_FAILED)
+		return NULL;
+	m = &pm->map[pm->nmap++];
+	m->ino = ino;
+	m->base = base;
+	m->size = size;
+	return base;
+}
+
+/* A consistent copy of an MR slot, when it carries rkey. */
+static bool read_slot(struct sv_xmr *m, uint32_t rkey, struct sv_xmr *out)
+{
+	uint32_t s = atomic_load_explicit(&m->seq, memory_order_acquire);
+
+	if ((s & 1) || atomic_load(&m->rkey) != rkey)
+		return false;
+	atomic_store_explicit(&out->pd, atomic_load(&m->pd), memory_order_relaxed);
+	atomic_store_explicit(&out->access, atomic_load(&m->access), memory_order_relaxed);
+	atomic_store_explicit(&out->iova, atomic_load(&m->iova), memory_order_relaxed);
+	atomic_store_explicit(&out->len, atomic_load(&m->len), memory_order_relaxed);
+	atomic_store_explicit(&out->ino, atomic_load(&m->ino), memory_order_relaxed);
+	atomic_store_explicit(&out->size, atomic_load(&m->size), memory_order_relaxed);
+	atomic_store_explicit(&out->off, atomic_load(&m->off), memory_order_relaxed);
+	atomic_store_explicit(&out->fd, atomic_load(&m->fd), memory_order_relaxed);
+	return atomic_load(&m->seq) == s;
+}
+
+/* The slot of rkey in the peer's table; -1 if it exports no such MR. */
+static int find_slot(struct sv_qp *qp, const struct sv_xseg *x, uint32_t rkey)
+{
+	uint32_t n = SV_MIN(atomic_load(&x->nmr), (uint32_t)SV_XMR_SLOTS);
+
+	if (qp->xcache.rkey == rkey && qp->xcache.slot < n)
+		return (int)qp->xcache.slot;
+	for (uint32_t i = 0; i < n; i++)
+		if (atomic_load(&x->mr[i].rkey) == rkey) {
+			qp->xcache.rkey = rkey;
+			qp->xcache.slot = i;
+			qp->xcache.base = NULL;
+			return (int)i;
+		}
+	return -1;
+}
+
+/* Local buffers (the MR read lock held): an error status, or SUCCESS with
+ * iov filled.  GPU memory: false (the wire handles it). */
+static bool local_iov(struct sv_qp *qp, struct sv_send_wqe *w, uint32_t len, unsigned access,
+		      struct iovec *iov, int *n, enum ibv_wc_status *st)
+{
+	sv_cu_ctx gpu[SV_MAX_SGE];
+	enum sv_mem_err err;
+
+	*n = sv_sgl_iov(qp->ctx, qp->pd, w->sge, w->num_sge, 0, len, access, iov, gpu, SV_MAX_SGE,
+			&err);
+	if (*n < 0) {
+		*st = sv_mem_err_to_local_status(err);
+		return true;
+	}
+	for (int i = 0; i < *n; i++)
+		if (gpu[i])
+			return false;
+	*st = IBV_WC_SUCCESS;
+	return true;
+}
+
+/* Move the bytes: the checks have passed, and `at` is the target's memory
+ * (the MR read lock held, for the local SGEs). */
+static bool execute(struct sv_qp *qp, struct sv_send_wqe *w, uint8_t *at,
+		    enum ibv_wc_status *st)
+{
+	struct iovec iov[SV_MAX_SGE];
+	uint64_t orig;
+	size_t off = 0;
+	bool ok = true;
+	int n;
+
+	if (w->wr.opcode == IBV_WR_RDMA_WRITE && w->inline_buf) {
+		memcpy(at, w->inline_buf, w->length);
+		*st = IBV_WC_SUCCESS;
+		return true;
+	}
+	switch (w->wr.opcode) {
+	case IBV_WR_RDMA_WRITE:
+		ok = local_iov(qp, w, w->length, 0, iov, &n, st);
+		for (int i = 0; ok && *st == IBV_WC_SUCCESS && i < n; off += iov[i++].iov_len)
+			if (!sv_copy_guarded(at + off, iov[i].iov_base, iov[i].iov_len))
+				*st = IBV_WC_LOC_PROT_ERR;
+		break;
+	case IBV_WR_RDMA_READ:
+		ok = local_iov(qp, w, w->length, IBV_ACCESS_LOCAL_WRITE, iov, &n, st);
+		for (int i = 0; ok && *st == IBV_WC_SUCCESS && i < n; off += iov[i++].iov_len)
+			if (!sv_copy_guarded(iov[i].iov_base, at + off, iov[i].iov_len))
+				*st = IBV_WC_LOC_PROT_ERR;
+		break;
+	default: /* the atomics: 8 bytes, aligned (checked) */
+		ok = local_iov(qp, w, 8, IBV_ACCESS_LOCAL_WRITE, iov, &n, st);
+		if (!ok || *st != IBV_WC_SUCCESS)
+			break;
+		if (w->wr.opcode == IBV_WR_ATOMIC_CMP_AND_SWP) {
+			orig = w->wr.wr.atomic.compare_add;
+			__atomic_compare_exchange_n((uint64_t *)at, &orig, w->wr.wr.atomic.swap, false,
+						    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+		} else {
+			orig = __atomic_fetch_add((uint64_t *)at, w->wr.wr.atomic.compare_add,
+						  __ATOMIC_SEQ_CST);
+		}
+		/* the result goes to the local SGE as the wire's would (host order) */
+		for (int i = 0; i < n; off += iov[i++].iov_len)
+			if (!sv_copy_guarded(iov[i].iov_base, (uint8_t *)&orig + off, iov[i].iov_len))
+				*st = IBV_WC_LOC_PROT_ERR;
+		break;
+	}
+	return ok;
+}
+
+enum sv_direct sv_peer_direct(struct sv_qp *qp, struct sv_conn *conn, struct sv_send_wqe *w,
+			      bool may_defer)
+{
+	uint32_t dq = qp->attr.dest_qp_num, rkey, need;
+	struct sv_peer_mem *pm;
+	struct sv_xqp *q;
+	struct sv_xmr m;
+	uint64_t va, len = w->length, at_off;
+	enum ibv_wc_status st = IBV_WC_SUCCESS;
+	uint8_t *base;
+	enum sv_direct r = SV_DIRECT_WIRE;
+	int slot;
+
+	switch (w->wr.opcode) {
+	case IBV_WR_RDMA_WRITE:
+		need = IBV_ACCESS_REMOTE_WRITE;
+		break;
+	case IBV_WR_RDMA_READ:
+		need = IBV_ACCESS_REMOTE_READ;
+		break;
+	case IBV_WR_ATOMIC_CMP_AND_SWP:
+	case IBV_WR_ATOMIC_FETCH_AND_ADD:
+		need = IBV_ACCESS_REMOTE_ATOMIC;
+		len = 8;
+		break;
+	default:
+		return SV_DIRECT_WIRE;
+	}
+	if (!len || sv_faults_enabled || atomic_load(&conn->state) != SV_CONN_UP ||
+	    !(pm = peer_mem(conn, dq)))
+		return SV_DIRECT_WIRE;
+	if (need == IBV_ACCESS_REMOTE_ATOMIC) {
+		va = w->wr.wr.atomic.remote_addr;
+		rkey = w->wr.wr.atomic.rkey;
+		if (va & 7)
+			return SV_DIRECT_WIRE; /* the responder's error */
+	} else {
+		va = w->wr.wr.rdma.remote_addr;
+		rkey = w->wr.wr.rdma.rkey;
+	}
+	if (dq - pm->x->qpn_base >= SV_QPN_BLOCK)
+		return SV_DIRECT_WIRE;
+	q = &pm->x->qp[dq - pm->x->qpn_base];
+	/* our own MR table first: a deregistration here that revokes an
+	 * export waits for busy counts with that lock held (a peer of this
+	 * very process may be the one counted) */
+	sv_mr_read_lock(qp->ctx);
+	atomic_fetch_add(&q->busy, 1); /* before anything is checked (mem_export.h) */
+	if (!atomic_load(&q->open) || atomic_load(&q->dest_qpn) != qp->ex.qp_base.qp_num ||
+	    !(atomic_load(&q->access) & need) || (slot = find_slot(qp, pm->x, rkey)) < 0 ||
+	    !read_slot(&pm->x->mr[slot], rkey, &m) || atomic_load(&m.pd) != atomic_load(&q->pd) ||
+	    !(atomic_load(&m.access) & need) || va < m.iova || len > m.len ||
+	    va - m.iova > m.len - len)
+		goto out;
+	at_off = m.off + (va - m.iova);
+	if (at_off > m.size || len > m.size - at_off)
+		goto out;
+	if (len > SV_DIRECT_INLINE_MAX && may_defer) {
+		r = SV_DIRECT_DEFER;
+		goto out;
+	}
+	pthread_rwlock_rdlock(&pm->lock);
+	base = qp->xcache.base;
+	if (!base || qp->xcache.ino != m.ino || qp->xcache.epoch != atomic_load(&pm->epoch)) {
+		pthread_rwlock_unlock(&pm->lock);
+		pthread_rwlock_wrlock(&pm->lock);
+		base = map_extent(pm, m.fd, m.ino, m.size);
+		qp->xcache.base = base;
+		qp->xcache.ino = m.ino;
+		qp->xcache.epoch = atomic_load(&pm->epoch);
+	}
+	if (base && execute(qp, w, base + at_off, &st))
+		r = SV_DIRECT_DONE;
+	pthread_rwlock_unlock(&pm->lock);
+out:
+	atomic_fetch_sub(&q->busy, 1);
+	sv_mr_read_unlock(qp->ctx);
+	if (r == SV_DIRECT_DONE)
+		w->status = st;
+	return r;
+}

@@ -1,0 +1,33 @@
+/*
+ * One-sided operations that the initiator executes itself on the memory of
+ * a peer of this host (peer_mem.c, ARCHITECTURE.md §4.6).
+ */
+#ifndef SV_PEER_MEM_H
+#define SV_PEER_MEM_H
+
+#include <stdbool.h>
+
+struct sv_qp;
+struct sv_conn;
+struct sv_send_wqe;
+
+enum sv_direct {
+	SV_DIRECT_WIRE,	 /* nothing happened: it goes by the wire */
+	SV_DIRECT_DONE,	 /* executed here; w->status says how */
+	SV_DIRECT_DEFER, /* it would be, but is long: let the engine thread do it */
+};
+
+/* Longer operations are not executed in a thread that posts them (with
+ * may_defer): ibv_post_send returns at once, as with a NIC. */
+#define SV_DIRECT_INLINE_MAX (64u * 1024)
+
+/*
+ * qp->lock held; w is an RC WQE about to start, every WQE before it
+ * complete, its local buffers checked; conn the QP's connection (made by
+ * an earlier WQE: until it is up, with the peer proved, everything goes by
+ * the wire).
+ */
+enum sv_direct sv_peer_direct(struct sv_qp *qp, struct sv_conn *conn, struct sv_send_wqe *w,
+			      bool may_defer);
+
+#endif

@@ -1,0 +1,343 @@
+/*
+ * unit_peer_mem: one-sided operations between two processes of this host
+ * complete without the target's CPU (engine/peer_mem.c, mem_share.c).
+ *   - the target registers memory of each common kind (malloc'd heap, an
+ *     anonymous mapping, transparent huge pages, hugetlb pages when the
+ *     host has some reserved), then is stopped with SIGSTOP; WRITE, READ,
+ *     compare-and-swap and fetch-and-add on each complete, with the right
+ *     data, while it is stopped; once continued it checks its memory
+ *   - revocation: once the target deregisters an MR, a WRITE with its rkey
+ *     fails with a remote access error and changes nothing
+ *   - pages replaced at registration lose no store of another thread
+ *     writing into them meanwhile, and a forked child gets a copy of
+ *     registered memory, not the parent's pages
+ */
+#include "sv_test.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define NKIND 4
+#define RLEN (2u << 20) /* each region; hugetlb needs a whole huge page */
+#define QUART (RLEN / 4)
+#define WORDS (RLEN - 64) /* the atomic words: FAA at +0, CAS at +8 */
+
+static const char *const kind_name[NKIND] = { "malloc", "mmap", "thp", "hugetlb" };
+
+/* A region of the kind, or NULL where the host has none. */
+static void *region(int kind)
+{
+	void *p;
+
+	switch (kind) {
+	case 0:
+		/* not page-aligned: the heap around it is shared too */
+		p = malloc(RLEN + 100);
+		return p ? (char *)p + 16 : NULL;
+	case 1:
+		p = mmap(NULL, RLEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		return p == MAP_FAILED ? NULL : p;
+	case 2:
+		p = mmap(NULL, 2 * RLEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
+			 0);
+		if (p == MAP_FAILED)
+			return NULL;
+		p = (void *)(((uintptr_t)p + RLEN - 1) & ~(uintptr_t)(RLEN - 1));
+		(void)madvise(p, RLEN, MADV_HUGEPAGE);
+		return p;
+	default:
+		p = mmap(NULL, RLEN, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
+		return p == MAP_FAILED ? NULL : p;
+	}
+}
+
+struct regions {
+	uint64_t addr[NKIND];
+	uint32_t rkey[NKIND];
+	uint32_t qpn;
+	union ibv_gid gid;
+};
+
+static int target(int rfd, int wfd, int argc, char **argv)
+{
+	struct svt_dev d;
+	struct svt_qp_init qi;
+	struct regions me = { 0 }, peer;
+	struct ibv_mr *mr[NKIND] = { 0 };
+	char *buf[NKIND];
+
+	(void)argc;
+	(void)argv;
+	svt_dev_open(&d);
+	struct ibv_cq *cq = svt_create_cq(d.ctx, 16, NULL);
+
+	svt_qp_init_default(&qi, IBV_QPT_RC);
+	struct ibv_qp *qp = svt_create_qp(d.pd, cq, cq, &qi);
+
+	for (int k = 0; k < NKIND; k++) {
+		buf[k] = region(k);
+		if (!buf[k])
+			continue;
+		svt_fill(buf[k], RLEN, 10 + k);
+		((uint64_t *)(buf[k] + WORDS))[0] = 1000 + k;
+		((uint64_t *)(buf[k] + WORDS))[1] = 5;
+		mr[k] = svt_reg_mr(d.pd, buf[k], RLEN, SVT_ACCESS_ALL);
+		me.addr[k] = (uintptr_t)buf[k];
+		me.rkey[k] = mr[k]->rkey;
+	}
+	me.qpn = qp->qp_num;
+	me.gid = d.gid;
+	svt_chan_write(wfd, &me, sizeof(me));
+	svt_chan_read(rfd, &peer, sizeof(peer), 0);
+	svt_qp_connect(qp, NULL, &peer.gid, peer.qpn);
+	svt_sync_send(wfd, 'R');
+
+	/* stopped here by the parent, then continued */
+	SVT_CHECK_EQ(svt_sync_recv(rfd, 30000), 'C');
+	for (int k = 0; k < NKIND; k++) {
+		if (!buf[k])
+			continue;
+		SVT_CHECK_FILL(buf[k], QUART, 20 + k); /* the parent's WRITE */
+		SVT_CHECK_EQ(((uint64_t *)(buf[k] + WORDS))[0], 1000 + k + 42);
+		SVT_CHECK_EQ(((uint64_t *)(buf[k] + WORDS))[1], 6);
+	}
+	/* revocation: the first region's MR goes */
+	SVT_CHECK_OK(ibv_dereg_mr(mr[0]));
+	mr[0] = NULL;
+	svt_sync_send(wfd, 'D');
+	SVT_CHECK_EQ(svt_sync_recv(rfd, 30000), 'E');
+	SVT_CHECK_FILL(buf[0], QUART, 20); /* the refused WRITE changed nothing */
+
+	SVT_CHECK_OK(ibv_destroy_qp(qp));
+	for (int k = 0; k < NKIND; k++)
+		if (mr[k])
+			SVT_CHECK_OK(ibv_dereg_mr(mr[k]));
+	SVT_CHECK_OK(ibv_destroy_cq(cq));
+	svt_dev_close(&d);
+	return 0;
+}
+
+static void test_stopped_target(void)
+{
+	struct svt_child c;
+	struct svt_dev d;
+	struct svt_qp_init qi;
+	struct regions me = { 0 }, peer;
+	struct ibv_wc wc[4 * NKIND];
+	char *buf = svt_alloc(RLEN + 4096);
+	int status, n = 0;
+
+	svt_spawn(&c, "target", NULL);
+	svt_dev_open(&d);
+	struct ibv_cq *cq = svt_create_cq(d.ctx, 64, NULL);
+
+	svt_qp_init_default(&qi, IBV_QPT_RC);
+	struct ibv_qp *qp = svt_create_qp(d.pd, cq, cq, &qi);
+	struct ibv_mr *mr = svt_reg_mr(d.pd, buf, RLEN + 4096, SVT_ACCESS_ALL);
+
+	svt_chan_read(c.rfd, &peer, sizeof(peer), 0);
+	me.qpn = qp->qp_num;
+	me.gid = d.gid;
+	svt_chan_write(c.wfd, &me, sizeof(me));
+	svt_qp_connect(qp, NULL, &peer.gid, peer.qpn);
+	SVT_CHECK_EQ(svt_sync_recv(c.rfd, 0), 'R');
+	/* softverbs connects the two endpoints at the first operation, a
+	 * handshake the target's engine answers: that one with it running */
+	SVT_CHECK_OK(svt_post_send(qp, 1, IBV_WR_RDMA_READ, IBV_SEND_SIGNALED, buf, 8, mr->lkey,
+				   peer.addr[1], peer.rkey[1], 0));
+	svt_poll_ok(cq, 1, wc, 0);
+
+	SVT_CHECK_OK(kill(c.pid, SIGSTOP));
+	SVT_CHECK_EQ(waitpid(c.pid, &status, WUNTRACED), c.pid);
+	SVT_CHECK(WIFSTOPPED(status));
+	for (int k = 0; k < NKIND; k++) {
+		uint64_t *lw = (uint64_t *)(buf + RLEN + 64 * k);
+		char *rd = buf + QUART;
+
+		if (!peer.rkey[k]) {
+			svt_log("%s: the host has no such memory; not tried", kind_name[k]);
+			continue;
+		}
+		svt_fill(buf, QUART, 20 + k);
+		SVT_CHECK_OK(svt_post_send(qp, 100 + k, IBV_WR_RDMA_WRITE, IBV_SEND_SIGNALED, buf,
+					   QUART, mr->lkey, peer.addr[k], peer.rkey[k], 0));
+		SVT_CHECK_OK(svt_post_send(qp, 200 + k, IBV_WR_RDMA_READ, IBV_SEND_SIGNALED, rd,
+					   QUART, mr->lkey, peer.addr[k] + QUART, peer.rkey[k],
+					   0));
+		SVT_CHECK_OK(svt_post_atomic(qp, 300 + k, IBV_WR_ATOMIC_FETCH_AND_ADD,
+					     IBV_SEND_SIGNALED, &lw[0], mr->lkey,
+					     peer.addr[k] + WORDS, peer.rkey[k], 42, 0));
+		SVT_CHECK_OK(svt_post_atomic(qp, 400 + k, IBV_WR_ATOMIC_CMP_AND_SWP,
+					     IBV_SEND_SIGNALED, &lw[1], mr->lkey,
+					     peer.addr[k] + WORDS + 8, peer.rkey[k], 5, 6));
+		/* the target's engine is stopped with it: only this process can
+		 * have completed them */
+		svt_poll_ok(cq, 4, wc + n, 5000);
+		SVT_CHECK_EQ(wc[n].wr_id, 100 + k);
+		SVT_CHECK_EQ(wc[n + 3].wr_id, 400 + k);
+		SVT_CHECK_EQ(wc[n + 1].byte_len, QUART);
+		n += 4;
+		/* the READ got the target's bytes: its fill at offset QUART */
+		for (size_t i = 0; i < QUART; i += 4093)
+			SVT_CHECK_EQ((uint8_t)rd[i], svt_pattern_byte(10 + k, QUART + i));
+		SVT_CHECK_EQ(lw[0], 1000 + k);
+		SVT_CHECK_EQ(lw[1], 5);
+		svt_log("%s: WRITE, READ, CAS and FAA done with the target stopped", kind_name[k]);
+	}
+	SVT_CHECK_OK(kill(c.pid, SIGCONT));
+	svt_sync_send(c.wfd, 'C');
+
+	/* revoked: the target deregistered the first region */
+	SVT_CHECK_EQ(svt_sync_recv(c.rfd, 30000), 'D');
+	svt_fill(buf, QUART, 99);
+	SVT_CHECK_OK(svt_post_send(qp, 500, IBV_WR_RDMA_WRITE, IBV_SEND_SIGNALED, buf, QUART,
+				   mr->lkey, peer.addr[0], peer.rkey[0], 0));
+	wc[0] = svt_poll_one(cq);
+	SVT_CHECK_WC_STATUS(wc[0], IBV_WC_REM_ACCESS_ERR);
+	svt_sync_send(c.wfd, 'E');
+	SVT_CHECK_EQ(svt_child_wait(&c, 30000), 0);
+
+	SVT_CHECK_OK(ibv_destroy_qp(qp));
+	SVT_CHECK_OK(ibv_dereg_mr(mr));
+	SVT_CHECK_OK(ibv_destroy_cq(cq));
+	free(buf);
+	svt_dev_close(&d);
+}
+
+/* ---- page replacement, seen from the registering process ---- */
+
+struct writer {
+	volatile uint64_t *word;
+	uint64_t n;
+	volatile int started, done;
+};
+
+static void *write_loop(void *arg)
+{
+	struct writer *w = arg;
+
+	w->started = 1;
+	for (uint64_t i = 0; i < w->n; i++)
+		(*w->word)++; /* plain stores: a lost one shows in the total */
+	w->done = 1;
+	return NULL;
+}
+
+static void test_no_store_lost(void)
+{
+	struct svt_dev d;
+	struct writer w = { 0 };
+	pthread_t t;
+	size_t len = 1u << 20;
+	char *buf = svt_alloc(len);
+	int regs = 0;
+
+	svt_dev_open(&d);
+	w.word = (volatile uint64_t *)(buf + len / 2);
+	w.n = 100000000;
+	SVT_CHECK_OK(pthread_create(&t, NULL, write_loop, &w));
+	while (!w.started)
+		;
+	/* each registration replaces the pages again (the last MR's went) */
+	for (; !w.done || regs < 2; regs++) {
+		struct ibv_mr *mr = svt_reg_mr(d.pd, buf, len, SVT_ACCESS_ALL);
+
+		SVT_CHECK_OK(ibv_dereg_mr(mr));
+	}
+	SVT_CHECK_OK(pthread_join(t, NULL));
+	SVT_CHECK_EQ(*w.word, w.n);
+	svt_log("%d registrations under a writing thread: no store lost", regs);
+	free(buf);
+	svt_dev_close(&d);
+}
+
+static void test_fork_copy(void)
+{
+	struct svt_dev d;
+	size_t len = 64 * 1024;
+	char *buf = svt_alloc(len);
+	int status;
+
+	svt_dev_open(&d);
+	svt_fill(buf, len, 7);
+	struct ibv_mr *mr = svt_reg_mr(d.pd, buf, len, SVT_ACCESS_ALL);
+	pid_t pid = fork();
+
+	SVT_CHECK(pid >= 0);
+	if (pid == 0) {
+		/* the child sees the bytes, and its stores stay its own */
+		for (size_t i = 0; i < len; i++)
+			if ((uint8_t)buf[i] != svt_pattern_byte(7, i))
+				_exit(2);
+		memset(buf, 0xee, len);
+		_exit(0);
+	}
+	SVT_CHECK_EQ(waitpid(pid, &status, 0), pid);
+	SVT_CHECK(WIFEXITED(status));
+	SVT_CHECK_EQ(WEXITSTATUS(status), 0);
+	SVT_CHECK_FILL(buf, len, 7);
+	SVT_CHECK_OK(ibv_dereg_mr(mr));
+	free(buf);
+	svt_dev_close(&d);
+}
+
+static const struct svt_child_role roles[] = {
+	{ "target", target },
+	{ NULL, NULL },
+};
+
+/* hugetlb pages: as root (CI), a few are reserved for the test if the host
+ * has none, and the setting is put back at exit */
+static long hugepages_before = -1;
+
+static void hugepages_restore(void)
+{
+	FILE *f = fopen("/proc/sys/vm/nr_hugepages", "w");
+
+	if (f) {
+		fprintf(f, "%ld\n", hugepages_before);
+		fclose(f);
+	}
+}
+
+static void hugepages_reserve(void)
+{
+	FILE *f = fopen("/proc/sys/vm/nr_hugepages", "r");
+	long n = -1;
+
+	if (!f)
+		return;
+	if (fscanf(f, "%ld", &n) != 1)
+		n = -1;
+	fclose(f);
+	if (n != 0 || geteuid() != 0)
+		return;
+	f = fopen("/proc/sys/vm/nr_hugepages", "w");
+	if (!f)
+		return;
+	fprintf(f, "4\n"); /* the target's region, and the memfd that replaces it */
+	if (fclose(f) == 0) {
+		hugepages_before = 0;
+		atexit(hugepages_restore);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	const char *tp = getenv("SOFTVERBS_TRANSPORT");
+
+	svt_child_dispatch(argc, argv, roles);
+	svt_watchdog(120);
+	test_no_store_lost();
+	test_fork_copy();
+	if (tp && !strcmp(tp, "tcp"))
+		svt_skip("a stopped target is reached only over shared memory (shm)");
+	hugepages_reserve();
+	test_stopped_target();
+	return 0;
+}
