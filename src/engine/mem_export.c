@@ -64,7 +64,10 @@ void sv_export_close(struct sv_context *ctx)
 static void wait_quiet(struct sv_context *ctx, struct sv_xqp *only)
 {
 	uint64_t deadline = sv_now_ns() + QUIET_WAIT_NS;
-	uint32_t n = only ? 1 : SV_QPN_BLOCK;
+	/* a peer passes its checks only through an open QP's record: those of
+	 * the QP table (whose pages are the only ones touched, so far) */
+	uint32_t n = only ? 1 : SV_MIN(__atomic_load_n(&ctx->qpt_size, __ATOMIC_RELAXED),
+				     (uint32_t)SV_QPN_BLOCK);
 	struct sv_xqp *q = only ? only : ctx->xseg->qp;
 
 	atomic_thread_fence(memory_order_seq_cst);
