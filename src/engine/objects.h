@@ -402,6 +402,7 @@ struct sv_qp {
 	/* the peer's MR this QP reached last by itself (engine/peer_mem.c) */
 	struct {
 		uint32_t rkey, slot, epoch;
+		uint32_t miss; /* the rkey whose last operation went by the wire */
 		uint64_t ino;
 		uint8_t *base;
 	} xcache;

@@ -339,6 +339,29 @@ static bool execute(struct sv_qp *qp, struct sv_send_wqe *w, uint8_t *at,
 	return ok;
 }
 
+/* The rkey of a one-sided WQE; 0 for anything else. */
+static uint32_t one_sided_rkey(const struct sv_send_wqe *w)
+{
+	switch (w->wr.opcode) {
+	case IBV_WR_RDMA_WRITE:
+	case IBV_WR_RDMA_READ:
+		return w->length ? w->wr.wr.rdma.rkey : 0;
+	case IBV_WR_ATOMIC_CMP_AND_SWP:
+	case IBV_WR_ATOMIC_FETCH_AND_ADD:
+		return w->wr.wr.atomic.rkey;
+	default:
+		return 0;
+	}
+}
+
+bool sv_peer_direct_soon(struct sv_qp *qp, struct sv_conn *conn, const struct sv_send_wqe *w)
+{
+	uint32_t rkey = one_sided_rkey(w);
+
+	return rkey && rkey != qp->xcache.miss && !sv_faults_enabled &&
+	       atomic_load(&conn->state) == SV_CONN_UP && peer_mem(conn, qp->attr.dest_qp_num);
+}
+
 enum sv_direct sv_peer_direct(struct sv_qp *qp, struct sv_conn *conn, struct sv_send_wqe *w,
 			      bool may_defer)
 {
@@ -418,5 +441,8 @@ out:
 	sv_mr_read_unlock(qp->ctx);
 	if (r == SV_DIRECT_DONE)
 		w->status = st;
+	/* what the wire serves, the wire keeps serving: no waiting for it to
+	 * drain before the next WQE with that key (sv_peer_direct_soon) */
+	qp->xcache.miss = r == SV_DIRECT_WIRE ? rkey : 0;
 	return r;
 }

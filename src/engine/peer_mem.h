@@ -19,7 +19,7 @@ enum sv_direct {
 
 /* Longer operations are not executed in a thread that posts them (with
  * may_defer): ibv_post_send returns at once, as with a NIC. */
-#define SV_DIRECT_INLINE_MAX (64u * 1024)
+#define SV_DIRECT_INLINE_MAX (8u << 20)
 
 /*
  * qp->lock held; w is an RC WQE about to start, every WQE before it
@@ -27,6 +27,14 @@ enum sv_direct {
  * an earlier WQE: until it is up, with the peer proved, everything goes by
  * the wire).
  */
+/*
+ * w, an RC WQE behind WQEs still on the wire, would probably be executed
+ * here once they complete (a one-sided operation to a peer of this host
+ * whose key has not failed before): the requester waits for them rather
+ * than keep a pipeline on the wire for good.
+ */
+bool sv_peer_direct_soon(struct sv_qp *qp, struct sv_conn *conn, const struct sv_send_wqe *w);
+
 enum sv_direct sv_peer_direct(struct sv_qp *qp, struct sv_conn *conn, struct sv_send_wqe *w,
 			      bool may_defer);
 

@@ -403,6 +403,9 @@ void sv_requester_run(struct sv_qp *qp)
 				sq->next++;
 				break; /* retire() moves the QP to ERR */
 			}
+			if (on_wire && ti->reliable && ti->connected && qp->conn &&
+			    sv_peer_direct_soon(qp, qp->conn, w))
+				break; /* its completion runs us again (completer.c) */
 			if (!on_wire && ti->reliable && ti->connected && qp->conn) {
 				enum sv_direct d = sv_peer_direct(qp, qp->conn, w, posting);
 
