@@ -5,6 +5,7 @@
 #include <setjmp.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -42,29 +43,58 @@ static void pass_on(int sig, siginfo_t *si, void *uc)
 /* The range whose pages are being replaced (sv_fault_guard_hold): [0] its
  * start, [1] its end; 0 when none.  One at a time (mem_share.c holds its
  * lock around it). */
-static _Atomic uintptr_t held_range[2];
+static _Atomic uintptr_t held_range[2]; /* the last range held */
+static atomic_bool held;                 /* ... and it is held now */
+static _Atomic uint64_t released_at;     /* when it was released (ns) */
+static _Atomic long held_by;             /* the thread that holds it */
+
+/* How long after a release a fault in the range is still taken for one
+ * the hold caused: the signal may be handled after the release. */
+#define HELD_GRACE_NS 100000000ull
+
+static uint64_t mono_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts); /* async-signal-safe */
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 void sv_fault_guard_hold(void *start, size_t len)
 {
-	atomic_store(&held_range[1], (uintptr_t)start + len);
+	atomic_store(&held_by, (long)syscall(SYS_gettid));
+	atomic_store(&held, false);
 	atomic_store(&held_range[0], (uintptr_t)start);
+	atomic_store(&held_range[1], (uintptr_t)start + len);
+	atomic_store(&held, true);
 }
 
 void sv_fault_guard_release(void)
 {
-	atomic_store(&held_range[0], 0);
-	atomic_store(&held_range[1], 0);
+	atomic_store(&released_at, mono_ns());
+	atomic_store(&held, false);
 }
 
-/* A store into the held range (read-only while its copy is taken) waits
- * for the new pages, then returns: the instruction runs again on them. */
+/*
+ * A store into the held range (read-only while its copy is taken) waits
+ * for the new pages, then returns: the instruction runs again on them.  A
+ * fault raised while the range was held may be handled just after the
+ * release: within a grace period it is retried too (a real fault there
+ * repeats, and is passed on once the grace period is over).
+ */
 static bool wait_held(const siginfo_t *si)
 {
-	uintptr_t a = (uintptr_t)si->si_addr, s = atomic_load(&held_range[0]);
+	uintptr_t a = (uintptr_t)si->si_addr;
 
-	if (si->si_code <= 0 || !s || a < s || a >= atomic_load(&held_range[1]))
+	if (si->si_code <= 0 || a < atomic_load(&held_range[0]) ||
+	    a >= atomic_load(&held_range[1]))
 		return false;
-	while (atomic_load(&held_range[0]) == s) {
+	if (!atomic_load(&held))
+		return mono_ns() - atomic_load(&released_at) < HELD_GRACE_NS;
+	/* the holder itself would wait for ever: a bug, which must show */
+	if ((long)syscall(SYS_gettid) == atomic_load(&held_by))
+		return false;
+	while (atomic_load(&held)) {
 		struct timespec ts = { 0, 20000 };
 
 		nanosleep(&ts, NULL); /* async-signal-safe */

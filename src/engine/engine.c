@@ -8,6 +8,7 @@
 #include "engine/engine.h"
 #include "engine/gpu.h"
 #include "engine/stats.h"
+#include "engine/mem_export.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -904,7 +905,12 @@ static bool proven_as(const struct sv_conn *o, const struct sv_conn *like)
  * connections of that peer, its oldest other one goes. */
 static void conn_proven(struct sv_conn *c)
 {
-	struct sv_conn *old = oldest_over_cap(c->eng, proven_as, c, SV_MAX_CONNS_PER_PEER, c);
+	struct sv_conn *old;
+
+	/* a peer of this host (shm): it may reach our MRs without our CPU */
+	if (c->peer_pid)
+		sv_export_share_all(c->eng->ctx);
+	old = oldest_over_cap(c->eng, proven_as, c, SV_MAX_CONNS_PER_PEER, c);
 
 	if (!old)
 		return;

@@ -84,6 +84,39 @@ static void wait_quiet(struct sv_context *ctx, struct sv_xqp *only)
 	}
 }
 
+struct sv_extent *sv_export_share(struct sv_context *ctx, void *addr, size_t len,
+				  unsigned int access, bool gpu)
+{
+	uint64_t off;
+
+	if (!ctx->xseg || !atomic_load(&ctx->xshare) || gpu || !addr ||
+	    (access & IBV_ACCESS_ON_DEMAND) ||
+	    !(access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)))
+		return NULL;
+	return sv_share_get(addr, len, &off);
+}
+
+void sv_export_share_all(struct sv_context *ctx)
+{
+	struct sv_mr_table *t = &ctx->mrs;
+
+	if (!ctx->xseg || atomic_exchange(&ctx->xshare, true))
+		return;
+	/* the table's write lock: no MR goes or changes meanwhile, and no
+	 * access of this context is in progress (each copy is the only one
+	 * these pages will ever need) */
+	pthread_rwlock_wrlock(&t->lock);
+	for (uint32_t i = 0; i < t->size; i++) {
+		struct sv_mr *mr = t->tab[i];
+
+		if (!mr || mr->kind != SV_KEY_MR || mr->ext)
+			continue;
+		mr->ext = sv_export_share(ctx, mr->vaddr, mr->len, mr->access, mr->gpu);
+		sv_export_mr(ctx, mr);
+	}
+	pthread_rwlock_unlock(&t->lock);
+}
+
 void sv_export_mr(struct sv_context *ctx, struct sv_mr *mr)
 {
 	struct sv_xseg *x = ctx->xseg;

@@ -20,6 +20,7 @@
 
 #include <stdatomic.h>
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 #define SV_XSEG_MAGIC 0x53565845u /* "SVXE" */
@@ -67,6 +68,18 @@ struct sv_qp;
  * when it cannot be (peers then use the engine). */
 bool sv_export_open(struct sv_context *ctx);
 void sv_export_close(struct sv_context *ctx);
+/*
+ * The extent an MR of [addr, addr+len) with these access flags lies in, its
+ * pages shared now if needed (engine/mem_share.h); NULL when peers of this
+ * host cannot reach it directly.  Pages are shared only once a peer of this
+ * host has connected to the context (sv_export_share_all): a process whose
+ * peers are all elsewhere keeps private pages.
+ */
+struct sv_extent *sv_export_share(struct sv_context *ctx, void *addr, size_t len,
+				  unsigned int access, bool gpu);
+/* A peer of this host has connected and proved itself: the MRs registered
+ * before share their pages and are exported (once per context). */
+void sv_export_share_all(struct sv_context *ctx);
 /* An MR after its registration (MR table write lock held): exported when
  * peers may reach it and its pages can be shared. */
 void sv_export_mr(struct sv_context *ctx, struct sv_mr *mr);

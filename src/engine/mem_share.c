@@ -27,6 +27,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #define MEMFD_NAME "softverbs-mr"
@@ -64,6 +65,8 @@ enum area_kind { AREA_NONE, AREA_ANON, AREA_HUGE, AREA_OURS, AREA_OTHER };
 struct area {
 	enum area_kind kind;
 	uint64_t ino; /* AREA_OURS: the memfd's inode */
+	bool shmem;   /* pages of a memfd no MR exports: a page without an entry
+			 in pagemap may hold data (all is copied) */
 	uintptr_t start, end; /* AREA_OURS: its mapping */
 };
 
@@ -76,6 +79,15 @@ static enum area_kind kind_of(const char *perms, unsigned long long ino, const c
 	if (!strcmp(perms, "rw-s") && !strncmp(path, "/memfd:" MEMFD_NAME " ", 8 + strlen(MEMFD_NAME)))
 		return AREA_OURS;
 	return AREA_OTHER;
+}
+
+/* share_lock held: an extent with this inode exists (an MR exports it). */
+static bool live_extent(uint64_t ino)
+{
+	for (struct sv_extent *x = extents; x; x = x->next)
+		if (x->ino == ino)
+			return true;
+	return false;
 }
 
 /*
@@ -105,6 +117,10 @@ static struct area survey(uintptr_t s, uintptr_t e)
 		if (vs >= e)
 			break;
 		k = kind_of(perms, ino, path + strspn(path, " "));
+		if (k == AREA_OURS && !live_extent(ino)) {
+			k = AREA_ANON; /* no MR exports it: replaced like private pages */
+			a.shmem = true;
+		}
 		if (vs > covered || (a.kind != AREA_NONE && (k != a.kind || k == AREA_OURS)) ||
 		    (k == AREA_OURS && off)) {
 			a.kind = AREA_OTHER; /* a hole, a mix, or a second extent */
@@ -124,8 +140,90 @@ static struct area survey(uintptr_t s, uintptr_t e)
 	return a;
 }
 
+/*
+ * Between hold and release nothing may store into the held range, this
+ * thread included: a store would wait for this very thread.  Programs and
+ * libraries hook mmap(2) and friends (libfabric's and UCX's memory
+ * monitors patch them to watch for unmapped registrations), and a hook
+ * may store into the heap: so the calls made in that window are system
+ * calls, not the library's functions.
+ */
+static int raw_mprotect(uintptr_t a, size_t n, int prot)
+{
+	return (int)syscall(SYS_mprotect, a, n, prot);
+}
+
+static void *raw_mmap_fixed(uintptr_t a, size_t n, int fd)
+{
+	return (void *)syscall(SYS_mmap, a, n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd,
+			       0L);
+}
+
+/*
+ * Copy [s, s+n) into the memfd mapped at `to`, leaving out pages the
+ * process never touched (neither present nor swapped, /proc/self/pagemap):
+ * they read as zeros, and so do the memfd's holes, which then take no
+ * memory.  Where pagemap cannot be read, everything is copied.
+ */
+static void copy_touched(uint8_t *to, uintptr_t s, size_t n, bool all)
+{
+	size_t pg = (size_t)sysconf(_SC_PAGESIZE), npages = n / pg, i = 0;
+	uint64_t ent[512];
+	int fd = all ? -1
+		     : (int)syscall(SYS_openat, AT_FDCWD, "/proc/self/pagemap",
+				    O_RDONLY | O_CLOEXEC);
+
+	if (fd < 0) {
+		memcpy(to, (void *)s, n);
+		return;
+	}
+	while (i < npages) {
+		size_t k = SV_MIN(npages - i, SV_ARRAY_SIZE(ent));
+		ssize_t got = syscall(SYS_pread64, fd, ent, k * sizeof(ent[0]),
+				      (off_t)((s / pg + i) * sizeof(ent[0])));
+
+		if (got < (ssize_t)sizeof(ent[0])) {
+			memcpy(to + i * pg, (uint8_t *)s + i * pg, n - i * pg);
+			break;
+		}
+		k = (size_t)got / sizeof(ent[0]);
+		for (size_t j = 0; j < k; j++) {
+			/* bit 63: present, 62: swapped */
+			if (ent[j] >> 62)
+				memcpy(to + (i + j) * pg, (uint8_t *)s + (i + j) * pg, pg);
+		}
+		i += k;
+	}
+	syscall(SYS_close, fd);
+}
+
+/*
+ * The new mapping has no page table entries yet: the pages that hold data
+ * (the memfd's, SEEK_DATA) get them now, as the private ones had, so that
+ * the process's resident size stays what it was and the first accesses
+ * take no fault.  The holes stay holes.
+ */
+static void populate(uintptr_t s, int fd, size_t n)
+{
+#ifdef MADV_POPULATE_WRITE
+	off_t d = 0, h;
+
+	while ((size_t)d < n && (d = lseek(fd, d, SEEK_DATA)) >= 0 && (size_t)d < n) {
+		h = lseek(fd, d, SEEK_HOLE);
+		if (h < 0 || (size_t)h > n)
+			h = (off_t)n;
+		(void)madvise((void *)(s + (size_t)d), (size_t)(h - d), MADV_POPULATE_WRITE);
+		d = h;
+	}
+#else
+	(void)s;
+	(void)fd;
+	(void)n;
+#endif
+}
+
 /* Replace the pages of [s, s+n) by a new extent's. */
-static struct sv_extent *replace(uintptr_t s, size_t n, bool huge)
+static struct sv_extent *replace(uintptr_t s, size_t n, bool huge, bool copy_all)
 {
 	struct sv_extent *x = calloc(1, sizeof(*x));
 	struct stat st;
@@ -142,19 +240,19 @@ static struct sv_extent *replace(uintptr_t s, size_t n, bool huge)
 	if (aside == MAP_FAILED)
 		goto fail;
 	sv_fault_guard_hold((void *)s, n);
-	if (mprotect((void *)s, n, PROT_READ)) {
+	if (raw_mprotect(s, n, PROT_READ)) {
 		sv_fault_guard_release();
 		goto fail;
 	}
-	memcpy(aside, (void *)s, n);
-	if (mmap((void *)s, n, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, fd, 0) !=
-	    (void *)s) {
-		mprotect((void *)s, n, PROT_READ | PROT_WRITE);
+	copy_touched(aside, s, n, copy_all);
+	if (raw_mmap_fixed(s, n, fd) != (void *)s) {
+		raw_mprotect(s, n, PROT_READ | PROT_WRITE);
 		sv_fault_guard_release();
 		goto fail;
 	}
 	sv_fault_guard_release();
 	munmap(aside, n);
+	populate(s, fd, n);
 	x->start = s;
 	x->len = n;
 	x->fd = fd;
@@ -216,11 +314,7 @@ struct sv_extent *sv_share_get(void *addr, size_t len, uint64_t *off)
 			goto out;
 		}
 		x = NULL;
-		/* an extent no MR exports any more (its memfd is closed): its
-		 * pages are replaced again, as private ones would be */
-		if (s < ar.start || e > ar.end)
-			goto out;
-		ar.kind = AREA_ANON;
+		goto out; /* a range partly inside an exported extent */
 	}
 	if (ar.kind == AREA_HUGE) {
 		hp = huge_page_size();
@@ -233,7 +327,7 @@ struct sv_extent *sv_share_get(void *addr, size_t len, uint64_t *off)
 	} else if (ar.kind != AREA_ANON) {
 		goto out;
 	}
-	x = replace(s, e - s, ar.kind == AREA_HUGE);
+	x = replace(s, e - s, ar.kind == AREA_HUGE, ar.shmem);
 	if (x) {
 		x->refs = 1;
 		x->next = extents;
@@ -242,6 +336,12 @@ struct sv_extent *sv_share_get(void *addr, size_t len, uint64_t *off)
 	}
 out:
 	pthread_mutex_unlock(&share_lock);
+	if (!x)
+		sv_dbg("MR pages %#lx+%zu stay private: %s", (unsigned long)s, (size_t)(e - s),
+		       ar.kind == AREA_OURS ? "partly in another MR's shared pages"
+		       : ar.kind == AREA_HUGE || ar.kind == AREA_ANON
+			       ? "they could not be replaced"
+			       : "not private anonymous memory");
 	return x;
 }
 

@@ -125,6 +125,9 @@ struct sv_context {
 	 * NULL when not exported */
 	struct sv_xseg *xseg;
 	int xfd;
+	/* a peer of this host has connected (shm): the pages of MRs that peers
+	 * may reach are shared from then on (mem_export.c) */
+	atomic_bool xshare;
 	/* MR slots: the lowest free one is searched from xmr_hint (MR write lock) */
 	uint32_t xmr_hint;
 };
@@ -292,6 +295,10 @@ struct sv_send_wqe {
 	struct sv_ah *ah;      /* UD */
 	enum sv_wqe_state state;
 	enum ibv_wc_status status;
+	/* a packet of it went on the wire: it is resent there, never executed
+	 * on the peer's memory (engine/peer_mem.h), whose responder may have
+	 * executed it already and expects the PSNs after it */
+	bool wired;
 	uint32_t first_psn, last_psn;
 	uint32_t npkts;
 	/* READ: the next response PSN expected.  Responses are placed only in

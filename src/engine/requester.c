@@ -403,10 +403,10 @@ void sv_requester_run(struct sv_qp *qp)
 				sq->next++;
 				break; /* retire() moves the QP to ERR */
 			}
-			if (on_wire && ti->reliable && ti->connected && qp->conn &&
+			if (on_wire && !w->wired && ti->reliable && ti->connected && qp->conn &&
 			    sv_peer_direct_soon(qp, qp->conn, w))
 				break; /* its completion runs us again (completer.c) */
-			if (!on_wire && ti->reliable && ti->connected && qp->conn) {
+			if (!on_wire && !w->wired && ti->reliable && ti->connected && qp->conn) {
 				enum sv_direct d = sv_peer_direct(qp, qp->conn, w, posting);
 
 				if (d == SV_DIRECT_DEFER) {
@@ -462,6 +462,7 @@ void sv_requester_run(struct sv_qp *qp)
 		else
 			plen = SV_MIN(qp->mtu, w->length - sq->seg_off);
 		on_wire = true;
+		w->wired = true;
 		st = send_packet(qp, &pass, conn, w, k, sq->seg_off, plen);
 		if (!ti->connected)
 			sv_conn_put(conn); /* the batch holds its own reference */

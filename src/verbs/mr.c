@@ -8,7 +8,7 @@
  */
 #include "verbs/verbs.h"
 #include "engine/mem_export.h"
-#include "engine/mem_share.h"
+#include "engine/mem_share.h" /* sv_share_put */
 
 #include <errno.h>
 #include <stdio.h>
@@ -150,18 +150,6 @@ static struct sv_gpu_export *gpu_export(const struct sv_cuda_range *gpu, void *a
 	return gx;
 }
 
-/* The pages of an MR that peers of this host may reach become shared
- * (engine/mem_share.h), so that they reach it without our CPU. */
-static struct sv_extent *share(void *addr, size_t length, unsigned int access, bool gpu)
-{
-	uint64_t off;
-
-	if (gpu || !addr || (access & IBV_ACCESS_ON_DEMAND) ||
-	    !(access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)))
-		return NULL;
-	return sv_share_get(addr, length, &off);
-}
-
 static struct sv_mr *mr_create(struct ibv_pd *ibpd, void *addr, size_t length, uint64_t iova,
 			       unsigned int access)
 {
@@ -203,7 +191,8 @@ static struct sv_mr *mr_create(struct ibv_pd *ibpd, void *addr, size_t length, u
 	mr->access = access;
 	mr->gpu = gpu.ctx;
 	mr->gx = gpu_export(&gpu, addr);
-	mr->ext = implicit_range(addr, length) ? NULL : share(addr, length, access, gpu.ctx);
+	mr->ext = implicit_range(addr, length) ? NULL
+						: sv_export_share(ctx, addr, length, access, gpu.ctx);
 
 	pthread_rwlock_wrlock(&ctx->mrs.lock);
 	if (sv_key_insert(&ctx->mrs, mr)) {
@@ -219,6 +208,10 @@ static struct sv_mr *mr_create(struct ibv_pd *ibpd, void *addr, size_t length, u
 	mr->ibmr.addr = addr;
 	mr->ibmr.length = length;
 	mr->ibmr.handle = mr->ibmr.lkey >> 8;
+	/* a peer of this host connected while this MR was being made: it was
+	 * not in the table that sv_export_share_all went through */
+	if (!mr->ext && !implicit_range(addr, length))
+		mr->ext = sv_export_share(ctx, addr, length, access, gpu.ctx);
 	sv_export_mr(ctx, mr);
 	pthread_rwlock_unlock(&ctx->mrs.lock);
 	sv_ref_get(&mr->pd->users);
@@ -387,7 +380,7 @@ int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd, void *addr, 
 
 	/* the new range's pages are shared before the table changes (the
 	 * copy may take a while, and stores into the range wait for it) */
-	next = implicit_range(naddr, nlen) ? NULL : share(naddr, nlen, nacc, gpu.ctx);
+	next = implicit_range(naddr, nlen) ? NULL : sv_export_share(ctx, naddr, nlen, nacc, gpu.ctx);
 	pthread_rwlock_wrlock(&ctx->mrs.lock);
 	if (mr->nmw) {
 		/* windows bound to it name its old range and PD (rxe refuses too) */

@@ -565,6 +565,7 @@ static int sq_post_one(struct sv_qp *qp, const struct ibv_send_wr *wr)
 	if (w->ah)
 		sv_ref_get(&w->ah->ref); /* the WQE's, until it leaves the queue */
 	w->state = SV_WQE_PENDING;
+	w->wired = false;
 	w->status = IBV_WC_SUCCESS;
 	w->npkts = 0;
 	sq->tail++;
