@@ -29,32 +29,42 @@
 
 static const char *const kind_name[NKIND] = { "malloc", "mmap", "thp", "hugetlb" };
 
-/* A region of the kind, or NULL where the host has none. */
-static void *region(int kind)
+/* A region of the kind, or NULL where the host has none; *base is what
+ * region_free() takes back. */
+static void *region(int kind, void **base)
 {
 	void *p;
 
 	switch (kind) {
 	case 0:
 		/* not page-aligned: the heap around it is shared too */
-		p = malloc(RLEN + 100);
+		p = *base = malloc(RLEN + 100);
 		return p ? (char *)p + 16 : NULL;
 	case 1:
-		p = mmap(NULL, RLEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		p = *base = mmap(NULL, RLEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+				 -1, 0);
 		return p == MAP_FAILED ? NULL : p;
 	case 2:
-		p = mmap(NULL, 2 * RLEN, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1,
-			 0);
+		p = *base = mmap(NULL, 2 * RLEN, PROT_READ | PROT_WRITE,
+				 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 		if (p == MAP_FAILED)
 			return NULL;
 		p = (void *)(((uintptr_t)p + RLEN - 1) & ~(uintptr_t)(RLEN - 1));
 		(void)madvise(p, RLEN, MADV_HUGEPAGE);
 		return p;
 	default:
-		p = mmap(NULL, RLEN, PROT_READ | PROT_WRITE,
-			 MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
+		p = *base = mmap(NULL, RLEN, PROT_READ | PROT_WRITE,
+				 MAP_PRIVATE | MAP_ANONYMOUS | MAP_HUGETLB, -1, 0);
 		return p == MAP_FAILED ? NULL : p;
 	}
+}
+
+static void region_free(int kind, void *base)
+{
+	if (kind == 0)
+		free(base);
+	else
+		munmap(base, kind == 2 ? 2 * RLEN : RLEN);
 }
 
 struct regions {
@@ -71,6 +81,7 @@ static int target(int rfd, int wfd, int argc, char **argv)
 	struct regions me = { 0 }, peer;
 	struct ibv_mr *mr[NKIND] = { 0 };
 	char *buf[NKIND];
+	void *base[NKIND];
 
 	(void)argc;
 	(void)argv;
@@ -85,7 +96,7 @@ static int target(int rfd, int wfd, int argc, char **argv)
 	struct ibv_qp *qp = svt_create_qp(d.pd, cq, cq, &qi);
 
 	for (int k = 0; k < NKIND; k++) {
-		buf[k] = region(k);
+		buf[k] = region(k, &base[k]);
 		if (!buf[k])
 			continue;
 		svt_fill(buf[k], RLEN, 10 + k);
@@ -119,9 +130,12 @@ static int target(int rfd, int wfd, int argc, char **argv)
 	SVT_CHECK_FILL(buf[0], QUART, 20); /* the refused WRITE changed nothing */
 
 	SVT_CHECK_OK(ibv_destroy_qp(qp));
-	for (int k = 0; k < NKIND; k++)
+	for (int k = 0; k < NKIND; k++) {
 		if (mr[k])
 			SVT_CHECK_OK(ibv_dereg_mr(mr[k]));
+		if (buf[k])
+			region_free(k, base[k]);
+	}
 	SVT_CHECK_OK(ibv_destroy_cq(cq));
 	svt_dev_close(&d);
 	return 0;
