@@ -87,13 +87,11 @@ static void wait_quiet(struct sv_context *ctx, struct sv_xqp *only)
 struct sv_extent *sv_export_share(struct sv_context *ctx, void *addr, size_t len,
 				  unsigned int access, bool gpu)
 {
-	uint64_t off;
-
 	if (!ctx->xseg || !atomic_load(&ctx->xshare) || gpu || !addr ||
 	    (access & IBV_ACCESS_ON_DEMAND) ||
 	    !(access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)))
 		return NULL;
-	return sv_share_get(addr, len, &off);
+	return sv_share_get(addr, len);
 }
 
 void sv_export_share_all(struct sv_context *ctx)
@@ -165,10 +163,8 @@ void sv_export_mr_revoke(struct sv_context *ctx, struct sv_mr *mr)
 
 static bool executes_requests(const struct sv_qp *qp)
 {
-	enum ibv_qp_state s = qp->state;
-
 	return qp->ex.qp_base.qp_type == IBV_QPT_RC && !qp->destroyed &&
-	       (s == IBV_QPS_RTR || s == IBV_QPS_RTS || s == IBV_QPS_SQD || s == IBV_QPS_SQE);
+	       sv_qp_state_receives(qp->state);
 }
 
 void sv_export_qp(struct sv_qp *qp)
@@ -195,9 +191,4 @@ void sv_export_qp(struct sv_qp *qp)
 	atomic_store(&q->access, qp->attr.qp_access_flags);
 	atomic_store(&q->dest_qpn, qp->attr.dest_qp_num);
 	atomic_store(&q->open, 1);
-}
-
-void sv_export_qp_gone(struct sv_qp *qp)
-{
-	sv_export_qp(qp); /* qp->destroyed is set: closed */
 }

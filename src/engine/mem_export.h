@@ -86,11 +86,10 @@ void sv_export_mr(struct sv_context *ctx, struct sv_mr *mr);
 /* Before an MR goes or changes (write lock held): peers stop using it, and
  * the accesses in progress are over, when this returns. */
 void sv_export_mr_revoke(struct sv_context *ctx, struct sv_mr *mr);
-/* A QP's state or attributes changed (qp->lock held): what peers see now;
- * once it no longer executes requests, no peer access through it is in
- * progress when this returns. */
+/* A QP's state or attributes changed, or it is being destroyed
+ * (qp->destroyed; qp->lock held): what peers see now; once it no longer
+ * executes requests, no peer access through it is in progress when this
+ * returns. */
 void sv_export_qp(struct sv_qp *qp);
-/* The QP is being destroyed. */
-void sv_export_qp_gone(struct sv_qp *qp);
 
 #endif

@@ -81,6 +81,27 @@ static enum area_kind kind_of(const char *perms, unsigned long long ino, const c
 	return AREA_OTHER;
 }
 
+/* One line of /proc/self/maps: the mapping's bounds, file offset, inode and
+ * kind; false for a line that does not parse. */
+struct vma {
+	uintptr_t start, end;
+	uint64_t off, ino;
+	enum area_kind kind;
+};
+
+static bool maps_line(const char *line, struct vma *v)
+{
+	unsigned long long vs, ve, off, ino;
+	char perms[8], dev[16], path[256] = "";
+
+	if (sscanf(line, "%llx-%llx %7s %llx %15s %llu %255[^\n]", &vs, &ve, perms, &off, dev,
+		   &ino, path) < 6)
+		return false;
+	*v = (struct vma){ (uintptr_t)vs, (uintptr_t)ve, off, ino,
+			   kind_of(perms, ino, path + strspn(path, " ")) };
+	return true;
+}
+
 /* share_lock held: an extent with this inode exists (an MR exports it). */
 static bool live_extent(uint64_t ino)
 {
@@ -105,32 +126,28 @@ static struct area survey(uintptr_t s, uintptr_t e)
 	if (!f)
 		return (struct area){ .kind = AREA_OTHER };
 	while (fgets(line, sizeof(line), f)) {
-		unsigned long long vs, ve, off, ino;
-		char perms[8], dev[16], path[256] = "";
+		struct vma v;
 		enum area_kind k;
 
-		if (sscanf(line, "%llx-%llx %7s %llx %15s %llu %255[^\n]", &vs, &ve, perms, &off,
-			   dev, &ino, path) < 6)
+		if (!maps_line(line, &v) || v.end <= s)
 			continue;
-		if (ve <= s)
-			continue;
-		if (vs >= e)
+		if (v.start >= e)
 			break;
-		k = kind_of(perms, ino, path + strspn(path, " "));
-		if (k == AREA_OURS && !live_extent(ino)) {
+		k = v.kind;
+		if (k == AREA_OURS && !live_extent(v.ino)) {
 			k = AREA_ANON; /* no MR exports it: replaced like private pages */
 			a.shmem = true;
 		}
-		if (vs > covered || (a.kind != AREA_NONE && (k != a.kind || k == AREA_OURS)) ||
-		    (k == AREA_OURS && off)) {
+		if (v.start > covered || (a.kind != AREA_NONE && (k != a.kind || k == AREA_OURS)) ||
+		    (k == AREA_OURS && v.off)) {
 			a.kind = AREA_OTHER; /* a hole, a mix, or a second extent */
 			break;
 		}
 		a.kind = k;
-		a.ino = ino;
-		a.start = (uintptr_t)vs;
-		a.end = (uintptr_t)ve;
-		covered = (uintptr_t)ve;
+		a.ino = v.ino;
+		a.start = v.start;
+		a.end = v.end;
+		covered = v.end;
 		if (k == AREA_OTHER)
 			break;
 	}
@@ -306,7 +323,7 @@ static void init_once(void)
 	pthread_atfork(at_fork_prepare, at_fork_parent, at_fork_child);
 }
 
-struct sv_extent *sv_share_get(void *addr, size_t len, uint64_t *off)
+struct sv_extent *sv_share_get(void *addr, size_t len)
 {
 	static pthread_once_t once = PTHREAD_ONCE_INIT;
 	size_t pg = (size_t)sysconf(_SC_PAGESIZE), hp;
@@ -328,7 +345,6 @@ struct sv_extent *sv_share_get(void *addr, size_t len, uint64_t *off)
 			;
 		if (x && x->start == ar.start && x->start + x->len == ar.end) {
 			x->refs++;
-			*off = a - x->start;
 			goto out;
 		}
 		x = NULL;
@@ -350,7 +366,6 @@ struct sv_extent *sv_share_get(void *addr, size_t len, uint64_t *off)
 		x->refs = 1;
 		x->next = extents;
 		extents = x;
-		*off = a - x->start;
 	}
 out:
 	pthread_mutex_unlock(&share_lock);
@@ -419,13 +434,10 @@ static void at_fork_child(void)
 	if (!f)
 		return;
 	while (fgets(line, sizeof(line), f)) {
-		unsigned long long vs, ve, off, ino;
-		char perms[8], dev[16], path[256] = "";
+		struct vma v;
 
-		if (sscanf(line, "%llx-%llx %7s %llx %15s %llu %255[^\n]", &vs, &ve, perms, &off,
-			   dev, &ino, path) >= 7 &&
-		    kind_of(perms, ino, path + strspn(path, " ")) == AREA_OURS)
-			privatize((uintptr_t)vs, (size_t)(ve - vs));
+		if (maps_line(line, &v) && v.kind == AREA_OURS)
+			privatize(v.start, v.end - v.start);
 	}
 	fclose(f);
 }

@@ -30,10 +30,11 @@ struct sv_extent {
 
 /*
  * The extent that holds [addr, addr+len), made now if needed, with a
- * reference for the caller; *off is addr's offset in its memfd.  NULL when
- * the memory cannot be shared (or sharing is off: SOFTVERBS_SHARED_MR=0).
+ * reference for the caller (addr's offset in its memfd: addr - start).
+ * NULL when the memory cannot be shared (or sharing is off:
+ * SOFTVERBS_SHARED_MR=0).
  */
-struct sv_extent *sv_share_get(void *addr, size_t len, uint64_t *off);
+struct sv_extent *sv_share_get(void *addr, size_t len);
 void sv_share_put(struct sv_extent *e);
 
 #endif

@@ -432,6 +432,12 @@ static inline void sv_qp_put(struct sv_qp *qp)
 {
 	sv_ref_put(&qp->ref);
 }
+/* The states in which a QP's responder executes what arrives. */
+static inline bool sv_qp_state_receives(enum ibv_qp_state s)
+{
+	return s == IBV_QPS_RTR || s == IBV_QPS_RTS || s == IBV_QPS_SQD || s == IBV_QPS_SQE;
+}
+
 /* qp->lock held: move to ERR, flush everything outstanding */
 void sv_qp_enter_error(struct sv_qp *qp);
 /* qp->lock held: complete every outstanding send / receive WQE with WR_FLUSH_ERR */

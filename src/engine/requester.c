@@ -403,17 +403,17 @@ void sv_requester_run(struct sv_qp *qp)
 				sq->next++;
 				break; /* retire() moves the QP to ERR */
 			}
-			if (on_wire && !w->wired && ti->reliable && ti->connected && qp->conn &&
-			    sv_peer_direct_soon(qp, qp->conn, w))
-				break; /* its completion runs us again (completer.c) */
-			if (!on_wire && !w->wired && ti->reliable && ti->connected && qp->conn) {
-				enum sv_direct d = sv_peer_direct(qp, qp->conn, w, posting);
+			if (!w->wired && ti->reliable && ti->connected && qp->conn) {
+				enum sv_direct d;
 
-				if (d == SV_DIRECT_DEFER) {
+				if (on_wire) {
+					if (sv_peer_direct_soon(qp, qp->conn, w))
+						break; /* its completion runs us again (completer.c) */
+				} else if ((d = sv_peer_direct(qp, qp->conn, w, posting)) ==
+					   SV_DIRECT_DEFER) {
 					sv_engine_schedule(qp->ctx->eng, qp);
 					break;
-				}
-				if (d == SV_DIRECT_DONE) {
+				} else if (d == SV_DIRECT_DONE) {
 					/* executed on the peer's memory, by this thread */
 					w->state = SV_WQE_DONE;
 					sq->next++;

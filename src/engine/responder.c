@@ -254,11 +254,7 @@ static enum resp_result check_transport(const struct resp_pkt *p)
 /* Step: the QP receives in RTR, RTS, SQD and SQE; elsewhere packets are dropped. */
 static enum resp_result check_state(const struct resp_pkt *p)
 {
-	enum ibv_qp_state s = p->qp->state;
-
-	return s == IBV_QPS_RTR || s == IBV_QPS_RTS || s == IBV_QPS_SQD || s == IBV_QPS_SQE
-		       ? RESP_OK
-		       : RESP_DROP;
+	return sv_qp_state_receives(p->qp->state) ? RESP_OK : RESP_DROP;
 }
 
 /* Step: a packet carries at most one path MTU. */

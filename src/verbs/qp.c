@@ -466,7 +466,7 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 	pthread_mutex_unlock(&ctx->lock);
 	pthread_mutex_lock(&qp->lock);
 	qp->destroyed = true;
-	sv_export_qp_gone(qp); /* no peer reaches memory through it any more */
+	sv_export_qp(qp); /* destroyed: no peer reaches memory through it any more */
 	sv_responder_cancel(qp);
 	atomic_store_explicit(&qp->rnr_until, 0, memory_order_relaxed);
 	atomic_store_explicit(&qp->ack_deadline, 0, memory_order_relaxed);
