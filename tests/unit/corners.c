@@ -164,6 +164,38 @@ static void expect_wcs(struct ibv_cq *cq, const uint64_t *want, int n,
 }
 
 /*
+ * Wait until b's side has taken in every frame a's side sent so far: one
+ * SEND on a second QP pair of the same two contexts, which travels behind
+ * them on the same connection.  A frame the requester sent just before a
+ * RESET is already on the wire, as on a NIC, and may still arrive; what the
+ * test asks is that nothing is sent after it.
+ */
+static void drain_a_to_b(struct svt_pair *p, const struct svt_pair_opts *o)
+{
+	struct svt_qp_init qi;
+	struct ibv_wc wc;
+
+	svt_qp_init_default(&qi, IBV_QPT_RC);
+	struct ibv_cq *ca = svt_create_cq(p->a.ctx, 4, NULL);
+	struct ibv_cq *cb = svt_create_cq(p->b.ctx, 4, NULL);
+	struct ibv_qp *qa = svt_create_qp(p->a.pd, ca, ca, &qi);
+	struct ibv_qp *qb = svt_create_qp(p->b.pd, cb, cb, &qi);
+
+	svt_qp_link(qa, &p->a.gid, qb, &p->b.gid, &o->conn);
+	SVT_CHECK_OK(svt_post_recv(qb, 7, (char *)p->b.buf + 16384, 8, p->b.mr->lkey));
+	SVT_CHECK_OK(svt_post_send(qa, 7, IBV_WR_SEND, IBV_SEND_SIGNALED,
+				   (char *)p->a.buf + 16384, 8, p->a.mr->lkey, 0, 0, 0));
+	svt_poll_n(cb, 1, &wc, 0);
+	SVT_CHECK_WC_STATUS(wc, IBV_WC_SUCCESS);
+	svt_poll_n(ca, 1, &wc, 0);
+	SVT_CHECK_WC_STATUS(wc, IBV_WC_SUCCESS);
+	SVT_CHECK_OK(ibv_destroy_qp(qa));
+	SVT_CHECK_OK(ibv_destroy_qp(qb));
+	SVT_CHECK_OK(ibv_destroy_cq(ca));
+	SVT_CHECK_OK(ibv_destroy_cq(cb));
+}
+
+/*
  * RTS -> RESET with work outstanding: a SEND the peer keeps refusing (no
  * receive: RNR NAKs, retried forever), a WRITE queued behind it, a posted
  * receive.  None of them completes, none reaches the peer afterwards, and
@@ -189,6 +221,7 @@ static void test_reset_outstanding(void)
 	SVT_CHECK_OK(svt_qp_to_state(a->qp, IBV_QPS_RESET));
 	svt_expect_no_wc(a->send_cq, 30);
 	svt_expect_no_wc(a->recv_cq, 0);
+	drain_a_to_b(&p, &o);
 
 	/* The peer is now ready for the SEND: it must not come any more (and
 	 * the WRITE behind it neither), not even once a is connected again
