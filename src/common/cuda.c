@@ -263,14 +263,16 @@ int sv_cuda_export(sv_cu_ctx ctx, const void *addr, sv_cu_ipc_handle *h, uint64_
 
 bool sv_cuda_ipc_enabled(void)
 {
-	static int on = -1;
+	static _Atomic int on = -1; /* any thread may ask first: same answer */
+	int v = atomic_load_explicit(&on, memory_order_relaxed);
 
-	if (on < 0) {
+	if (v < 0) {
 		const char *e = getenv("SOFTVERBS_CUDA_IPC");
 
-		on = !(e && !strcmp(e, "0"));
+		v = !(e && !strcmp(e, "0"));
+		atomic_store_explicit(&on, v, memory_order_relaxed);
 	}
-	return on;
+	return v;
 }
 
 bool sv_cuda_can_import(void)

@@ -37,11 +37,16 @@ static struct sv_extent *extents; /* share_lock */
 
 static bool sharing_on(void)
 {
-	static int on = -1;
+	/* registering threads and the engine thread may ask first at once:
+	 * each computes the same answer */
+	static _Atomic int on = -1;
+	int v = atomic_load_explicit(&on, memory_order_relaxed);
 
-	if (on < 0)
-		on = sv_env_long("SOFTVERBS_SHARED_MR", 1) != 0;
-	return on;
+	if (v < 0) {
+		v = sv_env_long("SOFTVERBS_SHARED_MR", 1) != 0;
+		atomic_store_explicit(&on, v, memory_order_relaxed);
+	}
+	return v;
 }
 
 static size_t huge_page_size(void)
