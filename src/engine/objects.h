@@ -289,16 +289,10 @@ struct sv_send_wqe {
 	struct ibv_send_wr wr; /* copy; sg_list/next unused */
 	const struct sv_wr_opcode_info *op; /* wr.opcode's row, checked at post */
 	struct ibv_sge *sge;   /* into the QP's send SGE pool */
-	uint32_t num_sge;
-	uint32_t length;       /* total payload bytes */
 	uint8_t *inline_buf;   /* into the QP's inline pool (IBV_SEND_INLINE) */
 	struct sv_ah *ah;      /* UD */
-	enum sv_wqe_state state;
-	enum ibv_wc_status status;
-	/* a packet of it went on the wire: it is resent there, never executed
-	 * on the peer's memory (engine/peer_mem.h), whose responder may have
-	 * executed it already and expects the PSNs after it */
-	bool wired;
+	uint32_t num_sge;
+	uint32_t length;       /* total payload bytes */
 	uint32_t first_psn, last_psn;
 	uint32_t npkts;
 	/* READ: the next response PSN expected.  Responses are placed only in
@@ -311,7 +305,16 @@ struct sv_send_wqe {
 	struct sv_mr *bind_mw;
 	uint32_t bind_hi; /* its key's upper 24 bits, which name it in the table */
 	uint32_t bind_lkey; /* the MR's key, 0 when unbinding */
+	/* the small fields last, in one word: a ring of these is a QP's
+	 * largest allocation (tests/scale counts the bytes per QP) */
+	uint8_t state;  /* enum sv_wqe_state */
+	uint8_t status; /* enum ibv_wc_status */
+	/* a packet of it went on the wire: it is resent there, never executed
+	 * on the peer's memory (engine/peer_mem.h), whose responder may have
+	 * executed it already and expects the PSNs after it */
+	bool wired;
 };
+_Static_assert(IBV_WC_TM_RNDV_INCOMPLETE < 256, "a WC status fits the WQE's byte");
 /* A send WQE leaves the queue (completed, flushed or discarded): what it held goes. */
 void sv_wqe_release(struct sv_send_wqe *w);
 
@@ -376,8 +379,7 @@ struct sv_qp {
 	bool resp_in_write;   /* ... and it is a WRITE */
 	bool resp_drop_msg;   /* UC: drop until next FIRST/ONLY */
 	bool resp_have_rwqe;
-	struct sv_recv_wqe rwqe; /* receive WQE being filled */
-	struct ibv_sge rwqe_sge[SV_MAX_SGE];
+	struct sv_recv_wqe rwqe; /* receive WQE being filled; its SGL in rwqe_sge */
 	uint32_t rwqe_off;
 	uint64_t wr_va;       /* RDMA WRITE in progress */
 	uint32_t wr_rkey, wr_left, wr_total;
@@ -413,7 +415,15 @@ struct sv_qp {
 		uint64_t ino;
 		uint8_t *base;
 	} xcache;
+	/* the SGL of rwqe: as many SGEs as a receive WQE of this QP's queue
+	 * (or SRQ) may hold, allocated with the QP (sv_qp_size) */
+	struct ibv_sge rwqe_sge[];
 };
+/* The allocation of a QP whose receive WQEs hold up to max_sge SGEs. */
+static inline size_t sv_qp_size(uint32_t max_sge)
+{
+	return sizeof(struct sv_qp) + (size_t)SV_MAX(max_sge, 1u) * sizeof(struct ibv_sge);
+}
 static inline struct sv_qp *to_sv_qp(struct ibv_qp *q)
 {
 	return SV_CONTAINER_OF((struct ibv_qp_ex *)q, struct sv_qp, ex);

@@ -53,7 +53,8 @@ static struct ibv_qp *qp_create(struct ibv_context *context, struct ibv_qp_init_
 	    cap->max_inline_data > SV_MAX_INLINE)
 		goto fail;
 
-	qp = calloc(1, sizeof(*qp));
+	/* a receive WQE taken from the queue or the SRQ is copied whole */
+	qp = calloc(1, sv_qp_size(ia->srq ? to_sv_srq(ia->srq)->rq.max_sge : cap->max_recv_sge));
 	if (!qp) {
 		err = ENOMEM;
 		goto fail;
