@@ -81,7 +81,19 @@ struct sv_engine {
 	bool listeners_resting; /* out of descriptors: not polled for now */
 	atomic_int nconns_polled;      /* connections only epoll can look at (tcp) */
 	_Atomic uint64_t last_poll_ns; /* an application thread last made progress */
+	/* a one-sided request came by the wire (set by the responder, taken by
+	 * the engine thread), and until when the engine ticks fast for them */
+	atomic_bool one_sided_seen;
+	uint64_t one_sided_until;
 };
+
+/* The responder executes a WRITE, READ or atomic that came by the wire: an
+ * application may be spinning on its memory, waiting for it (arm_in_memory). */
+static inline void sv_engine_saw_one_sided(struct sv_engine *eng)
+{
+	if (!atomic_load_explicit(&eng->one_sided_seen, memory_order_relaxed))
+		atomic_store_explicit(&eng->one_sided_seen, true, memory_order_relaxed);
+}
 
 int sv_engine_start(struct sv_context *ctx, struct in_addr ip);
 void sv_engine_stop(struct sv_engine *eng);

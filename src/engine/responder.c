@@ -910,6 +910,8 @@ void sv_responder_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opc
 		r = check_length(&p);
 	if (r == RESP_OK)
 		r = check_psn(&p);
+	if (r == RESP_OK && !(op->mask & SV_OPF_SEND))
+		sv_engine_saw_one_sided(qp->ctx->eng);
 	if (r == RESP_OK) {
 		if (op->mask & SV_OPF_SEND)
 			r = exec_send(&p);
