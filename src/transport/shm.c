@@ -499,11 +499,13 @@ static ssize_t ring_put(struct sv_conn *c, const struct iovec *iov, int iovcnt, 
 	struct sv_shm *s = to_shm(c);
 	uint64_t head = atomic_load_explicit(&s->tx->head, memory_order_seq_cst); /* after `room` */
 	uint64_t wpos = atomic_load_explicit(&s->wpos, memory_order_relaxed), start = wpos;
-	struct cma_batch sc = { .n = 0, .bytes = 0 };
+	struct cma_batch sc; /* not cleared whole: 2 KB of iovecs per call */
 	size_t taken = 0;
 	int i = 0;
 	size_t off = 0;
 
+	sc.n = 0;
+	sc.bytes = 0;
 	if (atomic_load_explicit(&self_copy_ok, memory_order_relaxed) < 0)
 		atomic_store_explicit(&self_copy_ok, cma_allowed(), memory_order_relaxed);
 	if (wpos - head > SHM_RING_BYTES) {
