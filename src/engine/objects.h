@@ -412,6 +412,7 @@ struct sv_qp {
 	struct {
 		uint32_t rkey, slot, epoch;
 		uint32_t miss; /* the rkey whose last operation went by the wire */
+		uint64_t miss_ns; /* when (the wire keeps it until SV_DIRECT_RETRY_NS) */
 		uint64_t ino;
 		uint8_t *base;
 	} xcache;

@@ -358,7 +358,13 @@ bool sv_peer_direct_soon(struct sv_qp *qp, struct sv_conn *conn, const struct sv
 {
 	uint32_t rkey = one_sided_rkey(w);
 
-	return rkey && rkey != qp->xcache.miss && !sv_faults_enabled &&
+	/* a key the wire served is tried again now and then: what made it
+	 * fail (the peer not yet exporting the MR, say) may have passed, and
+	 * a queue kept full never drains by itself to let sv_peer_direct see */
+	if (rkey && rkey == qp->xcache.miss &&
+	    sv_now_ns() - qp->xcache.miss_ns < SV_DIRECT_RETRY_NS)
+		return false;
+	return rkey && !sv_faults_enabled &&
 	       atomic_load(&conn->state) == SV_CONN_UP && peer_mem(conn, qp->attr.dest_qp_num);
 }
 
@@ -444,5 +450,7 @@ out:
 	/* what the wire serves, the wire keeps serving: no waiting for it to
 	 * drain before the next WQE with that key (sv_peer_direct_soon) */
 	qp->xcache.miss = r == SV_DIRECT_WIRE ? rkey : 0;
+	if (r == SV_DIRECT_WIRE)
+		qp->xcache.miss_ns = sv_now_ns();
 	return r;
 }

@@ -20,6 +20,10 @@ enum sv_direct {
 /* Longer operations are not executed in a thread that posts them (with
  * may_defer): ibv_post_send returns at once, as with a NIC. */
 #define SV_DIRECT_INLINE_MAX (8u << 20)
+/* How long a key whose operation the wire served stays with the wire
+ * before one of its operations waits for the wire to drain and tries the
+ * direct path again (a drained pipeline once per this period). */
+#define SV_DIRECT_RETRY_NS 1000000ull
 
 /*
  * qp->lock held; w is an RC WQE about to start, every WQE before it
