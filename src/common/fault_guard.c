@@ -1,5 +1,6 @@
 /* Guarded accesses to application memory; see fault_guard.h. */
 #include "common/fault_guard.h"
+#include "common/util.h" /* sv_now_ns: clock_gettime, async-signal-safe */
 
 #include <pthread.h>
 #include <setjmp.h>
@@ -52,14 +53,6 @@ static _Atomic long held_by;             /* the thread that holds it */
  * the hold caused: the signal may be handled after the release. */
 #define HELD_GRACE_NS 100000000ull
 
-static uint64_t mono_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts); /* async-signal-safe */
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 void sv_fault_guard_hold(void *start, size_t len)
 {
 	atomic_store(&held_by, (long)syscall(SYS_gettid));
@@ -71,7 +64,7 @@ void sv_fault_guard_hold(void *start, size_t len)
 
 void sv_fault_guard_release(void)
 {
-	atomic_store(&released_at, mono_ns());
+	atomic_store(&released_at, sv_now_ns());
 	atomic_store(&held, false);
 }
 
@@ -90,7 +83,7 @@ static bool wait_held(const siginfo_t *si)
 	    a >= atomic_load(&held_range[1]))
 		return false;
 	if (!atomic_load(&held))
-		return mono_ns() - atomic_load(&released_at) < HELD_GRACE_NS;
+		return sv_now_ns() - atomic_load(&released_at) < HELD_GRACE_NS;
 	/* the holder itself would wait for ever: a bug, which must show */
 	if ((long)syscall(SYS_gettid) == atomic_load(&held_by))
 		return false;
