@@ -1198,20 +1198,13 @@ static void handle_events(struct sv_engine *eng, struct epoll_event *evs, int n,
 	}
 }
 
-/*
- * Progress from an application thread that polls a CQ and finds it empty:
- * it does the engine's work itself instead of waiting for the engine thread
- * to be scheduled, which on a busy machine is what latency is made of.
- */
-void sv_engine_progress(struct sv_engine *eng)
+/* One pass over what has arrived, from a thread other than the engine's; progress_lock held. */
+static void progress_locked(struct sv_engine *eng)
 {
 	struct epoll_event evs[16];
 	int n;
 
-	if (pthread_mutex_trylock(&eng->progress_lock))
-		return; /* someone is already making progress */
 	tls_progress = eng;
-	atomic_store_explicit(&eng->last_poll_ns, sv_now_ns(), memory_order_relaxed);
 	scan_in_memory(eng);
 	/* only connections behind an fd need a system call to be looked at */
 	if (atomic_load_explicit(&eng->nconns_polled, memory_order_relaxed)) {
@@ -1225,6 +1218,34 @@ void sv_engine_progress(struct sv_engine *eng)
 	if (held_ready(eng))
 		wake(eng); /* the engine thread goes on with it */
 	tls_progress = NULL;
+}
+
+/*
+ * Progress from an application thread that polls a CQ and finds it empty:
+ * it does the engine's work itself instead of waiting for the engine thread
+ * to be scheduled, which on a busy machine is what latency is made of.
+ */
+void sv_engine_progress(struct sv_engine *eng)
+{
+	if (pthread_mutex_trylock(&eng->progress_lock))
+		return; /* someone is already making progress */
+	atomic_store_explicit(&eng->last_poll_ns, sv_now_ns(), memory_order_relaxed);
+	progress_locked(eng);
+	pthread_mutex_unlock(&eng->progress_lock);
+}
+
+/*
+ * Take in what has reached this host and not been processed yet, waiting for
+ * whoever is processing now.  A NIC handles a packet as it arrives; here an
+ * ACK can sit in a socket until a thread gets to it (ibv_modify_qp to ERR
+ * and ibv_destroy_qp call this first: verbs/qp.c).
+ */
+void sv_engine_settle(struct sv_engine *eng)
+{
+	if (!eng || tls_progress == eng || tls_engine_thread == eng)
+		return; /* called from within a pass: what is there is being handled */
+	pthread_mutex_lock(&eng->progress_lock);
+	progress_locked(eng);
 	pthread_mutex_unlock(&eng->progress_lock);
 }
 

@@ -104,6 +104,8 @@ void sv_engine_quiesce(struct sv_engine *eng, uint64_t deadline_ns);
 
 /* Do pending engine work from the calling thread, if nobody else is. */
 void sv_engine_progress(struct sv_engine *eng);
+/* a blocking pass over what has arrived (before a QP is taken to ERR) */
+void sv_engine_settle(struct sv_engine *eng);
 
 /* The (shared) outgoing connection to a peer endpoint, created on demand. */
 struct sv_conn *sv_engine_conn_to(struct sv_engine *eng, const struct sv_endpoint_addr *peer);

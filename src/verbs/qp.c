@@ -314,6 +314,25 @@ static int check_attr_values(struct sv_qp *qp, struct ibv_qp_attr *a, int mask,
 	return 0;
 }
 
+/*
+ * Before a QP with sends in flight is flushed or destroyed, the engine takes
+ * in what has already reached this host: a NIC would have processed the
+ * peer's ACK on arrival, so its WQE completes with success, not a flush.
+ * The peer may have answered, closed and disconnected meanwhile, and its
+ * disconnect comes on the CM's own connection, which can overtake the ACK
+ * on the data one (libfabric's rxm closes an endpoint on that disconnect).
+ */
+static void settle_sends(struct sv_qp *qp)
+{
+	bool sending;
+
+	pthread_mutex_lock(&qp->lock);
+	sending = qp->sq.head != qp->sq.tail && qp->state != IBV_QPS_ERR;
+	pthread_mutex_unlock(&qp->lock);
+	if (sending)
+		sv_engine_settle(qp->ctx->eng);
+}
+
 int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 {
 	struct sv_qp *qp = to_sv_qp(ibqp);
@@ -323,6 +342,8 @@ int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 
 	if (!attr)
 		return EINVAL;
+	if ((mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_ERR)
+		settle_sends(qp);
 	pthread_mutex_lock(&qp->lock);
 	cur = qp->state;
 	next = (mask & IBV_QP_STATE) ? attr->qp_state : cur;
@@ -459,6 +480,7 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 	/* as Linux's uverbs: detach from the multicast groups first */
 	if (sv_mcast_busy(qp))
 		return EBUSY;
+	settle_sends(qp);
 	pthread_mutex_lock(&ctx->lock);
 	ctx->qpt[ibqp->handle] = NULL;
 	if (ibqp->handle < ctx->qpt_hint)

@@ -112,6 +112,25 @@ server_client() {
 	[ "$src" = 0 ] || sv_fail "$name server exited $src"
 }
 
+# teardown_crash NAME: both sides of the fi_pingpong pair NAME printed their
+# result line with every transfer done and checked (200/200, -c), and what
+# failed afterwards is a SIGSEGV inside libfabric.so itself.  libfabric's
+# rxm closes a connection from its CM thread when the peer disconnects,
+# beside a main thread that is closing the same endpoint, and on a loaded
+# machine that race is sometimes lost (seen 3 in 100 runs here beside a CPU
+# hog, as often before softverbs settled a QP's ACKs before its destruction;
+# ofiwg/libfabric has several issues of that family).  Nothing of softverbs
+# runs in that frame; one of three runs of the pair must pass whole.
+teardown_crash() {
+	local f
+	for f in "$1-server" "$1-client"; do
+		awk '$2 == 200 && $3 == "=200" { ok = 1 } END { exit !ok }' "$SV_WORK/$f.out" ||
+			return 1
+	done
+	grep -h -A1 'terminated with signal 11' "$SV_WORK/$1"-*.out | tail -n 1 |
+		grep -q '^/[^ ]*/libfabric\.so'
+}
+
 # UCX: only the softverbs device of each side, and only the transports asked.
 ucx_env() {
 	export UCX_TLS=$1 UCX_NET_DEVICES=$SDEV:1 UCX_WARN_UNUSED_ENV_VARS=n
@@ -210,8 +229,22 @@ fi-pingpong)
 		[ "$ep" = dgram ] && dom=$SDEV-dgram
 		# -c: every message's payload is checked; -d: the device's domain
 		common=(-p "$prov" -e "$ep" -I 200 -S "$size" -c -d "$dom")
-		server_client "pp$size" 40 fi_pingpong "${common[@]}" -B "$port" -- \
-			fi_pingpong "${common[@]}" -P "$port" "$HOST"
+		for try in 1 2 3; do
+			# in a subshell, so that a failure can be looked at; what it
+			# started ends with it
+			( trap 'for g in "${SV_PGIDS[@]}"; do kill -KILL -- "-$g"; done 2>/dev/null' EXIT
+			  server_client "pp$size" 40 fi_pingpong "${common[@]}" -B "$port" -- \
+				fi_pingpong "${common[@]}" -P "$port" "$HOST" ) >"$SV_WORK/pp$size.log" 2>&1 &&
+				break
+			if [ "$try" -lt 3 ] && teardown_crash "pp$size"; then
+				sv_log "pp$size: both sides checked 200/200, then one died in libfabric's teardown (rxm's CM thread closing the connection beside the main thread): run again"
+				for f in "$SV_WORK/pp$size"-{server,client}.out; do mv "$f" "${f%.out}.try$try.out"; done
+				port=$(oob_port)
+				continue
+			fi
+			cat "$SV_WORK/pp$size.log"
+			exit 1
+		done
 		# the result line counts the iterations both ways: "<size> 200 =200 ..."
 		for f in "pp$size-server" "pp$size-client"; do
 			awk '$2 == 200 && $3 == "=200" { ok = 1 } END { exit !ok }' "$SV_WORK/$f.out" ||
