@@ -392,12 +392,14 @@ struct sv_qp {
 		uint64_t va;
 		uint32_t rkey, dma_len, psn, next;
 	} rd_left;
-	/* atomic replay cache: duplicate atomics return the first result */
-	struct {
+	/* atomic replay cache, SV_MAX_QP_RD_ATOM entries: duplicate atomics
+	 * return the first result; allocated by the first atomic the QP
+	 * executes (most QPs never take one), freed with the QP */
+	struct sv_atomic_replay {
 		uint32_t psn;
 		uint64_t orig;
 		bool valid;
-	} atomic_cache[SV_MAX_QP_RD_ATOM];
+	} *atomic_cache;
 	uint32_t atomic_cache_next;
 	bool comm_est_sent;
 	/* host windows onto GPU memory being sent (engine/gpu.h): a send

@@ -13,6 +13,7 @@
 #include "common/fault_guard.h"
 
 #include <arpa/inet.h>
+#include <stdlib.h>
 #include <string.h>
 
 int sv_send_packet(struct sv_conn *conn, const void *hdr, size_t hdr_len,
@@ -588,6 +589,11 @@ static enum resp_result exec_atomic(const struct resp_pkt *p)
 
 	if (r != RESP_OK)
 		return r;
+	/* short of memory for the replay cache: not now (RNR NAK), the
+	 * requester tries again after its RNR timer */
+	if (!qp->atomic_cache &&
+	    !(qp->atomic_cache = calloc(SV_MAX_QP_RD_ATOM, sizeof(*qp->atomic_cache))))
+		return RESP_NO_RECV;
 	sv_gpu_sink_drain(qp->gpu_in); /* after the writes before it */
 	sv_mr_read_lock(qp->ctx);
 	r = check_rkey(qp, ntohl(a->rkey), va, 8, IBV_ACCESS_REMOTE_ATOMIC, (uint8_t **)&word,
@@ -649,7 +655,7 @@ static void duplicate(const struct resp_pkt *p)
 			nak_fatal(qp, p->conn, p->psn,
 				  res == RESP_ERR_RKEY ? SV_NAK_REM_ACCESS : SV_NAK_INV_REQ);
 	} else if (p->op->mask & SV_OPF_ATOMIC) {
-		for (int i = 0; i < SV_MAX_QP_RD_ATOM; i++)
+		for (int i = 0; qp->atomic_cache && i < SV_MAX_QP_RD_ATOM; i++)
 			if (qp->atomic_cache[i].valid && qp->atomic_cache[i].psn == p->psn)
 				send_atomic_ack(qp, p->conn, p->psn, qp->atomic_cache[i].orig);
 	} else if (p->op->mask & SV_OPF_ATOMIC_WRITE) {
