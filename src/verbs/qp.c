@@ -327,7 +327,6 @@ static void settle_sends(struct sv_qp *qp)
 {
 	bool sending;
 
-	return; /* TEMP */
 	pthread_mutex_lock(&qp->lock);
 	sending = qp->sq.head != qp->sq.tail && qp->state != IBV_QPS_ERR;
 	pthread_mutex_unlock(&qp->lock);
