@@ -17,7 +17,7 @@ set -euo pipefail
 
 packages=(
 	cmake gcc make pkg-config
-	libibverbs-dev librdmacm-dev libsodium-dev
+	libibverbs-dev librdmacm-dev libsodium-dev zlib1g-dev
 	ibverbs-utils rdmacm-utils perftest qperf
 	iproute2 iperf3
 	"$@"

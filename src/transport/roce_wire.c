@@ -1,0 +1,136 @@
+/* The RoCEv2 packet format: softverbs packets to UDP payloads and back (see roce_wire.h). */
+#include "transport/roce_wire.h"
+#include "engine/opcode.h"
+#include "engine/wire.h"
+
+#include <arpa/inet.h>
+#include <string.h>
+#include <zlib.h>
+
+/* The IB BTH's bytes that differ from softverbs' (engine/wire.h). */
+#define IB_BTH_FLAGS 1	   /* SE | MigReq | PadCnt(2) | TVer(4) */
+#define IB_BTH_SE 0x80
+#define IB_BTH_PAD_SHIFT 4
+#define IB_BTH_PAD_MASK 0x30
+#define IB_BTH_TVER_MASK 0x0f
+#define IB_BTH_FECN_BYTE 4 /* FECN | BECN | 6 reserved bits, then the DestQP */
+#define IB_BTH_FECN 0x80
+#define IB_BTH_ACK_BYTE 8  /* AckReq | 7 reserved bits, then the PSN */
+#define IB_BTH_ACKREQ 0x80
+
+uint32_t sv_roce_icrc(const struct sv_roce_path *path, const void *dgram, size_t len)
+{
+	static const uint8_t ones[8] = { 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff };
+	const uint8_t *d = dgram;
+	uint8_t ip[40], udp[8], bth[sizeof(struct sv_bth)];
+	size_t iplen, body = len - SV_ROCE_ICRC_LEN; /* what follows the BTH, ICRC excluded */
+	uint16_t udplen = (uint16_t)(8 + len);
+	uLong crc = crc32(0L, Z_NULL, 0);
+
+	memset(ip, 0, sizeof(ip));
+	if (path->v6) {
+		uint16_t plen = htons(udplen);
+
+		/* version 6; traffic class and flow label masked */
+		ip[0] = 0x6f;
+		ip[1] = ip[2] = ip[3] = 0xff;
+		memcpy(ip + 4, &plen, 2);
+		ip[6] = 17;   /* next header: UDP */
+		ip[7] = 0xff; /* hop limit, masked */
+		memcpy(ip + 8, path->src, 16);
+		memcpy(ip + 24, path->dst, 16);
+		iplen = 40;
+	} else {
+		uint16_t tot = htons((uint16_t)(20 + udplen)), df = htons(0x4000);
+
+		ip[0] = 0x45;
+		ip[1] = 0xff; /* TOS (DSCP, ECN), masked */
+		memcpy(ip + 2, &tot, 2);
+		/* identification 0, DF: an unconnected socket with PMTU discovery on */
+		memcpy(ip + 6, &df, 2);
+		ip[8] = 0xff; /* TTL, masked */
+		ip[9] = 17;
+		ip[10] = ip[11] = 0xff; /* header checksum, masked */
+		memcpy(ip + 12, path->src, 4);
+		memcpy(ip + 16, path->dst, 4);
+		iplen = 20;
+	}
+	{
+		uint16_t sp = htons(path->sport), dp = htons(path->dport), ul = htons(udplen);
+
+		memcpy(udp, &sp, 2);
+		memcpy(udp + 2, &dp, 2);
+		memcpy(udp + 4, &ul, 2);
+		udp[6] = udp[7] = 0xff; /* UDP checksum, masked */
+	}
+	memcpy(bth, d, sizeof(bth));
+	bth[IB_BTH_FECN_BYTE] = 0xff; /* FECN, BECN and reserved, masked */
+	crc = crc32(crc, ones, sizeof(ones));
+	crc = crc32(crc, ip, (uInt)iplen);
+	crc = crc32(crc, udp, sizeof(udp));
+	crc = crc32(crc, bth, sizeof(bth));
+	crc = crc32(crc, d + sizeof(bth), (uInt)(body - sizeof(bth)));
+	return (uint32_t)crc;
+}
+
+size_t sv_roce_encode(const struct sv_roce_path *path, const void *pkt, size_t len, void *out,
+		      size_t cap)
+{
+	const uint8_t *p = pkt;
+	uint8_t *o = out;
+	const struct sv_opcode_info *op;
+	size_t pad, total;
+	uint32_t icrc;
+
+	if (len < sizeof(struct sv_bth) || !(op = sv_opcode_info(p[0])) || len < op->hdr_len ||
+	    (p[1] & SV_BTH_GPUREF))
+		return 0;
+	pad = (4 - (len - op->hdr_len) % 4) % 4;
+	total = len + pad + SV_ROCE_ICRC_LEN;
+	if (total > cap)
+		return 0;
+	memcpy(o, p, len);
+	o[IB_BTH_FLAGS] = (uint8_t)(((p[1] & SV_BTH_SE) ? IB_BTH_SE : 0) | (pad << IB_BTH_PAD_SHIFT));
+	o[IB_BTH_FECN_BYTE] = 0;
+	o[IB_BTH_ACK_BYTE] = (p[1] & SV_BTH_ACKREQ) ? IB_BTH_ACKREQ : 0;
+	memset(o + len, 0, pad);
+	icrc = sv_roce_icrc(path, o, total);
+	for (int i = 0; i < SV_ROCE_ICRC_LEN; i++)
+		o[len + pad + (size_t)i] = (uint8_t)(icrc >> (8 * i)); /* little-endian */
+	return total;
+}
+
+int sv_roce_decode(const struct sv_roce_path *path, const void *dgram, size_t len, void *out,
+		   size_t cap, bool *ecn_marked)
+{
+	const uint8_t *d = dgram;
+	uint8_t *o = out;
+	const struct sv_opcode_info *op;
+	uint32_t icrc = 0;
+	size_t pad, n;
+
+	if (len < sizeof(struct sv_bth) + SV_ROCE_ICRC_LEN)
+		return SV_ROCE_SHORT;
+	if (d[IB_BTH_FLAGS] & IB_BTH_TVER_MASK)
+		return SV_ROCE_BAD_VERSION;
+	if (!(op = sv_opcode_info(d[0])))
+		return SV_ROCE_BAD_OPCODE;
+	pad = (d[IB_BTH_FLAGS] & IB_BTH_PAD_MASK) >> IB_BTH_PAD_SHIFT;
+	if (len < op->hdr_len + pad + SV_ROCE_ICRC_LEN)
+		return SV_ROCE_SHORT;
+	for (int i = 0; i < SV_ROCE_ICRC_LEN; i++)
+		icrc |= (uint32_t)d[len - SV_ROCE_ICRC_LEN + (size_t)i] << (8 * i);
+	if (icrc != sv_roce_icrc(path, d, len))
+		return SV_ROCE_BAD_ICRC;
+	n = len - SV_ROCE_ICRC_LEN - pad;
+	if (n > cap)
+		return SV_ROCE_NO_ROOM;
+	memcpy(o, d, n);
+	o[1] = (uint8_t)(((d[IB_BTH_FLAGS] & IB_BTH_SE) ? SV_BTH_SE : 0) |
+			 ((d[IB_BTH_ACK_BYTE] & IB_BTH_ACKREQ) ? SV_BTH_ACKREQ : 0));
+	o[IB_BTH_FECN_BYTE] = 0;
+	o[IB_BTH_ACK_BYTE] = 0;
+	if (ecn_marked)
+		*ecn_marked = d[IB_BTH_FECN_BYTE] & IB_BTH_FECN;
+	return (int)n;
+}

@@ -1,0 +1,73 @@
+/*
+ * The RoCEv2 packet format (IBA annex A17): what a softverbs packet becomes
+ * inside a UDP datagram to port 4791, and back.
+ *
+ * A softverbs packet (engine/wire.h) already carries the InfiniBand
+ * transport's headers in their wire order with IB's opcodes; only the BTH's
+ * flag bytes differ (softverbs keeps SE and AckReq in one byte of its own),
+ * and IB adds what a byte stream did not need: the payload is padded to a
+ * multiple of 4 bytes (PadCnt in the BTH) and the packet ends with the
+ * invariant CRC.  The ICRC is the Ethernet CRC-32 (zlib's crc32) over
+ *
+ *   8 bytes of 0xff | IP header | UDP header | BTH | the rest, pad included
+ *
+ * with the fields that routers may change set to all ones first: for IPv4
+ * the TOS, TTL and header checksum, for IPv6 the traffic class, flow label
+ * and hop limit, the UDP checksum, and the BTH's FECN/BECN/reserved byte.
+ * It is carried little-endian, as rxe and the NICs put it on the wire.
+ *
+ * The kernel writes the IP and UDP headers of a datagram sent on a UDP
+ * socket, so the ICRC is computed from what it will write: the addresses and
+ * ports, the lengths, and, for IPv4, identification 0 and DF, which is what
+ * Linux sends from an unconnected socket with path-MTU discovery on
+ * (IP_PMTUDISC_DO) and what rxe sends.
+ */
+#ifndef SV_ROCE_WIRE_H
+#define SV_ROCE_WIRE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SV_ROCE_UDP_PORT 4791
+#define SV_ROCE_ICRC_LEN 4
+
+/* What the ICRC covers of the IP and UDP headers around a packet. */
+struct sv_roce_path {
+	bool v6;
+	uint8_t src[16], dst[16]; /* IPv4: the address in the first 4 bytes */
+	uint16_t sport, dport;	  /* UDP ports, host order (dport 4791) */
+};
+
+/* Why a datagram was refused (sv_roce_decode). */
+enum sv_roce_err {
+	SV_ROCE_OK = 0,
+	SV_ROCE_SHORT = -1,	  /* shorter than its headers, pad and ICRC */
+	SV_ROCE_BAD_VERSION = -2, /* BTH transport version not 0 */
+	SV_ROCE_BAD_OPCODE = -3,  /* an opcode softverbs does not know */
+	SV_ROCE_BAD_ICRC = -4,	  /* the invariant CRC does not match */
+	SV_ROCE_NO_ROOM = -5,	  /* the output buffer is too small */
+};
+
+/*
+ * The UDP payload for softverbs packet pkt (len bytes: headers as its opcode
+ * says, then payload) sent along path, written to out; its length, or 0 if
+ * it does not fit in cap or cannot go on a RoCE wire (an unknown opcode, a
+ * GPU reference, which names memory instead of carrying it).
+ */
+size_t sv_roce_encode(const struct sv_roce_path *path, const void *pkt, size_t len, void *out,
+		      size_t cap);
+
+/*
+ * The softverbs packet carried by UDP payload dgram (len bytes) that arrived
+ * along path, written to out: its length, or an sv_roce_err.  Everything the
+ * ICRC covers is checked; what the packet asks is for the responder.  The
+ * BTH's FECN bit is returned in *ecn_marked when ecn_marked is not NULL.
+ */
+int sv_roce_decode(const struct sv_roce_path *path, const void *dgram, size_t len, void *out,
+		   size_t cap, bool *ecn_marked);
+
+/* The ICRC of UDP payload dgram, its last 4 bytes (the ICRC's place) excluded. */
+uint32_t sv_roce_icrc(const struct sv_roce_path *path, const void *dgram, size_t len);
+
+#endif
