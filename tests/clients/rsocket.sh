@@ -1,0 +1,123 @@
+#!/bin/bash
+# rsocket.sh SCENARIO PORT [ARGS...]
+#
+# Debian's unmodified rdmacm-utils rsockets programs over softverbs'
+# librdmacm.so.1 (src/rdmacm/rsocket.c): a server and a client process on
+# 127.0.0.1 (device sv_lo), both through `softverbs run`.
+# SCENARIO:
+#   rstream SIZE COUNT [-T OPT]...  rstream -S SIZE -C COUNT, verified (-T v);
+#                                   -T a: rpoll-driven, -T n: non-blocking
+#   riostream SIZE COUNT            riostream (riomap + riowrite), verified
+#   rcopy BYTES                     rcopy of a random file; the copy is cmp'd
+#   preload                         rsocket_echo (plain BSD sockets, this
+#                                   folder) with Debian's librspreload.so
+#                                   preloaded: server echoes, client checks
+# PORT is the rdma_cm port (a TCP port on the device's address here).
+. "$(dirname "$0")/lib.sh"
+
+[ $# -ge 2 ] || sv_fail "usage: $0 SCENARIO PORT [ARGS...]"
+scen=$1 port=$2
+shift 2
+case $scen in
+rstream) sv_require rstream ;;
+preload) [ -n "${SV_ECHO:-}" ] && [ -x "$SV_ECHO" ] || sv_fail "rsocket_echo not built" ;;
+*) sv_require "$scen" ;;
+esac
+[ -e "$(dirname "$SV_TOOL")/../lib/librdmacm.so.1" ] || sv_fail "librdmacm.so.1 not built"
+addr=127.0.0.1
+port=$(sv_free_port "" "$port")
+
+start_server() {
+	local w=0
+	sv_run_bg server "$(sv_left)" "" "$@"
+	SPID=$SV_PID
+	sv_wait_listen "" "$port" "$SPID" || w=$?
+	[ "$w" = 0 ] || sv_fail "server did not listen on rdma_cm port $port (wait $w)"
+}
+
+finish() {
+	local crc=$1 src=0
+	sv_wait "$SPID" "$([ "$crc" = 0 ] && echo 15 || echo 3)" || src=$?
+	[ "$crc" = 0 ] || sv_fail "client exited $crc"
+	[ "$src" = 0 ] || sv_fail "server exited $src"
+}
+
+# check_rows NAME ROWS: NAME.out has the result header and exactly ROWS
+# result rows, and says nothing about errors.
+check_rows() {
+	local f="$SV_WORK/$1.out" n
+	grep -q '^name *bytes *xfers *iters *total *time *Gb/sec *usec/xfer' "$f" ||
+		sv_fail "$1: no result header"
+	n=$(grep -cE '^[0-9a-z_]+ +[0-9]+[kmg]? +[0-9]+[kmg]? +[0-9]+[kmg]? +[0-9.]+[kmg]? +[0-9.]+s ' "$f")
+	[ "$n" = "$2" ] || sv_fail "$1: $n result rows, expected $2"
+	! grep -qiE 'error|fail|mismatch|invalid|not implemented' "$f" || sv_fail "$1 reported an error"
+}
+
+human() { # rstream's size_str: 65536 -> 64k, 1048576 -> 1m
+	local s=$1
+	if [ "$s" -ge $((1 << 30)) ] && [ $((s % (1 << 30))) = 0 ]; then echo "$((s >> 30))g"
+	elif [ "$s" -ge $((1 << 20)) ] && [ $((s % (1 << 20))) = 0 ]; then echo "$((s >> 20))m"
+	elif [ "$s" -ge 1024 ] && [ $((s % 1024)) = 0 ]; then echo "$((s >> 10))k"
+	else echo "$s"; fi
+}
+
+count_str() { # rstream's cnt_str: 1000 -> 1k, 50 -> 50
+	local c=$1
+	if [ "$c" -ge 1000000 ] && [ $((c % 1000000)) = 0 ]; then echo "$((c / 1000000))m"
+	elif [ "$c" -ge 1000 ] && [ $((c % 1000)) = 0 ]; then echo "$((c / 1000))k"
+	else echo "$c"; fi
+}
+
+crc=0
+case $scen in
+rstream | riostream)
+	size=$1 count=$2
+	shift 2
+	start_server "$scen" -b "$addr" -p "$port" -S "$size" -C "$count" -T v "$@"
+	sv_run client "$(($(sv_left) - 5))" "" "$scen" -s "$addr" -p "$port" -S "$size" \
+		-C "$count" -T v "$@" || crc=$?
+	finish "$crc"
+	for s in server client; do
+		check_rows "$s" 1
+		row=$(grep '^custom ' "$SV_WORK/$s.out") || sv_fail "$s: no 'custom' row"
+		read -r _ b x _ <<<"$row"
+		[ "$b" = "$(human "$size")" ] || sv_fail "$s: row for $b bytes, expected $(human "$size")"
+		[ "$x" = "$(count_str "$count")" ] || sv_fail "$s: row for $x transfers, expected $count"
+	done
+	echo "   $(grep '^custom ' "$SV_WORK/client.out")"
+	;;
+rcopy)
+	bytes=$1
+	head -c "$bytes" /dev/urandom >"$SV_WORK/src.bin"
+	start_server rcopy -p "$port"
+	sv_run client "$(($(sv_left) - 5))" "" rcopy "$SV_WORK/src.bin" "$addr:$SV_WORK/dst.bin" \
+		-p "$port" || crc=$?
+	[ "$crc" = 0 ] || sv_fail "rcopy client exited $crc"
+	grep -q "^$bytes bytes in " "$SV_WORK/client.out" || sv_fail "client did not report $bytes bytes"
+	# the server serves until stopped; it has written the file when it
+	# prints "done" for this client
+	for _ in $(seq 100); do
+		grep -q "transferring...$bytes bytes...closing...done" "$SV_WORK/server.out" && break
+		sleep 0.1
+	done
+	grep -q "transferring...$bytes bytes...closing...done" "$SV_WORK/server.out" ||
+		sv_fail "server did not finish the file"
+	kill -0 "$SPID" 2>/dev/null || sv_fail "rcopy server died"
+	cmp "$SV_WORK/src.bin" "$SV_WORK/dst.bin" || sv_fail "the copy differs"
+	;;
+preload)
+	pre=/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so
+	[ -e "$pre" ] || sv_skip "$pre not installed (Debian librdmacm1)"
+	start_server env LD_PRELOAD="$pre" "$SV_ECHO" server "$addr" "$port"
+	sv_run client "$(($(sv_left) - 5))" "" env LD_PRELOAD="$pre" "$SV_ECHO" client "$addr" "$port" ||
+		crc=$?
+	finish "$crc"
+	grep -q '^echo: client ok' "$SV_WORK/client.out" || sv_fail "client did not check the echo"
+	grep -q '^echo: server ok' "$SV_WORK/server.out" || sv_fail "server did not finish"
+	grep -q '^echo: rsocket' "$SV_WORK/client.out" || sv_fail "client socket was not an rsocket"
+	;;
+*)
+	sv_fail "unknown scenario '$scen'"
+	;;
+esac
+echo "PASS: $scen $*"
