@@ -201,6 +201,10 @@ int rdma_create_qp_ex(struct rdma_cm_id *pub, struct ibv_qp_init_attr_ex *attr)
 
 	if (pub->qp)
 		return cm_err(EINVAL);
+	/* XRC over the CM (rdma_xclient -c x) is not done here: its QPs work
+	 * through the verbs only (docs/COMPATIBILITY.md §1.7a) */
+	if (attr->qp_type == IBV_QPT_XRC_SEND || attr->qp_type == IBV_QPT_XRC_RECV)
+		return cm_err(EOPNOTSUPP);
 	if (!pd)
 		pd = pub->pd;
 	if (!pd) {
