@@ -34,6 +34,10 @@ static const char *qp_type_str(unsigned t)
 		return "UC";
 	case IBV_QPT_UD:
 		return "UD";
+	case IBV_QPT_XRC_SEND:
+		return "XRC_SEND";
+	case IBV_QPT_XRC_RECV:
+		return "XRC_RECV";
 	default:
 		return "?";
 	}

@@ -617,10 +617,12 @@ static void dispatch(struct sv_conn *conn, const struct sv_opcode_info *op, uint
 		return;
 	}
 	sv_stat_rx(conn->eng->ctx, qp, plen);
-	if (op->mask & SV_OPF_REQUEST)
-		sv_responder_rx(qp, conn, op, hdr, payload, plen, src_gpu);
-	else
+	if (op->mask & SV_OPF_REQUEST) {
+		if (qp->ti->receives) /* not an XRC send QP */
+			sv_responder_rx(qp, conn, op, hdr, payload, plen, src_gpu);
+	} else if (qp->ti->sends) { /* not an XRC receive QP */
 		sv_completer_rx(qp, op, hdr, payload, plen, src_gpu);
+	}
 	pthread_mutex_unlock(&qp->lock);
 	sv_qp_put(qp);
 }

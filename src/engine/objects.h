@@ -113,6 +113,13 @@ struct sv_context {
 				 free QPN starts here, so creating n QPs costs
 				 O(n), not O(n^2) (10,000 QPs: tests/scale) */
 	uint32_t nqp, ncq, nsrq, npd, nah;
+	/* SRQs by number (srq_num - qpn_base; SRQ numbers are their own
+	 * space, unique on the host as QP numbers are), under srqt_lock, a
+	 * leaf (the responder looks XRC SRQs up with a QP's lock held) */
+	pthread_mutex_t srqt_lock;
+	struct sv_srq **srqt;
+	uint32_t srqt_size;
+	struct sv_list xrcds; /* the XRC domains opened here (sv_xrcd.link), under lock */
 
 	struct sv_mr_table mrs;
 	int async_wfd; /* write end of the async event pipe (read end: async_fd) */
@@ -240,6 +247,26 @@ struct sv_rq {
 	uint32_t head, count;
 };
 
+/*
+ * An XRC domain: what ties XRC receive QPs to the XRC SRQs their requests
+ * may name.  Opened with a file, it is the one domain of that file (inode)
+ * for this process, counted by opens; without one (fd -1), its own.
+ */
+struct sv_xrcd {
+	struct ibv_xrcd ibx;
+	struct sv_context *ctx;
+	struct sv_list link; /* ctx->xrcds */
+	bool by_inode;
+	dev_t dev;
+	ino_t ino;
+	int opens;	     /* ibv_open_xrcd calls not closed yet (ctx->lock) */
+	struct sv_ref users; /* XRC QPs and SRQs in it: close fails with EBUSY */
+};
+static inline struct sv_xrcd *to_sv_xrcd(struct ibv_xrcd *x)
+{
+	return SV_CONTAINER_OF(x, struct sv_xrcd, ibx);
+}
+
 struct sv_srq {
 	struct ibv_srq ibsrq;
 	struct sv_context *ctx;
@@ -249,6 +276,10 @@ struct sv_srq {
 	struct sv_rq rq;
 	uint32_t srq_limit; /* armed when nonzero */
 	struct sv_ref users; /* QPs using it: destroy fails with EBUSY */
+	uint32_t slot;	     /* in ctx->srqt */
+	uint32_t srq_num;    /* qpn_base + slot (ibv_get_srq_num) */
+	struct sv_xrcd *xrcd; /* XRC SRQs: the domain, and the CQ its receives */
+	struct sv_cq *cq;     /* complete on (a basic SRQ's go to each QP's) */
 };
 static inline struct sv_srq *to_sv_srq(struct ibv_srq *s)
 {
@@ -339,9 +370,12 @@ struct sv_qp {
 	struct sv_context *ctx;
 	const struct sv_qp_type_info *ti; /* what its QP type means to the roles */
 	struct sv_async_count async;
+	/* an XRC receive QP has none of these of its own: pd, rcq and srq are
+	 * those of the XRC SRQ its current request names (responder.c) */
 	struct sv_pd *pd;
 	struct sv_cq *scq, *rcq;
 	struct sv_srq *srq;
+	struct sv_xrcd *xrcd; /* XRC receive QPs */
 	struct sv_ref ref;    /* the owner's, and the engine's while it holds it */
 	bool destroyed;
 	int mcast_attached;   /* ctx->mcast.lock: groups it is attached to */
@@ -436,6 +470,8 @@ static inline struct sv_qp *to_sv_qp(struct ibv_qp *q)
 
 /* Look up a QP by number and take a reference (NULL if none). */
 struct sv_qp *sv_qp_lookup(struct sv_context *ctx, uint32_t qpn);
+/* verbs/srq.c: the XRC SRQ numbered srq_num in xrcd, or NULL */
+struct sv_srq *sv_xrc_srq_lookup(struct sv_context *ctx, struct sv_xrcd *xrcd, uint32_t srq_num);
 static inline void sv_qp_get(struct sv_qp *qp)
 {
 	sv_ref_get(&qp->ref);

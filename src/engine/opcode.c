@@ -18,7 +18,7 @@ struct row {
 	uint32_t mask;
 };
 
-/* Rows for the low five bits; transports (RC/UC/UD) enable subsets below. */
+/* Rows for the low five bits; transports (RC/UC/UD/XRC) enable subsets below. */
 static const struct row rows[] = {
 	{ SV_OP_SEND_FIRST, "SEND_FIRST", REQ_SEND | SV_OPF_FIRST },
 	{ SV_OP_SEND_MIDDLE, "SEND_MIDDLE", REQ_SEND },
@@ -58,7 +58,11 @@ static void add(uint8_t opcode, const struct row *r, uint32_t extra)
 
 	i->name = r->name;
 	i->mask = m;
-	/* wire order of extension headers: DETH, RETH, AETH, ATMETH, ATMACK, IMMDT, IETH */
+	/* wire order of extension headers: XRCETH, DETH, RETH, AETH, ATMETH, ATMACK, IMMDT, IETH */
+	if (m & SV_HDR_XRCETH) {
+		i->off_xrceth = off;
+		off += sizeof(struct sv_xrceth);
+	}
 	if (m & SV_HDR_DETH) {
 		i->off_deth = off;
 		off += sizeof(struct sv_deth);
@@ -96,6 +100,8 @@ static void table_init(void)
 		const struct row *r = &rows[k];
 
 		add(SV_OP_RC | r->opcode, r, 0);
+		/* XRC: RC's operations; each request names its XRC SRQ */
+		add(SV_OP_XRC | r->opcode, r, (r->mask & SV_OPF_REQUEST) ? SV_HDR_XRCETH : 0);
 		/* UC: sends and writes only, never acknowledged (and no
 		 * invalidation: IBA allows it on RC only) */
 		if ((r->mask & (SV_OPF_SEND | SV_OPF_WRITE)) && !(r->mask & SV_HDR_IETH))

@@ -3,7 +3,7 @@
  * BTH, whether it carries payload, and where it sits in a message.  The
  * requester, responder and completer consult this table instead of scattering
  * per-opcode switches.  Opcode values are those of the InfiniBand transport
- * (RC = 0x00.., UC = 0x20.., UD = 0x60..).
+ * (RC = 0x00.., UC = 0x20.., UD = 0x60.., XRC = 0xa0..).
  */
 #ifndef SV_OPCODE_H
 #define SV_OPCODE_H
@@ -15,6 +15,7 @@ enum sv_opcode {
 	SV_OP_RC = 0x00,
 	SV_OP_UC = 0x20,
 	SV_OP_UD = 0x60,
+	SV_OP_XRC = 0xa0, /* requests carry an XRCETH after the BTH */
 
 	/* low 5 bits, shared by RC/UC/UD */
 	SV_OP_SEND_FIRST = 0x00,
@@ -52,6 +53,7 @@ enum {
 	SV_HDR_IMMDT = 1 << 4,
 	SV_HDR_DETH = 1 << 5,
 	SV_HDR_IETH = 1 << 6,
+	SV_HDR_XRCETH = 1 << 7,
 
 	SV_OPF_PAYLOAD = 1 << 8,  /* may carry payload */
 	SV_OPF_FIRST = 1 << 9,    /* first packet of a message */
@@ -71,7 +73,7 @@ struct sv_opcode_info {
 	uint32_t mask;   /* SV_HDR_* | SV_OPF_* */
 	uint8_t hdr_len; /* BTH + extension headers */
 	/* offsets of extension headers from packet start (0 = absent) */
-	uint8_t off_reth, off_aeth, off_atmeth, off_atmack, off_immdt, off_deth, off_ieth;
+	uint8_t off_reth, off_aeth, off_atmeth, off_atmack, off_immdt, off_deth, off_ieth, off_xrceth;
 };
 
 /* NULL for opcodes softverbs does not know (the packet is malformed). */

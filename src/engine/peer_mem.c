@@ -364,7 +364,9 @@ bool sv_peer_direct_soon(struct sv_qp *qp, struct sv_conn *conn, const struct sv
 	if (rkey && rkey == qp->xcache.miss &&
 	    sv_now_ns() - qp->xcache.miss_ns < SV_DIRECT_RETRY_NS)
 		return false;
-	return rkey && !sv_faults_enabled &&
+	/* (XRC: the target's keys are checked against the PD of the SRQ each
+	 * request names, which only its responder knows: always the wire) */
+	return rkey && !qp->ti->xrc && !sv_faults_enabled &&
 	       atomic_load(&conn->state) == SV_CONN_UP && peer_mem(conn, qp->attr.dest_qp_num);
 }
 
@@ -396,7 +398,7 @@ enum sv_direct sv_peer_direct(struct sv_qp *qp, struct sv_conn *conn, struct sv_
 	default:
 		return SV_DIRECT_WIRE;
 	}
-	if (!len || sv_faults_enabled || atomic_load(&conn->state) != SV_CONN_UP ||
+	if (!len || qp->ti->xrc || sv_faults_enabled || atomic_load(&conn->state) != SV_CONN_UP ||
 	    !(pm = peer_mem(conn, dq)))
 		return SV_DIRECT_WIRE;
 	if (need == IBV_ACCESS_REMOTE_ATOMIC) {

@@ -132,6 +132,11 @@ static size_t build_headers(struct sv_qp *qp, struct sv_send_wqe *w, uint32_t k,
 		d->qkey = htonl(qkey);
 		d->sqpn = htonl(qp->ex.qp_base.qp_num);
 	}
+	if (op->off_xrceth) {
+		struct sv_xrceth *x = (void *)(hdr + op->off_xrceth);
+
+		x->srqn = htonl(w->wr.qp_type.xrc.remote_srqn & SV_PSN_MASK);
+	}
 	if (op->off_reth) {
 		struct sv_reth *r = (void *)(hdr + op->off_reth);
 

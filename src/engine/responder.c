@@ -32,7 +32,7 @@ int sv_send_packet(struct sv_conn *conn, const void *hdr, size_t hdr_len,
 
 static void fill_bth(struct sv_qp *qp, struct sv_bth *bth, uint8_t low, uint32_t psn)
 {
-	bth->opcode = SV_OP_RC | low;
+	bth->opcode = qp->ti->wire_class | low;
 	bth->flags = 0;
 	bth->pkey = 0xffff;
 	bth->dqpn = htonl(qp->attr.dest_qp_num & SV_PSN_MASK);
@@ -196,6 +196,7 @@ enum resp_result {
 	RESP_ERR_RECV_LEN,   /* SEND longer than its receive WQE */
 	RESP_ERR_RECV_PROT,  /* receive WQE's memory refused */
 	RESP_ERR_INVALIDATE, /* SEND_WITH_INV names no window it may invalidate */
+	RESP_ERR_XRC_SRQ,    /* XRC: no XRC SRQ of the QP's domain has that number */
 	RESP_NRESULTS,
 };
 
@@ -223,6 +224,7 @@ static const struct resp_action resp_actions[RESP_NRESULTS][3] = {
 	[RESP_ERR_RECV_LEN] = { { NAK(SV_NAK_INV_REQ), true, false, true }, { 0, true, false, true },
 				{ 0 } },
 	[RESP_ERR_INVALIDATE] = { { NAK(SV_NAK_INV_REQ), true, false, true } },
+	[RESP_ERR_XRC_SRQ] = { { NAK(SV_NAK_INV_REQ), true, false, true } },
 	[RESP_ERR_RECV_PROT] = { { NAK(SV_NAK_REM_OP), true, false, true }, { 0, true, false, true },
 				 { 0 } },
 	/* RC: an RNR NAK (respond()); UC: the message is lost; UD: the datagram */
@@ -250,6 +252,30 @@ struct resp_pkt {
 static enum resp_result check_transport(const struct resp_pkt *p)
 {
 	return (p->hdr[0] & 0xe0) == p->qp->ti->wire_class ? RESP_OK : RESP_DROP;
+}
+
+/*
+ * Step (XRC receive QPs): the XRC SRQ the request names (XRCETH), which
+ * must be of the QP's domain, is the QP's for this request: its PD is the
+ * one keys are checked against, its queue and CQ take a SEND.  A message
+ * keeps the SRQ it started with.
+ */
+static enum resp_result check_xrc(const struct resp_pkt *p)
+{
+	struct sv_qp *qp = p->qp;
+	const struct sv_xrceth *x;
+	struct sv_srq *srq;
+
+	if (!qp->ti->xrc)
+		return RESP_OK;
+	x = (const void *)(p->hdr + p->op->off_xrceth);
+	srq = sv_xrc_srq_lookup(qp->ctx, qp->xrcd, ntohl(x->srqn) & SV_PSN_MASK);
+	if (!srq || (qp->resp_in_msg && srq != qp->srq))
+		return RESP_ERR_XRC_SRQ;
+	qp->srq = srq;
+	qp->pd = srq->pd;
+	qp->rcq = srq->cq;
+	return RESP_OK;
 }
 
 /* Step: the QP receives in RTR, RTS, SQD and SQE; elsewhere packets are dropped. */
@@ -446,7 +472,7 @@ static enum resp_result do_read(struct sv_qp *qp, struct sv_conn *conn, uint32_t
 		hdr = sv_txbatch_hdr(&b); /* after any flush of the staging */
 		bth = (void *)hdr;
 		fill_bth(qp, bth, low, sv_psn_add(psn, k));
-		if (sv_opcode_info(SV_OP_RC | low)->off_aeth) {
+		if (sv_opcode_info(qp->ti->wire_class | low)->off_aeth) {
 			struct sv_aeth aeth = { htonl(((uint32_t)SV_AETH_ACK << 24) |
 						      (qp->msn & SV_PSN_MASK)) };
 
@@ -899,6 +925,8 @@ void sv_responder_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opc
 
 	if (r == RESP_OK)
 		r = check_state(&p);
+	if (r == RESP_OK)
+		r = check_xrc(&p);
 	/* requests wait behind a READ still being answered (do_read): this
 	 * one is dropped and its requester sends it again.  None comes on the
 	 * READ's own connection, whose input waits meanwhile (engine.c). */
@@ -952,7 +980,8 @@ bool sv_responder_direct(struct sv_qp *qp, const struct sv_opcode_info *op, cons
 	uint32_t rkey, left;
 	sv_cu_ctx gpu = NULL;
 
-	if (!(op->mask & SV_OPF_WRITE) || op->off_immdt || qp->ti->datagram)
+	/* (XRC: the key's PD is its SRQ's, known once the packet is taken in) */
+	if (!(op->mask & SV_OPF_WRITE) || op->off_immdt || qp->ti->datagram || qp->ti->xrc)
 		return false;
 	if (check_transport(&p) != RESP_OK || check_state(&p) != RESP_OK ||
 	    check_length(&p) != RESP_OK)

@@ -62,6 +62,11 @@ struct sv_immdt {
 	uint32_t imm; /* already big-endian in ibv_send_wr; copied verbatim */
 } __attribute__((packed));
 
+/* XRC extended transport header: the XRC SRQ a request is for (24 bits). */
+struct sv_xrceth {
+	uint32_t srqn;
+} __attribute__((packed));
+
 /* Datagram extended transport header (UD). */
 struct sv_deth {
 	uint32_t qkey;
@@ -96,7 +101,8 @@ struct sv_gpu_ref {
 
 /* Largest header stack any opcode carries, for fixed-size header buffers. */
 #define SV_MAX_HDR_LEN \
-	(sizeof(struct sv_bth) + sizeof(struct sv_atmeth) + sizeof(struct sv_deth) + \
+	(sizeof(struct sv_bth) + sizeof(struct sv_xrceth) + sizeof(struct sv_atmeth) + \
+	 sizeof(struct sv_deth) + \
 	 sizeof(struct sv_immdt) + sizeof(struct sv_reth) + sizeof(struct sv_aeth) + \
 	 sizeof(struct sv_atmack) + sizeof(struct sv_ieth) + sizeof(struct sv_gpu_ref))
 

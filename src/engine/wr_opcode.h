@@ -62,12 +62,15 @@ static inline bool sv_wr_sends_payload(const struct sv_wr_opcode_info *op)
 /* What a QP type means to the roles. */
 struct sv_qp_type_info {
 	enum ibv_qp_type type;
-	uint8_t index;       /* 0 RC, 1 UC, 2 UD: its column in per-type tables */
+	uint8_t index;       /* 0 RC (and XRC), 1 UC, 2 UD: its column in per-type tables */
 	const char *name;
-	uint8_t wire_class;  /* high three bits of its wire opcodes (SV_OP_RC/UC/UD) */
+	uint8_t wire_class;  /* high three bits of its wire opcodes (SV_OP_RC/UC/UD/XRC) */
 	bool reliable;       /* ACKs, retries, READ and atomics (RC) */
 	bool connected;      /* one peer set by ibv_modify_qp; else an AH per WR (UD) */
 	bool datagram;       /* a message is at most one MTU and carries a GRH (UD) */
+	bool sends;          /* has a send queue: the requester role (not XRC_RECV) */
+	bool receives;       /* takes requests: the responder role (not XRC_SEND) */
+	bool xrc;            /* XRC: requests name an XRC SRQ (XRCETH) */
 };
 
 /* NULL for a QP type softverbs does not implement. */

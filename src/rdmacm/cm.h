@@ -109,6 +109,7 @@ struct cm_event {
 struct cm_device {
 	struct ibv_context *verbs;
 	struct ibv_pd *pd;             /* the default PD for ids given none */
+	struct ibv_xrcd *xrcd;         /* the XRC domain of XRC ids (made on first use) */
 	struct in_addr ip;             /* the address its listener serves */
 	union ibv_gid gid;
 	enum ibv_mtu mtu;
@@ -206,7 +207,8 @@ void cm_channel_destroy(struct cm_channel *ch);
 struct cm_device *cm_device_for_ip(struct in_addr ip); /* cm_lock held; NULL: no device */
 int cm_route_source(struct in_addr dst, struct in_addr *src);
 void cm_fill_route(struct cm_id *id);              /* path record from what is known */
-struct ibv_pd *cm_device_pd(struct cm_device *d);  /* the device's default PD */
+struct ibv_pd *cm_device_pd(struct cm_device *d);
+struct ibv_xrcd *cm_device_xrcd(struct cm_device *d);  /* the device's default PD */
 
 /* id.c */
 struct cm_id *cm_id_alloc(struct rdma_event_channel *ch, void *context, enum rdma_port_space ps,

@@ -9,6 +9,7 @@
  */
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <ifaddrs.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -170,6 +171,17 @@ struct ibv_context **rdma_get_devices(int *num_devices)
 void rdma_free_devices(struct ibv_context **list)
 {
 	free(list); /* the contexts stay open: ids share them for the process's life */
+}
+
+/* The XRC domain of a device's XRC ids, as rdma-core's CM keeps one (cm_lock held). */
+struct ibv_xrcd *cm_device_xrcd(struct cm_device *d)
+{
+	struct ibv_xrcd_init_attr a = { .comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS,
+					.fd = -1, .oflags = O_CREAT };
+
+	if (!d->xrcd)
+		d->xrcd = ibv_open_xrcd(d->verbs, &a);
+	return d->xrcd;
 }
 
 /* The default PD of a device, for ids that are given none. */

@@ -199,8 +199,21 @@ int rdma_create_qp_ex(struct rdma_cm_id *pub, struct ibv_qp_init_attr_ex *attr)
 	struct ibv_qp *qp;
 	int err;
 
+	/* XRC, as rdma-core's CM does it: a receive QP has the device's XRC
+	 * domain and no CQs (its messages complete on its SRQ's CQ: an XRC SRQ
+	 * made with rdma_create_srq), a send QP no receive CQ */
+	bool xrecv = attr->qp_type == IBV_QPT_XRC_RECV, xsend = attr->qp_type == IBV_QPT_XRC_SEND;
+	struct ibv_xrcd *xrcd = NULL;
+
 	if (pub->qp)
 		return cm_err(EINVAL);
+	if (xrecv) {
+		pthread_mutex_lock(&cm_lock);
+		xrcd = cm_device_xrcd(id->dev);
+		pthread_mutex_unlock(&cm_lock);
+		if (!xrcd)
+			return cm_err(errno ? errno : ENOMEM);
+	}
 	if (!pd)
 		pd = pub->pd;
 	if (!pd) {
@@ -212,13 +225,13 @@ int rdma_create_qp_ex(struct rdma_cm_id *pub, struct ibv_qp_init_attr_ex *attr)
 	}
 	if (pd->context != pub->verbs)
 		return cm_err(EINVAL);
-	if (!attr->send_cq && !pub->send_cq) {
+	if (!xrecv && !attr->send_cq && !pub->send_cq) {
 		pub->send_cq = make_cq(id, &pub->send_cq_channel, attr->cap.max_send_wr);
 		if (!pub->send_cq)
 			goto nomem;
 		id->own_send_cq = true;
 	}
-	if (!attr->recv_cq && !pub->recv_cq) {
+	if (!xrecv && !xsend && !attr->recv_cq && !pub->recv_cq) {
 		pub->recv_cq = make_cq(id, &pub->recv_cq_channel, attr->cap.max_recv_wr);
 		if (!pub->recv_cq)
 			goto nomem;
@@ -228,10 +241,14 @@ int rdma_create_qp_ex(struct rdma_cm_id *pub, struct ibv_qp_init_attr_ex *attr)
 		attr->send_cq = pub->send_cq;
 	if (!attr->recv_cq)
 		attr->recv_cq = pub->recv_cq;
-	if (!attr->srq && pub->srq)
+	if (!attr->srq && pub->srq && !xrecv && !xsend)
 		attr->srq = pub->srq;
 	attr->pd = pd;
 	attr->comp_mask |= IBV_QP_INIT_ATTR_PD;
+	if (xrecv) {
+		attr->xrcd = xrcd;
+		attr->comp_mask |= IBV_QP_INIT_ATTR_XRCD;
+	}
 
 	qp = ibv_create_qp_ex(pub->verbs, attr);
 	if (!qp) {
@@ -309,12 +326,56 @@ void rdma_destroy_qp(struct rdma_cm_id *pub)
 
 /* ---- SRQs ---- */
 
+/*
+ * An XRC SRQ for an id, as rdma-core's CM makes it: the device's XRC domain
+ * and, unless given, a CQ of the id's own, which becomes its receive CQ
+ * (rdma_get_recv_comp polls it).
+ */
+static int create_xrc_srq(struct rdma_cm_id *pub, struct ibv_pd *pd,
+			  struct ibv_srq_init_attr_ex *attr)
+{
+	struct cm_id *id = cm_id_of(pub);
+	struct ibv_srq *srq;
+	int err;
+
+	if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_XRCD) || !attr->xrcd) {
+		pthread_mutex_lock(&cm_lock);
+		attr->xrcd = cm_device_xrcd(id->dev);
+		pthread_mutex_unlock(&cm_lock);
+		if (!attr->xrcd)
+			return cm_err(errno ? errno : ENOMEM);
+		attr->comp_mask |= IBV_SRQ_INIT_ATTR_XRCD;
+	}
+	if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_CQ) || !attr->cq) {
+		if (!pub->recv_cq) {
+			pub->recv_cq = make_cq(id, &pub->recv_cq_channel, attr->attr.max_wr);
+			if (!pub->recv_cq)
+				return cm_err(ENOMEM);
+			id->own_recv_cq = true;
+		}
+		attr->cq = pub->recv_cq;
+		attr->comp_mask |= IBV_SRQ_INIT_ATTR_CQ;
+	}
+	attr->pd = pd;
+	attr->comp_mask |= IBV_SRQ_INIT_ATTR_PD;
+	srq = ibv_create_srq_ex(pub->verbs, attr);
+	if (!srq) {
+		err = errno ? errno : ENOMEM;
+		return cm_err(err);
+	}
+	pub->srq = srq;
+	pub->pd = pd;
+	return 0;
+}
+
 int rdma_create_srq_ex(struct rdma_cm_id *pub, struct ibv_srq_init_attr_ex *attr)
 {
 	if (!pub || !attr || !pub->verbs)
 		return cm_err(EINVAL);
-	if ((attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && attr->srq_type != IBV_SRQT_BASIC)
-		return cm_err(EOPNOTSUPP); /* XRC and tag matching SRQs are not implemented */
+	bool xrc = (attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && attr->srq_type == IBV_SRQT_XRC;
+
+	if ((attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && attr->srq_type != IBV_SRQT_BASIC && !xrc)
+		return cm_err(EOPNOTSUPP); /* tag matching SRQs are not implemented */
 	struct ibv_pd *pd = (attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) ? attr->pd : NULL;
 	struct ibv_srq_init_attr basic = { .srq_context = attr->srq_context, .attr = attr->attr };
 	struct ibv_srq *srq;
@@ -328,6 +389,8 @@ int rdma_create_srq_ex(struct rdma_cm_id *pub, struct ibv_srq_init_attr_ex *attr
 	}
 	if (!pd)
 		return cm_err(ENOMEM);
+	if (xrc)
+		return create_xrc_srq(pub, pd, attr);
 	srq = ibv_create_srq(pd, &basic);
 	if (!srq)
 		return -1;
@@ -345,7 +408,8 @@ int rdma_create_srq(struct rdma_cm_id *pub, struct ibv_pd *pd, struct ibv_srq_in
 		.srq_context = attr->srq_context,
 		.attr = attr->attr,
 		.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | (pd ? IBV_SRQ_INIT_ATTR_PD : 0),
-		.srq_type = IBV_SRQT_BASIC,
+		/* an XRC receive id's SRQ is an XRC SRQ, as in rdma-core */
+		.srq_type = pub->qp_type == IBV_QPT_XRC_RECV ? IBV_SRQT_XRC : IBV_SRQT_BASIC,
 		.pd = pd,
 	};
 

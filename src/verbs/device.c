@@ -326,6 +326,8 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 	}
 	ctx->dev = dev;
 	ctx->owner = getpid();
+	sv_list_init(&ctx->xrcds);
+	pthread_mutex_init(&ctx->srqt_lock, NULL);
 	pthread_mutex_init(&ctx->lock, NULL);
 	pthread_mutex_init(&ctx->mcast.lock, NULL);
 	pthread_rwlock_init(&ctx->mrs.lock, NULL);
@@ -397,6 +399,7 @@ int ibv_close_device(struct ibv_context *context)
 	sv_async_fini(ctx);
 	close(context->cmd_fd);
 	free(ctx->qpt);
+	free(ctx->srqt);
 	free(ctx->mrs.tab);
 	pthread_rwlock_destroy(&ctx->mrs.lock);
 	pthread_mutex_destroy(&ctx->lock);

@@ -36,17 +36,32 @@ static struct ibv_qp *qp_create(struct ibv_context *context, struct ibv_qp_init_
 	struct sv_qp *qp;
 	uint32_t idx;
 	int err = EINVAL;
+	bool xrecv = ia->qp_type == IBV_QPT_XRC_RECV;
 
-	if (!ia->pd || !ia->send_cq || (!ia->recv_cq && !ia->srq))
+	if (xrecv) {
+		/* no queues, no CQs, no PD: its requests go to the XRC SRQs of
+		 * its domain (what the attributes say of those is ignored, as
+		 * providers do) */
+		if (!ia->xrcd || to_sv_xrcd(ia->xrcd)->ctx != ctx)
+			goto fail;
+		memset(cap, 0, sizeof(*cap));
+	} else if (ia->qp_type == IBV_QPT_XRC_SEND) {
+		/* a send queue only: no receive CQ, queue or SRQ */
+		ia->recv_cq = ia->send_cq;
+		ia->srq = NULL;
+		cap->max_recv_wr = cap->max_recv_sge = 0;
+	}
+	if (!xrecv && (!ia->pd || !ia->send_cq || (!ia->recv_cq && !ia->srq)))
 		goto fail;
 	if (!sv_qp_type_info(ia->qp_type)) {
 		err = EOPNOTSUPP;
 		goto fail;
 	}
-	if (!ia->recv_cq)
+	if (!xrecv && !ia->recv_cq)
 		ia->recv_cq = ia->send_cq;
-	if (ia->pd->context != context || ia->send_cq->context != context ||
-	    ia->recv_cq->context != context || (ia->srq && ia->srq->context != context))
+	if (!xrecv &&
+	    (ia->pd->context != context || ia->send_cq->context != context ||
+	     ia->recv_cq->context != context || (ia->srq && ia->srq->context != context)))
 		goto fail;
 	if (cap->max_send_wr > SV_MAX_QP_WR || cap->max_recv_wr > SV_MAX_QP_WR ||
 	    cap->max_send_sge > SV_MAX_SGE || cap->max_recv_sge > SV_MAX_SGE ||
@@ -63,10 +78,14 @@ static struct ibv_qp *qp_create(struct ibv_context *context, struct ibv_qp_init_
 	qp->ti = sv_qp_type_info(ia->qp_type);
 	qp->mcast_no_self = (ia->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) &&
 			    (ia->create_flags & IBV_QP_CREATE_BLOCK_SELF_MCAST_LB);
-	qp->pd = to_sv_pd(ia->pd);
-	qp->scq = to_sv_cq(ia->send_cq);
-	qp->rcq = to_sv_cq(ia->recv_cq);
-	qp->srq = ia->srq ? to_sv_srq(ia->srq) : NULL;
+	if (xrecv) {
+		qp->xrcd = to_sv_xrcd(ia->xrcd);
+	} else {
+		qp->pd = to_sv_pd(ia->pd);
+		qp->scq = to_sv_cq(ia->send_cq);
+		qp->rcq = to_sv_cq(ia->recv_cq);
+		qp->srq = ia->srq ? to_sv_srq(ia->srq) : NULL;
+	}
 	qp->sq_sig_all = ia->sq_sig_all;
 	qp->cap = *cap;
 	/*
@@ -135,10 +154,12 @@ static struct ibv_qp *qp_create(struct ibv_context *context, struct ibv_qp_init_
 
 	qp->ex.qp_base.context = context;
 	qp->ex.qp_base.qp_context = ia->qp_context;
-	qp->ex.qp_base.pd = ia->pd;
-	qp->ex.qp_base.send_cq = ia->send_cq;
-	qp->ex.qp_base.recv_cq = ia->recv_cq;
-	qp->ex.qp_base.srq = ia->srq;
+	if (!xrecv) {
+		qp->ex.qp_base.pd = ia->pd;
+		qp->ex.qp_base.send_cq = ia->send_cq;
+		qp->ex.qp_base.recv_cq = ia->qp_type == IBV_QPT_XRC_SEND ? NULL : ia->recv_cq;
+		qp->ex.qp_base.srq = ia->srq;
+	}
 	qp->ex.qp_base.handle = idx;
 	qp->ex.qp_base.qp_num = ctx->qpn_base + idx;
 	qp->ex.qp_base.state = IBV_QPS_RESET;
@@ -151,9 +172,13 @@ static struct ibv_qp *qp_create(struct ibv_context *context, struct ibv_qp_init_
 	qp->attr.port_num = 1;
 	sv_qp_ex_init(qp, (ia->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) ? ia->send_ops_flags : 0);
 
-	sv_ref_get(&qp->pd->users);
-	sv_ref_get(&qp->scq->users);
-	sv_ref_get(&qp->rcq->users);
+	if (xrecv) {
+		sv_ref_get(&qp->xrcd->users);
+	} else {
+		sv_ref_get(&qp->pd->users);
+		sv_ref_get(&qp->scq->users);
+		sv_ref_get(&qp->rcq->users);
+	}
 	if (qp->srq)
 		sv_ref_get(&qp->srq->users);
 	sv_stats_qp_create(qp);
@@ -203,7 +228,8 @@ struct ibv_qp *sv_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_a
 	 * padding), so it is EOPNOTSUPP, which is also what rxe answers.
 	 */
 	const uint32_t known = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS |
-			       IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_MAX_TSO_HEADER;
+			       IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_MAX_TSO_HEADER |
+			       IBV_QP_INIT_ATTR_XRCD;
 	const uint64_t ops = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM |
 			     IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM |
 			     IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
@@ -215,8 +241,16 @@ struct ibv_qp *sv_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_a
 	 * it (engine/mcast.c), as ConnectX allows; rxe refuses every flag */
 	const uint32_t self_lb = IBV_QP_CREATE_BLOCK_SELF_MCAST_LB;
 
-	if ((ia->comp_mask & ~known) || !(ia->comp_mask & IBV_QP_INIT_ATTR_PD)) {
+	/* an XRC receive QP has an XRC domain and no PD; every other QP a PD */
+	bool xrc_recv = ia->qp_type == IBV_QPT_XRC_RECV;
+	uint32_t need = xrc_recv ? IBV_QP_INIT_ATTR_XRCD : IBV_QP_INIT_ATTR_PD;
+
+	if ((ia->comp_mask & ~known) || (ia->comp_mask & need) != need) {
 		errno = (ia->comp_mask & ~known) ? EOPNOTSUPP : EINVAL;
+		return NULL;
+	}
+	if (!xrc_recv && !ia->pd) {
+		errno = EINVAL;
 		return NULL;
 	}
 	if (((ia->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && (ia->send_ops_flags & ~ops)) ||
@@ -266,8 +300,9 @@ static void reset_qp(struct sv_qp *qp)
 		sv_conn_put(qp->conn);
 		qp->conn = NULL;
 	}
-	sv_cq_clean(qp->scq, qp->ex.qp_base.qp_num);
-	if (qp->rcq != qp->scq)
+	if (qp->scq)
+		sv_cq_clean(qp->scq, qp->ex.qp_base.qp_num);
+	if (qp->rcq && qp->rcq != qp->scq)
 		sv_cq_clean(qp->rcq, qp->ex.qp_base.qp_num);
 }
 
@@ -502,11 +537,16 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 	sv_stats_qp_destroy(qp);
 	if (qp->conn)
 		sv_conn_put(qp->conn);
-	sv_ref_put(&qp->pd->users);
-	sv_ref_put(&qp->scq->users);
-	sv_ref_put(&qp->rcq->users);
-	if (qp->srq)
-		sv_ref_put(&qp->srq->users);
+	if (qp->xrcd) {
+		/* pd, rcq and srq were the current XRC SRQ's, not held */
+		sv_ref_put(&qp->xrcd->users);
+	} else {
+		sv_ref_put(&qp->pd->users);
+		sv_ref_put(&qp->scq->users);
+		sv_ref_put(&qp->rcq->users);
+		if (qp->srq)
+			sv_ref_put(&qp->srq->users);
+	}
 	sv_qp_ex_free(qp);
 	/* work it never completed lets go of its AHs */
 	for (; qp->sq.head != qp->sq.tail; qp->sq.head++)
@@ -671,7 +711,8 @@ int sv_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr
 	int err = 0;
 
 	pthread_mutex_lock(&qp->lock);
-	if (qp->srq || qp->state == IBV_QPS_RESET) {
+	/* XRC QPs have no receive queue: their receives are an XRC SRQ's */
+	if (qp->srq || qp->ti->xrc || qp->state == IBV_QPS_RESET) {
 		err = EINVAL;
 		*bad_wr = wr;
 		goto out;

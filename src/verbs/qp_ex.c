@@ -219,8 +219,10 @@ static void wr_atomic_write(struct ibv_qp_ex *ex, uint32_t rkey, uint64_t addr, 
 
 static void wr_set_xrc_srqn(struct ibv_qp_ex *ex, uint32_t srqn)
 {
-	(void)srqn;
-	wr_unsupported(ex);
+	struct sv_wr_item *it = cur(ex);
+
+	if (it)
+		it->wr.qp_type.xrc.remote_srqn = srqn;
 }
 
 static void wr_set_ud_addr(struct ibv_qp_ex *ex, struct ibv_ah *ah, uint32_t qpn, uint32_t qkey)

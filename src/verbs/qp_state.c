@@ -52,7 +52,11 @@ static const struct rule rules[] = {
 bool sv_qp_transition_ok(enum ibv_qp_type type, enum ibv_qp_state from, enum ibv_qp_state to,
 			 int mask)
 {
-	int t = type == IBV_QPT_RC ? 0 : type == IBV_QPT_UC ? 1 : 2;
+	/* XRC's two ends follow RC's rules, less what their missing queue
+	 * needs (Linux's qp_state_table): the send end's RTR does not require
+	 * the responder's resources, the receive end's RTS not the requester's */
+	bool xrc = type == IBV_QPT_XRC_SEND || type == IBV_QPT_XRC_RECV;
+	int t = type == IBV_QPT_RC || xrc ? 0 : type == IBV_QPT_UC ? 1 : 2;
 
 	mask &= ~A(STATE);
 	/* to RESET or ERR from anywhere, with nothing else */
@@ -61,9 +65,15 @@ bool sv_qp_transition_ok(enum ibv_qp_type type, enum ibv_qp_state from, enum ibv
 	for (size_t i = 0; i < sizeof(rules) / sizeof(rules[0]); i++) {
 		const struct rule *r = &rules[i];
 
+		int req = r->req[t];
+
 		if (r->from != from || r->to != to)
 			continue;
-		if ((mask & r->req[t]) != r->req[t])
+		if (type == IBV_QPT_XRC_SEND && to == S(RTR))
+			req &= ~(A(MAX_DEST_RD_ATOMIC) | A(MIN_RNR_TIMER));
+		if (type == IBV_QPT_XRC_RECV && to == S(RTS) && from == S(RTR))
+			req &= ~(A(RETRY_CNT) | A(RNR_RETRY) | A(MAX_QP_RD_ATOMIC));
+		if ((mask & req) != req)
 			return false; /* a required attribute is missing */
 		return (mask & ~(r->req[t] | r->opt[t])) == 0;
 	}

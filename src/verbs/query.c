@@ -27,7 +27,7 @@ void sv_device_attr(const struct sv_device *dev, struct ibv_device_attr *a)
 	a->max_qp_wr = SV_MAX_QP_WR;
 	a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_CURR_QP_STATE_MOD |
 			      IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_SRQ_RESIZE |
-			      IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B;
+			      IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2B | IBV_DEVICE_XRC;
 	a->max_mw = SV_MAX_MR; /* windows and regions share the key table */
 	a->max_sge = SV_MAX_SGE;
 	a->max_sge_rd = SV_MAX_SGE;
@@ -300,6 +300,9 @@ int sv_req_notify_cq(struct ibv_cq *cq, int solicited_only);
 struct ibv_cq_ex *sv_create_cq_ex(struct ibv_context *context, struct ibv_cq_init_attr_ex *attr);
 struct ibv_qp *sv_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_attr_ex *attr);
 struct ibv_srq *sv_create_srq_ex(struct ibv_context *context, struct ibv_srq_init_attr_ex *attr);
+int sv_get_srq_num(struct ibv_srq *srq, uint32_t *srq_num);
+struct ibv_xrcd *sv_open_xrcd(struct ibv_context *context, struct ibv_xrcd_init_attr *attr);
+int sv_close_xrcd(struct ibv_xrcd *xrcd);
 int sv_modify_cq(struct ibv_cq *cq, struct ibv_modify_cq_attr *attr);
 
 void sv_context_fill_ops(struct sv_context *ctx)
@@ -320,5 +323,8 @@ void sv_context_fill_ops(struct sv_context *ctx)
 	v->create_cq_ex = sv_create_cq_ex;
 	v->create_qp_ex = sv_create_qp_ex;
 	v->create_srq_ex = sv_create_srq_ex;
+	v->get_srq_num = sv_get_srq_num;
+	v->open_xrcd = sv_open_xrcd;
+	v->close_xrcd = sv_close_xrcd;
 	v->modify_cq = sv_modify_cq;
 }

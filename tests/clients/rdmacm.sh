@@ -11,8 +11,9 @@
 #   udaddy CONNS COUNT   UD over rdma_cm (SIDR), fixed rdma_cm port 7174
 #   ucmatose CONNS COUNT SIZE   several RC connections, SENDs both ways
 #   rdma_server          rdma_server/rdma_client (rdma_create_ep, sync ids)
-#   rdma_xserver         rdma_xserver/rdma_xclient -c r (RC; inline SEND on a QP
-#                        created with max_inline_data 0)
+#   rdma_xserver [r|x]   rdma_xserver/rdma_xclient -c r (RC; inline SEND on a QP
+#                        created with max_inline_data 0) or -c x (XRC: the
+#                        server's XRC SRQ number in the CM's private data)
 #   cmtime CONNS         CONNS connections set up and torn down
 #   mckey COUNT SIZE     UD multicast: a receiver joins a group and waits for
 #                        COUNT datagrams of SIZE bytes, which a sender that
@@ -109,8 +110,9 @@ rdma_server)
 	;;
 rdma_xserver)
 	[ "$mode" = lo ] && port=$(sv_free_port "" "$port")
-	start_server "$port" rdma_xserver -c r -p "$port"
-	sv_run client "$(($(sv_left) - 5))" "$cns" rdma_xclient -c r -s "$saddr" -p "$port" ||
+	ctype=${1:-r}
+	start_server "$port" rdma_xserver -c "$ctype" -p "$port"
+	sv_run client "$(($(sv_left) - 5))" "$cns" rdma_xclient -c "$ctype" -s "$saddr" -p "$port" ||
 		crc=$?
 	finish "$crc"
 	grep -q 'rdma_xserver: end 0' "$SV_WORK/server.out" || sv_fail "server did not end with 0"
