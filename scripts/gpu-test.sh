@@ -4,7 +4,9 @@
 # the fake driver (label gpu_fake); `ctest -L gpu` selects both.
 #
 #   scripts/gpu-test.sh            build into build-gpu, run the tests
-#   scripts/gpu-test.sh --stage    copy rdma-core's headers into .gpu/include
+#   scripts/gpu-test.sh --stage    copy rdma-core's headers into .gpu/include,
+#                                  and libsodium's and zlib's headers and
+#                                  libraries into .gpu/include and .gpu/lib
 #                                  (run this where they are installed)
 #
 # softverbs is compiled against rdma-core's public headers
@@ -38,6 +40,18 @@ if [[ ${1:-} == --stage ]]; then
 	rm -rf "$stage/infiniband" "$stage/rdma"
 	cp -r /usr/include/infiniband /usr/include/rdma "$stage/"
 	echo "gpu-test: rdma-core headers staged in $stage"
+	# libsodium and zlib, which libibverbs.so.1 links: a GPU machine may
+	# have neither's development files (plain copies, no symbolic links)
+	lib=$root/.gpu/lib
+	mkdir -p "$lib/pkgconfig"
+	cp -r /usr/include/sodium /usr/include/sodium.h /usr/include/zlib.h /usr/include/zconf.h "$stage/"
+	for l in libsodium.so libsodium.so.23 libz.so libz.so.1; do
+		cp -L "/usr/lib/$(gcc -print-multiarch)/$l" "$lib/$l"
+	done
+	printf '%s\n' 'prefix=${pcfiledir}/../..' 'libdir=${prefix}/lib' 'includedir=${prefix}/include' \
+		'Name: libsodium' 'Description: staged for the GPU machine' 'Version: 1.0.18' \
+		'Libs: -L${libdir} -lsodium' 'Cflags: -I${includedir}' >"$lib/pkgconfig/libsodium.pc"
+	echo "gpu-test: libsodium and zlib staged in $lib"
 	exit 0
 fi
 
@@ -60,6 +74,13 @@ else
 	echo "gpu-test: no <infiniband/verbs.h>: run 'scripts/gpu-test.sh --stage' on a machine" \
 		"with libibverbs-dev and librdmacm-dev, and bring .gpu/include here" >&2
 	exit 1
+fi
+
+if [[ -d $root/.gpu/lib ]]; then
+	# what --stage brought: found by pkg-config and CMake, loaded at run time
+	export PKG_CONFIG_PATH=$root/.gpu/lib/pkgconfig${PKG_CONFIG_PATH:+:$PKG_CONFIG_PATH}
+	export CMAKE_PREFIX_PATH=$root/.gpu${CMAKE_PREFIX_PATH:+:$CMAKE_PREFIX_PATH}
+	export LD_LIBRARY_PATH=$root/.gpu/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 fi
 
 echo "== configure ($build)"
