@@ -117,5 +117,5 @@ left=$(while read -r f; do
 done <"$work/files")
 [ -z "$left" ] || fail "files left after purge: $left"
 [ ! -e /etc/ld.so.conf.d/00-softverbs.conf ] || fail "the drop-in outlived the package"
-! /sbin/ldconfig -p | grep -q "$libdir" || fail "the dynamic linker still lists $libdir"
+! grep -q "$libdir" <(/sbin/ldconfig -p) || fail "the dynamic linker still lists $libdir"
 echo "PASS: package installed, used, switched system-wide and back, purged clean"
