@@ -1,5 +1,6 @@
 /*
- * rsockets (rdma/rsocket.h): SOCK_STREAM sockets over an RC QP, built only on
+ * rsockets (rdma/rsocket.h): SOCK_STREAM sockets over an RC QP and
+ * SOCK_DGRAM sockets over a UD QP (the end of this comment), built only on
  * the public rdma_cm and verbs API.
  *
  * Each rsocket owns
@@ -54,8 +55,38 @@
  * a thread sleeps in poll, writes the eventfd.  Closing an rsocket while
  * another thread uses it is not supported.
  *
- * Not here: SOCK_DGRAM (rdma-core's UDP over UD): rsocket fails with
- * EOPNOTSUPP.  SO_LINGER and TCP_NODELAY are stored, not applied; fork
+ * SOCK_DGRAM (again this file's own protocol, not rdma-core's):
+ *   - A datagram rsocket owns one UD QP (ibv_create_qp, moved to RTS here,
+ *     qkey RDMA_UDP_QKEY; no CM id owns it), RS_DG_NBUF receive buffers of
+ *     GRH + RS_DG_MTU bytes, always posted, and RS_DG_NSEND send slots; the
+ *     PD, CQ and completion channel sit in the stream fields, so
+ *     rs_progress, rs_block and rpoll serve both kinds.  Its rdma_cm id is
+ *     RDMA_PS_UDP, bound and listening: by rbind, or else by the first
+ *     rsendto/rconnect, to the route's source address with port 0.  The QP
+ *     is made on the device of the first bind, SIDR request or route; one
+ *     device per datagram rsocket (another one: EHOSTUNREACH).
+ *   - Finding the peer's QP from an IP:port is SIDR: the first send to an
+ *     address makes a child RDMA_PS_UDP id on the rsocket's channel,
+ *     resolves address and route and rdma_connect's with our QP number; the
+ *     peer's listening id accepts the request with its QP number
+ *     (rdma_accept's qp_num) and destroys the request id; ESTABLISHED
+ *     gives the AH attributes, QPN and qkey.  The destination (AH) is kept
+ *     until rclose; a failed resolution is dropped and retried by the next
+ *     send.  rconnect sets the default destination (and, blocking, waits
+ *     for its resolution).
+ *   - Each datagram is one IBV_WR_SEND of struct rs_dg_hdr {magic "RSd1"
+ *     (be32), family (4 or 6), port (be16), address (16 bytes)}, the
+ *     sender's address as the peer can reach it (its bound address, or the
+ *     route's source with its port), then the payload: at most the MTU
+ *     (<= RS_DG_MTU) less the header, else EMSGSIZE.  rrecvfrom reports
+ *     that address; a reply to it resolves it the same way.  Receives that
+ *     are not ours (short, bad magic) are dropped.  No flow control or
+ *     acknowledgement: a datagram that finds no posted buffer is lost, as
+ *     over UDP.  A receive buffer shorter than the datagram truncates it
+ *     (MSG_TRUNC in rrecvmsg's msg_flags; MSG_TRUNC in flags returns the
+ *     full length).
+ *
+ * Not here: SO_LINGER and TCP_NODELAY are stored, not applied; fork
  * support (librspreload's RDMAV_FORK_SAFE mode) is not.
  */
 
@@ -66,6 +97,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sched.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
@@ -118,6 +150,17 @@ struct rs_rx {
 	uint32_t idx, len, off;
 };
 
+enum { RS_DEST_RESOLVING, RS_DEST_READY, RS_DEST_FAILED };
+
+struct rs_dest {
+	struct sockaddr_storage addr; /* the peer's rsocket */
+	struct sockaddr_storage src;  /* ours, as the peer sees it */
+	struct rdma_cm_id *id;        /* SIDR resolution */
+	struct ibv_ah *ah;
+	uint32_t qpn, qkey;
+	int state, err;
+};
+
 struct rsock {
 	int fd; /* the socket number */
 	int domain;
@@ -158,6 +201,14 @@ struct rsock {
 	/* options */
 	int reuseaddr, keepalive, nodelay, rcvbuf, sndbuf;
 	struct linger linger;
+	/* SOCK_DGRAM */
+	bool dgram, dg_bound, dg_connected;
+	struct ibv_qp *dqp;
+	unsigned dg_max; /* largest payload, once the device is known */
+	struct rs_rx drxq[64]; /* received datagrams (rx_head, rx_cnt) */
+	struct rs_dest **dests;
+	unsigned ndest, capdest;
+	struct sockaddr_storage dg_peer; /* rconnect's default destination */
 };
 
 /* ---- the table: socket number -> rsocket ---- */
@@ -265,6 +316,9 @@ static void rs_free_qp(struct rsock *rs)
 	}
 	if (rs->id && rs->id->qp)
 		rdma_destroy_qp(rs->id);
+	if (rs->dqp)
+		ibv_destroy_qp(rs->dqp);
+	rs->dqp = NULL;
 	if (rs->rmr)
 		ibv_dereg_mr(rs->rmr);
 	if (rs->smr)
@@ -286,6 +340,14 @@ static void rs_free_qp(struct rsock *rs)
 
 static void rs_free(struct rsock *rs)
 {
+	for (unsigned i = 0; i < rs->ndest; i++) {
+		if (rs->dests[i]->ah)
+			ibv_destroy_ah(rs->dests[i]->ah);
+		if (rs->dests[i]->id)
+			rdma_destroy_id(rs->dests[i]->id);
+		free(rs->dests[i]);
+	}
+	free(rs->dests);
 	rs_free_qp(rs);
 	for (unsigned i = 0; i < rs->bl_cnt; i++) {
 		rdma_reject(rs->bl[i], NULL, 0);
@@ -593,10 +655,13 @@ static int rs_cq_drain(struct rsock *rs)
  * be what another waits for: the waiters on the condition variable are
  * woken, and a thread asleep in poll(2) through the eventfd.
  */
+static int rs_dg_cm_drain(struct rsock *rs);
+static int rs_dg_cq_drain(struct rsock *rs);
+
 static int rs_progress(struct rsock *rs)
 {
-	int n = rs_cm_drain(rs);
-	n += rs_cq_drain(rs);
+	int n = rs->dgram ? rs_dg_cm_drain(rs) : rs_cm_drain(rs);
+	n += rs->dgram ? rs_dg_cq_drain(rs) : rs_cq_drain(rs);
 	if (n) {
 		pthread_cond_broadcast(&rs->progressed);
 		if (rs->polling || rs->rpolling)
@@ -713,11 +778,18 @@ static size_t iov_total(const struct iovec *iov, int cnt)
 	return t;
 }
 
+static ssize_t rs_dg_sendv(struct rsock *rs, const struct sockaddr *to, const struct iovec *iov,
+			   int cnt, int flags);
+static ssize_t rs_dg_recvv(struct rsock *rs, const struct iovec *iov, int cnt, int flags,
+			   struct sockaddr *from, socklen_t *flen, int *mflags);
+
 static ssize_t rs_sendv(int s, const struct iovec *iov, int cnt, int flags)
 {
 	RS_GET(rs, s, ssize_t);
 	if (cnt < 0)
 		return rs_errno(EINVAL);
+	if (rs->dgram)
+		return rs_dg_sendv(rs, NULL, iov, cnt, flags);
 	pthread_mutex_lock(&rs->lock);
 	bool nb = rs->nonblock || (flags & MSG_DONTWAIT);
 	int e = rs_wait_connected(rs, nb);
@@ -787,6 +859,8 @@ static ssize_t rs_recvv(int s, const struct iovec *iov, int cnt, int flags)
 	RS_GET(rs, s, ssize_t);
 	if (cnt < 0)
 		return rs_errno(EINVAL);
+	if (rs->dgram)
+		return rs_dg_recvv(rs, iov, cnt, flags, NULL, NULL, NULL);
 	pthread_mutex_lock(&rs->lock);
 	bool nb = rs->nonblock || (flags & MSG_DONTWAIT);
 	bool peek = flags & MSG_PEEK, waitall = (flags & MSG_WAITALL) && !peek && !nb;
@@ -870,6 +944,514 @@ out:
 	return 0;
 }
 
+static void rs_copy_addr(struct sockaddr *dst, socklen_t *len, const struct sockaddr *src);
+
+/* ---- SOCK_DGRAM: datagrams over one UD QP (see the header comment) ---- */
+
+#define RS_DG_MAGIC 0x52536431u /* "RSd1" */
+#define RS_DG_NBUF 64
+#define RS_DG_NSEND 32
+#define RS_DG_MTU 4096
+#define RS_DG_GRH 40
+#define RS_DG_SLOT (RS_DG_GRH + RS_DG_MTU)
+
+/* Precedes every datagram's payload: the sender's socket address. */
+struct rs_dg_hdr {
+	uint32_t magic;
+	uint16_t family; /* 4 or 6 */
+	uint16_t port;   /* network order */
+	uint8_t addr[16];
+} __attribute__((packed));
+
+#define RS_DG_MAX (RS_DG_MTU - (int)sizeof(struct rs_dg_hdr))
+_Static_assert(RS_DG_NBUF == sizeof(((struct rsock *)0)->drxq) / sizeof(struct rs_rx),
+	       "drxq holds every receive buffer");
+
+static bool rs_sa_eq(const struct sockaddr *a, const struct sockaddr *b)
+{
+	if (a->sa_family != b->sa_family)
+		return false;
+	if (a->sa_family == AF_INET) {
+		const struct sockaddr_in *x = (const void *)a, *y = (const void *)b;
+		return x->sin_port == y->sin_port && x->sin_addr.s_addr == y->sin_addr.s_addr;
+	}
+	const struct sockaddr_in6 *x = (const void *)a, *y = (const void *)b;
+	return x->sin6_port == y->sin6_port && !memcmp(&x->sin6_addr, &y->sin6_addr, 16);
+}
+
+static socklen_t rs_sa_len(const struct sockaddr *a)
+{
+	return a->sa_family == AF_INET6 ? sizeof(struct sockaddr_in6) : sizeof(struct sockaddr_in);
+}
+
+static bool rs_sa_any(const struct sockaddr *a)
+{
+	if (a->sa_family == AF_INET)
+		return ((const struct sockaddr_in *)(const void *)a)->sin_addr.s_addr == htonl(INADDR_ANY);
+	if (a->sa_family == AF_INET6)
+		return !memcmp(&((const struct sockaddr_in6 *)(const void *)a)->sin6_addr, &in6addr_any, 16);
+	return true;
+}
+
+static void rs_sa_set_port(struct sockaddr *a, uint16_t port_be)
+{
+	if (a->sa_family == AF_INET)
+		((struct sockaddr_in *)(void *)a)->sin_port = port_be;
+	else if (a->sa_family == AF_INET6)
+		((struct sockaddr_in6 *)(void *)a)->sin6_port = port_be;
+}
+
+static void rs_dg_post_recv(struct rsock *rs, uint32_t idx)
+{
+	struct ibv_sge sge = {
+		.addr = (uintptr_t)(rs->rbuf + (size_t)idx * RS_DG_SLOT),
+		.length = RS_DG_SLOT,
+		.lkey = rs->rmr->lkey,
+	};
+	struct ibv_recv_wr wr = {.wr_id = RS_WR_RECV | idx, .sg_list = &sge, .num_sge = 1}, *bad;
+	ibv_post_recv(rs->dqp, &wr, &bad);
+}
+
+/* The UD QP and its buffers on ctx (one device per datagram rsocket). */
+static int rs_dg_setup(struct rsock *rs, struct ibv_context *ctx, uint8_t port)
+{
+	if (!ctx)
+		return ENODEV;
+	if (rs->dqp)
+		return rs->pd->context == ctx ? 0 : EHOSTUNREACH;
+	struct ibv_port_attr pa;
+	if (ibv_query_port(ctx, port ? port : 1, &pa))
+		return errno ? errno : ENODEV;
+	unsigned mtu = 128u << pa.active_mtu;
+	rs->dg_max = (mtu > RS_DG_MTU ? RS_DG_MTU : mtu) - (unsigned)sizeof(struct rs_dg_hdr);
+	rs->pd = ibv_alloc_pd(ctx);
+	rs->cc = rs->pd ? ibv_create_comp_channel(ctx) : NULL;
+	rs->cq = rs->cc ? ibv_create_cq(ctx, RS_DG_NBUF + RS_DG_NSEND + 4, rs, rs->cc, 0) : NULL;
+	if (!rs->cq)
+		goto fail;
+	int fl = fcntl(rs->cc->fd, F_GETFL);
+	fcntl(rs->cc->fd, F_SETFL, fl | O_NONBLOCK);
+	rs->rbuf = malloc((size_t)RS_DG_NBUF * RS_DG_SLOT);
+	rs->sbuf = malloc((size_t)RS_DG_NSEND * RS_DG_MTU);
+	if (!rs->rbuf || !rs->sbuf)
+		goto fail;
+	rs->rmr = ibv_reg_mr(rs->pd, rs->rbuf, (size_t)RS_DG_NBUF * RS_DG_SLOT, IBV_ACCESS_LOCAL_WRITE);
+	rs->smr = ibv_reg_mr(rs->pd, rs->sbuf, (size_t)RS_DG_NSEND * RS_DG_MTU, 0);
+	if (!rs->rmr || !rs->smr)
+		goto fail;
+	struct ibv_qp_init_attr a = {
+		.send_cq = rs->cq,
+		.recv_cq = rs->cq,
+		.cap = {.max_send_wr = RS_DG_NSEND, .max_recv_wr = RS_DG_NBUF,
+			.max_send_sge = 1, .max_recv_sge = 1},
+		.qp_type = IBV_QPT_UD,
+		.sq_sig_all = 1,
+	};
+	rs->dqp = ibv_create_qp(rs->pd, &a);
+	if (!rs->dqp)
+		goto fail;
+	struct ibv_qp_attr m = {.qp_state = IBV_QPS_INIT, .pkey_index = 0,
+				.port_num = port ? port : 1, .qkey = RDMA_UDP_QKEY};
+	if (ibv_modify_qp(rs->dqp, &m, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY))
+		goto fail;
+	m = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTR};
+	if (ibv_modify_qp(rs->dqp, &m, IBV_QP_STATE))
+		goto fail;
+	m = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTS, .sq_psn = 0};
+	if (ibv_modify_qp(rs->dqp, &m, IBV_QP_STATE | IBV_QP_SQ_PSN))
+		goto fail;
+	for (uint32_t i = 0; i < RS_DG_NBUF; i++)
+		rs_dg_post_recv(rs, i);
+	if (ibv_req_notify_cq(rs->cq, 0))
+		goto fail;
+	return 0;
+fail:;
+	int e = errno ? errno : ENOMEM;
+	rs_free_qp(rs);
+	return e;
+}
+
+/* Binds the service id (port 0: any) to local address a and listens. */
+static int rs_dg_bind(struct rsock *rs, const struct sockaddr *a)
+{
+	if (rdma_bind_addr(rs->id, (struct sockaddr *)a) || rdma_listen(rs->id, 64))
+		return errno;
+	rs->dg_bound = true;
+	if (rs->id->verbs)
+		return rs_dg_setup(rs, rs->id->verbs, rs->id->port_num);
+	return 0;
+}
+
+static struct rs_dest *rs_dg_find(struct rsock *rs, const struct sockaddr *a)
+{
+	for (unsigned i = 0; i < rs->ndest; i++)
+		if (rs_sa_eq((struct sockaddr *)&rs->dests[i]->addr, a))
+			return rs->dests[i];
+	return NULL;
+}
+
+static void rs_dg_drop(struct rsock *rs, struct rs_dest *d)
+{
+	for (unsigned i = 0; i < rs->ndest; i++)
+		if (rs->dests[i] == d) {
+			rs->dests[i] = rs->dests[--rs->ndest];
+			break;
+		}
+	if (d->ah)
+		ibv_destroy_ah(d->ah);
+	if (d->id)
+		rdma_destroy_id(d->id);
+	free(d);
+}
+
+/* A destination, found or (its SIDR resolution started) made. */
+static int rs_dg_dest(struct rsock *rs, const struct sockaddr *a, struct rs_dest **out)
+{
+	struct rs_dest *d = rs_dg_find(rs, a);
+	if (d) {
+		*out = d;
+		return 0;
+	}
+	if (rs->ndest == rs->capdest) {
+		unsigned n = rs->capdest ? rs->capdest * 2 : 8;
+		struct rs_dest **t = realloc(rs->dests, n * sizeof(*t));
+		if (!t)
+			return ENOMEM;
+		rs->dests = t;
+		rs->capdest = n;
+	}
+	d = calloc(1, sizeof(*d));
+	if (!d)
+		return ENOMEM;
+	memcpy(&d->addr, a, rs_sa_len(a));
+	if (rdma_create_id(rs->ch, &d->id, d, RDMA_PS_UDP)) {
+		int e = errno;
+		free(d);
+		return e;
+	}
+	struct sockaddr *src = NULL;
+	struct sockaddr_storage ls;
+	if (rs->dg_bound) {
+		memcpy(&ls, rdma_get_local_addr(rs->id), sizeof(ls));
+		rs_sa_set_port((struct sockaddr *)&ls, 0);
+		if (!rs_sa_any((struct sockaddr *)&ls))
+			src = (struct sockaddr *)&ls;
+	}
+	if (rdma_resolve_addr(d->id, src, (struct sockaddr *)a, RS_CONNECT_MS)) {
+		int e = errno;
+		rdma_destroy_id(d->id);
+		free(d);
+		return e;
+	}
+	rs->dests[rs->ndest++] = d;
+	*out = d;
+	return 0;
+}
+
+static void rs_dg_fail(struct rs_dest *d, int e)
+{
+	if (d->state == RS_DEST_RESOLVING) {
+		d->state = RS_DEST_FAILED;
+		d->err = e;
+	}
+}
+
+static void rs_dg_event(struct rsock *rs, struct rdma_cm_event *ev)
+{
+	if (ev->event == RDMA_CM_EVENT_CONNECT_REQUEST) {
+		int e = rs_dg_setup(rs, ev->id->verbs, ev->id->port_num);
+		struct rdma_conn_param p = {.qp_num = e ? 0 : rs->dqp->qp_num};
+		if (e || rdma_accept(ev->id, &p))
+			rdma_reject(ev->id, NULL, 0);
+		return;
+	}
+	if (ev->id == rs->id)
+		return;
+	struct rs_dest *d = ev->id->context;
+	switch (ev->event) {
+	case RDMA_CM_EVENT_ADDR_RESOLVED:
+		if (rdma_resolve_route(d->id, RS_CONNECT_MS))
+			rs_dg_fail(d, errno);
+		break;
+	case RDMA_CM_EVENT_ROUTE_RESOLVED: {
+		int e = 0;
+		struct sockaddr *la = rdma_get_local_addr(d->id);
+		if (!rs->dg_bound) {
+			struct sockaddr_storage b;
+			memcpy(&b, la, sizeof(b));
+			rs_sa_set_port((struct sockaddr *)&b, 0);
+			e = rs_dg_bind(rs, (struct sockaddr *)&b);
+		}
+		if (!e)
+			e = rs_dg_setup(rs, d->id->verbs, d->id->port_num);
+		if (!e) {
+			/* our address as the peer sees it: the route's source, our port */
+			struct sockaddr *ours = rdma_get_local_addr(rs->id);
+			memcpy(&d->src, rs_sa_any(ours) ? la : ours, sizeof(d->src));
+			rs_sa_set_port((struct sockaddr *)&d->src, rdma_get_src_port(rs->id));
+			struct rdma_conn_param p = {.qp_num = rs->dqp->qp_num};
+			if (rdma_connect(d->id, &p))
+				e = errno;
+		}
+		if (e)
+			rs_dg_fail(d, e);
+		break;
+	}
+	case RDMA_CM_EVENT_ESTABLISHED:
+		if (d->state != RS_DEST_RESOLVING)
+			break;
+		d->ah = ibv_create_ah(rs->pd, &ev->param.ud.ah_attr);
+		if (!d->ah) {
+			rs_dg_fail(d, errno ? errno : ENOMEM);
+			break;
+		}
+		d->qpn = ev->param.ud.qp_num;
+		d->qkey = ev->param.ud.qkey;
+		d->state = RS_DEST_READY;
+		break;
+	case RDMA_CM_EVENT_REJECTED:
+	case RDMA_CM_EVENT_UNREACHABLE:
+	case RDMA_CM_EVENT_CONNECT_ERROR:
+		rs_dg_fail(d, ECONNREFUSED);
+		break;
+	case RDMA_CM_EVENT_ADDR_ERROR:
+	case RDMA_CM_EVENT_ROUTE_ERROR:
+		rs_dg_fail(d, EHOSTUNREACH);
+		break;
+	default:
+		break;
+	}
+}
+
+static int rs_dg_cm_drain(struct rsock *rs)
+{
+	struct rdma_cm_event *ev;
+	int seen = 0;
+	while (rdma_get_cm_event(rs->ch, &ev) == 0) {
+		seen++;
+		struct rdma_cm_id *req = ev->event == RDMA_CM_EVENT_CONNECT_REQUEST ? ev->id : NULL;
+		rs_dg_event(rs, ev);
+		rdma_ack_cm_event(ev);
+		if (req)
+			rdma_destroy_id(req); /* the SIDR reply went out in rdma_accept */
+	}
+	return seen;
+}
+
+static int rs_dg_cq_drain(struct rsock *rs)
+{
+	int seen = 0;
+	if (!rs->cq)
+		return 0;
+	struct ibv_cq *evcq;
+	void *evctx;
+	while (ibv_get_cq_event(rs->cc, &evcq, &evctx) == 0)
+		ibv_ack_cq_events(evcq, 1);
+	struct ibv_wc wc[16];
+	int n;
+	while ((n = ibv_poll_cq(rs->cq, 16, wc)) > 0) {
+		seen += n;
+		for (int i = 0; i < n; i++) {
+			struct ibv_wc *w = &wc[i];
+			if (!(w->wr_id & RS_WR_RECV)) {
+				rs->wr_out--;
+				rs->slot_tail++;
+				continue;
+			}
+			uint32_t idx = (uint32_t)(w->wr_id & 0xffff);
+			if (w->status == IBV_WC_WR_FLUSH_ERR)
+				continue;
+			struct rs_dg_hdr h;
+			const uint8_t *b = rs->rbuf + (size_t)idx * RS_DG_SLOT + RS_DG_GRH;
+			if (w->status != IBV_WC_SUCCESS || w->byte_len < RS_DG_GRH + sizeof(h) ||
+			    (memcpy(&h, b, sizeof(h)), ntohl(h.magic) != RS_DG_MAGIC)) {
+				rs_dg_post_recv(rs, idx); /* not ours: dropped */
+				continue;
+			}
+			struct rs_rx *r = &rs->drxq[(rs->rx_head + rs->rx_cnt) % RS_DG_NBUF];
+			r->idx = idx;
+			r->len = w->byte_len - RS_DG_GRH - (uint32_t)sizeof(h);
+			r->off = 0;
+			rs->rx_cnt++;
+		}
+	}
+	return seen;
+}
+
+static ssize_t rs_dg_sendv(struct rsock *rs, const struct sockaddr *to, const struct iovec *iov,
+			   int cnt, int flags)
+{
+	pthread_mutex_lock(&rs->lock);
+	bool nb = rs->nonblock || (flags & MSG_DONTWAIT);
+	size_t total = iov_total(iov, cnt);
+	long end = rs_now_ms() + RS_CONNECT_MS * 3;
+	int e = 0;
+	struct rs_dest *d = NULL;
+	if (!to) {
+		if (!rs->dg_connected) {
+			e = EDESTADDRREQ;
+			goto out;
+		}
+		to = (struct sockaddr *)&rs->dg_peer;
+	}
+	if (to->sa_family != AF_INET && to->sa_family != AF_INET6) {
+		e = EAFNOSUPPORT;
+		goto out;
+	}
+	if (total > (rs->dg_max ? rs->dg_max : (size_t)RS_DG_MAX)) {
+		e = EMSGSIZE;
+		goto out;
+	}
+	e = rs_dg_dest(rs, to, &d);
+	if (e)
+		goto out;
+	for (;;) {
+		rs_progress(rs);
+		if (d->state == RS_DEST_FAILED) {
+			e = d->err ? d->err : ECONNREFUSED;
+			rs_dg_drop(rs, d); /* the next send tries again */
+			goto out;
+		}
+		if (d->state == RS_DEST_READY && rs->slot_head - rs->slot_tail < RS_DG_NSEND)
+			break;
+		if (nb) {
+			e = EAGAIN;
+			goto out;
+		}
+		if (d->state == RS_DEST_RESOLVING && rs_now_ms() > end) {
+			e = ETIMEDOUT;
+			rs_dg_drop(rs, d);
+			goto out;
+		}
+		rs_block(rs, -1);
+	}
+	if (total > rs->dg_max) {
+		e = EMSGSIZE;
+		goto out;
+	}
+	uint8_t *slot = rs->sbuf + (size_t)(rs->slot_head % RS_DG_NSEND) * RS_DG_MTU;
+	struct rs_dg_hdr h = {.magic = htonl(RS_DG_MAGIC)};
+	const struct sockaddr *src = (struct sockaddr *)&d->src;
+	if (src->sa_family == AF_INET6) {
+		const struct sockaddr_in6 *s6 = (const void *)src;
+		h.family = 6;
+		h.port = s6->sin6_port;
+		memcpy(h.addr, &s6->sin6_addr, 16);
+	} else {
+		const struct sockaddr_in *s4 = (const void *)src;
+		h.family = 4;
+		h.port = s4->sin_port;
+		memcpy(h.addr, &s4->sin_addr, 4);
+	}
+	memcpy(slot, &h, sizeof(h));
+	size_t off = sizeof(h);
+	for (int i = 0; i < cnt; i++) {
+		memcpy(slot + off, iov[i].iov_base, iov[i].iov_len);
+		off += iov[i].iov_len;
+	}
+	struct ibv_sge sge = {.addr = (uintptr_t)slot, .length = (uint32_t)off, .lkey = rs->smr->lkey};
+	struct ibv_send_wr wr = {
+		.wr_id = RS_WR_DATA,
+		.sg_list = &sge,
+		.num_sge = 1,
+		.opcode = IBV_WR_SEND,
+		.send_flags = IBV_SEND_SIGNALED,
+		.wr.ud = {.ah = d->ah, .remote_qpn = d->qpn, .remote_qkey = d->qkey},
+	}, *bad;
+	e = ibv_post_send(rs->dqp, &wr, &bad);
+	if (!e) {
+		rs->slot_head++;
+		rs->wr_out++;
+	}
+out:
+	pthread_mutex_unlock(&rs->lock);
+	return e ? rs_errno(e) : (ssize_t)total;
+}
+
+static ssize_t rs_dg_recvv(struct rsock *rs, const struct iovec *iov, int cnt, int flags,
+			   struct sockaddr *from, socklen_t *flen, int *mflags)
+{
+	pthread_mutex_lock(&rs->lock);
+	bool nb = rs->nonblock || (flags & MSG_DONTWAIT);
+	int e = 0;
+	ssize_t ret = 0;
+	for (;;) {
+		rs_progress(rs);
+		if (rs->rx_cnt)
+			break;
+		if (nb) {
+			e = EAGAIN;
+			goto out;
+		}
+		rs_block(rs, -1);
+	}
+	struct rs_rx *r = &rs->drxq[rs->rx_head];
+	const uint8_t *b = rs->rbuf + (size_t)r->idx * RS_DG_SLOT + RS_DG_GRH;
+	struct rs_dg_hdr h;
+	memcpy(&h, b, sizeof(h));
+	b += sizeof(h);
+	size_t done = 0;
+	for (int i = 0; i < cnt && done < r->len; i++) {
+		size_t n = r->len - done < iov[i].iov_len ? r->len - done : iov[i].iov_len;
+		memcpy(iov[i].iov_base, b + done, n);
+		done += n;
+	}
+	if (mflags)
+		*mflags = done < r->len ? MSG_TRUNC : 0;
+	ret = (flags & MSG_TRUNC) ? (ssize_t)r->len : (ssize_t)done;
+	if (from && flen) {
+		struct sockaddr_storage ss = {0};
+		if (h.family == 6) {
+			struct sockaddr_in6 *s6 = (void *)&ss;
+			s6->sin6_family = AF_INET6;
+			s6->sin6_port = h.port;
+			memcpy(&s6->sin6_addr, h.addr, 16);
+		} else {
+			struct sockaddr_in *s4 = (void *)&ss;
+			s4->sin_family = AF_INET;
+			s4->sin_port = h.port;
+			memcpy(&s4->sin_addr, h.addr, 4);
+		}
+		rs_copy_addr(from, flen, (struct sockaddr *)&ss);
+	}
+	if (!(flags & MSG_PEEK)) {
+		rs_dg_post_recv(rs, r->idx);
+		rs->rx_head = (rs->rx_head + 1) % RS_DG_NBUF;
+		rs->rx_cnt--;
+	}
+out:
+	pthread_mutex_unlock(&rs->lock);
+	if (e == EAGAIN)
+		sched_yield(); /* a caller spinning on EAGAIN leaves the CPU to the engine */
+	return e ? rs_errno(e) : ret;
+}
+
+static int rs_dg_connect(struct rsock *rs, const struct sockaddr *addr)
+{
+	pthread_mutex_lock(&rs->lock);
+	struct rs_dest *d;
+	long end = rs_now_ms() + RS_CONNECT_MS * 3;
+	int e = rs_dg_dest(rs, addr, &d);
+	if (!e) {
+		memcpy(&rs->dg_peer, addr, rs_sa_len(addr));
+		rs->dg_connected = true;
+	}
+	/* blocking: the peer resolved now, so that errors show here */
+	while (!e && !rs->nonblock) {
+		rs_progress(rs);
+		if (d->state == RS_DEST_READY)
+			break;
+		if (d->state == RS_DEST_FAILED || rs_now_ms() > end) {
+			e = d->state == RS_DEST_FAILED ? d->err : ETIMEDOUT;
+			rs_dg_drop(rs, d);
+			break;
+		}
+		rs_block(rs, -1);
+	}
+	pthread_mutex_unlock(&rs->lock);
+	return e ? rs_errno(e) : 0;
+}
+
 /* ---- the API ---- */
 
 int rsocket(int domain, int type, int protocol)
@@ -884,8 +1466,24 @@ int rsocket(int domain, int type, int protocol)
 	 * socket() falls back to a kernel socket for them instead of re-entering
 	 * the CM from inside it.
 	 */
-	if (type == SOCK_DGRAM)
-		return rs_errno(EOPNOTSUPP); /* rdma-core's UDP over UD: not here */
+	if (type == SOCK_DGRAM) {
+		if (protocol && protocol != IPPROTO_UDP)
+			return rs_errno(EPROTONOSUPPORT);
+		struct rsock *rs = rs_alloc(domain);
+		if (!rs)
+			return -1;
+		rs->dgram = true;
+		if (rdma_create_id(rs->ch, &rs->id, rs, RDMA_PS_UDP)) {
+			int e = errno;
+			rs_free(rs);
+			return rs_errno(e);
+		}
+		if (rs_insert(rs)) {
+			rs_free(rs);
+			return rs_errno(ENOMEM);
+		}
+		return rs->fd;
+	}
 	int base = type & ~(SOCK_NONBLOCK | SOCK_CLOEXEC);
 	if (type != SOCK_STREAM)
 		return rs_errno(base == SOCK_STREAM || base == SOCK_DGRAM ? EOPNOTSUPP : ESOCKTNOSUPPORT);
@@ -912,6 +1510,11 @@ int rbind(int s, const struct sockaddr *addr, socklen_t len)
 	if (!addr || len < sizeof(struct sockaddr_in))
 		return rs_errno(EINVAL);
 	pthread_mutex_lock(&rs->lock);
+	if (rs->dgram) {
+		int e = rs->dg_bound ? EINVAL : rs_dg_bind(rs, addr);
+		pthread_mutex_unlock(&rs->lock);
+		return e ? rs_errno(e) : 0;
+	}
 	int r = rs->state == RS_INIT ? rdma_bind_addr(rs->id, (struct sockaddr *)addr) : rs_errno(EINVAL);
 	pthread_mutex_unlock(&rs->lock);
 	return r;
@@ -920,6 +1523,8 @@ int rbind(int s, const struct sockaddr *addr, socklen_t len)
 int rlisten(int s, int backlog)
 {
 	RS_GET(rs, s, int);
+	if (rs->dgram)
+		return rs_errno(EOPNOTSUPP);
 	pthread_mutex_lock(&rs->lock);
 	int r = 0;
 	if (rs->state == RS_LISTENING) {
@@ -950,6 +1555,8 @@ static void rs_copy_addr(struct sockaddr *dst, socklen_t *len, const struct sock
 int raccept(int s, struct sockaddr *addr, socklen_t *len)
 {
 	RS_GET(ls, s, int);
+	if (ls->dgram)
+		return rs_errno(EOPNOTSUPP);
 	pthread_mutex_lock(&ls->lock);
 	if (ls->state != RS_LISTENING) {
 		pthread_mutex_unlock(&ls->lock);
@@ -1024,6 +1631,8 @@ int rconnect(int s, const struct sockaddr *addr, socklen_t len)
 		return rs_errno(EINVAL);
 	if (addr->sa_family != AF_INET && addr->sa_family != AF_INET6)
 		return rs_errno(EAFNOSUPPORT);
+	if (rs->dgram)
+		return rs_dg_connect(rs, addr);
 	pthread_mutex_lock(&rs->lock);
 	int e = 0;
 	switch (rs->state) {
@@ -1107,7 +1716,8 @@ int rclose(int s)
 	RS_GET(rs, s, int);
 	rs_remove(rs);
 	pthread_mutex_lock(&rs->lock);
-	rs_close_write(rs, true);
+	if (!rs->dgram)
+		rs_close_write(rs, true);
 	pthread_mutex_unlock(&rs->lock);
 	rs_free(rs);
 	return 0;
@@ -1121,6 +1731,11 @@ ssize_t rrecv(int s, void *buf, size_t len, int flags)
 
 ssize_t rrecvfrom(int s, void *buf, size_t len, int flags, struct sockaddr *src, socklen_t *alen)
 {
+	struct rsock *d = rs_get(s);
+	if (d && d->dgram) {
+		struct iovec v = {.iov_base = buf, .iov_len = len};
+		return rs_dg_recvv(d, &v, 1, flags, src, alen, NULL);
+	}
 	ssize_t r = rrecv(s, buf, len, flags);
 	if (r >= 0 && src && alen) {
 		int e = errno;
@@ -1136,6 +1751,11 @@ ssize_t rrecvmsg(int s, struct msghdr *msg, int flags)
 		return rs_errno(EINVAL);
 	msg->msg_controllen = 0;
 	msg->msg_flags = 0;
+	struct rsock *d = rs_get(s);
+	if (d && d->dgram)
+		return rs_dg_recvv(d, msg->msg_iov, (int)msg->msg_iovlen, flags,
+				   msg->msg_name, msg->msg_name ? &msg->msg_namelen : NULL,
+				   &msg->msg_flags);
 	return rs_recvv(s, msg->msg_iov, (int)msg->msg_iovlen, flags);
 }
 
@@ -1147,7 +1767,15 @@ ssize_t rsend(int s, const void *buf, size_t len, int flags)
 
 ssize_t rsendto(int s, const void *buf, size_t len, int flags, const struct sockaddr *to, socklen_t tl)
 {
-	(void)to, (void)tl; /* a connected stream ignores the address, as TCP */
+	struct rsock *d = rs_get(s);
+	if (d && d->dgram && to) {
+		if (tl < sizeof(struct sockaddr_in) ||
+		    (to->sa_family == AF_INET6 && tl < sizeof(struct sockaddr_in6)))
+			return rs_errno(EINVAL);
+		struct iovec v = {.iov_base = (void *)buf, .iov_len = len};
+		return rs_dg_sendv(d, to, &v, 1, flags);
+	}
+	(void)tl; /* a connected stream ignores the address, as TCP */
 	return rsend(s, buf, len, flags);
 }
 
@@ -1155,6 +1783,12 @@ ssize_t rsendmsg(int s, const struct msghdr *msg, int flags)
 {
 	if (!msg)
 		return rs_errno(EINVAL);
+	struct rsock *d = rs_get(s);
+	if (d && d->dgram && msg->msg_name) {
+		if (msg->msg_namelen < sizeof(struct sockaddr_in))
+			return rs_errno(EINVAL);
+		return rs_dg_sendv(d, msg->msg_name, msg->msg_iov, (int)msg->msg_iovlen, flags);
+	}
 	return rs_sendv(s, msg->msg_iov, (int)msg->msg_iovlen, flags);
 }
 
@@ -1183,6 +1817,13 @@ ssize_t rwritev(int s, const struct iovec *iov, int iovcnt)
 static short rs_revents(struct rsock *rs, short events)
 {
 	short r = 0;
+	if (rs->dgram) {
+		if (rs->rx_cnt)
+			r |= POLLIN;
+		if (rs->slot_head - rs->slot_tail < RS_DG_NSEND)
+			r |= POLLOUT;
+		return r & (events | POLLERR | POLLHUP | POLLNVAL);
+	}
 	switch (rs->state) {
 	case RS_LISTENING:
 		if (rs->bl_cnt)
@@ -1306,6 +1947,8 @@ int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 	}
 	free(p);
 	free(used);
+	if (!ready && timeout == 0)
+		sched_yield(); /* a caller spinning on rpoll(0) leaves the CPU to the engine */
 	errno = 0;
 	return ready;
 }
@@ -1370,7 +2013,12 @@ int rgetpeername(int s, struct sockaddr *addr, socklen_t *len)
 		return rs_errno(EFAULT);
 	pthread_mutex_lock(&rs->lock);
 	int r = 0;
-	if (rs->state != RS_CONNECTED && rs->state != RS_DISCONNECTED)
+	if (rs->dgram) {
+		if (rs->dg_connected)
+			rs_copy_addr(addr, len, (struct sockaddr *)&rs->dg_peer);
+		else
+			r = rs_errno(ENOTCONN);
+	} else if (rs->state != RS_CONNECTED && rs->state != RS_DISCONNECTED)
 		r = rs_errno(ENOTCONN);
 	else
 		rs_copy_addr(addr, len, rdma_get_peer_addr(rs->id));
@@ -1475,7 +2123,7 @@ int rgetsockopt(int s, int level, int optname, void *optval, socklen_t *optlen)
 		src = &rs->linger;
 		n = sizeof(rs->linger);
 	} else if (level == SOL_SOCKET && optname == SO_TYPE) {
-		v = SOCK_STREAM;
+		v = rs->dgram ? SOCK_DGRAM : SOCK_STREAM;
 	} else if (level == IPPROTO_TCP && optname == TCP_MAXSEG) {
 		v = (int)rs->peer_bufsz;
 	} else if (level == SOL_RDMA && (optname == RDMA_SQSIZE || optname == RDMA_RQSIZE)) {

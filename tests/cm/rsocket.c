@@ -3,7 +3,7 @@
  * on 127.0.0.1: the parent is the server, a forked child the client (forked
  * before either touches the library).  Pipes order the phases where a race
  * would make a check meaningless.
- *   - errors: EBADF, EAFNOSUPPORT, EOPNOTSUPP (SOCK_DGRAM, type flags),
+ *   - errors: EBADF, EAFNOSUPPORT, EOPNOTSUPP (type flags),
  *     ESOCKTNOSUPPORT, EPROTONOSUPPORT,
  *     ENOTCONN, ENOPROTOOPT, ECONNREFUSED (no listener)
  *   - O_NONBLOCK listener: raccept EAGAIN, then rpoll POLLIN and raccept
@@ -18,7 +18,14 @@
  *     reads; after the peer's rclose writes fail with EPIPE or ECONNRESET
  *   - non-blocking rconnect: EINPROGRESS (or 0), completion via rpoll
  *     POLLOUT, SO_ERROR 0
- * Ports 20580 (listener) and 20581 (nothing listens).
+ *   - SOCK_DGRAM (UD): the child echoes datagrams of 1 B .. 4000 B off
+ *     the parent's bound rsocket (rconnect'ed: rsend/rrecvfrom; the parent
+ *     rrecvfrom/rsendto back to the reported sender); payloads, boundaries
+ *     (two back-to-back datagrams stay two), truncation of a datagram
+ *     larger than the buffer (rrecvmsg: MSG_TRUNC, msg_name), EMSGSIZE
+ *     beyond one UD message, EDESTADDRREQ, non-blocking EAGAIN, rpoll
+ *     POLLIN/POLLOUT, SO_TYPE, rgetsockname/rgetpeername
+ * Ports 20580 (listener), 20581 (nothing listens), 20582 (datagrams).
  */
 #include "cm_test.h"
 
@@ -37,6 +44,7 @@
 
 #define PORT 20580
 #define PORT_NONE 20581
+#define PORT_DG 20582
 #define BIG (4u << 20)
 #define DUPLEX (8u << 20) /* more than both sides' buffers together */
 
@@ -103,6 +111,147 @@ static uint16_t port_of(int s, bool peer)
 
 static const size_t sizes[] = {1, 100, 4096, 65535, 65536, 65537, 1u << 20, BIG};
 #define NSIZES (sizeof(sizes) / sizeof(sizes[0]))
+
+/* ---- SOCK_DGRAM (UD) phase: the client (child) ---- */
+
+static const size_t dsizes[] = {1, 16, 100, 1000, 2048, 4000};
+#define NDSIZES (sizeof(dsizes) / sizeof(dsizes[0]))
+
+static void check_from(const struct sockaddr_in *a, socklen_t len, uint16_t port)
+{
+	SVT_CHECK_EQ(len, sizeof(*a));
+	SVT_CHECK_EQ(a->sin_family, AF_INET);
+	SVT_CHECK_EQ(ntohl(a->sin_addr.s_addr), INADDR_LOOPBACK);
+	if (port)
+		SVT_CHECK_EQ(ntohs(a->sin_port), port);
+	else
+		SVT_CHECK(a->sin_port != 0);
+}
+
+static void dgram_client(void)
+{
+	static uint8_t out[8192], in[8192];
+	struct sockaddr_in srv = cmt_sin("127.0.0.1", PORT_DG), from;
+	socklen_t fl;
+	sig_wait(to_child[0], 'D');
+	int s = rsocket(AF_INET, SOCK_DGRAM, 0);
+	RS_OK(s);
+	SVT_CHECK_CM_ERRNO((int)rsend(s, out, 1, 0), EDESTADDRREQ);
+	/* more than one UD message (MTU 4096 less the header) */
+	SVT_CHECK_CM_ERRNO((int)rsendto(s, out, 4096, 0, (struct sockaddr *)&srv, sizeof(srv)),
+			   EMSGSIZE);
+	SVT_CHECK_CM_ERRNO((int)rsendto(s, out, 65536, 0, (struct sockaddr *)&srv, sizeof(srv)),
+			   EMSGSIZE);
+	RS_OK(rconnect(s, (struct sockaddr *)&srv, sizeof(srv)));
+	SVT_CHECK_EQ(port_of(s, true), PORT_DG);
+	uint16_t me = port_of(s, false);
+	SVT_CHECK(me != 0);
+	/* echo of each size: payload, boundary and sender checked */
+	for (size_t i = 0; i < NDSIZES; i++) {
+		size_t n = dsizes[i];
+		svt_fill(out, n, (uint32_t)(n + 7));
+		SVT_CHECK_EQ(rsend(s, out, n, 0), (ssize_t)n);
+		memset(in, 0, n + 1);
+		fl = sizeof(from);
+		SVT_CHECK_EQ(rrecvfrom(s, in, sizeof(in), 0, (struct sockaddr *)&from, &fl),
+			     (ssize_t)n);
+		SVT_CHECK_FILL(in, n, (uint32_t)(n + 7));
+		check_from(&from, fl, PORT_DG);
+	}
+	/* two datagrams back to back stay two */
+	memset(out, 'A', 10);
+	SVT_CHECK_EQ(rsend(s, out, 10, 0), 10);
+	memset(out, 'B', 20);
+	SVT_CHECK_EQ(rsendto(s, out, 20, 0, (struct sockaddr *)&srv, sizeof(srv)), 20);
+	/* gathered by rsendmsg: one datagram of 1000, truncated by the server */
+	svt_fill(out, 1000, 3);
+	struct iovec v[2] = {{out, 300}, {out + 300, 700}};
+	struct msghdr m = {.msg_iov = v, .msg_iovlen = 2};
+	SVT_CHECK_EQ(rsendmsg(s, &m, 0), 1000);
+	svt_fill(out, 500, 4);
+	SVT_CHECK_EQ(rwrite(s, out, 500), 500);
+	/* the server's verdict, through rpoll */
+	struct pollfd p = {.fd = s, .events = POLLIN};
+	SVT_CHECK_EQ(rpoll(&p, 1, 10000), 1);
+	SVT_CHECK(p.revents & POLLIN);
+	SVT_CHECK_EQ(rread(s, in, sizeof(in)), 2);
+	SVT_CHECK(!memcmp(in, "ok", 2));
+	RS_OK(rclose(s));
+}
+
+/* ---- SOCK_DGRAM phase: the server (parent) ---- */
+
+static void dgram_server(void)
+{
+	static uint8_t buf[8192];
+	struct sockaddr_in sin = cmt_sin("127.0.0.1", PORT_DG), from;
+	socklen_t fl;
+	SVT_CHECK_CM_ERRNO(rsocket(AF_INET, SOCK_DGRAM, IPPROTO_TCP), EPROTONOSUPPORT);
+	int s = rsocket(AF_INET, SOCK_DGRAM, 0);
+	RS_OK(s);
+	int v = 0;
+	socklen_t vl = sizeof(v);
+	SVT_CHECK_CM(rgetsockopt(s, SOL_SOCKET, SO_TYPE, &v, &vl));
+	SVT_CHECK_EQ(v, SOCK_DGRAM);
+	SVT_CHECK_CM(rbind(s, (struct sockaddr *)&sin, sizeof(sin)));
+	SVT_CHECK_EQ(port_of(s, false), PORT_DG);
+	struct sockaddr_in pa;
+	socklen_t pl = sizeof(pa);
+	SVT_CHECK_CM_ERRNO(rgetpeername(s, (struct sockaddr *)&pa, &pl), ENOTCONN);
+	/* nothing yet: EAGAIN non-blocking, rpoll not readable but writable */
+	SVT_CHECK_EQ(rfcntl(s, F_SETFL, O_NONBLOCK), 0);
+	SVT_CHECK_EQ(rfcntl(s, F_GETFL) & O_NONBLOCK, O_NONBLOCK);
+	SVT_CHECK_CM_ERRNO((int)rrecv(s, buf, sizeof(buf), 0), EAGAIN);
+	SVT_CHECK_CM_ERRNO((int)rrecvfrom(s, buf, sizeof(buf), 0, NULL, NULL), EAGAIN);
+	struct pollfd p = {.fd = s, .events = POLLIN};
+	SVT_CHECK_EQ(rpoll(&p, 1, 50), 0);
+	p.events = POLLIN | POLLOUT;
+	SVT_CHECK_EQ(rpoll(&p, 1, 0), 1);
+	SVT_CHECK_EQ(p.revents, POLLOUT);
+	SVT_CHECK_EQ(rfcntl(s, F_SETFL, 0), 0);
+	sig_send(to_child[1], 'D');
+
+	uint16_t cport = 0;
+	for (size_t i = 0; i < NDSIZES; i++) {
+		size_t n = dsizes[i];
+		p = (struct pollfd){.fd = s, .events = POLLIN};
+		SVT_CHECK_EQ(rpoll(&p, 1, 10000), 1);
+		SVT_CHECK(p.revents & POLLIN);
+		fl = sizeof(from);
+		SVT_CHECK_EQ(rrecvfrom(s, buf, sizeof(buf), 0, (struct sockaddr *)&from, &fl),
+			     (ssize_t)n);
+		SVT_CHECK_FILL(buf, n, (uint32_t)(n + 7));
+		check_from(&from, fl, cport);
+		cport = ntohs(from.sin_port);
+		SVT_CHECK_EQ(rsendto(s, buf, n, 0, (struct sockaddr *)&from, fl), (ssize_t)n);
+	}
+	/* boundaries: 10 x 'A' then 20 x 'B', read with room for both */
+	memset(buf, 0, 64);
+	SVT_CHECK_EQ(rrecv(s, buf, 100, 0), 10);
+	for (int i = 0; i < 10; i++)
+		SVT_CHECK_EQ(buf[i], 'A');
+	SVT_CHECK_EQ(buf[10], 0);
+	SVT_CHECK_EQ(rrecv(s, buf, 100, 0), 20);
+	for (int i = 0; i < 20; i++)
+		SVT_CHECK_EQ(buf[i], 'B');
+	/* 1000 bytes into 100: truncated (the rest is dropped, as UDP) */
+	memset(buf, 0, sizeof(buf));
+	SVT_CHECK_EQ(rrecv(s, buf, 100, 0), 100);
+	SVT_CHECK_FILL(buf, 100, 3);
+	SVT_CHECK_EQ(buf[100], 0);
+	/* 500 into 50 with rrecvmsg: MSG_TRUNC in msg_flags, the sender named */
+	struct iovec iv = {buf, 50};
+	struct sockaddr_in mn;
+	struct msghdr m = {.msg_name = &mn, .msg_namelen = sizeof(mn), .msg_iov = &iv, .msg_iovlen = 1};
+	SVT_CHECK_EQ(rrecvmsg(s, &m, 0), 50);
+	SVT_CHECK(m.msg_flags & MSG_TRUNC);
+	SVT_CHECK_FILL(buf, 50, 4);
+	check_from(&mn, m.msg_namelen, cport);
+	SVT_CHECK_EQ(rsendto(s, "ok", 2, 0, (struct sockaddr *)&mn, m.msg_namelen), 2);
+	/* nothing left over from the truncated ones */
+	SVT_CHECK_CM_ERRNO((int)rrecv(s, buf, sizeof(buf), MSG_DONTWAIT), EAGAIN);
+	RS_OK(rclose(s));
+}
 
 /* ---- the client (child) ---- */
 
@@ -246,6 +395,7 @@ static int client(void)
 	RS_OK(rclose(s));
 	free(out);
 	free(in);
+	dgram_client();
 	return 0;
 }
 
@@ -258,7 +408,7 @@ static void check_errors(void)
 	SVT_CHECK_CM_ERRNO((int)rsend(-1, b, 1, 0), EBADF);
 	SVT_CHECK_CM_ERRNO(rclose(0), EBADF); /* stdin: no rsocket */
 	SVT_CHECK_CM_ERRNO(rsocket(AF_UNIX, SOCK_STREAM, 0), EAFNOSUPPORT);
-	SVT_CHECK_CM_ERRNO(rsocket(AF_INET, SOCK_DGRAM, 0), EOPNOTSUPP);
+	SVT_CHECK_CM_ERRNO(rsocket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK, 0), EOPNOTSUPP);
 	/* as rdma-core's: no type flags (librspreload relies on it) */
 	SVT_CHECK_CM_ERRNO(rsocket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0), EOPNOTSUPP);
 	SVT_CHECK_CM_ERRNO(rsocket(AF_INET, SOCK_RAW, 0), ESOCKTNOSUPPORT);
@@ -405,6 +555,7 @@ static void server(void)
 	RS_OK(rclose(s));
 	RS_OK(rclose(ls));
 	free(buf);
+	dgram_server();
 }
 
 int main(void)
