@@ -377,25 +377,37 @@ static int rs_post_recv(struct rsock *rs, uint32_t idx)
 }
 
 /* PD, CQ, QP, buffers on rs->id (address resolved); receives posted. */
+/*
+ * A socket's PD, CQ (its completion channel non-blocking), and its receive
+ * and send areas, registered: the same for the stream (RC) and datagram (UD)
+ * kinds.  0, or -1 with what was made left in rs for the caller's cleanup.
+ */
+static int rs_alloc_buffers(struct rsock *rs, struct ibv_context *ctx, int cqe, size_t rlen,
+			    size_t slen)
+{
+	rs->pd = ibv_alloc_pd(ctx);
+	rs->cc = rs->pd ? ibv_create_comp_channel(ctx) : NULL;
+	rs->cq = rs->cc ? ibv_create_cq(ctx, cqe, rs, rs->cc, 0) : NULL;
+	if (!rs->cq)
+		return -1;
+	int fl = fcntl(rs->cc->fd, F_GETFL);
+	fcntl(rs->cc->fd, F_SETFL, fl | O_NONBLOCK);
+	rs->rbuf = malloc(rlen);
+	rs->sbuf = malloc(slen);
+	if (!rs->rbuf || !rs->sbuf)
+		return -1;
+	rs->rmr = ibv_reg_mr(rs->pd, rs->rbuf, rlen, IBV_ACCESS_LOCAL_WRITE);
+	rs->smr = ibv_reg_mr(rs->pd, rs->sbuf, slen, 0);
+	return rs->rmr && rs->smr ? 0 : -1;
+}
+
 static int rs_create_qp(struct rsock *rs)
 {
 	struct ibv_context *ctx = rs->id->verbs;
 	if (!ctx)
 		return ENODEV;
-	rs->pd = ibv_alloc_pd(ctx);
-	rs->cc = rs->pd ? ibv_create_comp_channel(ctx) : NULL;
-	rs->cq = rs->cc ? ibv_create_cq(ctx, RS_CQ_DEPTH, rs, rs->cc, 0) : NULL;
-	if (!rs->cq)
-		goto fail;
-	int fl = fcntl(rs->cc->fd, F_GETFL);
-	fcntl(rs->cc->fd, F_SETFL, fl | O_NONBLOCK);
-	rs->rbuf = malloc((size_t)RS_NBUF * RS_BUFSZ);
-	rs->sbuf = malloc((size_t)RS_NBUF * RS_BUFSZ);
-	if (!rs->rbuf || !rs->sbuf)
-		goto fail;
-	rs->rmr = ibv_reg_mr(rs->pd, rs->rbuf, (size_t)RS_NBUF * RS_BUFSZ, IBV_ACCESS_LOCAL_WRITE);
-	rs->smr = ibv_reg_mr(rs->pd, rs->sbuf, (size_t)RS_NBUF * RS_BUFSZ, 0);
-	if (!rs->rmr || !rs->smr)
+	if (rs_alloc_buffers(rs, ctx, RS_CQ_DEPTH, (size_t)RS_NBUF * RS_BUFSZ,
+			     (size_t)RS_NBUF * RS_BUFSZ))
 		goto fail;
 	struct ibv_qp_init_attr a = {
 		.send_cq = rs->cq,
@@ -1024,20 +1036,8 @@ static int rs_dg_setup(struct rsock *rs, struct ibv_context *ctx, uint8_t port)
 		return errno ? errno : ENODEV;
 	unsigned mtu = 128u << pa.active_mtu;
 	rs->dg_max = (mtu > RS_DG_MTU ? RS_DG_MTU : mtu) - (unsigned)sizeof(struct rs_dg_hdr);
-	rs->pd = ibv_alloc_pd(ctx);
-	rs->cc = rs->pd ? ibv_create_comp_channel(ctx) : NULL;
-	rs->cq = rs->cc ? ibv_create_cq(ctx, RS_DG_NBUF + RS_DG_NSEND + 4, rs, rs->cc, 0) : NULL;
-	if (!rs->cq)
-		goto fail;
-	int fl = fcntl(rs->cc->fd, F_GETFL);
-	fcntl(rs->cc->fd, F_SETFL, fl | O_NONBLOCK);
-	rs->rbuf = malloc((size_t)RS_DG_NBUF * RS_DG_SLOT);
-	rs->sbuf = malloc((size_t)RS_DG_NSEND * RS_DG_MTU);
-	if (!rs->rbuf || !rs->sbuf)
-		goto fail;
-	rs->rmr = ibv_reg_mr(rs->pd, rs->rbuf, (size_t)RS_DG_NBUF * RS_DG_SLOT, IBV_ACCESS_LOCAL_WRITE);
-	rs->smr = ibv_reg_mr(rs->pd, rs->sbuf, (size_t)RS_DG_NSEND * RS_DG_MTU, 0);
-	if (!rs->rmr || !rs->smr)
+	if (rs_alloc_buffers(rs, ctx, RS_DG_NBUF + RS_DG_NSEND + 4, (size_t)RS_DG_NBUF * RS_DG_SLOT,
+			     (size_t)RS_DG_NSEND * RS_DG_MTU))
 		goto fail;
 	struct ibv_qp_init_attr a = {
 		.send_cq = rs->cq,
