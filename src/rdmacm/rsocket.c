@@ -607,7 +607,11 @@ static void rs_ctrl_msg(struct rsock *rs, const uint8_t *p, uint32_t len)
 	}
 }
 
-static int rs_cq_drain(struct rsock *rs)
+/*
+ * The completion channel's events acknowledged, then every completion of
+ * rs's CQ handed to fn (of the stream or the datagram kind); how many.
+ */
+static int rs_cq_each(struct rsock *rs, void (*fn)(struct rsock *, const struct ibv_wc *))
 {
 	int seen = 0;
 	if (!rs->cq)
@@ -620,44 +624,56 @@ static int rs_cq_drain(struct rsock *rs)
 	int n;
 	while ((n = ibv_poll_cq(rs->cq, 16, wc)) > 0) {
 		seen += n;
-		for (int i = 0; i < n; i++) {
-			struct ibv_wc *w = &wc[i];
-			if (w->wr_id & RS_WR_RECV) {
-				if (w->status != IBV_WC_SUCCESS) {
-					if (w->status != IBV_WC_WR_FLUSH_ERR && !rs->err)
-						rs->err = ECONNRESET;
-					continue;
-				}
-				uint32_t imm = ntohl(w->imm_data);
-				rs->credits += imm & RS_IMM_CREDITS;
-				if (imm & RS_IMM_FIN)
-					rs->fin_rcvd = true;
-				uint32_t idx = (uint32_t)(w->wr_id & 0xffff);
-				if (imm & RS_IMM_CTRL)
-					rs_ctrl_msg(rs, rs->rbuf + (size_t)idx * RS_BUFSZ, w->byte_len);
-				if (w->byte_len == 0 || rs->rd_shut || (imm & RS_IMM_CTRL)) {
-					if (rs_post_recv(rs, idx) == 0)
-						rs->owed++;
-				} else {
-					struct rs_rx *r = &rs->rxq[(rs->rx_head + rs->rx_cnt) % RS_NBUF];
-					r->idx = idx;
-					r->len = w->byte_len;
-					r->off = 0;
-					rs->rx_cnt++;
-				}
-			} else {
-				rs->wr_out--;
-				if (w->wr_id & RS_WR_DATA)
-					rs->slot_tail++;
-				if (w->status != IBV_WC_SUCCESS && w->status != IBV_WC_WR_FLUSH_ERR) {
-					if (!rs->err)
-						rs->err = ECONNRESET;
-					if (rs->state == RS_CONNECTED)
-						rs->state = RS_DISCONNECTED;
-				}
-			}
+		for (int i = 0; i < n; i++)
+			fn(rs, &wc[i]);
+	}
+	return seen;
+}
+
+/* A completion of a stream socket: a message in, or a send done. */
+static void rs_stream_wc(struct rsock *rs, const struct ibv_wc *w)
+{
+	if (w->wr_id & RS_WR_RECV) {
+		if (w->status != IBV_WC_SUCCESS) {
+			if (w->status != IBV_WC_WR_FLUSH_ERR && !rs->err)
+				rs->err = ECONNRESET;
+			return;
+		}
+		uint32_t imm = ntohl(w->imm_data);
+		rs->credits += imm & RS_IMM_CREDITS;
+		if (imm & RS_IMM_FIN)
+			rs->fin_rcvd = true;
+		uint32_t idx = (uint32_t)(w->wr_id & 0xffff);
+		if (imm & RS_IMM_CTRL)
+			rs_ctrl_msg(rs, rs->rbuf + (size_t)idx * RS_BUFSZ, w->byte_len);
+		if (w->byte_len == 0 || rs->rd_shut || (imm & RS_IMM_CTRL)) {
+			if (rs_post_recv(rs, idx) == 0)
+				rs->owed++;
+		} else {
+			struct rs_rx *r = &rs->rxq[(rs->rx_head + rs->rx_cnt) % RS_NBUF];
+			r->idx = idx;
+			r->len = w->byte_len;
+			r->off = 0;
+			rs->rx_cnt++;
+		}
+	} else {
+		rs->wr_out--;
+		if (w->wr_id & RS_WR_DATA)
+			rs->slot_tail++;
+		if (w->status != IBV_WC_SUCCESS && w->status != IBV_WC_WR_FLUSH_ERR) {
+			if (!rs->err)
+				rs->err = ECONNRESET;
+			if (rs->state == RS_CONNECTED)
+				rs->state = RS_DISCONNECTED;
 		}
 	}
+}
+
+static int rs_cq_drain(struct rsock *rs)
+{
+	if (!rs->cq)
+		return 0;
+	int seen = rs_cq_each(rs, rs_stream_wc);
 	rs_send_ctrl(rs);
 	return seen;
 }
@@ -1238,44 +1254,34 @@ static int rs_dg_cm_drain(struct rsock *rs)
 	return seen;
 }
 
+/* A completion of a datagram socket: a datagram in, or a send done. */
+static void rs_dg_wc(struct rsock *rs, const struct ibv_wc *w)
+{
+	if (!(w->wr_id & RS_WR_RECV)) {
+		rs->wr_out--;
+		rs->slot_tail++;
+		return;
+	}
+	uint32_t idx = (uint32_t)(w->wr_id & 0xffff);
+	if (w->status == IBV_WC_WR_FLUSH_ERR)
+		return;
+	struct rs_dg_hdr h;
+	const uint8_t *b = rs->rbuf + (size_t)idx * RS_DG_SLOT + RS_DG_GRH;
+	if (w->status != IBV_WC_SUCCESS || w->byte_len < RS_DG_GRH + sizeof(h) ||
+	    (memcpy(&h, b, sizeof(h)), ntohl(h.magic) != RS_DG_MAGIC)) {
+		rs_dg_post_recv(rs, idx); /* not ours: dropped */
+		return;
+	}
+	struct rs_rx *r = &rs->drxq[(rs->rx_head + rs->rx_cnt) % RS_DG_NBUF];
+	r->idx = idx;
+	r->len = w->byte_len - RS_DG_GRH - (uint32_t)sizeof(h);
+	r->off = 0;
+	rs->rx_cnt++;
+}
+
 static int rs_dg_cq_drain(struct rsock *rs)
 {
-	int seen = 0;
-	if (!rs->cq)
-		return 0;
-	struct ibv_cq *evcq;
-	void *evctx;
-	while (ibv_get_cq_event(rs->cc, &evcq, &evctx) == 0)
-		ibv_ack_cq_events(evcq, 1);
-	struct ibv_wc wc[16];
-	int n;
-	while ((n = ibv_poll_cq(rs->cq, 16, wc)) > 0) {
-		seen += n;
-		for (int i = 0; i < n; i++) {
-			struct ibv_wc *w = &wc[i];
-			if (!(w->wr_id & RS_WR_RECV)) {
-				rs->wr_out--;
-				rs->slot_tail++;
-				continue;
-			}
-			uint32_t idx = (uint32_t)(w->wr_id & 0xffff);
-			if (w->status == IBV_WC_WR_FLUSH_ERR)
-				continue;
-			struct rs_dg_hdr h;
-			const uint8_t *b = rs->rbuf + (size_t)idx * RS_DG_SLOT + RS_DG_GRH;
-			if (w->status != IBV_WC_SUCCESS || w->byte_len < RS_DG_GRH + sizeof(h) ||
-			    (memcpy(&h, b, sizeof(h)), ntohl(h.magic) != RS_DG_MAGIC)) {
-				rs_dg_post_recv(rs, idx); /* not ours: dropped */
-				continue;
-			}
-			struct rs_rx *r = &rs->drxq[(rs->rx_head + rs->rx_cnt) % RS_DG_NBUF];
-			r->idx = idx;
-			r->len = w->byte_len - RS_DG_GRH - (uint32_t)sizeof(h);
-			r->off = 0;
-			rs->rx_cnt++;
-		}
-	}
-	return seen;
+	return rs_cq_each(rs, rs_dg_wc);
 }
 
 static ssize_t rs_dg_sendv(struct rsock *rs, const struct sockaddr *to, const struct iovec *iov,
