@@ -130,6 +130,26 @@ sv_wait() {
 	wait "$1"
 }
 
+# sv_start_server NS PORT PROGRAM ARGS...: PROGRAM over softverbs in the
+# background as "server" (SV_SPID), until it listens on TCP PORT in NS.
+sv_start_server() {
+	local ns=$1 p=$2 w=0
+	shift 2
+	sv_run_bg server "$(sv_left)" "$ns" "$@"
+	SV_SPID=$SV_PID
+	sv_wait_listen "$ns" "$p" "$SV_SPID" || w=$?
+	[ "$w" = 0 ] || sv_fail "server did not listen on port $p (wait $w)"
+}
+
+# sv_finish CLIENT_RC: the client exited 0, and so does the server
+# (SV_SPID), given 15 s after the client (3 s after a client that failed).
+sv_finish() {
+	local crc=$1 src=0
+	sv_wait "$SV_SPID" "$([ "$crc" = 0 ] && echo 15 || echo 3)" || src=$?
+	[ "$crc" = 0 ] || sv_fail "client exited $crc"
+	[ "$src" = 0 ] || sv_fail "server exited $src"
+}
+
 # sv_pgid PID: process group of PID (empty if gone).
 sv_pgid() {
 	local stat

@@ -45,32 +45,15 @@ netns)
 	;;
 esac
 
-# start_server PORT PROGRAM ARGS...: run it and wait until it listens on PORT.
-start_server() {
-	local p=$1 w=0; shift
-	sv_run_bg server "$(sv_left)" "$sns" "$@"
-	SPID=$SV_PID
-	sv_wait_listen "$sns" "$p" "$SPID" || w=$?
-	[ "$w" = 0 ] || sv_fail "server did not listen on rdma_cm port $p (wait $w)"
-}
-
-# finish: both exited 0 (the server given a few seconds after the client).
-finish() {
-	local crc=$1 src=0
-	sv_wait "$SPID" "$([ "$crc" = 0 ] && echo 15 || echo 3)" || src=$?
-	[ "$crc" = 0 ] || sv_fail "client exited $crc"
-	[ "$src" = 0 ] || sv_fail "server exited $src"
-}
-
 crc=0
 case $scen in
 rping)
 	size=$1 count=$2
 	[ "$mode" = lo ] && port=$(sv_free_port "" "$port")
-	start_server "$port" rping -s -a "$saddr" -p "$port" -V -S "$size" -C "$count"
+	sv_start_server "$sns" "$port" rping -s -a "$saddr" -p "$port" -V -S "$size" -C "$count"
 	sv_run client "$(($(sv_left) - 5))" "$cns" rping -c -a "$saddr" -p "$port" \
 		-V -v -S "$size" -C "$count" || crc=$?
-	finish "$crc"
+	sv_finish "$crc"
 	n=$(grep -c '^ping data: ' "$SV_WORK/client.out")
 	[ "$n" = "$count" ] || sv_fail "client printed $n pings, expected $count"
 	! grep -qiE 'mismatch|error|fail' "$SV_WORK/client.out" "$SV_WORK/server.out" ||
@@ -78,10 +61,10 @@ rping)
 	;;
 udaddy)
 	conns=$1 count=$2
-	start_server 7174 udaddy -b "$saddr" -c "$conns" -C "$count"
+	sv_start_server "$sns" 7174 udaddy -b "$saddr" -c "$conns" -C "$count"
 	sv_run client "$(($(sv_left) - 5))" "$cns" udaddy -s "$saddr" -c "$conns" -C "$count" ||
 		crc=$?
-	finish "$crc"
+	sv_finish "$crc"
 	for s in server client; do
 		grep -q '^data transfers complete' "$SV_WORK/$s.out" || sv_fail "$s: no data transfers"
 		grep -q '^return status 0' "$SV_WORK/$s.out" || sv_fail "$s: nonzero status"
@@ -90,10 +73,10 @@ udaddy)
 ucmatose)
 	conns=$1 count=$2 size=$3
 	[ "$mode" = lo ] && port=$(sv_free_port "" "$port")
-	start_server "$port" ucmatose -b "$saddr" -p "$port" -c "$conns" -C "$count" -S "$size"
+	sv_start_server "$sns" "$port" ucmatose -b "$saddr" -p "$port" -c "$conns" -C "$count" -S "$size"
 	sv_run client "$(($(sv_left) - 5))" "$cns" ucmatose -s "$saddr" -p "$port" \
 		-c "$conns" -C "$count" -S "$size" || crc=$?
-	finish "$crc"
+	sv_finish "$crc"
 	for s in server client; do
 		grep -q '^data transfers complete' "$SV_WORK/$s.out" || sv_fail "$s: no data transfers"
 		grep -q '^return status 0' "$SV_WORK/$s.out" || sv_fail "$s: nonzero status"
@@ -102,19 +85,19 @@ ucmatose)
 	;;
 rdma_server)
 	[ "$mode" = lo ] && port=$(sv_free_port "" "$port")
-	start_server "$port" rdma_server -s "$saddr" -p "$port"
+	sv_start_server "$sns" "$port" rdma_server -s "$saddr" -p "$port"
 	sv_run client "$(($(sv_left) - 5))" "$cns" rdma_client -s "$saddr" -p "$port" || crc=$?
-	finish "$crc"
+	sv_finish "$crc"
 	grep -q 'rdma_server: end 0' "$SV_WORK/server.out" || sv_fail "server did not end with 0"
 	grep -q 'rdma_client: end 0' "$SV_WORK/client.out" || sv_fail "client did not end with 0"
 	;;
 rdma_xserver)
 	[ "$mode" = lo ] && port=$(sv_free_port "" "$port")
 	ctype=${1:-r}
-	start_server "$port" rdma_xserver -c "$ctype" -p "$port"
+	sv_start_server "$sns" "$port" rdma_xserver -c "$ctype" -p "$port"
 	sv_run client "$(($(sv_left) - 5))" "$cns" rdma_xclient -c "$ctype" -s "$saddr" -p "$port" ||
 		crc=$?
-	finish "$crc"
+	sv_finish "$crc"
 	grep -q 'rdma_xserver: end 0' "$SV_WORK/server.out" || sv_fail "server did not end with 0"
 	grep -q 'rdma_xclient: end 0' "$SV_WORK/client.out" || sv_fail "client did not end with 0"
 	;;
@@ -122,11 +105,11 @@ cmtime)
 	conns=$1
 	[ "$mode" = lo ] && port=$(sv_free_port "" "$port")
 	# Debian's cmtime server serves until it is stopped: only the client ends.
-	start_server "$port" cmtime -b "$saddr" -p "$port" -c "$conns"
+	sv_start_server "$sns" "$port" cmtime -b "$saddr" -p "$port" -c "$conns"
 	sv_run client "$(($(sv_left) - 5))" "$cns" cmtime -s "$saddr" -p "$port" -c "$conns" ||
 		crc=$?
 	[ "$crc" = 0 ] || sv_fail "cmtime client exited $crc"
-	kill -0 "$SPID" 2>/dev/null || sv_fail "cmtime server died"
+	kill -0 "$SV_SPID" 2>/dev/null || sv_fail "cmtime server died"
 	for step in 'create id' 'resolve addr' 'resolve route' 'create qp' connect disconnect destroy; do
 		grep -q "^$step *:" "$SV_WORK/client.out" || sv_fail "cmtime printed no '$step' step"
 	done
@@ -137,10 +120,10 @@ mckey)
 	# a group of its own: tests running at the same time use others
 	grp="239.$((RANDOM % 200 + 20)).$((RANDOM % 256)).$((port % 256))"
 	sv_run_bg server "$(sv_left)" "$sns" mckey -m "$grp" -b "$saddr" -C "$count" -S "$size"
-	SPID=$SV_PID
+	SV_SPID=$SV_PID
 	# joined, with its receives posted, before anything is sent
 	until grep -q '^receiving data transfers' "$SV_WORK/server.out" 2>/dev/null; do
-		kill -0 "$SPID" 2>/dev/null || sv_fail "the receiver ended before it joined"
+		kill -0 "$SV_SPID" 2>/dev/null || sv_fail "the receiver ended before it joined"
 		sleep 0.1
 	done
 	# the sender joins, waits 3 s (mckey's own pause) and sends COUNT; -l:
@@ -148,7 +131,7 @@ mckey)
 	sv_run client "$(($(sv_left) - 5))" "$cns" mckey -m "$grp" -b "$caddr" -s -C "$count" \
 		-S "$size" -l || crc=$?
 	# the receiver ends only once it has polled all COUNT receives
-	finish "$crc"
+	sv_finish "$crc"
 	for s in server client; do
 		grep -q '^data transfers complete' "$SV_WORK/$s.out" || sv_fail "$s: no data transfers"
 		grep -q '^return status 0' "$SV_WORK/$s.out" || sv_fail "$s: nonzero status"

@@ -37,21 +37,6 @@ esac
 addr=127.0.0.1
 port=$(sv_free_port "" "$port")
 
-start_server() {
-	local w=0
-	sv_run_bg server "$(sv_left)" "" "$@"
-	SPID=$SV_PID
-	sv_wait_listen "" "$port" "$SPID" || w=$?
-	[ "$w" = 0 ] || sv_fail "server did not listen on rdma_cm port $port (wait $w)"
-}
-
-finish() {
-	local crc=$1 src=0
-	sv_wait "$SPID" "$([ "$crc" = 0 ] && echo 15 || echo 3)" || src=$?
-	[ "$crc" = 0 ] || sv_fail "client exited $crc"
-	[ "$src" = 0 ] || sv_fail "server exited $src"
-}
-
 # check_rows NAME ROWS: NAME.out has the result header and exactly ROWS
 # result rows, and says nothing about errors.
 check_rows() {
@@ -83,10 +68,10 @@ case $scen in
 rstream | riostream)
 	size=$1 count=$2
 	shift 2
-	start_server "$scen" -b "$addr" -p "$port" -S "$size" -C "$count" -T v "$@"
+	sv_start_server "" "$port" "$scen" -b "$addr" -p "$port" -S "$size" -C "$count" -T v "$@"
 	sv_run client "$(($(sv_left) - 5))" "" "$scen" -s "$addr" -p "$port" -S "$size" \
 		-C "$count" -T v "$@" || crc=$?
-	finish "$crc"
+	sv_finish "$crc"
 	for s in server client; do
 		check_rows "$s" 1
 		row=$(grep '^custom ' "$SV_WORK/$s.out") || sv_fail "$s: no 'custom' row"
@@ -99,7 +84,7 @@ rstream | riostream)
 rcopy)
 	bytes=$1
 	head -c "$bytes" /dev/urandom >"$SV_WORK/src.bin"
-	start_server rcopy -p "$port"
+	sv_start_server "" "$port" rcopy -p "$port"
 	sv_run client "$(($(sv_left) - 5))" "" rcopy "$SV_WORK/src.bin" "$addr:$SV_WORK/dst.bin" \
 		-p "$port" || crc=$?
 	[ "$crc" = 0 ] || sv_fail "rcopy client exited $crc"
@@ -112,7 +97,7 @@ rcopy)
 	done
 	grep -q "transferring...$bytes bytes...closing...done" "$SV_WORK/server.out" ||
 		sv_fail "server did not finish the file"
-	kill -0 "$SPID" 2>/dev/null || sv_fail "rcopy server died"
+	kill -0 "$SV_SPID" 2>/dev/null || sv_fail "rcopy server died"
 	cmp "$SV_WORK/src.bin" "$SV_WORK/dst.bin" || sv_fail "the copy differs"
 	;;
 udpong)
@@ -121,7 +106,7 @@ udpong)
 	echo=0
 	for a in "$@"; do [ "$a" = e ] && echo=1; done
 	# the server answers until stopped (cleanup ends it)
-	start_server udpong -b "$addr" -p "$port" "$@"
+	sv_start_server "" "$port" udpong -b "$addr" -p "$port" "$@"
 	sv_run client 15 "" udpong -s "$addr" -p "$port" -S "$size" -C "$count" "$@" || crc=$?
 	if [ "$crc" = 124 ]; then
 		# udpong's own livelock: a reply later than its 1 ms resend timer
@@ -134,7 +119,7 @@ udpong)
 			-C "$count" "$@" || crc=$?
 	fi
 	[ "$crc" = 0 ] || sv_fail "udpong client exited $crc"
-	kill -0 "$SPID" 2>/dev/null || sv_fail "udpong server died"
+	kill -0 "$SV_SPID" 2>/dev/null || sv_fail "udpong server died"
 	grep -q '^name *bytes *xfers *total *time *Gb/sec *usec/xfer' "$SV_WORK/client.out" ||
 		sv_fail "client: no result header"
 	[ "$(grep -c '^custom ' "$SV_WORK/client.out")" = 1 ] || sv_fail "client: not one 'custom' row"
@@ -158,10 +143,10 @@ udpong)
 preload)
 	pre=/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so
 	[ -e "$pre" ] || sv_skip "$pre not installed (Debian librdmacm1)"
-	start_server env LD_PRELOAD="$pre" "$SV_ECHO" server "$addr" "$port"
+	sv_start_server "" "$port" env LD_PRELOAD="$pre" "$SV_ECHO" server "$addr" "$port"
 	sv_run client "$(($(sv_left) - 5))" "" env LD_PRELOAD="$pre" "$SV_ECHO" client "$addr" "$port" ||
 		crc=$?
-	finish "$crc"
+	sv_finish "$crc"
 	grep -q '^echo: client ok' "$SV_WORK/client.out" || sv_fail "client did not check the echo"
 	grep -q '^echo: server ok' "$SV_WORK/server.out" || sv_fail "server did not finish"
 	grep -q '^echo: rsocket' "$SV_WORK/client.out" || sv_fail "client socket was not an rsocket"

@@ -27,16 +27,11 @@ netns)
 esac
 common=(-g 0 -s "$size" -n "$iters" "$@")
 port=$(sv_free_port "$sns" "$port")
-sv_run_bg server "$(sv_left)" "$sns" ibv_xsrq_pingpong -d "$sdev" -p "$port" "${common[@]}"
-spid=$SV_PID
-sv_wait_listen "$sns" "$port" "$spid" || sv_fail "server did not listen on port $port"
+sv_start_server "$sns" "$port" ibv_xsrq_pingpong -d "$sdev" -p "$port" "${common[@]}"
 cli_rc=0
 sv_run client "$(($(sv_left) - 3))" "$cns" ibv_xsrq_pingpong -d "$cdev" -p "$port" \
 	"${common[@]}" "$host" || cli_rc=$?
-srv_rc=0
-sv_wait "$spid" "$([ "$cli_rc" = 0 ] && sv_left || echo 3)" || srv_rc=$?
-[ "$cli_rc" = 0 ] || sv_fail "client exited $cli_rc"
-[ "$srv_rc" = 0 ] || sv_fail "server exited $srv_rc"
+sv_finish "$cli_rc"
 for side in server client; do
 	grep -q '^success$' "$SV_WORK/$side.out" || sv_fail "$side did not report success"
 	grep -q 'SRQN' "$SV_WORK/$side.out" || sv_fail "$side printed no SRQ number"
