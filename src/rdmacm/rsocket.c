@@ -508,11 +508,7 @@ static void rs_cm_event(struct rsock *rs, struct rdma_cm_event *ev)
 		rs->err = EHOSTUNREACH;
 		break;
 	case RDMA_CM_EVENT_CONNECT_REQUEST:
-		if (rs->state != RS_LISTENING || rs->bl_cnt >= rs->bl_max) {
-			rdma_reject(ev->id, NULL, 0);
-			rdma_destroy_id(ev->id); /* after the ack: see rs_cm_drain */
-			break;
-		}
+		/* (one the socket cannot take was refused by rs_cm_one) */
 		if (rs->bl_cnt == rs->bl_cap) {
 			unsigned n = rs->bl_cap ? rs->bl_cap * 2 : 8;
 			struct rdma_cm_id **b = realloc(rs->bl, n * sizeof(*b));
@@ -540,23 +536,32 @@ static void rs_cm_event(struct rsock *rs, struct rdma_cm_event *ev)
 	}
 }
 
-static int rs_cm_drain(struct rsock *rs)
+/* A CM event of a stream socket, handled and acknowledged. */
+static void rs_cm_one(struct rsock *rs, struct rdma_cm_event *ev)
+{
+	struct rdma_cm_event copy = *ev;
+	bool reject = ev->event == RDMA_CM_EVENT_CONNECT_REQUEST &&
+		      (rs->state != RS_LISTENING || rs->bl_cnt >= rs->bl_max);
+
+	if (reject) {
+		rdma_reject(ev->id, NULL, 0);
+		rdma_ack_cm_event(ev);
+		rdma_destroy_id(copy.id);
+		return;
+	}
+	rs_cm_event(rs, ev);
+	rdma_ack_cm_event(ev);
+}
+
+/* Every CM event waiting on rs's channel, handed to fn (which acknowledges it); how many. */
+static int rs_cm_each(struct rsock *rs, void (*fn)(struct rsock *, struct rdma_cm_event *))
 {
 	struct rdma_cm_event *ev;
 	int seen = 0;
+
 	while (rdma_get_cm_event(rs->ch, &ev) == 0) {
 		seen++;
-		struct rdma_cm_event copy = *ev;
-		bool reject = ev->event == RDMA_CM_EVENT_CONNECT_REQUEST &&
-			      (rs->state != RS_LISTENING || rs->bl_cnt >= rs->bl_max);
-		if (reject) {
-			rdma_reject(ev->id, NULL, 0);
-			rdma_ack_cm_event(ev);
-			rdma_destroy_id(copy.id);
-			continue;
-		}
-		rs_cm_event(rs, ev);
-		rdma_ack_cm_event(ev);
+		fn(rs, ev);
 	}
 	return seen;
 }
@@ -683,12 +688,12 @@ static int rs_cq_drain(struct rsock *rs)
  * be what another waits for: the waiters on the condition variable are
  * woken, and a thread asleep in poll(2) through the eventfd.
  */
-static int rs_dg_cm_drain(struct rsock *rs);
+static void rs_dg_cm_one(struct rsock *rs, struct rdma_cm_event *ev);
 static int rs_dg_cq_drain(struct rsock *rs);
 
 static int rs_progress(struct rsock *rs)
 {
-	int n = rs->dgram ? rs_dg_cm_drain(rs) : rs_cm_drain(rs);
+	int n = rs_cm_each(rs, rs->dgram ? rs_dg_cm_one : rs_cm_one);
 	n += rs->dgram ? rs_dg_cq_drain(rs) : rs_cq_drain(rs);
 	if (n) {
 		pthread_cond_broadcast(&rs->progressed);
@@ -1239,19 +1244,15 @@ static void rs_dg_event(struct rsock *rs, struct rdma_cm_event *ev)
 	}
 }
 
-static int rs_dg_cm_drain(struct rsock *rs)
+/* A CM event of a datagram socket, handled and acknowledged. */
+static void rs_dg_cm_one(struct rsock *rs, struct rdma_cm_event *ev)
 {
-	struct rdma_cm_event *ev;
-	int seen = 0;
-	while (rdma_get_cm_event(rs->ch, &ev) == 0) {
-		seen++;
-		struct rdma_cm_id *req = ev->event == RDMA_CM_EVENT_CONNECT_REQUEST ? ev->id : NULL;
-		rs_dg_event(rs, ev);
-		rdma_ack_cm_event(ev);
-		if (req)
-			rdma_destroy_id(req); /* the SIDR reply went out in rdma_accept */
-	}
-	return seen;
+	struct rdma_cm_id *req = ev->event == RDMA_CM_EVENT_CONNECT_REQUEST ? ev->id : NULL;
+
+	rs_dg_event(rs, ev);
+	rdma_ack_cm_event(ev);
+	if (req)
+		rdma_destroy_id(req); /* the SIDR reply went out in rdma_accept */
 }
 
 /* A completion of a datagram socket: a datagram in, or a send done. */
