@@ -45,24 +45,25 @@ static struct ibv_qp *qp_create(struct ibv_context *context, struct ibv_qp_init_
 		if (!ia->xrcd || to_sv_xrcd(ia->xrcd)->ctx != ctx)
 			goto fail;
 		memset(cap, 0, sizeof(*cap));
-	} else if (ia->qp_type == IBV_QPT_XRC_SEND) {
-		/* a send queue only: no receive CQ, queue or SRQ */
-		ia->recv_cq = ia->send_cq;
-		ia->srq = NULL;
-		cap->max_recv_wr = cap->max_recv_sge = 0;
+	} else {
+		if (ia->qp_type == IBV_QPT_XRC_SEND) {
+			/* a send queue only: no receive CQ, queue or SRQ */
+			ia->recv_cq = ia->send_cq;
+			ia->srq = NULL;
+			cap->max_recv_wr = cap->max_recv_sge = 0;
+		}
+		if (!ia->pd || !ia->send_cq || (!ia->recv_cq && !ia->srq))
+			goto fail;
+		if (!sv_qp_type_info(ia->qp_type)) {
+			err = EOPNOTSUPP;
+			goto fail;
+		}
+		if (!ia->recv_cq)
+			ia->recv_cq = ia->send_cq;
+		if (ia->pd->context != context || ia->send_cq->context != context ||
+		    ia->recv_cq->context != context || (ia->srq && ia->srq->context != context))
+			goto fail;
 	}
-	if (!xrecv && (!ia->pd || !ia->send_cq || (!ia->recv_cq && !ia->srq)))
-		goto fail;
-	if (!sv_qp_type_info(ia->qp_type)) {
-		err = EOPNOTSUPP;
-		goto fail;
-	}
-	if (!xrecv && !ia->recv_cq)
-		ia->recv_cq = ia->send_cq;
-	if (!xrecv &&
-	    (ia->pd->context != context || ia->send_cq->context != context ||
-	     ia->recv_cq->context != context || (ia->srq && ia->srq->context != context)))
-		goto fail;
 	if (cap->max_send_wr > SV_MAX_QP_WR || cap->max_recv_wr > SV_MAX_QP_WR ||
 	    cap->max_send_sge > SV_MAX_SGE || cap->max_recv_sge > SV_MAX_SGE ||
 	    cap->max_inline_data > SV_MAX_INLINE)
@@ -247,10 +248,6 @@ struct ibv_qp *sv_create_qp_ex(struct ibv_context *context, struct ibv_qp_init_a
 
 	if ((ia->comp_mask & ~known) || (ia->comp_mask & need) != need) {
 		errno = (ia->comp_mask & ~known) ? EOPNOTSUPP : EINVAL;
-		return NULL;
-	}
-	if (!xrc_recv && !ia->pd) {
-		errno = EINVAL;
 		return NULL;
 	}
 	if (((ia->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) && (ia->send_ops_flags & ~ops)) ||

@@ -3,6 +3,7 @@
  * and which it allows, per transport (IBA 11.2.4.2 / ibv_modify_qp(3)).
  */
 #include "verbs/qp_state.h"
+#include "engine/wr_opcode.h"
 
 #define S(x) IBV_QPS_##x
 #define A(x) IBV_QP_##x
@@ -52,11 +53,16 @@ static const struct rule rules[] = {
 bool sv_qp_transition_ok(enum ibv_qp_type type, enum ibv_qp_state from, enum ibv_qp_state to,
 			 int mask)
 {
-	/* XRC's two ends follow RC's rules, less what their missing queue
-	 * needs (Linux's qp_state_table): the send end's RTR does not require
-	 * the responder's resources, the receive end's RTS not the requester's */
-	bool xrc = type == IBV_QPT_XRC_SEND || type == IBV_QPT_XRC_RECV;
-	int t = type == IBV_QPT_RC || xrc ? 0 : type == IBV_QPT_UC ? 1 : 2;
+	/* the rules' column is the type's (XRC's two ends have RC's, less what
+	 * their missing queue needs, as Linux's qp_state_table: the send end's
+	 * RTR does not require the responder's resources, the receive end's
+	 * RTS not the requester's) */
+	const struct sv_qp_type_info *ti = sv_qp_type_info(type);
+	int t;
+
+	if (!ti)
+		return false;
+	t = ti->index;
 
 	mask &= ~A(STATE);
 	/* to RESET or ERR from anywhere, with nothing else */
