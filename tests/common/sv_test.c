@@ -146,6 +146,25 @@ uint8_t svt_pattern_byte(uint32_t seed, size_t off)
 	return (uint8_t)x;
 }
 
+/* Is addr in pages softverbs shared (a mapping of its memfd)? */
+bool svt_shared_pages(const void *addr)
+{
+	char line[512];
+	bool found = false;
+	FILE *f = fopen("/proc/self/maps", "r");
+
+	SVT_CHECK(f != NULL);
+	while (!found && fgets(line, sizeof(line), f)) {
+		unsigned long long s, e;
+
+		if (sscanf(line, "%llx-%llx", &s, &e) == 2 && (uintptr_t)addr >= s &&
+		    (uintptr_t)addr < e)
+			found = strstr(line, "/memfd:softverbs-mr") != NULL;
+	}
+	fclose(f);
+	return found;
+}
+
 void svt_fill(void *buf, size_t len, uint32_t seed)
 {
 	uint8_t *p = buf;

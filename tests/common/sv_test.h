@@ -195,6 +195,8 @@ void svt_sleep_ms(unsigned int ms);
 /* ------------------------------------------------------------------------- */
 
 /* Fill buf with a deterministic byte pattern depending on seed and offset. */
+/* Is addr in pages softverbs shared with peers of its host (a mapping of its memfd)? */
+bool svt_shared_pages(const void *addr);
 void svt_fill(void *buf, size_t len, uint32_t seed);
 /* The byte svt_fill(…, seed) puts at offset off. */
 uint8_t svt_pattern_byte(uint32_t seed, size_t off);

@@ -67,25 +67,6 @@ static void region_free(int kind, void *base)
 		munmap(base, kind == 2 ? 2 * RLEN : RLEN);
 }
 
-/* Is addr in pages softverbs shared (a mapping of its memfd)? */
-static bool shared_pages(const void *addr)
-{
-	char line[512];
-	bool found = false;
-	FILE *f = fopen("/proc/self/maps", "r");
-
-	SVT_CHECK(f != NULL);
-	while (!found && fgets(line, sizeof(line), f)) {
-		unsigned long long s, e;
-
-		if (sscanf(line, "%llx-%llx", &s, &e) == 2 && (uintptr_t)addr >= s &&
-		    (uintptr_t)addr < e)
-			found = strstr(line, "/memfd:softverbs-mr") != NULL;
-	}
-	fclose(f);
-	return found;
-}
-
 struct regions {
 	uint64_t addr[NKIND];
 	uint32_t rkey[NKIND];
@@ -138,7 +119,7 @@ static int target(int rfd, int wfd, int argc, char **argv)
 	 * stays private when no free huge page holds the shared copy) */
 	SVT_CHECK_EQ(svt_sync_recv(rfd, 30000), 'Q');
 	for (int k = 0; k < NKIND; k++) {
-		shared[k] = buf[k] && shared_pages(buf[k]);
+		shared[k] = buf[k] && svt_shared_pages(buf[k]);
 		svt_sync_send(wfd, shared[k] ? 'S' : 'P');
 	}
 
@@ -281,11 +262,11 @@ static void pair_with_peer(struct svt_pair *p)
 	struct ibv_wc wc;
 
 	svt_pair_create(p, IBV_QPT_RC, NULL);
-	SVT_CHECK(!shared_pages(p->b.buf)); /* no peer yet: private */
+	SVT_CHECK(!svt_shared_pages(p->b.buf)); /* no peer yet: private */
 	SVT_CHECK_OK(svt_post_send(p->a.qp, 1, IBV_WR_RDMA_WRITE, IBV_SEND_SIGNALED, p->a.buf, 64,
 				   p->a.mr->lkey, (uintptr_t)p->b.buf, p->b.mr->rkey, 0));
 	svt_poll_ok(p->a.send_cq, 1, &wc, 0);
-	SVT_CHECK(shared_pages(p->b.buf)); /* registered before: shared now */
+	SVT_CHECK(svt_shared_pages(p->b.buf)); /* registered before: shared now */
 }
 
 struct writer {
@@ -323,7 +304,7 @@ static void test_no_store_lost(struct svt_pair *p)
 	for (; regs < 200 && (!w.done || regs < 2); regs++) {
 		struct ibv_mr *mr = svt_reg_mr(p->b.pd, buf, len, SVT_ACCESS_ALL);
 
-		SVT_CHECK(shared_pages(buf));
+		SVT_CHECK(svt_shared_pages(buf));
 		SVT_CHECK_OK(ibv_dereg_mr(mr));
 	}
 	SVT_CHECK_OK(pthread_join(t, NULL));
@@ -342,12 +323,12 @@ static void test_fork_copy(struct svt_pair *p)
 	struct ibv_mr *mr = svt_reg_mr(p->b.pd, buf, len, SVT_ACCESS_ALL);
 	pid_t pid;
 
-	SVT_CHECK(shared_pages(buf));
+	SVT_CHECK(svt_shared_pages(buf));
 	pid = fork();
 	SVT_CHECK(pid >= 0);
 	if (pid == 0) {
 		/* the child sees the bytes, and its stores stay its own */
-		if (shared_pages(buf))
+		if (svt_shared_pages(buf))
 			_exit(3);
 		for (size_t i = 0; i < len; i++)
 			if ((uint8_t)buf[i] != svt_pattern_byte(7, i))
