@@ -78,6 +78,32 @@ static enum ibv_wc_status nak_status(uint8_t code)
 	}
 }
 
+/* Every PSN before psn is acknowledged or answered. */
+static void acked_to(struct sv_qp *qp, uint32_t psn)
+{
+	if (sv_psn_cmp(psn, qp->sq.una) > 0)
+		qp->sq.una = psn;
+}
+
+/*
+ * A NAK for a PSN sequence error: the responder lost a packet and expects
+ * psn again.  Go back to it now (go-back-N), as the ack timer would later;
+ * like a timeout it uses one of the QP's retries, which progress restores.
+ */
+static void on_seq_nak(struct sv_qp *qp, struct sv_send_wqe *w, uint32_t psn)
+{
+	if (sv_psn_cmp(psn, w->first_psn) > 0)
+		progress_made(qp); /* the part of w before psn arrived */
+	if (qp->attr.timeout && qp->attr.retry_cnt != 7 && qp->retries_left == 0) {
+		finish(qp, w, IBV_WC_RETRY_EXC_ERR);
+		return;
+	}
+	if (qp->attr.timeout && qp->attr.retry_cnt != 7)
+		qp->retries_left--;
+	sv_requester_rewind(qp, psn);
+	sv_requester_arm_ack_timer(qp);
+}
+
 static void on_rnr_nak(struct sv_qp *qp, struct sv_send_wqe *w, uint32_t psn, uint8_t timer)
 {
 	if (qp->attr.rnr_retry != 7 && qp->rnr_retries_left == 0) {
@@ -132,9 +158,12 @@ void sv_completer_rx(struct sv_qp *qp, const struct sv_opcode_info *op, uint8_t 
 		w = ack_before(qp, psn, false);
 		if (!w || sv_psn_cmp(w->first_psn, psn) > 0)
 			goto out; /* stale */
+		acked_to(qp, psn);
 		if ((syn & SV_AETH_TYPE_MASK) == SV_AETH_RNR_NAK) {
 			/* not progress: the RNR retry budget keeps counting down */
 			on_rnr_nak(qp, w, psn, syn & 0x1f);
+		} else if ((syn & 0x1f) == SV_NAK_PSN_SEQ) {
+			on_seq_nak(qp, w, psn);
 		} else {
 			finish(qp, w, nak_status(syn & 0x1f));
 			progress_made(qp);
@@ -143,6 +172,7 @@ void sv_completer_rx(struct sv_qp *qp, const struct sv_opcode_info *op, uint8_t 
 	}
 	if (low == SV_OP_ACK) {
 		ack_before(qp, psn, true);
+		acked_to(qp, sv_psn_add(psn, 1));
 		progress_made(qp);
 		goto out;
 	}
@@ -189,6 +219,7 @@ void sv_completer_rx(struct sv_qp *qp, const struct sv_opcode_info *op, uint8_t 
 			finish(qp, w, e ? IBV_WC_LOC_PROT_ERR : IBV_WC_SUCCESS);
 		}
 	}
+	acked_to(qp, sv_psn_add(psn, 1)); /* the response for psn, taken in order */
 	progress_made(qp);
 out:
 	sv_engine_timer_update(qp->ctx->eng, qp);

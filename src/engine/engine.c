@@ -88,6 +88,7 @@ static struct sv_conn *conn_new(struct sv_engine *eng, int fd, bool outgoing,
 	c->fd = fd;
 	c->outgoing = outgoing;
 	c->local_port = eng->port;
+	c->local_ip = eng->ctx->dev->ip;
 	c->born_ns = sv_now_ns();
 	sv_ref_init(&c->ref, 1); /* the engine's list reference */
 	atomic_init(&c->state, outgoing ? SV_CONN_CONNECTING : SV_CONN_UP);
@@ -159,6 +160,17 @@ static int conn_register(struct sv_engine *eng, struct sv_conn *c)
 	bool kick;
 	int err;
 
+	if (c->ops->datagram) {
+		/* only where packets go: nothing to poll, no handshake (a
+		 * RoCE peer has none, rocev2.c) */
+		atomic_store(&c->hello_seen, true);
+		atomic_store(&c->peer_authed, true);
+		c->registered = true;
+		pthread_mutex_lock(&eng->lock);
+		sv_list_add_tail(&eng->conns, &c->link);
+		pthread_mutex_unlock(&eng->lock);
+		return 0;
+	}
 	if (c->ops->init && (err = c->ops->init(c)))
 		return err;
 	/* the HELLO goes first; EPOLLOUT is armed below, so it is only queued
@@ -190,8 +202,10 @@ static int conn_register(struct sv_engine *eng, struct sv_conn *c)
 	return 0;
 }
 
-struct sv_conn *sv_engine_conn_to(struct sv_engine *eng, const struct sv_endpoint_addr *peer)
+struct sv_conn *sv_engine_conn_to(struct sv_engine *eng, const struct sv_endpoint_addr *to)
 {
+	struct sv_endpoint_addr at = { to->ip, sv_transport_peer_port(eng->mode, to->port) };
+	const struct sv_endpoint_addr *peer = &at;
 	struct sv_conn *c;
 	struct sv_list *l;
 
@@ -585,7 +599,10 @@ static void conn_flush(struct sv_conn *c)
  */
 static bool from_peer(const struct sv_qp *qp, const struct sv_conn *conn)
 {
-	return conn->peer.ip.s_addr == qp->peer.ip.s_addr && conn->peer.port == qp->peer.port;
+	/* a datagram says only its sender's address (every endpoint of it
+	 * sends from the same ones), as rxe checks a packet's addresses */
+	return conn->peer.ip.s_addr == qp->peer.ip.s_addr &&
+	       (conn->ops->datagram || conn->peer.port == qp->peer.port);
 }
 
 static void dispatch(struct sv_conn *conn, const struct sv_opcode_info *op, uint8_t *hdr,
@@ -929,6 +946,37 @@ static void conn_proven(struct sv_conn *c)
 	sv_conn_put(old);
 }
 
+/*
+ * A datagram listener: each packet goes up on the connection of the address
+ * it came from (made on its first packet), as if it had arrived there.  At
+ * most a batch a call: epoll reports the rest again.
+ */
+static void dgram_input(struct sv_engine *eng, const struct sv_listener *l)
+{
+	uint8_t *buf = eng->dgram_buf;
+
+	for (int i = 0; i < 64; i++) {
+		struct sv_dgram d = { .local_ip = eng->ctx->dev->ip, .local_port = eng->port,
+				      .buf = buf, .cap = SV_MAX_FRAME,
+				      .raw = buf + SV_MAX_FRAME, .raw_cap = SV_DGRAM_RAW_MAX };
+		struct sv_endpoint_addr from;
+		struct sv_conn *c;
+		int r = l->ops->recv(l->fd, &d);
+
+		if (r == 0)
+			return;
+		if (r < 0)
+			continue;
+		from = (struct sv_endpoint_addr){ d.from, 0 };
+		c = sv_engine_conn_to(eng, &from);
+		if (!c)
+			continue;
+		if (atomic_load(&c->state) == SV_CONN_UP)
+			rx_frame(c, buf, d.len);
+		sv_conn_put(c);
+	}
+}
+
 /* Accept every peer waiting on one of the endpoint's listeners. */
 static void accept_all(struct sv_engine *eng, const struct sv_listener *l)
 {
@@ -1188,7 +1236,10 @@ static void handle_events(struct sv_engine *eng, struct epoll_event *evs, int n,
 		} else if (p >= (void *)eng->listeners && p < (void *)(eng->listeners + eng->nlisteners)) {
 			const struct sv_listener *l = p;
 
-			accept_all(eng, l);
+			if (l->ops->recv)
+				dgram_input(eng, l);
+			else
+				accept_all(eng, l);
 		} else {
 			struct sv_conn *c = p;
 
@@ -1209,7 +1260,7 @@ static void progress_locked(struct sv_engine *eng)
 	tls_progress = eng;
 	scan_in_memory(eng);
 	/* only connections behind an fd need a system call to be looked at */
-	if (atomic_load_explicit(&eng->nconns_polled, memory_order_relaxed)) {
+	if (atomic_load_explicit(&eng->nconns_polled, memory_order_relaxed) || eng->dgram_listening) {
 		n = epoll_wait(eng->epfd, evs, 16, 0);
 		if (n > 0)
 			handle_events(eng, evs, n, false);
@@ -1295,6 +1346,14 @@ static void *engine_main(void *arg)
 	return NULL;
 }
 
+static void listener_close(struct sv_listener *l)
+{
+	if (l->ops->unlisten)
+		l->ops->unlisten(l->fd);
+	else
+		close(l->fd);
+}
+
 /* Every transport listens at (ip, eng->port); 0 or an errno (all closed then). */
 static int listen_all(struct sv_engine *eng, struct in_addr ip,
 		      const struct sv_transport_ops *const *tps, int ntps)
@@ -1308,7 +1367,7 @@ static int listen_all(struct sv_engine *eng, struct in_addr ip,
 		if (fd < 0 && i == 0) {
 			/* the first transport is the endpoint: none without it */
 			for (int k = 0; k < eng->nlisteners; k++)
-				close(eng->listeners[k].fd);
+				listener_close(&eng->listeners[k]);
 			eng->nlisteners = 0;
 			return -fd;
 		}
@@ -1319,13 +1378,21 @@ static int listen_all(struct sv_engine *eng, struct in_addr ip,
 		}
 		l->ops = tps[i];
 		l->fd = fd;
+		if (tps[i]->recv && !eng->dgram_buf &&
+		    !(eng->dgram_buf = malloc(SV_MAX_FRAME + SV_DGRAM_RAW_MAX))) {
+			listener_close(l);
+			sv_warn("no %s listener for %s: out of memory", tps[i]->name, inet_ntoa(ip));
+			continue;
+		}
+		/* packets come through it: polling threads look at it too */
+		eng->dgram_listening |= tps[i]->recv != NULL;
 		ev.data.ptr = l;
 		if (epoll_ctl(eng->epfd, EPOLL_CTL_ADD, fd, &ev)) {
 			int e = errno;
 
-			close(fd);
+			listener_close(l);
 			for (int k = 0; k < eng->nlisteners; k++)
-				close(eng->listeners[k].fd);
+				listener_close(&eng->listeners[k]);
 			eng->nlisteners = 0;
 			return e;
 		}
@@ -1435,6 +1502,34 @@ void sv_engine_quiesce(struct sv_engine *eng, uint64_t deadline_ns)
  * is; callers of the verbs still make progress themselves.
  */
 /*
+ * The engine thread is gone: a datagram listener on a port the host's
+ * contexts share (rocev2.c) still holds what the kernel gave it for the
+ * others, which its recv passes on to them; then it closes.  What is this
+ * endpoint's own goes with it.  (A datagram that arrives between the last
+ * look and the close is lost, as on a link that goes down.)
+ */
+static void leave_datagram_port(struct sv_engine *eng)
+{
+	for (int i = 0; i < eng->nlisteners; i++) {
+		struct sv_listener *l = &eng->listeners[i];
+
+		if (!l->ops->recv || l->fd < 0 || l->ops->unlisten)
+			continue; /* (the forwarding socket's are this endpoint's own) */
+		for (int n = 0; n < 65536; n++) {
+			struct sv_dgram d = { .local_ip = eng->ctx->dev->ip, .local_port = eng->port,
+					      .buf = eng->dgram_buf, .cap = SV_MAX_FRAME,
+					      .raw = eng->dgram_buf + SV_MAX_FRAME,
+					      .raw_cap = SV_DGRAM_RAW_MAX };
+
+			if (!l->ops->recv(l->fd, &d))
+				break;
+		}
+		listener_close(l);
+		l->fd = -1;
+	}
+}
+
+/*
  * The engine thread is gone: leave the host's shared port, or the kernel
  * would go on giving this endpoint connections nobody accepts (a library
  * unloaded with devices open, a context closing).
@@ -1478,6 +1573,7 @@ void sv_engine_stop(struct sv_engine *eng)
 	/* before the drain: a connection the kernel gave this closing
 	 * endpoint would wait unaccepted behind it */
 	leave_shared_port(eng);
+	leave_datagram_port(eng);
 	while (!sv_list_empty(&eng->conns)) {
 		struct sv_conn *c = SV_CONTAINER_OF(eng->conns.next, struct sv_conn, link);
 
@@ -1494,7 +1590,7 @@ void sv_engine_stop(struct sv_engine *eng)
 	bury_dead(eng);
 	for (int i = 0; i < eng->nlisteners; i++)
 		if (eng->listeners[i].fd >= 0)
-			close(eng->listeners[i].fd);
+			listener_close(&eng->listeners[i]);
 	sv_qpn_release(&eng->qpns);
 	if (eng->wake_fd >= 0)
 		close(eng->wake_fd);
@@ -1502,6 +1598,7 @@ void sv_engine_stop(struct sv_engine *eng)
 		close(eng->epfd);
 	pthread_mutex_destroy(&eng->lock);
 	pthread_mutex_destroy(&eng->progress_lock);
+	free(eng->dgram_buf);
 	free(eng);
 }
 

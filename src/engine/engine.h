@@ -61,6 +61,10 @@ struct sv_engine {
 	int epfd;
 	struct sv_listener listeners[SV_MAX_TRANSPORTS];
 	int nlisteners;
+	bool dgram_listening; /* a datagram transport's listener is among them */
+	/* progress_lock: a datagram listener's packet, and the datagram it came
+	 * in (SV_MAX_FRAME + SV_DGRAM_RAW_MAX bytes), while it is taken in */
+	uint8_t *dgram_buf;
 	int wake_fd; /* eventfd: doorbell */
 	uint16_t port;
 	struct sv_qpn_claim qpns; /* this context's block of the host's QP numbers */

@@ -362,6 +362,9 @@ struct sv_sq {
 	uint32_t tail;     /* next free */
 	uint32_t seg_off;  /* bytes of wqe[next] already sent */
 	uint32_t psn;      /* next PSN to use */
+	/* RC: every PSN before this one is acknowledged (or answered); what
+	 * a datagram transport may have on the wire is counted from here */
+	uint32_t una;
 	uint32_t rd_atomic_inflight;
 };
 
@@ -407,6 +410,7 @@ struct sv_qp {
 
 	/* responder state */
 	uint32_t epsn;        /* expected PSN */
+	bool seq_nak_sent;    /* RC: the gap before epsn was NAKed once already */
 	uint32_t msn;
 	uint32_t msg_first_psn;
 	bool resp_in_msg;     /* inside a multi-packet SEND/WRITE */

@@ -20,6 +20,16 @@
 #define SV_REQ_BUDGET 64
 #define SV_REQ_QUANTA 4
 
+/*
+ * Over a datagram transport (rocev2) nothing holds a sender back but its
+ * peer's ACKs: an RC QP has at most SV_DGRAM_WINDOW packets unacknowledged
+ * (rxe has 128), and asks for an ACK every SV_DGRAM_ACK_EVERY packets of a
+ * long message so that the window moves before the message ends.  A
+ * stream transport's own flow control does this job there.
+ */
+#define SV_DGRAM_WINDOW 64u
+#define SV_DGRAM_ACK_EVERY 16u
+
 static uint32_t wqe_npkts(const struct sv_qp *qp, const struct sv_send_wqe *w)
 {
 	/* a READ request is one packet but reserves a PSN per response packet */
@@ -117,7 +127,9 @@ static size_t build_headers(struct sv_qp *qp, struct sv_send_wqe *w, uint32_t k,
 	bth->flags = 0;
 	if (last && (w->wr.send_flags & IBV_SEND_SOLICITED))
 		bth->flags |= SV_BTH_SE;
-	if (last && qp->ti->reliable)
+	if (qp->ti->reliable &&
+	    (last || (qp->conn && qp->conn->ops->datagram &&
+		      !((sv_psn_add(w->first_psn, k) + 1) & (SV_DGRAM_ACK_EVERY - 1)))))
 		bth->flags |= SV_BTH_ACKREQ;
 	bth->pkey = 0xffff;
 	bth->dqpn = htonl(dqpn & SV_PSN_MASK);
@@ -470,6 +482,15 @@ void sv_requester_run(struct sv_qp *qp)
 			plen = 0; /* the request carries no payload */
 		else
 			plen = SV_MIN(qp->mtu, w->length - sq->seg_off);
+		if (ti->reliable && conn->ops->datagram &&
+		    sv_psn_cmp(sv_psn_add(w->first_psn, k), sv_psn_add(sq->una, SV_DGRAM_WINDOW)) >= 0) {
+			/* as many packets unacknowledged as a datagram transport
+			 * may have on the wire: the next ACK runs us again, and
+			 * if none comes the ack timer goes back */
+			if (!qp->ack_deadline)
+				sv_requester_arm_ack_timer(qp);
+			break;
+		}
 		on_wire = true;
 		w->wired = true;
 		st = send_packet(qp, &pass, conn, w, k, sq->seg_off, plen);
@@ -553,7 +574,7 @@ void sv_requester_rewind(struct sv_qp *qp, uint32_t to_psn)
 	/* a partly sent WQE at sq->next is part of the window too */
 	uint32_t end = sq->next + (sq->seg_off ? 1 : 0);
 	uint32_t i, target = end;
-	uint32_t first_psn = 0;
+	uint32_t first_psn = 0, from_pkt = 0;
 
 	sq->rd_atomic_inflight = 0;
 	for (i = sq->head; i != end; i++) {
@@ -564,10 +585,16 @@ void sv_requester_rewind(struct sv_qp *qp, uint32_t to_psn)
 		if (target == end && sv_psn_cmp(w->last_psn, to_psn) >= 0) {
 			target = i;
 			first_psn = w->first_psn;
+			/* a SEND or WRITE goes on from the packet asked for (the
+			 * responder has the ones before it); a READ or an atomic is
+			 * asked for whole */
+			if (!sv_wr_rd_atomic(w->op) && w->npkts && sv_psn_cmp(to_psn, first_psn) > 0)
+				from_pkt = (to_psn - first_psn) & SV_PSN_MASK;
 		}
 		if (target != end) {
 			w->state = SV_WQE_PENDING;
-			w->npkts = 0; /* PSNs are reassigned identically on resend */
+			if (i != target || !from_pkt)
+				w->npkts = 0; /* PSNs are reassigned identically on resend */
 		} else if (sv_wr_rd_atomic(w->op)) {
 			sq->rd_atomic_inflight++;
 		}
@@ -576,7 +603,7 @@ void sv_requester_rewind(struct sv_qp *qp, uint32_t to_psn)
 		return;
 	sq->psn = first_psn;
 	sq->next = target;
-	sq->seg_off = 0;
+	sq->seg_off = from_pkt * qp->mtu;
 }
 
 void sv_requester_timeout(struct sv_qp *qp, uint64_t now)
@@ -604,6 +631,8 @@ void sv_requester_timeout(struct sv_qp *qp, uint64_t now)
 				break;
 			}
 		}
+		if (!oldest && sq->seg_off && sq->next != sq->tail)
+			oldest = &sq->wqe[sq->next & (sq->size - 1)]; /* partly sent, all unanswered */
 		if (!oldest) {
 			atomic_store_explicit(&qp->ack_deadline, 0, memory_order_relaxed);
 		} else if (qp->conn && atomic_load(&qp->conn->state) != SV_CONN_DEAD &&

@@ -147,14 +147,19 @@ static void ud_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opcode
  * here, stay corked and leave together at the end of the receive pass.
  */
 static bool packet_done(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opcode_info *op,
-			uint32_t psn)
+			uint32_t psn, bool ackreq)
 {
 	bool rc = qp->ti->reliable;
 
 	if (rc)
 		qp->epsn = sv_psn_add(psn, 1);
-	if (!(op->mask & SV_OPF_LAST))
+	if (!(op->mask & SV_OPF_LAST)) {
+		/* the requester's window over a datagram transport moves on
+		 * such ACKs in the middle of a long message */
+		if (rc && ackreq)
+			send_ack(qp, conn, psn, SV_AETH_ACK | 0x1f);
 		return false;
+	}
 	/* the message's bytes bound for GPU memory are there before its ACK
 	 * or completion says so; if they cannot be, it fails (no completion
 	 * of success after that: the QP's flush completes its receive) */
@@ -246,6 +251,7 @@ struct resp_pkt {
 	uint8_t low; /* opcode within its class */
 	const struct sv_immdt *imm;
 	bool solicited;
+	bool ackreq; /* the requester asks for an ACK of this packet */
 };
 
 /* Step: the packet's transport class is the QP's. */
@@ -313,6 +319,8 @@ static enum resp_result check_psn(const struct resp_pkt *p)
 	if (qp->ti->reliable) {
 		int32_t c = sv_psn_cmp(p->psn, qp->epsn);
 
+		if (c == 0)
+			qp->seq_nak_sent = false; /* the gap, if any, is closed */
 		return c < 0 ? RESP_DUPLICATE : c > 0 ? RESP_PSN_AHEAD : RESP_OK;
 	}
 	if (p->op->mask & SV_OPF_FIRST) {
@@ -686,7 +694,7 @@ static void duplicate(const struct resp_pkt *p)
 				send_atomic_ack(qp, p->conn, p->psn, qp->atomic_cache[i].orig);
 	} else if (p->op->mask & SV_OPF_ATOMIC_WRITE) {
 		send_read_ack(qp, p->conn, p->psn);
-	} else if (p->op->mask & SV_OPF_LAST) {
+	} else if (p->op->mask & SV_OPF_LAST || p->ackreq) {
 		send_ack(qp, p->conn, sv_psn_add(qp->epsn, SV_PSN_MASK), SV_AETH_ACK | 0x1f);
 	}
 }
@@ -727,7 +735,7 @@ static enum resp_result exec_send(const struct resp_pkt *p)
 			return RESP_ERR_INVALIDATE;
 		}
 	}
-	if (packet_done(qp, p->conn, p->op, p->psn)) {
+	if (packet_done(qp, p->conn, p->op, p->psn, p->ackreq)) {
 		sv_conn_uncork_now(p->conn); /* the ACK leaves before the completion */
 		complete_recv(qp, IBV_WC_SUCCESS, IBV_WC_RECV, qp->rwqe_off, p->imm,
 			      qp->attr.dest_qp_num, p->op->off_ieth ? IBV_WC_WITH_INV : 0, inv,
@@ -833,7 +841,7 @@ static enum resp_result exec_write(const struct resp_pkt *p)
 	}
 	qp->wr_va += p->plen;
 	qp->wr_left -= p->plen;
-	if (packet_done(qp, p->conn, p->op, p->psn) && p->imm) {
+	if (packet_done(qp, p->conn, p->op, p->psn, p->ackreq) && p->imm) {
 		sv_conn_uncork_now(p->conn); /* the ACK leaves before the completion */
 		qp->rwqe_off = 0;
 		complete_recv(qp, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, qp->wr_total, p->imm,
@@ -868,6 +876,13 @@ static void respond(const struct resp_pkt *p, enum resp_result r)
 		return;
 	case RESP_PSN_AHEAD:
 		sv_stat_count(qp, SV_QPC_SEQ_ERR);
+		/* a packet was lost (or overtaken): say once where to resume,
+		 * so the requester goes back now rather than at its timeout;
+		 * what follows until then is dropped in silence (IBA 9.7.5.1.1) */
+		if (!qp->seq_nak_sent) {
+			qp->seq_nak_sent = true;
+			send_ack(qp, p->conn, qp->epsn, SV_AETH_NAK | SV_NAK_PSN_SEQ);
+		}
 		return;
 	case RESP_DUPLICATE:
 		sv_stat_count(qp, SV_QPC_DUP_REQ);
@@ -920,6 +935,7 @@ void sv_responder_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opc
 		.low = bth->opcode & 0x1f,
 		.imm = op->off_immdt ? (const void *)(pkt + op->off_immdt) : NULL,
 		.solicited = bth->flags & SV_BTH_SE,
+		.ackreq = bth->flags & SV_BTH_ACKREQ,
 	};
 	enum resp_result r = check_transport(&p);
 

@@ -3,10 +3,12 @@
  * An endpoint listens with every transport the mode allows; a connection to
  * a peer takes shm when the peer is on this host and in this network
  * namespace (its abstract unix name answers), tcp otherwise.
- * SOFTVERBS_TRANSPORT=tcp or shm forces one.  Adding a transport is a file
+ * SOFTVERBS_TRANSPORT=tcp or shm forces one; rocev2 sends RoCEv2
+ * datagrams to every peer (rocev2.c).  Adding a transport is a file
  * in this folder and a line here.
  */
 #include "transport/transport.h"
+#include "transport/roce_wire.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -20,8 +22,10 @@ enum sv_transport_mode sv_transport_mode(void)
 		return SV_TRANSPORT_TCP;
 	if (!strcmp(m, "shm"))
 		return SV_TRANSPORT_SHM;
+	if (!strcmp(m, "rocev2"))
+		return SV_TRANSPORT_ROCEV2;
 	if (strcmp(m, "auto"))
-		sv_warn("SOFTVERBS_TRANSPORT=%s: expected auto, tcp or shm; using auto", m);
+		sv_warn("SOFTVERBS_TRANSPORT=%s: expected auto, tcp, shm or rocev2; using auto", m);
 	return SV_TRANSPORT_AUTO;
 }
 
@@ -33,6 +37,13 @@ int sv_transports_listening(enum sv_transport_mode mode,
 	/* tcp first: the endpoint is its port (the block's, registry.h), which
 	 * shm's name carries */
 	out[n++] = &sv_tcp_ops;
+	if (mode == SV_TRANSPORT_ROCEV2) {
+		/* tcp holds the block's port still (registry.h), which names
+		 * the forwarding socket; nothing connects to it */
+		out[n++] = &sv_rocev2_listen_ops;
+		out[n++] = &sv_rocev2_fwd_ops;
+		return n;
+	}
 	if (mode != SV_TRANSPORT_TCP)
 		out[n++] = &sv_shm_ops;
 	if (sv_tcp_shared_port()) {
@@ -42,8 +53,17 @@ int sv_transports_listening(enum sv_transport_mode mode,
 	return n;
 }
 
+uint16_t sv_transport_peer_port(enum sv_transport_mode mode, uint16_t port)
+{
+	return mode == SV_TRANSPORT_ROCEV2 ? SV_ROCE_UDP_PORT : port;
+}
+
 int sv_transport_connect(struct sv_conn *c, enum sv_transport_mode mode)
 {
+	if (mode == SV_TRANSPORT_ROCEV2) {
+		c->ops = &sv_rocev2_ops;
+		return c->ops->connect(c);
+	}
 	if (mode != SV_TRANSPORT_TCP) {
 		c->ops = &sv_shm_ops;
 		if (!c->ops->connect(c) && c->fd >= 0)

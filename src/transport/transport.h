@@ -175,6 +175,7 @@ struct sv_conn {
 	struct sv_endpoint_addr peer;
 	uint8_t peer_gid[16];  /* from the peer's HELLO */
 	uint16_t local_port;   /* our endpoint's port (set by the engine) */
+	struct in_addr local_ip; /* our endpoint's address (set by the engine) */
 	const union ibv_gid *hello_gid; /* what our HELLO says (the engine's endpoint) */
 	/* The host's shared port (tcp.c): a connection accepted there answers
 	 * only once the peer's HELLO says it is for us (else it is handed on,
@@ -292,8 +293,33 @@ struct sv_frames {
 	bool ref; /* payloads stay valid until the peer acknowledges them */
 };
 
+/* Room for a datagram as a datagram transport receives it, before decoding. */
+#define SV_DGRAM_RAW_MAX (SV_MAX_FRAME + 128)
+
+/* A packet a datagram transport's listener received (sv_transport_ops.recv). */
+struct sv_dgram {
+	/* set by the caller */
+	struct in_addr local_ip; /* the endpoint's address ... */
+	uint16_t local_port;	 /* ... and port (its block's, registry.h) */
+	uint8_t *buf;		 /* where the packet goes */
+	size_t cap;
+	uint8_t *raw;		 /* room for the datagram as it arrived */
+	size_t raw_cap;
+	/* set by recv */
+	struct in_addr from; /* the sender's address */
+	size_t len;	     /* the packet's length in buf */
+	bool ecn;	     /* it arrived marked (FECN): congestion on the way */
+};
+
 struct sv_transport_ops {
 	const char *name;
+	/* Datagrams, not a stream: connections have no descriptor and no
+	 * handshake (they are only where packets go), and what arrives comes
+	 * through the listeners' recv. */
+	bool datagram;
+	/* A datagram listener: one packet into d, 1; 0 when none waits; -1 for
+	 * one dropped (refused, or passed to the context it is for). */
+	int (*recv)(int lfd, struct sv_dgram *d);
 	/* Room after a full ring is signalled by a bell (EPOLLIN), never EPOLLOUT. */
 	bool room_by_bell;
 	/* Start a connection to conn->peer; completes asynchronously. */
@@ -327,6 +353,8 @@ struct sv_transport_ops {
 	 * conn->keep_socket set, or -errno.  NULL: not a transport that can. */
 	int (*handoff)(struct sv_conn *conn, const uint8_t *hello, size_t len, uint16_t to_port);
 	int (*listen)(struct in_addr ip, uint16_t *port);
+	/* Close what listen returned (NULL: close(lfd) does). */
+	void (*unlisten)(int lfd);
 	/* Accept one waiting peer on lfd into conn (its fd and transport state):
 	 * 0; -EAGAIN when none waits, or when accepting must stop (out of
 	 * descriptors, memory); any other -errno: that peer was refused. */
@@ -353,6 +381,12 @@ extern const struct sv_transport_ops sv_tcp_ops;
 extern const struct sv_transport_ops sv_tcp_shared_ops;
 extern const struct sv_transport_ops sv_tcp_handoff_ops;
 extern const struct sv_transport_ops sv_shm_ops;
+/* RoCEv2 (rocev2.c): a peer address's datagrams, and the listeners: the
+ * host's UDP port 4791, and the socket other contexts pass on what arrived
+ * there for this one. */
+extern const struct sv_transport_ops sv_rocev2_ops;
+extern const struct sv_transport_ops sv_rocev2_listen_ops;
+extern const struct sv_transport_ops sv_rocev2_fwd_ops;
 
 /*
  * Multicast (mcast.c): a context's connection for one group, which sends
@@ -379,10 +413,14 @@ enum sv_transport_mode {
 	SV_TRANSPORT_AUTO, /* shm to peers on this host and namespace, else tcp */
 	SV_TRANSPORT_TCP,
 	SV_TRANSPORT_SHM,  /* shm only: a peer it cannot reach is unreachable */
+	SV_TRANSPORT_ROCEV2, /* RoCEv2 datagrams to every peer, this host's too */
 };
 #define SV_MAX_TRANSPORTS 4
 /* The host's shared TCP port for endpoints (SOFTVERBS_PORT, default 4791; 0: none). */
 uint16_t sv_tcp_shared_port(void);
+/* The port a peer endpoint is reached at, given its own (its block's):
+ * under rocev2 every endpoint of an address is at UDP 4791. */
+uint16_t sv_transport_peer_port(enum sv_transport_mode mode, uint16_t port);
 /* SOFTVERBS_TRANSPORT, read when a device is opened. */
 enum sv_transport_mode sv_transport_mode(void);
 /* The transports an endpoint listens with, the one that picks the port first. */

@@ -420,10 +420,12 @@ int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 	if (mask & IBV_QP_RQ_PSN) {
 		qp->attr.rq_psn = attr->rq_psn & SV_PSN_MASK;
 		qp->epsn = qp->attr.rq_psn;
+		qp->seq_nak_sent = false;
 	}
 	if (mask & IBV_QP_SQ_PSN) {
 		qp->attr.sq_psn = attr->sq_psn & SV_PSN_MASK;
 		qp->sq.psn = qp->attr.sq_psn;
+		qp->sq.una = qp->attr.sq_psn;
 	}
 	if (mask & IBV_QP_MAX_DEST_RD_ATOMIC)
 		qp->attr.max_dest_rd_atomic = attr->max_dest_rd_atomic;

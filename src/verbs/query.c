@@ -4,9 +4,13 @@
 #include "engine/stats.h"
 
 #include <errno.h>
+#include <net/if.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 /*
  * The answers below depend on the device, not on an opened context, so the
@@ -98,12 +102,40 @@ static int sv_query_device_ex(struct ibv_context *context,
 	return 0;
 }
 
-void sv_port_attr(struct ibv_port_attr *p)
+/*
+ * The port's active MTU.  A stream carries packets of any MTU, so 4096;
+ * under rocev2 each packet is one IP datagram on the interface, sent with
+ * DF, so the largest IB MTU whose packets fit the interface's MTU with
+ * their headers (IPv4 20, UDP 8, the longest IB headers and the ICRC: 80
+ * in all, as rxe reckons): 1024 on an Ethernet link of 1500.
+ */
+static enum ibv_mtu port_mtu(const struct sv_device *d)
+{
+	struct ifreq ifr = { 0 };
+	int fd, mtu = 0;
+	enum ibv_mtu m = SV_PORT_MTU;
+
+	if (!d || sv_transport_mode() != SV_TRANSPORT_ROCEV2)
+		return SV_PORT_MTU;
+	fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "%s", d->ifname);
+	if (fd >= 0 && !ioctl(fd, SIOCGIFMTU, &ifr))
+		mtu = ifr.ifr_mtu;
+	if (fd >= 0)
+		close(fd);
+	if (mtu <= 0)
+		return SV_PORT_MTU;
+	while (m > IBV_MTU_256 && sv_mtu_bytes(m) + 80 > (uint32_t)mtu)
+		m--;
+	return m;
+}
+
+void sv_port_attr(const struct sv_device *d, struct ibv_port_attr *p)
 {
 	memset(p, 0, sizeof(*p));
 	p->state = IBV_PORT_ACTIVE;
 	p->max_mtu = SV_PORT_MTU;
-	p->active_mtu = SV_PORT_MTU;
+	p->active_mtu = port_mtu(d);
 	p->gid_tbl_len = SV_GID_TBL_LEN;
 	p->port_cap_flags = 0;
 	p->max_msg_sz = SV_MAX_MSG_SIZE;
@@ -147,7 +179,7 @@ int(ibv_query_port)(struct ibv_context *context, uint8_t port_num,
 
 	if (!context || !port_attr || port_num != 1)
 		return EINVAL;
-	sv_port_attr(&a);
+	sv_port_attr(to_sv_ctx(context)->dev, &a);
 	a.qkey_viol_cntr = port_qkey_violations(to_sv_ctx(context));
 	/* the legacy struct is today's ibv_port_attr up to (not including) flags */
 	memcpy(port_attr, &a, offsetof(struct ibv_port_attr, flags));
@@ -161,7 +193,7 @@ static int sv_query_port(struct ibv_context *context, uint8_t port_num,
 
 	if (port_num != 1 || !port_attr)
 		return EINVAL;
-	sv_port_attr(&a);
+	sv_port_attr(to_sv_ctx(context)->dev, &a);
 	a.qkey_viol_cntr = port_qkey_violations(to_sv_ctx(context));
 	memcpy(port_attr, &a, SV_MIN(len, sizeof(a)));
 	return 0;

@@ -208,7 +208,7 @@ static void add_port(struct view *v, const struct sv_device *d, const char *devd
 	struct ibv_gid_entry ge;
 	char dir[256], sub[300];
 
-	sv_port_attr(&pa);
+	sv_port_attr(d, &pa);
 	snprintf(dir, sizeof(dir), "%s/ports", devdir);
 	add_dir(v, dir);
 	snprintf(dir, sizeof(dir), "%s/ports/1", devdir);

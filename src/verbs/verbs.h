@@ -12,7 +12,8 @@ const char *ibv_get_sysfs_path(void);
 
 /* query.c: the answers of ibv_query_device/port/gid, per device (sysfs.c uses them too) */
 void sv_device_attr(const struct sv_device *dev, struct ibv_device_attr *a);
-void sv_port_attr(struct ibv_port_attr *p);
+struct sv_device;
+void sv_port_attr(const struct sv_device *d, struct ibv_port_attr *p);
 int sv_gid_entry(const struct sv_device *dev, const struct sv_context *ctx, uint32_t index,
 		 struct ibv_gid_entry *e); /* ctx may be NULL; ENODATA past the table */
 

@@ -1,0 +1,667 @@
+/*
+ * RoCEv2 (SOFTVERBS_TRANSPORT=rocev2): every packet is a UDP datagram to
+ * port 4791 of the peer's address, in the format of IBA annex A17
+ * (roce_wire.h), so its packets are the ones a RoCE NIC or Linux Soft-RoCE
+ * sends and takes.
+ *
+ * There are no connections.  A "connection" to a peer address is only where
+ * datagrams go (conn->peer.ip, port 4791): no handshake, no descriptor, no
+ * state in the kernel.  The engine keeps one per peer address and hands it
+ * what arrives from that address; the reliability of RC is the engine's
+ * (PSNs, ACKs, NAKs, retransmission), as on a NIC.
+ *
+ * What arrives, arrives on the listener: a UDP socket bound to the device's
+ * address and port 4791.  Every context of the host on that address binds
+ * it too (SO_REUSEPORT, which the kernel allows to one user only), since a
+ * real peer sends to 4791 and nowhere else, and the kernel gives each
+ * datagram to one of them by a hash of its addresses and ports.  A datagram
+ * whose destination QPN belongs to another context (its block of QP numbers
+ * names that endpoint's port, registry.h) is passed on to that context
+ * through its abstract unix socket "softverbs-rocev2/ADDR:PORT", with the
+ * sender's address in front.  Only the same user's connections are taken
+ * there (SO_PEERCRED): anyone else on the host could otherwise claim any
+ * sender address.
+ *
+ * Datagrams leave from one of SV_ROCEV2_TX_SOCKS sockets per process and
+ * local address, bound to ephemeral ports, with path-MTU discovery on (DF:
+ * the ICRC covers the IP header as sent, roce_wire.h).  The destination
+ * QPN picks the socket, so the UDP source port, a QP pair's entropy for
+ * ECMP, stays the same for each QP pair, as the annex asks.
+ *
+ * Peers are not authenticated: a RoCE peer (a NIC, rxe) has no way to, so
+ * this transport is an explicit choice, and it takes datagrams only from
+ * the addresses it is told to (SOFTVERBS_ROCEV2_PEERS, by default the
+ * device's own subnet; docs/SECURITY.md).
+ */
+#include "transport/transport.h"
+#include "transport/roce_wire.h"
+#include "transport/registry.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#define SV_ROCEV2_TX_SOCKS 8
+/* Receive buffers: a burst of full-MTU packets from several peers waits
+ * here while the engine thread is not running.  Unprivileged processes get
+ * at most net.core.rmem_max (docs/PERFORMANCE.md). */
+#define SV_ROCEV2_RCVBUF (16 << 20)
+#define SV_ROCEV2_SNDBUF (4 << 20)
+#define SV_ROCEV2_FWD_MAGIC 0x53565246u /* "SVRF" */
+
+/* In front of a datagram passed to the context that owns its QPN. */
+struct sv_rocev2_fwd_hdr {
+	uint32_t magic;
+	uint32_t from_ip; /* network order */
+	uint16_t from_port; /* network order */
+	uint16_t pad;
+} __attribute__((packed));
+
+/* The sending sockets of one local address, shared by the process's
+ * connections from it (conn->tp). */
+struct sv_rocev2_tx {
+	struct in_addr ip;
+	int refs;
+	int fd[SV_ROCEV2_TX_SOCKS];
+	uint16_t port[SV_ROCEV2_TX_SOCKS]; /* host order */
+};
+
+static pthread_mutex_t tx_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct sv_rocev2_tx *tx_pools[16];
+
+static void bufsize(int fd, int opt_force, int opt, int bytes)
+{
+	/* root (CI, a container's root) may go beyond net.core.[rw]mem_max */
+	if (setsockopt(fd, SOL_SOCKET, opt_force, &bytes, sizeof(bytes)))
+		(void)setsockopt(fd, SOL_SOCKET, opt, &bytes, sizeof(bytes));
+}
+
+static void tx_free(struct sv_rocev2_tx *t)
+{
+	for (int i = 0; i < SV_ROCEV2_TX_SOCKS; i++)
+		if (t->fd[i] >= 0)
+			close(t->fd[i]);
+	free(t);
+}
+
+static struct sv_rocev2_tx *tx_get(struct in_addr ip)
+{
+	struct sv_rocev2_tx *t = NULL;
+	int slot = -1;
+
+	pthread_mutex_lock(&tx_lock);
+	for (int i = 0; i < (int)SV_ARRAY_SIZE(tx_pools); i++) {
+		if (tx_pools[i] && tx_pools[i]->ip.s_addr == ip.s_addr) {
+			t = tx_pools[i];
+			t->refs++;
+			goto out;
+		}
+		if (!tx_pools[i] && slot < 0)
+			slot = i;
+	}
+	if (slot < 0 || !(t = calloc(1, sizeof(*t))))
+		goto out;
+	t->ip = ip;
+	t->refs = 1;
+	for (int i = 0; i < SV_ROCEV2_TX_SOCKS; i++) {
+		struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr = ip };
+		socklen_t sl = sizeof(sa);
+		int pmtu = IP_PMTUDISC_DO;
+
+		t->fd[i] = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		if (t->fd[i] < 0 ||
+		    setsockopt(t->fd[i], IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof(pmtu)) ||
+		    bind(t->fd[i], (struct sockaddr *)&sa, sizeof(sa)) ||
+		    getsockname(t->fd[i], (struct sockaddr *)&sa, &sl)) {
+			for (int k = i + 1; k < SV_ROCEV2_TX_SOCKS; k++)
+				t->fd[k] = -1;
+			tx_free(t);
+			t = NULL;
+			goto out;
+		}
+		bufsize(t->fd[i], SO_SNDBUFFORCE, SO_SNDBUF, SV_ROCEV2_SNDBUF);
+		t->port[i] = ntohs(sa.sin_port);
+	}
+	tx_pools[slot] = t;
+out:
+	pthread_mutex_unlock(&tx_lock);
+	return t;
+}
+
+static void tx_put(struct sv_rocev2_tx *t)
+{
+	pthread_mutex_lock(&tx_lock);
+	if (--t->refs == 0) {
+		for (int i = 0; i < (int)SV_ARRAY_SIZE(tx_pools); i++)
+			if (tx_pools[i] == t)
+				tx_pools[i] = NULL;
+		tx_free(t);
+	}
+	pthread_mutex_unlock(&tx_lock);
+}
+
+/* ---- a peer address ---- */
+
+static int rocev2_connect(struct sv_conn *c)
+{
+	struct sv_rocev2_tx *t = tx_get(c->local_ip);
+
+	if (!t)
+		return -ENOMEM;
+	c->tp = t;
+	c->fd = -1;
+	atomic_store(&c->state, SV_CONN_UP);
+	return 0;
+}
+
+/* The destination QP of a softverbs packet (engine/wire.h: BTH bytes 4..7). */
+static uint32_t pkt_dqpn(const uint8_t *pkt)
+{
+	uint32_t v;
+
+	memcpy(&v, pkt + 4, 4);
+	return ntohl(v) & 0xffffffu;
+}
+
+/*
+ * Each frame one datagram.  A datagram the network cannot take (a full
+ * socket buffer, a packet over the path MTU) is dropped, as a switch would
+ * drop it; RC's retransmission recovers it, UC and UD lose it.
+ */
+static int rocev2_send(struct sv_conn *c, const struct sv_frames *f)
+{
+	/* on the stack: a library's thread-local storage must stay small
+	 * (dlopen takes it from the static TLS block) */
+	uint8_t pkt[SV_MAX_FRAME], dg[SV_MAX_FRAME + 64];
+	struct sv_rocev2_tx *t = c->tp;
+	struct sockaddr_in to = { .sin_family = AF_INET,
+				  .sin_port = htons(SV_ROCE_UDP_PORT),
+				  .sin_addr = c->peer.ip };
+
+	for (int k = 0; k < f->nframes; k++) {
+		size_t len = 0, skip = SV_FRAME_HEAD, n;
+		struct sv_roce_path path = { .dport = SV_ROCE_UDP_PORT };
+		int s;
+
+		for (int i = f->first[k]; i < f->first[k + 1]; i++) {
+			size_t l = f->iov[i].iov_len;
+
+			if (skip >= l) {
+				skip -= l;
+				continue;
+			}
+			if (len + l - skip > sizeof(pkt))
+				break;
+			memcpy(pkt + len, (const uint8_t *)f->iov[i].iov_base + skip, l - skip);
+			len += l - skip;
+			skip = 0;
+		}
+		if (len < 12)
+			continue;
+		/* the same socket, so the same source port, for each QP pair */
+		s = (int)((pkt_dqpn(pkt) * 2654435761u) >> 29) % SV_ROCEV2_TX_SOCKS;
+		memcpy(path.src, &c->local_ip.s_addr, 4);
+		memcpy(path.dst, &c->peer.ip.s_addr, 4);
+		path.sport = t->port[s];
+		n = sv_roce_encode(&path, pkt, len, dg, sizeof(dg));
+		if (!n)
+			continue; /* cannot go on a RoCE wire (a GPU reference) */
+		if (sendto(t->fd[s], dg, n, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&to,
+			   sizeof(to)) < 0) {
+			if (errno == EMSGSIZE)
+				sv_warn_limited("a %zu-byte RoCEv2 datagram to %s is over the path's "
+						"MTU: dropped (the QP's path_mtu is too large for "
+						"the link)",
+						n, inet_ntoa(c->peer.ip));
+			else
+				sv_dbg("rocev2: sendto %s: %s", inet_ntoa(c->peer.ip), strerror(errno));
+		}
+	}
+	return f->nframes;
+}
+
+static size_t rocev2_unsent(struct sv_conn *c)
+{
+	(void)c;
+	return 0; /* a datagram taken is the network's */
+}
+
+static void rocev2_close(struct sv_conn *c)
+{
+	(void)c;
+}
+
+static void rocev2_destroy(struct sv_conn *c)
+{
+	if (c->tp)
+		tx_put(c->tp);
+	c->tp = NULL;
+}
+
+static void rocev2_drain(struct sv_conn *c, uint64_t deadline_ns)
+{
+	(void)deadline_ns;
+	(void)sv_conn_flush_queue(c);
+}
+
+const struct sv_transport_ops sv_rocev2_ops = {
+	.name = "rocev2",
+	.datagram = true,
+	.connect = rocev2_connect,
+	.send = rocev2_send,
+	.unsent = rocev2_unsent,
+	.close = rocev2_close,
+	.destroy = rocev2_destroy,
+	.drain = rocev2_drain,
+};
+
+/* ---- the listener on port 4791, and the forwarding socket ---- */
+
+static int rocev2_listen(struct in_addr ip, uint16_t *port)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET,
+				  .sin_port = htons(SV_ROCE_UDP_PORT),
+				  .sin_addr = ip };
+	int one = 1, fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+
+	(void)port; /* every context of the address shares 4791 */
+	if (fd < 0)
+		return -errno;
+	bufsize(fd, SO_RCVBUFFORCE, SO_RCVBUF, SV_ROCEV2_RCVBUF);
+	if (setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) ||
+	    bind(fd, (struct sockaddr *)&sa, sizeof(sa))) {
+		int e = -errno;
+
+		close(fd);
+		return e;
+	}
+	return fd;
+}
+
+/*
+ * Forwarding between the contexts of this host: a SOCK_SEQPACKET
+ * connection from each context that passes datagrams on to each context it
+ * passes them to.  Connected, because a unix datagram socket takes at most
+ * net.unix.max_dgram_qlen (10) waiting datagrams from senders it is not
+ * connected to, and one burst of a QP's window is more.  The listener the
+ * engine polls is an epoll set of the listening socket and the
+ * connections it accepted (struct fwd_rx), so that they stay this file's.
+ */
+struct fwd_rx {
+	int ep;	   /* what the engine polls */
+	int lsock; /* the abstract socket "softverbs-rocev2/ADDR:PORT" */
+	int *conns, nconns, cap;
+	struct fwd_rx *next;
+};
+
+/* A connection this process passes datagrams on over. */
+struct fwd_tx {
+	struct in_addr ip;
+	uint16_t port;
+	int fd;
+	struct fwd_tx *next;
+};
+
+static pthread_mutex_t fwd_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct fwd_rx *fwd_rxs;
+static struct fwd_tx *fwd_txs;
+
+static int rocev2_fwd_listen(struct in_addr ip, uint16_t *port)
+{
+	struct epoll_event ev = { .events = EPOLLIN };
+	struct fwd_rx *r = calloc(1, sizeof(*r));
+	struct sockaddr_un sa;
+	socklen_t sl;
+	int e;
+
+	if (!r)
+		return -ENOMEM;
+	r->ep = epoll_create1(EPOLL_CLOEXEC);
+	r->lsock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	sv_endpoint_unix_name(&sa, &sl, "rocev2", ip, *port);
+	ev.data.fd = r->lsock;
+	if (r->ep < 0 || r->lsock < 0 || bind(r->lsock, (struct sockaddr *)&sa, sl) ||
+	    listen(r->lsock, 64) || epoll_ctl(r->ep, EPOLL_CTL_ADD, r->lsock, &ev)) {
+		e = -errno;
+		if (r->ep >= 0)
+			close(r->ep);
+		if (r->lsock >= 0)
+			close(r->lsock);
+		free(r);
+		return e;
+	}
+	pthread_mutex_lock(&fwd_lock);
+	r->next = fwd_rxs;
+	fwd_rxs = r;
+	pthread_mutex_unlock(&fwd_lock);
+	return r->ep;
+}
+
+/* fwd_lock held */
+static struct fwd_rx *fwd_rx_of(int ep)
+{
+	for (struct fwd_rx *r = fwd_rxs; r; r = r->next)
+		if (r->ep == ep)
+			return r;
+	return NULL;
+}
+
+/* fwd_lock held */
+static void fwd_rx_drop(struct fwd_rx *r, int k)
+{
+	epoll_ctl(r->ep, EPOLL_CTL_DEL, r->conns[k], NULL);
+	close(r->conns[k]);
+	r->conns[k] = r->conns[--r->nconns];
+}
+
+static void rocev2_fwd_unlisten(int ep)
+{
+	struct fwd_rx *r = NULL;
+
+	pthread_mutex_lock(&fwd_lock);
+	for (struct fwd_rx **pp = &fwd_rxs; *pp; pp = &(*pp)->next)
+		if ((*pp)->ep == ep) {
+			r = *pp;
+			*pp = r->next;
+			break;
+		}
+	while (r && r->nconns)
+		fwd_rx_drop(r, 0);
+	pthread_mutex_unlock(&fwd_lock);
+	if (r) {
+		close(r->lsock);
+		free(r->conns);
+		free(r);
+	}
+	close(ep);
+}
+
+/* A new connection from a context that passes datagrams on: the same
+ * user's only (fwd_lock held). */
+static void fwd_accept(struct fwd_rx *r)
+{
+	struct ucred u;
+	socklen_t ul = sizeof(u);
+	int fd = accept4(r->lsock, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+	struct epoll_event ev = { .events = EPOLLIN, .data.fd = fd };
+
+	if (fd < 0)
+		return;
+	if (r->nconns == r->cap) {
+		int cap = r->cap ? r->cap * 2 : 8;
+		int *c = realloc(r->conns, (size_t)cap * sizeof(*c));
+
+		if (!c) {
+			close(fd);
+			return;
+		}
+		r->conns = c;
+		r->cap = cap;
+	}
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &u, &ul) || u.uid != getuid() ||
+	    epoll_ctl(r->ep, EPOLL_CTL_ADD, fd, &ev)) {
+		close(fd);
+		return;
+	}
+	r->conns[r->nconns++] = fd;
+}
+
+/*
+ * Which senders a context takes datagrams from (docs/SECURITY.md): a RoCE
+ * peer cannot prove anything, so the range is the user's to open.
+ * SOFTVERBS_ROCEV2_PEERS is a comma-separated list of IPv4 ranges
+ * (a.b.c.d/len, or an address); unset, the subnet of the device's own
+ * address is admitted, the peers of its link.
+ */
+struct range {
+	uint32_t net, mask; /* host order */
+};
+
+static pthread_mutex_t admit_lock = PTHREAD_MUTEX_INITIALIZER;
+static bool admit_parsed;
+static struct range admit_env[32];
+static int admit_nenv = -1; /* -1: unset */
+static struct {
+	uint32_t ip; /* network order */
+	struct range r;
+} admit_subnets[16];
+static int admit_nsubnets;
+
+static void admit_parse(void)
+{
+	const char *v = getenv("SOFTVERBS_ROCEV2_PEERS");
+	char buf[1024], *save = NULL;
+
+	admit_parsed = true;
+	if (!v)
+		return;
+	admit_nenv = 0;
+	snprintf(buf, sizeof(buf), "%s", v);
+	for (char *t = strtok_r(buf, ", ", &save); t; t = strtok_r(NULL, ", ", &save)) {
+		char *slash = strchr(t, '/');
+		long len = 32;
+		struct in_addr a;
+
+		if (slash) {
+			*slash = 0;
+			len = strtol(slash + 1, NULL, 10);
+		}
+		if (!inet_aton(t, &a) || len < 0 || len > 32 ||
+		    admit_nenv == (int)SV_ARRAY_SIZE(admit_env)) {
+			sv_warn("SOFTVERBS_ROCEV2_PEERS: '%s' is not an IPv4 range; ignored", t);
+			continue;
+		}
+		admit_env[admit_nenv].mask = len ? 0xffffffffu << (32 - len) : 0;
+		admit_env[admit_nenv].net = ntohl(a.s_addr) & admit_env[admit_nenv].mask;
+		admit_nenv++;
+	}
+}
+
+/* admit_lock held: the subnet of the interface that has address ip. */
+static struct range subnet_of(struct in_addr ip)
+{
+	struct range r = { ntohl(ip.s_addr), 0xffffffffu };
+	struct ifaddrs *ifs, *i;
+
+	for (int k = 0; k < admit_nsubnets; k++)
+		if (admit_subnets[k].ip == ip.s_addr)
+			return admit_subnets[k].r;
+	if (!getifaddrs(&ifs)) {
+		for (i = ifs; i; i = i->ifa_next)
+			if (i->ifa_addr && i->ifa_netmask && i->ifa_addr->sa_family == AF_INET &&
+			    ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr == ip.s_addr) {
+				r.mask = ntohl(((struct sockaddr_in *)i->ifa_netmask)->sin_addr.s_addr);
+				r.net &= r.mask;
+				break;
+			}
+		freeifaddrs(ifs);
+	}
+	if (admit_nsubnets < (int)SV_ARRAY_SIZE(admit_subnets)) {
+		admit_subnets[admit_nsubnets].ip = ip.s_addr;
+		admit_subnets[admit_nsubnets++].r = r;
+	}
+	return r;
+}
+
+static bool admitted(struct in_addr local, struct in_addr from)
+{
+	uint32_t f = ntohl(from.s_addr);
+	bool ok = false;
+
+	pthread_mutex_lock(&admit_lock);
+	if (!admit_parsed)
+		admit_parse();
+	if (admit_nenv < 0) {
+		struct range r = subnet_of(local);
+
+		ok = (f & r.mask) == r.net;
+	}
+	for (int k = 0; k < admit_nenv && !ok; k++)
+		ok = (f & admit_env[k].mask) == admit_env[k].net;
+	pthread_mutex_unlock(&admit_lock);
+	return ok;
+}
+
+static int decode(struct sv_dgram *d, const uint8_t *raw, size_t n, uint16_t sport)
+{
+	struct sv_roce_path path = { .sport = sport, .dport = SV_ROCE_UDP_PORT };
+	int r;
+
+	if (!admitted(d->local_ip, d->from)) {
+		sv_warn_limited("a RoCEv2 datagram from %s, which SOFTVERBS_ROCEV2_PEERS does not "
+				"admit; dropped",
+				inet_ntoa(d->from));
+		return -1;
+	}
+
+	memcpy(path.src, &d->from.s_addr, 4);
+	memcpy(path.dst, &d->local_ip.s_addr, 4);
+	r = sv_roce_decode(&path, raw, n, d->buf, d->cap, &d->ecn);
+	if (r < 0) {
+		sv_warn_limited("a RoCEv2 datagram from %s:%u was refused (%s); dropped",
+				inet_ntoa(d->from), sport,
+				r == SV_ROCE_BAD_ICRC	  ? "ICRC"
+				: r == SV_ROCE_BAD_OPCODE ? "opcode"
+							  : "format");
+		return -1;
+	}
+	d->len = (size_t)r;
+	return 1;
+}
+
+/*
+ * A datagram for another context of this host: to it, over this process's
+ * connection to it.  Nobody there (the context is gone), or no room: the
+ * datagram is dropped, as a NIC drops a packet for an unknown QP or one it
+ * has no buffer for.
+ */
+static void forward(const struct sv_dgram *d, const struct sockaddr_in *from, const uint8_t *raw,
+		    size_t n, uint16_t to_port)
+{
+	struct sv_rocev2_fwd_hdr h = { .magic = htonl(SV_ROCEV2_FWD_MAGIC),
+				       .from_ip = from->sin_addr.s_addr,
+				       .from_port = from->sin_port };
+	struct iovec v[2] = { { &h, sizeof(h) }, { (void *)raw, n } };
+	struct msghdr mh = { .msg_iov = v, .msg_iovlen = 2 };
+	struct fwd_tx *t, **pp;
+
+	pthread_mutex_lock(&fwd_lock);
+	for (pp = &fwd_txs; (t = *pp); pp = &t->next)
+		if (t->ip.s_addr == d->local_ip.s_addr && t->port == to_port)
+			break;
+	if (!t && (t = calloc(1, sizeof(*t)))) {
+		struct sockaddr_un sa;
+		socklen_t sl;
+
+		t->ip = d->local_ip;
+		t->port = to_port;
+		sv_endpoint_unix_name(&sa, &sl, "rocev2", d->local_ip, to_port);
+		/* blocking only for connect, which for a unix socket does not
+		 * wait for the peer to accept */
+		t->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+		if (t->fd < 0 || connect(t->fd, (struct sockaddr *)&sa, sl)) {
+			if (t->fd >= 0)
+				close(t->fd);
+			free(t);
+			t = NULL;
+		} else {
+			bufsize(t->fd, SO_SNDBUFFORCE, SO_SNDBUF, SV_ROCEV2_SNDBUF);
+			*pp = t;
+		}
+	}
+	if (!t) {
+		sv_dbg("rocev2: no context of port %u here; a datagram for it dropped", to_port);
+	} else if (sendmsg(t->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
+		if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) {
+			sv_warn_limited("rocev2: the context of port %u takes no more now; "
+					"a datagram for it dropped",
+					to_port);
+		} else {
+			/* that context ended: the next datagram for its port
+			 * finds whoever holds it then */
+			*pp = t->next;
+			close(t->fd);
+			free(t);
+		}
+	}
+	pthread_mutex_unlock(&fwd_lock);
+}
+
+static int rocev2_recv(int lfd, struct sv_dgram *d)
+{
+	struct sockaddr_in from;
+	socklen_t fl = sizeof(from);
+	uint8_t *rx_raw = d->raw;
+	ssize_t n = recvfrom(lfd, rx_raw, d->raw_cap, MSG_DONTWAIT, (struct sockaddr *)&from, &fl);
+	uint32_t dqpn;
+	uint16_t owner;
+
+	if (n < 0)
+		return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
+	if (fl != sizeof(from) || from.sin_family != AF_INET || n < 12 + SV_ROCE_ICRC_LEN)
+		return -1;
+	d->from = from.sin_addr;
+	dqpn = pkt_dqpn(rx_raw);
+	owner = sv_qpn_port(dqpn);
+	/* QPNs of block 0 (the special QPs) and the multicast QPN have no
+	 * owner: they stay here and meet no QP */
+	if (owner && owner != d->local_port && dqpn != 0xffffffu) {
+		forward(d, &from, rx_raw, (size_t)n, owner);
+		return -1;
+	}
+	return decode(d, rx_raw, (size_t)n, ntohs(from.sin_port));
+}
+
+static int rocev2_fwd_recv(int ep, struct sv_dgram *d)
+{
+	struct epoll_event ev;
+	struct sv_rocev2_fwd_hdr h;
+	struct fwd_rx *r;
+	uint8_t *rx_raw = d->raw;
+	ssize_t n;
+	int k;
+
+	if (epoll_wait(ep, &ev, 1, 0) != 1)
+		return 0;
+	pthread_mutex_lock(&fwd_lock);
+	r = fwd_rx_of(ep);
+	if (!r || ev.data.fd == r->lsock) {
+		if (r)
+			fwd_accept(r);
+		pthread_mutex_unlock(&fwd_lock);
+		return -1;
+	}
+	for (k = 0; k < r->nconns && r->conns[k] != ev.data.fd; k++)
+		;
+	n = k < r->nconns ? recv(ev.data.fd, rx_raw, d->raw_cap, MSG_DONTWAIT) : -1;
+	if (k < r->nconns && (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)))
+		fwd_rx_drop(r, k); /* the passing context ended */
+	pthread_mutex_unlock(&fwd_lock);
+	if (n < (ssize_t)(sizeof(h) + 12 + SV_ROCE_ICRC_LEN))
+		return -1;
+	memcpy(&h, rx_raw, sizeof(h));
+	if (ntohl(h.magic) != SV_ROCEV2_FWD_MAGIC)
+		return -1;
+	d->from.s_addr = h.from_ip;
+	return decode(d, rx_raw + sizeof(h), (size_t)n - sizeof(h), ntohs(h.from_port));
+}
+
+const struct sv_transport_ops sv_rocev2_listen_ops = {
+	.name = "rocev2",
+	.datagram = true,
+	.listen = rocev2_listen,
+	.recv = rocev2_recv,
+};
+
+const struct sv_transport_ops sv_rocev2_fwd_ops = {
+	.name = "rocev2 forwarding",
+	.datagram = true,
+	.listen = rocev2_fwd_listen,
+	.unlisten = rocev2_fwd_unlisten,
+	.recv = rocev2_fwd_recv,
+};
