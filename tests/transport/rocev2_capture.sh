@@ -1,0 +1,146 @@
+#!/bin/bash
+# rocev2_capture.sh AGENT: transport_rocev2_capture.
+#
+# softverbs' RoCEv2 packets on a real link, checked by code nobody here
+# wrote.  Two network namespaces joined by a veth (MTU 1500: path MTU 1024),
+# every program over SOFTVERBS_TRANSPORT=rocev2, and tcpdump on the veth
+# capturing `udp port 4791` while
+#   - Debian's ibv_rc_pingpong / ibv_uc_pingpong (4 KiB: SEND FIRST, MIDDLE,
+#     LAST), ibv_ud_pingpong, ib_send_bw (RC, UD), ib_write_bw (RC, UC),
+#     ib_read_bw, ib_atomic_bw -A CMP_AND_SWAP and -A FETCH_AND_ADD run
+#     (each must also finish as in tests/clients), then
+#   - rocev2_agent (AGENT, driven by rocev2_pcap.py drive) posts what those
+#     do not: SEND and RDMA WRITE with immediate (ONLY and LAST) on RC and
+#     UC, UD SEND with immediate, one- and three-packet messages of every
+#     kind, READs of one and three responses, CAS, FETCH_ADD; every
+#     completion, immediate and byte is checked on both sides.
+# Then rocev2_pcap.py check reads the capture with scapy's RoCE layer (BTH,
+# its own ICRC) and with tshark's InfiniBand dissector: see its docstring.
+# Every IBA opcode of RC (0x00-0x14), UC (0x20-0x2b) and UD (0x64, 0x65)
+# must be there at least once, and nothing else.
+#
+# Skips (77) when not root (namespaces), or without tcpdump, tshark or
+# python3-scapy.  The Debian programs are run when installed (a missing one
+# is reported, not skipped: the agent alone covers every opcode).
+SV_BUDGET=${SV_BUDGET:-150}
+. "$(dirname "$0")/../clients/lib.sh"
+set -euo pipefail
+
+[ $# -eq 1 ] || sv_fail "usage: $0 PATH_TO_rocev2_agent"
+agent=$1
+here=$(cd "$(dirname "$0")" && pwd)
+py=/usr/bin/python3
+export SOFTVERBS_TRANSPORT=rocev2
+
+[ "$(id -u)" = 0 ] || sv_skip "network namespaces and tcpdump need root"
+command -v tcpdump >/dev/null 2>&1 || sv_skip "tcpdump not installed (Debian tcpdump)"
+command -v tshark >/dev/null 2>&1 || sv_skip "tshark not installed (Debian tshark)"
+"$py" -c 'import scapy.contrib.roce' 2>/dev/null || sv_skip "python3-scapy not installed"
+[ -x "$agent" ] || sv_fail "no agent at '$agent'"
+[ -n "$SV_TOOL" ] && [ -x "$SV_TOOL" ] || sv_fail "softverbs tool not found (SV_TOOL='$SV_TOOL')"
+
+net=47
+sv_netns_pair cap "$net"
+mtu=1024
+pcap=$SV_WORK/rocev2.pcap
+
+# tcpdump in A on sva; --immediate-mode: each packet is written as it
+# comes (else the last block may be lost when it is stopped)
+timeout -k 2 "$(sv_left)" ip netns exec "$SV_NS_A" tcpdump -i sva -n --immediate-mode -U -B 32768 \
+	-w "$pcap" udp port 4791 2>"$SV_WORK/tcpdump.err" &
+tcpdump_pid=$!
+SV_PGIDS+=("$tcpdump_pid")
+for _ in $(seq 100); do
+	grep -q "listening on" "$SV_WORK/tcpdump.err" 2>/dev/null && break
+	kill -0 "$tcpdump_pid" 2>/dev/null || sv_fail "tcpdump: $(cat "$SV_WORK/tcpdump.err")"
+	sleep 0.1
+done
+grep -q "listening on" "$SV_WORK/tcpdump.err" || sv_fail "tcpdump did not start"
+
+outs=()
+# segment NAME: from now on the packets are NAME's (flows are per program)
+segment() { echo "$(date +%s.%N) $1" >>"$SV_WORK/segments"; }
+missing=()
+port=18790
+
+# keep NAME: the last run's outputs, for the QPNs they printed
+keep() {
+	for f in server client; do
+		cp "$SV_WORK/$f.out" "$SV_WORK/$1.$f.txt"
+		outs+=("$SV_WORK/$1.$f.txt")
+	done
+}
+
+# pingpong PROGRAM SIZE ITERS
+pingpong() {
+	if ! command -v "$1" >/dev/null 2>&1; then
+		missing+=("$1")
+		return
+	fi
+	segment "$1"
+	sv_pingpong "$1" "$2" "$3" "$port" "$SV_NS_A" sv_sva "$SV_NS_B" sv_svb "10.211.$net.1"
+	keep "$1"
+}
+
+# perftest NAME PROGRAM ARGS...: server in A, client in B, both exit 0
+perftest() {
+	local name=$1 prog=$2 spid crc=0 src=0 w=0
+	shift 2
+	if ! command -v "$prog" >/dev/null 2>&1; then
+		missing+=("$prog")
+		return
+	fi
+	port=$(sv_free_port "$SV_NS_A" "$port")
+	segment "$name"
+	sv_log "$name: $prog $* (server in A, client in B)"
+	sv_run_bg server "$(sv_left)" "$SV_NS_A" "$prog" -d sv_sva -x 0 -p "$port" "$@"
+	spid=$SV_PID
+	sv_wait_listen "$SV_NS_A" "$port" "$spid" || w=$?
+	[ "$w" = 0 ] || sv_fail "$name: server did not listen on port $port ($w)"
+	sv_run client "$(($(sv_left) - 3))" "$SV_NS_B" "$prog" -d sv_svb -x 0 -p "$port" "$@" \
+		"10.211.$net.1" || crc=$?
+	sv_wait "$spid" "$([ "$crc" = 0 ] && echo 10 || echo 3)" || src=$?
+	[ "$crc" = 0 ] || sv_fail "$name: client exited $crc"
+	[ "$src" = 0 ] || sv_fail "$name: server exited $src"
+	grep -qE '^ *[0-9]+ +[0-9]+ +[0-9.]+' "$SV_WORK/client.out" ||
+		sv_fail "$name: client printed no result row"
+	keep "$name"
+}
+
+pingpong ibv_rc_pingpong 4096 5
+pingpong ibv_uc_pingpong 4096 5
+pingpong ibv_ud_pingpong 1024 5
+perftest send_bw.rc ib_send_bw -c RC -s 4096 -n 20
+perftest send_bw.ud ib_send_bw -c UD -s 1024 -n 20
+perftest write_bw.rc ib_write_bw -c RC -s 4096 -n 20
+perftest write_bw.uc ib_write_bw -c UC -s 4096 -n 20
+perftest read_bw ib_read_bw -c RC -s 4096 -n 20
+perftest atomic_bw.cas ib_atomic_bw -A CMP_AND_SWAP -n 20
+perftest atomic_bw.faa ib_atomic_bw -A FETCH_AND_ADD -n 20
+[ ${#missing[@]} = 0 ] || sv_log "not installed, not run: ${missing[*]}"
+
+segment agent
+sv_log "rocev2_agent: the opcodes with immediates, UC/UD, one- and three-packet messages"
+"$py" "$here/rocev2_pcap.py" drive "$agent" "$SV_NS_A" sv_sva "$SV_NS_B" sv_svb "$mtu" \
+	"$SV_WORK/agent.qpns" "$SV_WORK/agent.out" || sv_fail "agent exchange failed"
+
+# the last packets in, then stop tcpdump (SIGINT: it finishes the file)
+sleep 0.3
+kill -INT "$tcpdump_pid" 2>/dev/null || true
+sv_wait "$tcpdump_pid" 5 || true
+grep -E "captured|dropped" "$SV_WORK/tcpdump.err" | sed 's/^/   tcpdump: /' || true
+# a packet tcpdump lost would read as softverbs' own gap
+! grep -qE "^[1-9][0-9]* packets? dropped by kernel" "$SV_WORK/tcpdump.err" ||
+	sv_fail "tcpdump lost packets (the capture is incomplete, the checks would mislead)"
+
+expected=0x00,0x01,0x02,0x03,0x04,0x05,0x06,0x07,0x08,0x09,0x0a,0x0b,0x0c,0x0d,0x0e,0x0f
+expected+=,0x10,0x11,0x12,0x13,0x14
+expected+=,0x20,0x21,0x22,0x23,0x24,0x25,0x26,0x27,0x28,0x29,0x2a,0x2b,0x64,0x65
+"$py" "$here/rocev2_pcap.py" check "$pcap" "$mtu" "$SV_WORK/agent.qpns" "$SV_WORK/segments" \
+	"$expected" \
+	"${outs[@]}" || {
+	[ -z "${SV_KEEP_PCAP:-}" ] || cp "$pcap" "$SV_KEEP_PCAP"
+	sv_fail "the capture fails its checks"
+}
+[ -z "${SV_KEEP_PCAP:-}" ] || cp "$pcap" "$SV_KEEP_PCAP"
+echo "PASS: $(($SECONDS - SV_T0)) s"
