@@ -1,0 +1,456 @@
+#!/usr/bin/python3
+"""transport_rocev2_inject: packets that scapy built (not softverbs) sent into
+a softverbs RC QP over UDP port 4791, and what softverbs does and answers.
+
+  rocev2_inject.py PATH_TO_rocev2_agent
+
+Two network namespaces joined by a veth: in A, rocev2_agent (over
+SOFTVERBS_TRANSPORT=rocev2, device sv_sva, 10.211.48.1) with an RC QP
+connected to GID ::ffff:10.211.48.2 (B), QPN 0x000123, expected PSN 0x100,
+and a 1 MiB buffer registered with REMOTE_WRITE | READ | ATOMIC.  This
+script moves itself into B (setns), where a UDP socket bound to port 4791
+sends scapy's packets (IPv4 as Linux sends them from an unconnected socket:
+identification 0, DF; ICRC computed by scapy) and a raw socket sees every
+datagram that comes back with its IP header, whose ICRC scapy checks.
+
+Asserted, in order (E: the PSN the QP expects):
+  1. RDMA WRITE ONLY (AckReq) at E: the bytes are in memory; one ACK (AETH
+     syndrome 000xxxxx, PSN E, MSN = the number of messages done).
+  2. SEND ONLY into a posted receive: a receive completion of the right
+     length, the bytes in the buffer, an ACK of its PSN.
+  3. READ REQUEST of 200 bytes: one READ RESPONSE ONLY, PSN E, the bytes;
+     of 2500 bytes: READ RESPONSE FIRST, MIDDLE, LAST at E, E+1, E+2 (MTU
+     1024), together the bytes.
+  4. FETCH_ADD: an ATOMIC ACKNOWLEDGE with the original value, memory
+     added to; COMPARE_SWAP the same, memory swapped.
+  5. A WRITE whose ICRC is wrong: no answer, memory unchanged.
+ 5b. Reported ("NOTE:"), not asserted: a valid WRITE in an IPv4 datagram
+     whose identification is 0x1234 (sent through a raw socket); when it is
+     ignored, the same with identification 0 the same way, for comparison.
+  6. A WRITE at E+5 (PSN ahead): exactly one NAK, syndrome 0x60 (PSN
+     sequence error) naming E; a second one at E+6: no second NAK; neither
+     executed.  Then the WRITE at E: executed, ACKed.
+  7. The same WRITE again (duplicate, PSN E-1) with other bytes: one ACK
+     of E-1 (IBA C9-105), not executed again (memory keeps the first bytes);
+     a duplicate READ request is executed again (IBA 9.9.2.1: the data).
+  8. A WRITE to a QPN with no QP: no answer, nothing written.
+  9. A WRITE at the expected PSN still works (nothing above broke the
+     QP's state).
+ 10. A WRITE with a wrong rkey: NAK remote access error (0x62), nothing
+     written.
+Every packet softverbs sends must carry a valid ICRC (scapy), destination
+QPN 0x123, and come from UDP to port 4791.
+
+Exits 77 without root or python3-scapy.
+"""
+import ctypes
+import os
+import random
+import select
+import socket
+import struct
+import subprocess
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from rocev2_lib import Agent, AgentError  # noqa: E402
+
+try:
+    from scapy.layers.inet import IP, UDP
+    from scapy.packet import Raw
+    from scapy.contrib.roce import BTH
+except ImportError:
+    print("SKIP: python3-scapy (scapy.contrib.roce) not installed")
+    sys.exit(77)
+
+if os.geteuid() != 0:
+    print("SKIP: network namespaces need root")
+    sys.exit(77)
+
+NET = 48
+A_IP, B_IP = f"10.211.{NET}.1", f"10.211.{NET}.2"
+OUR_QPN = 0x000123
+MTU = 1024
+fails = []
+t0 = time.monotonic()
+
+
+def fail(msg):
+    fails.append(msg)
+    print("FAIL:", msg, flush=True)
+
+
+def log(msg):
+    print(f"-- [{time.monotonic() - t0:5.1f}s] {msg}", flush=True)
+
+
+def sh(*argv):
+    subprocess.run(argv, check=True)
+
+
+# ------------------------------------------------------------ namespaces ----
+ns_a, ns_b = f"svt-inj-{os.getpid()}-a", f"svt-inj-{os.getpid()}-b"
+made = []
+
+
+def cleanup():
+    for ns in made:
+        subprocess.run(["ip", "netns", "del", ns], stderr=subprocess.DEVNULL)
+
+
+def setup():
+    for ns in (ns_a, ns_b):
+        if subprocess.run(["ip", "netns", "add", ns], stderr=subprocess.DEVNULL).returncode:
+            print("SKIP: ip netns add failed here")
+            cleanup()
+            sys.exit(77)
+        made.append(ns)
+    sh("ip", "-n", ns_a, "link", "add", "sva", "type", "veth", "peer", "name", "svb",
+       "netns", ns_b)
+    sh("ip", "-n", ns_a, "addr", "add", f"{A_IP}/24", "dev", "sva")
+    sh("ip", "-n", ns_b, "addr", "add", f"{B_IP}/24", "dev", "svb")
+    for ns, dev in ((ns_a, "sva"), (ns_b, "svb")):
+        sh("ip", "-n", ns, "link", "set", "lo", "up")
+        sh("ip", "-n", ns, "link", "set", dev, "up")
+    end = time.monotonic() + 5
+    while time.monotonic() < end:
+        up = all(b"LOWER_UP" in subprocess.run(["ip", "-n", ns, "link", "show", dev],
+                                               capture_output=True).stdout
+                 for ns, dev in ((ns_a, "sva"), (ns_b, "svb")))
+        if up:
+            break
+        time.sleep(0.05)
+    # this process moves to B: its sockets are the peer's
+    libc = ctypes.CDLL(None, use_errno=True)
+    fd = os.open(f"/var/run/netns/{ns_b}", os.O_RDONLY)
+    if libc.setns(fd, 0x40000000):  # CLONE_NEWNET
+        raise OSError(ctypes.get_errno(), "setns")
+    os.close(fd)
+
+
+# ---------------------------------------------------------------- wire ----
+class Wire:
+    def __init__(self, target_qpn):
+        self.qpn = target_qpn
+        self.tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        self.tx.setsockopt(socket.IPPROTO_IP, 10, 2)  # IP_MTU_DISCOVER: IP_PMTUDISC_DO
+        self.tx.bind((B_IP, 4791))
+        self.rx = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_UDP)
+        self.rx.setblocking(False)
+        self.seen = 0
+
+    def build(self, op, psn, ext=b"", payload=b"", dqpn=None, ackreq=1, bad_icrc=False):
+        pad = (-len(payload)) % 4
+        p = IP(src=B_IP, dst=A_IP, id=0, flags="DF", ttl=64) / UDP(sport=4791, dport=4791) / \
+            BTH(opcode=op, dqpn=self.qpn if dqpn is None else dqpn, psn=psn & 0xffffff,
+                ackreq=ackreq, padcount=pad) / Raw(ext + payload + b"\0" * pad)
+        dgram = bytearray(bytes(p)[28:])  # the UDP payload: BTH ... ICRC
+        if bad_icrc:
+            dgram[-1] ^= 0x5a
+        return bytes(dgram)
+
+    def send(self, *args, **kw):
+        self.drain()
+        self.tx.sendto(self.build(*args, **kw), (A_IP, 4791))
+
+    def drain(self):
+        while True:
+            try:
+                self.rx.recv(65536)
+            except BlockingIOError:
+                break
+        try:
+            while self.tx.recv(65536, socket.MSG_DONTWAIT):
+                pass
+        except BlockingIOError:
+            pass
+
+    def responses(self, want, timeout=1.5, quiet=0.3):
+        """Packets from A to our 4791 until WANT came (then QUIET s more, to
+        catch extras) or TIMEOUT.  Each: (BTH, bytes after the BTH)."""
+        out = []
+        end = time.monotonic() + timeout
+        while True:
+            left = end - time.monotonic()
+            if len(out) >= want:
+                left = min(left, quiet)
+                end = min(end, time.monotonic() + quiet)
+            if left <= 0:
+                break
+            r, _, _ = select.select([self.rx], [], [], left)
+            if not r:
+                continue
+            data = self.rx.recv(65536)
+            p = IP(data)
+            if UDP not in p or p[IP].src != A_IP or p[UDP].dport != 4791:
+                continue
+            self.seen += 1
+            if BTH not in p:
+                fail(f"a datagram from softverbs scapy reads no BTH in: {data.hex()}")
+                continue
+            b = p[BTH]
+            if struct.pack("!I", b.icrc) != b.compute_icrc(None):
+                fail(f"softverbs' opcode {b.opcode:#x} PSN {b.psn:#x}: ICRC {b.icrc:#010x}, "
+                     f"scapy computes {struct.unpack('!I', b.compute_icrc(None))[0]:#010x}")
+            if b.dqpn != OUR_QPN:
+                fail(f"softverbs' opcode {b.opcode:#x} to QPN {b.dqpn:#x}, ours {OUR_QPN:#x}")
+            if not p[IP].flags.DF or p[IP].id != 0:
+                fail(f"softverbs' IP header: id {p[IP].id}, flags {p[IP].flags}")
+            body = bytes(b.payload)
+            if b.padcount:
+                body = body[:-b.padcount]
+            out.append((b, body))
+        return out
+
+
+def reth(va, rkey, length):
+    return struct.pack("!QII", va, rkey, length)
+
+
+def atomic_eth(va, rkey, swap_add, cmp=0):
+    return struct.pack("!QIQQ", va, rkey, swap_add, cmp)
+
+
+def describe(rs):
+    return [f"op {b.opcode:#x} psn {b.psn:#x} aeth {body[:4].hex()}" for b, body in rs]
+
+
+def main():
+    agent_path = sys.argv[1]
+    setup()
+    log(f"netns {ns_a} (sva {A_IP}, softverbs) <-> {ns_b} (svb {B_IP}, scapy)")
+    agentlog = open(os.devnull if not os.environ.get("SV_INJECT_LOG") else
+                    os.environ["SV_INJECT_LOG"], "ab")
+    agent = Agent(agent_path, ns_a, "sv_sva", agentlog)
+    try:
+        run(agent)
+    finally:
+        rc = agent.close()
+        if rc:
+            fail(f"agent exited {rc}")
+
+
+def run(agent):
+    rnd = random.Random(4791)
+    info = agent.info()
+    idx, qpn = agent.qp("rc")
+    E = 0x100
+    agent.cmd(f"connect {idx} {OUR_QPN:#x} {E:#x} ::ffff:{B_IP} 0x500 {MTU}")
+    addr, rkey = int(info["addr"], 16), int(info["rkey"], 16)
+    log(f"target: QPN {qpn:#x}, rkey {rkey:#x}, addr {addr:#x}, expects PSN {E:#x}")
+    w = Wire(qpn)
+    msn = 0
+
+    def data(n):
+        return bytes(rnd.randrange(256) for _ in range(n))
+
+    def expect_ack(rs, psn, what, syndrome_class=0, syndrome=None, count_msn=True):
+        nonlocal msn
+        if len(rs) != 1:
+            fail(f"{what}: {len(rs)} answers {describe(rs)}, expected one ACK/NAK")
+            return
+        b, body = rs[0]
+        if b.opcode != 0x11:
+            fail(f"{what}: answer opcode {b.opcode:#x}, expected ACKNOWLEDGE 0x11")
+            return
+        syn, m = body[0], int.from_bytes(body[1:4], "big")
+        if (syn != syndrome) if syndrome is not None else (syn >> 5 != syndrome_class):
+            fail(f"{what}: AETH syndrome {syn:#04x}, expected "
+                 f"{syndrome if syndrome is not None else syndrome_class << 5:#04x}")
+        if b.psn != psn & 0xffffff:
+            fail(f"{what}: ACK/NAK PSN {b.psn:#x}, expected {psn:#x}")
+        if count_msn and m != msn:
+            fail(f"{what}: MSN {m}, expected {msn}")
+
+    def write_ok(off, what):
+        """a WRITE ONLY of 64 bytes at E: written, ACKed"""
+        nonlocal E, msn
+        d = data(64)
+        w.send(0x0a, E, reth(addr + off, rkey, 64), d)
+        msn += 1
+        expect_ack(w.responses(1), E, what)
+        if agent.peek(off, 64) != d:
+            fail(f"{what}: memory not written")
+        E += 1
+        return d
+
+    # 1. RDMA WRITE ONLY
+    write_ok(0x1000, "1 WRITE ONLY")
+    log("1 RDMA WRITE ONLY: written, ACKed")
+
+    # 2. SEND ONLY into a posted receive
+    agent.cmd(f"recv {idx} {0x2000} 4096 77")
+    d2 = data(50)
+    w.send(0x04, E, b"", d2)
+    msn += 1
+    expect_ack(w.responses(1), E, "2 SEND ONLY")
+    wc = agent.poll(1)
+    if len(wc) != 1 or wc[0]["status"] != "0" or wc[0]["wrid"] != "77" or \
+            int(wc[0]["len"]) != 50 or wc[0]["opcode"] != "128":
+        fail(f"2 SEND ONLY: receive completion {wc}, expected wrid 77 RECV len 50 status 0")
+    if agent.peek(0x2000, 50) != d2:
+        fail("2 SEND ONLY: received bytes differ")
+    E += 1
+    log("2 SEND ONLY: received (completion of 50 bytes), ACKed")
+
+    # 3. READ
+    d3 = data(2500)
+    agent.poke(0x3000, d3)
+    read1_psn = E
+    w.send(0x0c, E, reth(addr + 0x3000, rkey, 200))
+    msn += 1
+    rs = w.responses(1)
+    if [b.opcode for b, _ in rs] != [0x10]:
+        fail(f"3 READ 200: answers {describe(rs)}, expected one READ RESPONSE ONLY")
+    else:
+        b, body = rs[0]
+        if b.psn != E or body[0] >> 5 != 0 or body[4:] != d3[:200]:
+            fail(f"3 READ 200: PSN {b.psn:#x} (expected {E:#x}), AETH {body[:4].hex()}, "
+                 f"{'right' if body[4:] == d3[:200] else 'wrong'} bytes ({len(body) - 4})")
+        elif int.from_bytes(body[1:4], "big") != msn:
+            fail(f"3 READ 200: MSN {int.from_bytes(body[1:4], 'big')}, expected {msn}")
+    E += 1
+    w.send(0x0c, E, reth(addr + 0x3000, rkey, 2500))
+    msn += 1
+    rs = w.responses(3)
+    if [b.opcode for b, _ in rs] != [0x0d, 0x0e, 0x0f]:
+        fail(f"3 READ 2500: answers {describe(rs)}, expected READ RESPONSE FIRST, MIDDLE, LAST")
+    else:
+        got = rs[0][1][4:] + rs[1][1] + rs[2][1][4:]
+        if [b.psn for b, _ in rs] != [E, E + 1, E + 2] or got != d3:
+            fail(f"3 READ 2500: PSNs {[hex(b.psn) for b, _ in rs]} (expected from {E:#x}), "
+                 f"{'right' if got == d3 else 'wrong'} bytes ({len(got)})")
+    E += 3
+    log("3 READ REQUEST: READ RESPONSE ONLY / FIRST, MIDDLE, LAST with the bytes")
+
+    # 4. atomics
+    agent.poke(0x4000, struct.pack("<Q", 100))
+    for what, op, ext, orig, after in (
+            ("FETCH_ADD", 0x14, atomic_eth(addr + 0x4000, rkey, 7), 100, 107),
+            ("COMPARE_SWAP", 0x13, atomic_eth(addr + 0x4000, rkey, 5, 107), 107, 5)):
+        w.send(op, E, ext)
+        msn += 1
+        rs = w.responses(1)
+        if [b.opcode for b, _ in rs] != [0x12]:
+            fail(f"4 {what}: answers {describe(rs)}, expected one ATOMIC ACKNOWLEDGE")
+        else:
+            b, body = rs[0]
+            got = struct.unpack("!Q", body[4:12])[0] if len(body) >= 12 else None
+            if b.psn != E or body[0] >> 5 != 0 or got != orig:
+                fail(f"4 {what}: PSN {b.psn:#x} (expected {E:#x}), AETH {body[:4].hex()}, "
+                     f"original value {got} (expected {orig})")
+        mem = struct.unpack("<Q", agent.peek(0x4000, 8))[0]
+        if mem != after:
+            fail(f"4 {what}: memory {mem}, expected {after}")
+        E += 1
+    log("4 FETCH_ADD, COMPARE_SWAP: ATOMIC ACKNOWLEDGE with the original value, memory updated")
+
+    # 5. wrong ICRC
+    before = agent.peek(0x5000, 64)
+    w.send(0x0a, E, reth(addr + 0x5000, rkey, 64), data(64), bad_icrc=True)
+    rs = w.responses(1, timeout=0.8)
+    if rs:
+        fail(f"5 bad ICRC: answered {describe(rs)}")
+    if agent.peek(0x5000, 64) != before:
+        fail("5 bad ICRC: memory written")
+    log("5 WRITE with a wrong ICRC: ignored")
+
+    # 5b. not asserted, reported: a packet whose IPv4 identification is not 0
+    # (the ICRC covers it: IBA A17 masks only TOS, TTL and the checksums; a
+    # sender that numbers its datagrams, as Linux does for a connected UDP
+    # socket or anything that calls ip_select_ident, sends such packets)
+    def raw_write(ip_id, off):
+        """a WRITE ONLY at E, IPv4 header by scapy (IP_HDRINCL); executed?"""
+        nonlocal E, msn
+        dn = data(64)
+        p = IP(src=B_IP, dst=A_IP, id=ip_id, flags="DF", ttl=64) / \
+            UDP(sport=4791, dport=4791) / BTH(opcode=0x0a, dqpn=qpn, psn=E, ackreq=1) / \
+            Raw(reth(addr + off, rkey, 64) + dn)
+        raw = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
+        w.drain()
+        raw.sendto(bytes(p), (A_IP, 0))
+        raw.close()
+        rs = w.responses(1, timeout=0.8)
+        if agent.peek(off, 64) != dn:
+            return f"ignored ({len(rs)} answers)"
+        msn += 1
+        expect_ack(rs, E, f"5b IP identification {ip_id:#x}")
+        E += 1
+        return "executed, ACKed"
+
+    r1 = raw_write(0x1234, 0x5800)
+    if r1.startswith("executed"):
+        log(f"5b WRITE in an IPv4 datagram with identification 0x1234: {r1}")
+    else:
+        r0 = raw_write(0, 0x5900)
+        print(f"NOTE: 5b a valid WRITE (ICRC by scapy) in an IPv4 datagram with "
+              f"identification 0x1234: {r1}; the same with identification 0, sent the "
+              f"same way: {r0}.  softverbs checks the ICRC as if every datagram had "
+              "identification 0 (roce_wire.c), which IBA A17 does not mask",
+              flush=True)
+
+    # 6. PSN ahead
+    w.send(0x0a, E + 5, reth(addr + 0x6000, rkey, 64), data(64))
+    expect_ack(w.responses(1), E, "6 PSN ahead", syndrome=0x60, count_msn=False)
+    w.send(0x0a, E + 6, reth(addr + 0x6000, rkey, 64), data(64))
+    rs = w.responses(1, timeout=0.8)
+    if rs:
+        fail(f"6 PSN ahead again: answered {describe(rs)}, expected no second NAK")
+    if agent.peek(0x6000, 64) != bytes(64):
+        fail("6 PSN ahead: executed")
+    d6 = write_ok(0x6000, "6 WRITE at the expected PSN after the NAK")
+    log("6 PSN ahead: one NAK (0x60) naming the expected PSN, not executed; then in order")
+
+    # 7. duplicates
+    w.send(0x0a, E - 1, reth(addr + 0x6000, rkey, 64), data(64))
+    rs = w.responses(1)
+    if len(rs) != 1 or rs[0][0].opcode != 0x11 or rs[0][1][0] >> 5 != 0 or \
+            rs[0][0].psn not in (E - 1, (E - 1) & 0xffffff):
+        fail(f"7 duplicate WRITE: answers {describe(rs)}, expected one ACK of PSN {E - 1:#x}")
+    if agent.peek(0x6000, 64) != d6:
+        fail("7 duplicate WRITE: executed again (memory changed)")
+    agent.poke(0x3000, b"\xee" * 200)
+    w.send(0x0c, read1_psn, reth(addr + 0x3000, rkey, 200))
+    rs = w.responses(1)
+    if [b.opcode for b, _ in rs] != [0x10] or rs[0][0].psn != read1_psn or \
+            rs[0][1][4:] != b"\xee" * 200:
+        fail(f"7 duplicate READ: answers {describe(rs)}, expected READ RESPONSE ONLY PSN "
+             f"{read1_psn:#x} with the memory's current bytes")
+    log("7 duplicate WRITE: ACKed, not executed again; duplicate READ: answered again")
+
+    # 8. wrong QPN, wrong rkey
+    w.send(0x0a, E, reth(addr + 0x7000, rkey, 64), data(64), dqpn=qpn + 7)
+    rs = w.responses(1, timeout=0.8)
+    if rs:
+        fail(f"8 QPN {qpn + 7:#x} (no QP): answered {describe(rs)}")
+    if agent.peek(0x7000, 64) != bytes(64):
+        fail("8 QPN with no QP: memory written")
+    log("8 WRITE to a QPN with no QP: ignored")
+
+    # 9. still alive
+    write_ok(0x8000, "9 WRITE after all that")
+    log(f"9 WRITE at PSN {E - 1:#x}: written, ACKed")
+
+    # 10. wrong rkey (last: IBA may put the responder's QP in the error state)
+    w.send(0x0a, E, reth(addr + 0x7000, rkey ^ 0x1000, 64), data(64))
+    expect_ack(w.responses(1), E, "10 wrong rkey", syndrome_class=3, syndrome=0x62,
+               count_msn=False)
+    if agent.peek(0x7000, 64) != bytes(64):
+        fail("10 wrong rkey: memory written")
+    log(f"10 WRITE with a wrong rkey: NAK remote access error, not executed; "
+        f"{w.seen} packets from softverbs, each with a valid ICRC")
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        print(__doc__)
+        sys.exit(2)
+    try:
+        main()
+    except AgentError as e:
+        fail(str(e))
+    finally:
+        cleanup()
+    print(f"{'PASS' if not fails else f'{len(fails)} failure(s)'} "
+          f"({time.monotonic() - t0:.1f} s)")
+    sys.exit(1 if fails else 0)
