@@ -21,9 +21,15 @@ Asserted, in order (E: the PSN the QP expects):
   3. READ REQUEST of 200 bytes: one READ RESPONSE ONLY, PSN E, the bytes;
      of 2500 bytes: READ RESPONSE FIRST, MIDDLE, LAST at E, E+1, E+2 (MTU
      1024), together the bytes.
+ 3b. WRITE FIRST, MIDDLE, LAST of 2500 bytes (AckReq on the last): written,
+     one ACK of the last PSN; SEND FIRST, MIDDLE, LAST WITH IMMEDIATE into
+     a posted receive: a completion of 2500 bytes with the immediate.
   4. FETCH_ADD: an ATOMIC ACKNOWLEDGE with the original value, memory
      added to; COMPARE_SWAP the same, memory swapped.
   5. A WRITE whose ICRC is wrong: no answer, memory unchanged.
+ 5a. WRITEs that differ where the ICRC masks or a sender may choose: IPv4
+     TOS 0x03 (ECN CE), TTL 1, BTH FECN and BECN set, UDP source port 49999,
+     UDP checksum 0 (none): each executed and ACKed.
  5b. Reported ("NOTE:"), not asserted: a valid WRITE in an IPv4 datagram
      whose identification is 0x1234 (sent through a raw socket); when it is
      ignored, the same with identification 0 the same way, for comparison.
@@ -324,6 +330,37 @@ def run(agent):
     E += 3
     log("3 READ REQUEST: READ RESPONSE ONLY / FIRST, MIDDLE, LAST with the bytes")
 
+    # 3b. multi-packet messages: WRITE FIRST, MIDDLE, LAST; SEND FIRST,
+    # MIDDLE, LAST WITH IMMEDIATE into a posted receive (AckReq on the last)
+    d = data(2500)
+    parts = [d[:MTU], d[MTU:2 * MTU], d[2 * MTU:]]
+    w.send(0x06, E, reth(addr + 0x9000, rkey, 2500), parts[0], ackreq=0)
+    w.send(0x07, E + 1, b"", parts[1], ackreq=0)
+    w.send(0x08, E + 2, b"", parts[2])
+    msn += 1
+    expect_ack(w.responses(1), E + 2, "3b WRITE FIRST, MIDDLE, LAST")
+    if agent.peek(0x9000, 2500) != d:
+        fail("3b WRITE FIRST, MIDDLE, LAST: memory not written")
+    E += 3
+    agent.cmd(f"recv {idx} {0xa000} 4096 78")
+    d = data(2500)
+    parts = [d[:MTU], d[MTU:2 * MTU], d[2 * MTU:]]
+    w.send(0x00, E, b"", parts[0], ackreq=0)
+    w.send(0x01, E + 1, b"", parts[1], ackreq=0)
+    w.send(0x03, E + 2, struct.pack("!I", 0xfeed1234), parts[2])
+    msn += 1
+    expect_ack(w.responses(1), E + 2, "3b SEND FIRST, MIDDLE, LAST WITH IMMEDIATE")
+    wc = agent.poll(1)
+    if len(wc) != 1 or wc[0]["status"] != "0" or wc[0]["wrid"] != "78" or \
+            int(wc[0]["len"]) != 2500 or wc[0]["imm"] != "0xfeed1234" or wc[0]["opcode"] != "128":
+        fail(f"3b SEND FIRST, MIDDLE, LAST WITH IMMEDIATE: completion {wc}, expected wrid 78 "
+             "RECV len 2500 imm 0xfeed1234")
+    if agent.peek(0xa000, 2500) != d:
+        fail("3b SEND FIRST, MIDDLE, LAST WITH IMMEDIATE: received bytes differ")
+    E += 3
+    log("3b WRITE FIRST/MIDDLE/LAST and SEND FIRST/MIDDLE/LAST WITH IMMEDIATE (2500 "
+        "bytes): written / received with the immediate, ACKed at the last PSN")
+
     # 4. atomics
     agent.poke(0x4000, struct.pack("<Q", 100))
     for what, op, ext, orig, after in (
@@ -356,39 +393,58 @@ def run(agent):
         fail("5 bad ICRC: memory written")
     log("5 WRITE with a wrong ICRC: ignored")
 
-    # 5b. not asserted, reported: a packet whose IPv4 identification is not 0
-    # (the ICRC covers it: IBA A17 masks only TOS, TTL and the checksums; a
-    # sender that numbers its datagrams, as Linux does for a connected UDP
-    # socket or anything that calls ip_select_ident, sends such packets)
-    def raw_write(ip_id, off):
-        """a WRITE ONLY at E, IPv4 header by scapy (IP_HDRINCL); executed?"""
+    def raw_write(off, what, ip={}, udp={}, bth={}):
+        """a WRITE ONLY at E, its IPv4 header by scapy (IP_HDRINCL); whether
+        it was executed (then it must have been ACKed)"""
         nonlocal E, msn
         dn = data(64)
-        p = IP(src=B_IP, dst=A_IP, id=ip_id, flags="DF", ttl=64) / \
-            UDP(sport=4791, dport=4791) / BTH(opcode=0x0a, dqpn=qpn, psn=E, ackreq=1) / \
+        p = IP(**dict(dict(src=B_IP, dst=A_IP, id=0, flags="DF", ttl=64), **ip)) / \
+            UDP(**dict(dict(sport=4791, dport=4791), **udp)) / \
+            BTH(**dict(dict(opcode=0x0a, dqpn=qpn, psn=E, ackreq=1), **bth)) / \
             Raw(reth(addr + off, rkey, 64) + dn)
+        p = IP(bytes(p))  # built: the checksums and scapy's ICRC filled in
+        for k, v in udp.items():  # a checksum asked for (0: none) stays
+            setattr(p[UDP], k, v)
         raw = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
         w.drain()
         raw.sendto(bytes(p), (A_IP, 0))
         raw.close()
         rs = w.responses(1, timeout=0.8)
         if agent.peek(off, 64) != dn:
-            return f"ignored ({len(rs)} answers)"
+            return False, rs
         msn += 1
-        expect_ack(rs, E, f"5b IP identification {ip_id:#x}")
+        expect_ack(rs, E, what)
         E += 1
-        return "executed, ACKed"
+        return True, rs
 
-    r1 = raw_write(0x1234, 0x5800)
-    if r1.startswith("executed"):
-        log(f"5b WRITE in an IPv4 datagram with identification 0x1234: {r1}")
+    # 5a. what the ICRC masks or a peer may choose: TOS (ECN CE), TTL, FECN
+    # and BECN, a UDP source port other than 4791, no UDP checksum (0)
+    for n, (what, kw) in enumerate((
+            ("TOS 0x03 (ECN CE)", dict(ip=dict(tos=0x03))),
+            ("TTL 1", dict(ip=dict(ttl=1))),
+            ("BTH FECN and BECN set", dict(bth=dict(fecn=1, becn=1))),
+            ("UDP source port 49999", dict(udp=dict(sport=49999))),
+            ("UDP checksum 0", dict(udp=dict(chksum=0))))):
+        ok, rs = raw_write(0x5400 + 0x40 * n, f"5a {what}", **kw)
+        if not ok:
+            fail(f"5a a valid WRITE with {what}: ignored ({describe(rs)})")
+    log("5a WRITEs with ECN CE, TTL 1, FECN/BECN, another UDP source port, no UDP "
+        "checksum: executed, ACKed")
+
+    # 5b. not asserted, reported: a packet whose IPv4 identification is not 0
+    # (the ICRC covers it: IBA A17 masks only TOS, TTL and the checksums; a
+    # sender that numbers its datagrams, as Linux does for a connected UDP
+    # socket or anything that calls ip_select_ident, sends such packets)
+    ok, rs = raw_write(0x5800, "5b IP identification 0x1234", ip=dict(id=0x1234))
+    if ok:
+        log("5b WRITE in an IPv4 datagram with identification 0x1234: executed, ACKed")
     else:
-        r0 = raw_write(0, 0x5900)
+        ok0, _ = raw_write(0x5900, "5b IP identification 0")
         print(f"NOTE: 5b a valid WRITE (ICRC by scapy) in an IPv4 datagram with "
-              f"identification 0x1234: {r1}; the same with identification 0, sent the "
-              f"same way: {r0}.  softverbs checks the ICRC as if every datagram had "
-              "identification 0 (roce_wire.c), which IBA A17 does not mask",
-              flush=True)
+              f"identification 0x1234: ignored ({len(rs)} answers); the same with "
+              f"identification 0, sent the same way: {'executed, ACKed' if ok0 else 'ignored'}."
+              "  softverbs checks the ICRC as if every datagram had identification 0 "
+              "(roce_wire.c), which IBA A17 does not mask", flush=True)
 
     # 6. PSN ahead
     w.send(0x0a, E + 5, reth(addr + 0x6000, rkey, 64), data(64))
