@@ -41,12 +41,15 @@ uint32_t sv_roce_icrc(const struct sv_roce_path *path, const void *dgram, size_t
 		memcpy(ip + 24, path->dst, 16);
 		iplen = 40;
 	} else {
-		uint16_t tot = htons((uint16_t)(20 + udplen)), df = htons(0x4000);
+		uint16_t tot = htons((uint16_t)(20 + udplen)), df = htons(0x4000),
+			 id = htons(path->ip_id);
 
 		ip[0] = 0x45;
 		ip[1] = 0xff; /* TOS (DSCP, ECN), masked */
 		memcpy(ip + 2, &tot, 2);
-		/* identification 0, DF: an unconnected socket with PMTU discovery on */
+		/* identification (0 from an unconnected socket with PMTU
+		 * discovery on), DF */
+		memcpy(ip + 4, &id, 2);
 		memcpy(ip + 6, &df, 2);
 		ip[8] = 0xff; /* TTL, masked */
 		ip[9] = 17;
@@ -71,6 +74,50 @@ uint32_t sv_roce_icrc(const struct sv_roce_path *path, const void *dgram, size_t
 	crc = crc32(crc, bth, sizeof(bth));
 	crc = crc32(crc, d + sizeof(bth), (uInt)(body - sizeof(bth)));
 	return (uint32_t)crc;
+}
+
+/*
+ * Is there an IPv4 identification for which the ICRC of this datagram
+ * (sent with `want`, computed here as `have` with identification 0) is
+ * right?  A UDP socket does not show the IP header, and Linux's rxe, unlike
+ * an unconnected socket, sends a running identification (__ip_select_ident),
+ * which the ICRC covers.  The CRC is affine, so the two differ by a linear
+ * function of the identification alone: find one whose image is the
+ * difference (16 unknowns, 32 equations, elimination over GF(2)).  A
+ * datagram corrupted elsewhere passes only by chance, 1 in 2^16 (the UDP
+ * checksum, where the sender sets one, is the kernel's to check as well).
+ */
+static bool ipv4_id_explains(uint32_t want, uint32_t have, size_t len)
+{
+	static const uint8_t zero[2];
+	/* bytes of the ICRC's input after the identification: ones (8) and the
+	 * IP header up to it (4 + 2) come first of 8 + 20 + 8 + len - 4 */
+	z_off_t after = (z_off_t)len + 18;
+	uint32_t basis[32] = { 0 }, diff = want ^ have;
+	uLong z = crc32(0L, zero, 2);
+
+	for (int i = 0; i < 16; i++) {
+		uint8_t v[2] = { (uint8_t)((1u << i) >> 8), (uint8_t)(1u << i) };
+		uint32_t c = (uint32_t)crc32_combine(crc32(0L, v, 2) ^ z, 0, after);
+
+		/* reduce c by the basis so far, keyed by its highest set bit */
+		for (int b = 31; b >= 0 && c; b--)
+			if ((c >> b) & 1) {
+				if (!basis[b]) {
+					basis[b] = c;
+					c = 0;
+				} else {
+					c ^= basis[b];
+				}
+			}
+	}
+	for (int b = 31; b >= 0 && diff; b--)
+		if ((diff >> b) & 1) {
+			if (!basis[b])
+				return false;
+			diff ^= basis[b];
+		}
+	return true;
 }
 
 size_t sv_roce_encode(const struct sv_roce_path *path, const void *pkt, size_t len, void *out,
@@ -120,7 +167,9 @@ int sv_roce_decode(const struct sv_roce_path *path, const void *dgram, size_t le
 		return SV_ROCE_SHORT;
 	for (int i = 0; i < SV_ROCE_ICRC_LEN; i++)
 		icrc |= (uint32_t)d[len - SV_ROCE_ICRC_LEN + (size_t)i] << (8 * i);
-	if (icrc != sv_roce_icrc(path, d, len))
+	uint32_t mine = sv_roce_icrc(path, d, len);
+
+	if (icrc != mine && (path->v6 || !ipv4_id_explains(icrc, mine, len)))
 		return SV_ROCE_BAD_ICRC;
 	n = len - SV_ROCE_ICRC_LEN - pad;
 	if (n > cap)

@@ -37,6 +37,10 @@ struct sv_roce_path {
 	bool v6;
 	uint8_t src[16], dst[16]; /* IPv4: the address in the first 4 bytes */
 	uint16_t sport, dport;	  /* UDP ports, host order (dport 4791) */
+	/* IPv4 identification as sent: 0 from an unconnected socket with DF,
+	 * softverbs' own.  Decoding cannot know it (a UDP socket does not show
+	 * the IP header) and takes whichever one makes the ICRC right. */
+	uint16_t ip_id;
 };
 
 /* Why a datagram was refused (sv_roce_decode). */

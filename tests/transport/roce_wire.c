@@ -184,6 +184,33 @@ static void refusals(void)
 	other.v6 = true;
 	CHECK(sv_roce_decode(&other, dg, n, back, sizeof(back), NULL) == SV_ROCE_BAD_ICRC,
 	      "IPv6 pseudo-header accepted for an IPv4 packet");
+	/* a sender with a running IPv4 identification (Linux's rxe): the ICRC
+	 * covers it, the receiver cannot see it, and takes the packet if some
+	 * identification makes the ICRC right */
+	{
+		uint8_t rx[300];
+		size_t m;
+
+		other = path;
+		other.ip_id = 0x5a3c;
+		m = sv_roce_encode(&other, pkt, len, rx, sizeof(rx));
+		CHECK(m == n && memcmp(rx + n - 4, dg + n - 4, 4), "identification not covered by the ICRC");
+		CHECK(sv_roce_decode(&path, rx, m, back, sizeof(back), NULL) == (int)len &&
+			      !memcmp(back, pkt, len),
+		      "a packet sent with IP identification 0x5a3c refused");
+		/* ... but not one corrupted besides (every byte of the payload) */
+		for (size_t i = 12 + 16; i < m - 4; i++) {
+			memcpy(bad, rx, m);
+			bad[i] ^= 0x10;
+			CHECK(sv_roce_decode(&path, bad, m, back, sizeof(back), NULL) ==
+				      SV_ROCE_BAD_ICRC,
+			      "byte %zu changed under identification 0x5a3c, accepted", i);
+		}
+		/* nor with another source address */
+		other.src[3] = 9;
+		CHECK(sv_roce_decode(&other, rx, m, back, sizeof(back), NULL) == SV_ROCE_BAD_ICRC,
+		      "identification and source address both changed, accepted");
+	}
 	/* truncated: shorter than the RETH, or than BTH + ICRC */
 	CHECK(sv_roce_decode(&path, dg, 12 + 8, back, sizeof(back), NULL) == SV_ROCE_SHORT,
 	      "datagram shorter than its RETH accepted");
