@@ -30,7 +30,9 @@
 #define SV_MAX_MR 65536
 #define SV_MAX_MR_SIZE (1ull << 40)
 #define SV_MAX_PD 65536
-#define SV_MAX_QP_RD_ATOM 16
+/* READs and atomics in flight per QP, as rxe (128): an initiator takes its
+ * peer's responder resources as its depth (perftest does), and rxe offers 128 */
+#define SV_MAX_QP_RD_ATOM 128
 #define SV_MAX_SRQ 8192
 #define SV_MAX_SRQ_WR 16384
 #define SV_MAX_AH 65536

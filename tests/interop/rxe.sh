@@ -1,0 +1,75 @@
+#!/bin/bash
+# rxe.sh: softverbs over RoCEv2 (SOFTVERBS_TRANSPORT=rocev2) against Linux's
+# own Soft-RoCE, a RoCEv2 implementation nobody here wrote: the rdma_rxe
+# module of Debian 12's kernel, in a qemu guest (scripts/rxe-guest.sh) on a
+# tap in a network namespace of this host.  Debian's ibv_rc_pingpong and
+# ibv_ud_pingpong (-c: every buffer checked on both sides) and perftest's
+# ib_{write,read,send,atomic}_bw run between rxe in the guest and softverbs
+# in the namespace, each side once as the server and once as the client
+# (scenarios.sh, side.sh).  Every program on both sides must exit 0.
+#
+# Needs root (namespace, tap, debootstrap), qemu-system-x86_64, debootstrap
+# and the Debian mirror for the guest's first build (skips, 77, otherwise).
+# The guest is built once into SV_RXE_GUEST (default /var/tmp/sv-rxe-guest)
+# and reused.
+. "$(dirname "$0")/../clients/lib.sh"
+SV_BUDGET=${SV_BUDGET:-1700}
+here=$(cd "$(dirname "$0")" && pwd)
+src=$(cd "$here/../.." && pwd)
+guest_dir=${SV_RXE_GUEST:-/var/tmp/sv-rxe-guest}
+host_ip=10.212.0.1 guest_ip=10.212.0.2 port=19500
+
+[ "$(id -u)" = 0 ] || sv_skip "needs root (network namespace, tap, debootstrap)"
+for t in qemu-system-x86_64 debootstrap mkfs.ext4 ip; do
+	command -v "$t" >/dev/null 2>&1 || sv_skip "$t not installed (qemu-system-x86, debootstrap, e2fsprogs)"
+done
+sv_require ibv_rc_pingpong ib_write_bw
+
+t0=$SECONDS
+if ! "$src/scripts/rxe-guest.sh" build "$guest_dir" >"$SV_WORK/build.out" 2>&1; then
+	tail -20 "$SV_WORK/build.out"
+	grep -qiE 'failed to (fetch|resolve)|could not resolve|unable to connect|temporary failure' \
+		"$SV_WORK/build.out" && sv_skip "the guest cannot be built: the Debian mirror is unreachable"
+	sv_fail "building the rxe guest"
+fi
+sv_log "guest ready to boot in $guest_dir ($((SECONDS - t0)) s)"
+
+ns="svt-rxe-$$"
+SV_NETNS+=("$ns")
+t1=$SECONDS
+# the guest plays its side of every scenario, then powers off
+"$src/scripts/rxe-guest.sh" run --ready "$SV_WORK/ready" --tap svtrxe --timeout 1200 \
+	--put "$here/side.sh" --put "$here/scenarios.sh" \
+	"$guest_dir" "$ns" "$host_ip" "$guest_ip" -- \
+	bash -c "bash side.sh guest rxe0 \$SV_RXE_GID_INDEX $host_ip $port" \
+	>"$SV_WORK/guest.out" 2>&1 &
+guest=$!
+SV_PGIDS+=("$guest")
+"$src/scripts/rxe-guest.sh" wait-ready "$SV_WORK/ready" 300 "$guest" ||
+	sv_fail "the guest did not get ready"
+sv_log "guest up in $((SECONDS - t1)) s: $(cat "$SV_WORK/ready")"
+
+# softverbs' side: its device on the tap, GID index 3 (::ffff:HOST_IP, RoCE v2)
+ip netns exec "$ns" env SOFTVERBS_TRANSPORT=rocev2 SV_OUT="$SV_WORK" \
+	bash "$here/side.sh" host sv_svtrxe 3 "$guest_ip" "$port" "$SV_TOOL" run -- \
+	>"$SV_WORK/host.out" 2>&1
+grc=0
+wait "$guest" || grc=$?
+sv_log "both sides done in $((SECONDS - t1)) s (guest exit $grc)"
+
+echo "host:"; cat "$SV_WORK/host.out"
+echo "guest:"; cat "$SV_WORK/guest.out"
+n=$(grep -cvE '^(#|$)' "$here/scenarios.sh")
+[ "$(grep -c '^SCENARIO .* rc=0$' "$SV_WORK/host.out")" = "$n" ] ||
+	sv_fail "not every scenario passed on softverbs' side"
+[ "$(grep -c '^SCENARIO .* rc=0$' "$SV_WORK/guest.out")" = "$n" ] ||
+	sv_fail "not every scenario passed on rxe's side"
+[ "$grc" = 0 ] || sv_fail "the guest's side ended with $grc"
+# data really moved: each pingpong reports its iterations on softverbs' side
+for f in "$SV_WORK"/*.host.out; do
+	case $f in
+	*/rc.* | */ud.*) grep -q ' iters in ' "$f" || sv_fail "$(basename "$f"): no result" ;;
+	*) grep -qE '^ *[0-9]+ +[0-9]+ ' "$f" || sv_fail "$(basename "$f"): no result row" ;;
+	esac
+done
+echo "PASS: $n scenarios between softverbs and rxe, both ways"
