@@ -951,14 +951,20 @@ static void conn_proven(struct sv_conn *c)
  * it came from (made on its first packet), as if it had arrived there.  At
  * most a batch a call: epoll reports the rest again.
  */
+/* A datagram to receive into the engine's buffer (progress_lock held). */
+static struct sv_dgram dgram_slot(struct sv_engine *eng)
+{
+	return (struct sv_dgram){ .local_ip = eng->ctx->dev->ip, .local_port = eng->port,
+				  .buf = eng->dgram_buf, .cap = SV_MAX_FRAME,
+				  .raw = eng->dgram_buf + SV_MAX_FRAME, .raw_cap = SV_DGRAM_RAW_MAX };
+}
+
 static void dgram_input(struct sv_engine *eng, const struct sv_listener *l)
 {
 	uint8_t *buf = eng->dgram_buf;
 
 	for (int i = 0; i < 64; i++) {
-		struct sv_dgram d = { .local_ip = eng->ctx->dev->ip, .local_port = eng->port,
-				      .buf = buf, .cap = SV_MAX_FRAME,
-				      .raw = buf + SV_MAX_FRAME, .raw_cap = SV_DGRAM_RAW_MAX };
+		struct sv_dgram d = dgram_slot(eng);
 		struct sv_endpoint_addr from;
 		struct sv_conn *c;
 		int r = l->ops->recv(l->fd, &d);
@@ -1513,13 +1519,10 @@ static void leave_datagram_port(struct sv_engine *eng)
 	for (int i = 0; i < eng->nlisteners; i++) {
 		struct sv_listener *l = &eng->listeners[i];
 
-		if (!l->ops->recv || l->fd < 0 || l->ops->unlisten)
-			continue; /* (the forwarding socket's are this endpoint's own) */
+		if (!l->ops->recv || l->fd < 0)
+			continue;
 		for (int n = 0; n < 65536; n++) {
-			struct sv_dgram d = { .local_ip = eng->ctx->dev->ip, .local_port = eng->port,
-					      .buf = eng->dgram_buf, .cap = SV_MAX_FRAME,
-					      .raw = eng->dgram_buf + SV_MAX_FRAME,
-					      .raw_cap = SV_DGRAM_RAW_MAX };
+			struct sv_dgram d = dgram_slot(eng);
 
 			if (!l->ops->recv(l->fd, &d))
 				break;
