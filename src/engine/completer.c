@@ -15,13 +15,17 @@
 /*
  * Responses arrive in order, so a response for `psn` implicitly acknowledges
  * every SEND/WRITE before it.  Returns the first unfinished WQE at or after
- * psn's message, or NULL.
+ * psn's message, or NULL.  With `partial`, a message only partly on the wire
+ * (at sq->next, its first seg_off bytes sent) counts too: over a datagram transport the
+ * window stops a long message midway, and a NAK for one of its packets must
+ * send the requester back now, not at the ack timeout.
  */
-static struct sv_send_wqe *ack_before(struct sv_qp *qp, uint32_t psn, bool inclusive)
+static struct sv_send_wqe *ack_before(struct sv_qp *qp, uint32_t psn, bool inclusive, bool partial)
 {
 	struct sv_sq *sq = &qp->sq;
+	uint32_t i;
 
-	for (uint32_t i = sq->head; i != sq->next; i++) {
+	for (i = sq->head; i != sq->next; i++) {
 		struct sv_send_wqe *w = &sq->wqe[i & (sq->size - 1)];
 		int32_t c;
 
@@ -34,6 +38,13 @@ static struct sv_send_wqe *ack_before(struct sv_qp *qp, uint32_t psn, bool inclu
 			return w;
 		w->state = SV_WQE_DONE;
 		w->status = IBV_WC_SUCCESS;
+	}
+	if (partial && sq->seg_off && i != sq->tail) {
+		struct sv_send_wqe *w = &sq->wqe[i & (sq->size - 1)];
+
+		/* its PSNs so far end before sq->psn + seg_off / mtu */
+		if (sv_psn_cmp(psn, sv_psn_add(w->first_psn, sq->seg_off / qp->mtu)) < 0)
+			return w;
 	}
 	return NULL;
 }
@@ -62,6 +73,12 @@ static void finish(struct sv_qp *qp, struct sv_send_wqe *w, enum ibv_wc_status s
 		qp->sq.rd_atomic_inflight--;
 	w->state = SV_WQE_DONE;
 	w->status = st;
+	if (qp->sq.seg_off && w == &qp->sq.wqe[qp->sq.next & (qp->sq.size - 1)]) {
+		/* refused midway (ack_before's `partial`): none of the rest
+		 * goes out, and retire() reaches it */
+		qp->sq.next++;
+		qp->sq.seg_off = 0;
+	}
 }
 
 static enum ibv_wc_status nak_status(uint8_t code)
@@ -155,7 +172,7 @@ void sv_completer_rx(struct sv_qp *qp, const struct sv_opcode_info *op, uint8_t 
 	if (low == SV_OP_ACK && (syn & SV_AETH_TYPE_MASK) != SV_AETH_ACK) {
 		sv_stat_nak(qp, syn, false);
 		/* a NAK names the PSN it refused; everything before it is done */
-		w = ack_before(qp, psn, false);
+		w = ack_before(qp, psn, false, true);
 		if (!w || sv_psn_cmp(w->first_psn, psn) > 0)
 			goto out; /* stale */
 		acked_to(qp, psn);
@@ -171,13 +188,13 @@ void sv_completer_rx(struct sv_qp *qp, const struct sv_opcode_info *op, uint8_t 
 		goto out;
 	}
 	if (low == SV_OP_ACK) {
-		ack_before(qp, psn, true);
+		ack_before(qp, psn, true, false);
 		acked_to(qp, sv_psn_add(psn, 1));
 		progress_made(qp);
 		goto out;
 	}
 
-	w = ack_before(qp, psn, false);
+	w = ack_before(qp, psn, false, false);
 	if (!w || sv_psn_cmp(w->first_psn, psn) > 0 || sv_psn_cmp(w->last_psn, psn) < 0)
 		goto out; /* duplicate or stale response */
 

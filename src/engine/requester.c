@@ -656,9 +656,13 @@ void sv_requester_timeout(struct sv_qp *qp, uint64_t now)
 			if (qp->attr.timeout)
 				qp->retries_left--;
 			sv_stat_count(qp, SV_QPC_ACK_TIMEOUTS);
-			sv_dbg("qp %u: ack timeout, resending from psn %u", qp->ex.qp_base.qp_num,
-			       oldest->first_psn);
-			sv_requester_rewind(qp, oldest->first_psn);
+			/* from the first packet not acknowledged: a long SEND or
+			 * WRITE whose ACKs moved una goes on from there */
+			uint32_t from = sv_psn_cmp(sq->una, oldest->first_psn) > 0 ? sq->una
+										   : oldest->first_psn;
+
+			sv_dbg("qp %u: ack timeout, resending from psn %u", qp->ex.qp_base.qp_num, from);
+			sv_requester_rewind(qp, from);
 			sv_requester_arm_ack_timer(qp);
 			sv_requester_run(qp);
 		}
