@@ -98,8 +98,12 @@ static enum ibv_wc_status nak_status(uint8_t code)
 /* Every PSN before psn is acknowledged or answered. */
 static void acked_to(struct sv_qp *qp, uint32_t psn)
 {
-	if (sv_psn_cmp(psn, qp->sq.una) > 0)
+	uint32_t old = qp->sq.una;
+
+	if (sv_psn_cmp(psn, old) > 0) {
 		qp->sq.una = psn;
+		sv_flow_acked(qp, old);
+	}
 }
 
 /*

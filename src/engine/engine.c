@@ -634,12 +634,19 @@ static void dispatch(struct sv_conn *conn, const struct sv_opcode_info *op, uint
 		return;
 	}
 	sv_stat_rx(conn->eng->ctx, qp, plen);
-	if (op->mask & SV_OPF_REQUEST) {
-		if (qp->ti->receives) /* not an XRC send QP */
-			sv_responder_rx(qp, conn, op, hdr, payload, plen, src_gpu);
+	if (op->mask & SV_OPF_CNP) {
+		if (qp->ti->connected && qp->ti->sends)
+			sv_flow_cnp(qp); /* congestion.c */
+	} else if (op->mask & SV_OPF_REQUEST) {
+		if (!qp->ti->receives) /* an XRC send QP */
+			goto out;
+		if (bth->flags & SV_BTH_CE)
+			sv_flow_marked(qp, conn); /* congestion on the way: a CNP back */
+		sv_responder_rx(qp, conn, op, hdr, payload, plen, src_gpu);
 	} else if (qp->ti->sends) { /* not an XRC receive QP */
 		sv_completer_rx(qp, op, hdr, payload, plen, src_gpu);
 	}
+out:
 	pthread_mutex_unlock(&qp->lock);
 	sv_qp_put(qp);
 }
@@ -959,9 +966,19 @@ static struct sv_dgram dgram_slot(struct sv_engine *eng)
 				  .raw = eng->dgram_buf + SV_MAX_FRAME, .raw_cap = SV_DGRAM_RAW_MAX };
 }
 
+/*
+ * A receiver that finds this many datagrams waiting at once asks whether
+ * it has fallen behind its senders (its socket over half full): if so it
+ * marks what it reads from then on as congested, as a switch marks at a
+ * queue threshold, so that their requesters get CNPs and shrink their
+ * windows before the socket overflows and drops (congestion.c).
+ */
+#define SV_DGRAM_BEHIND 32
+
 static void dgram_input(struct sv_engine *eng, const struct sv_listener *l)
 {
 	uint8_t *buf = eng->dgram_buf;
+	bool behind = false;
 
 	for (int i = 0; i < 64; i++) {
 		struct sv_dgram d = dgram_slot(eng);
@@ -977,6 +994,10 @@ static void dgram_input(struct sv_engine *eng, const struct sv_listener *l)
 		c = sv_engine_conn_to(eng, &from);
 		if (!c)
 			continue;
+		if (i == SV_DGRAM_BEHIND && l->ops->backlogged)
+			behind = l->ops->backlogged(l->fd);
+		if (behind && d.len > 1)
+			buf[1] |= SV_BTH_CE;
 		if (atomic_load(&c->state) == SV_CONN_UP)
 			rx_frame(c, buf, d.len);
 		sv_conn_put(c);

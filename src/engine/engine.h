@@ -175,6 +175,26 @@ void sv_requester_retire(struct sv_qp *qp);
 /* qp->lock held: a timer of this QP expired. */
 void sv_requester_timeout(struct sv_qp *qp, uint64_t now);
 
+/* ---- congestion.c: RC over a datagram transport; qp->lock held ---- */
+/* SQ PSN set: a fresh window and clock. */
+void sv_flow_init(struct sv_qp *qp);
+/* Does the requester over a datagram transport probe (congestion.c)? */
+bool sv_flow_probing(const struct sv_qp *qp);
+/* May the packet with this PSN go on the wire now? */
+bool sv_flow_window_open(const struct sv_qp *qp, uint32_t psn);
+/* A request packet went out (ackreq: it asks for an ACK). */
+void sv_flow_sent(struct sv_qp *qp, uint32_t psn, bool ackreq);
+/* sq.una moved on from old_una: a round-trip sample, a larger window. */
+void sv_flow_acked(struct sv_qp *qp, uint32_t old_una);
+/* The requester went back (go-back-N): what it resends times nothing. */
+void sv_flow_rewound(struct sv_qp *qp);
+/* How long after the last progress a probe goes back to sq.una. */
+uint64_t sv_flow_probe_ns(const struct sv_qp *qp);
+/* A CNP from the responder: the window halves (once a round trip). */
+void sv_flow_cnp(struct sv_qp *qp);
+/* A request arrived marked congested: a CNP to its requester, rate-limited. */
+void sv_flow_marked(struct sv_qp *qp, struct sv_conn *conn);
+
 /* engine thread, qp->lock held: an incoming request packet (headers at pkt) */
 /* src_gpu: the payload is GPU memory of that context (a same-host GPU
  * reference, engine/gpu.h), NULL: host bytes */

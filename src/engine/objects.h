@@ -352,6 +352,24 @@ _Static_assert(IBV_WC_TM_RNDV_INCOMPLETE < 256, "a WC status fits the WQE's byte
 void sv_wqe_release(struct sv_send_wqe *w);
 
 
+/*
+ * What an RC requester over a datagram transport keeps of the path
+ * (congestion.c): its congestion window, its round-trip clock and the
+ * retransmission probe.  Unused over a stream transport.
+ */
+struct sv_flow {
+	uint32_t cwnd;	       /* packets it may have unacknowledged, from sq.una */
+	uint32_t cwnd_acc;     /* packets acknowledged toward the next increase */
+	uint32_t hi_psn;       /* one past the highest PSN sent */
+	uint32_t rtt_psn;      /* the packet being timed ... */
+	uint64_t rtt_sent_ns;  /* ... sent then (0: none) */
+	uint64_t srtt_ns;      /* smoothed round trip (0: no sample yet) */
+	uint64_t rttvar_ns;    /* and its variation */
+	uint64_t cut_ns;       /* when cwnd last fell: once a round trip */
+	uint64_t ib_deadline;  /* the QP's ack timeout, which the probes come before */
+	uint8_t probes;        /* since the last progress: each doubles the wait */
+};
+
 /* Requester-side bookkeeping of one QP (sq indexes increase forever, mod 2^32). */
 struct sv_sq {
 	struct sv_send_wqe *wqe;
@@ -368,6 +386,7 @@ struct sv_sq {
 	 * a datagram transport may have on the wire is counted from here */
 	uint32_t una;
 	uint32_t rd_atomic_inflight;
+	struct sv_flow flow;
 };
 
 struct sv_qp {
@@ -413,6 +432,7 @@ struct sv_qp {
 	/* responder state */
 	uint32_t epsn;        /* expected PSN */
 	bool seq_nak_sent;    /* RC: the gap before epsn was NAKed once already */
+	uint64_t cnp_sent_ns; /* the last CNP to our requester peer (congestion.c) */
 	uint32_t msn;
 	uint32_t msg_first_psn;
 	bool resp_in_msg;     /* inside a multi-packet SEND/WRITE */

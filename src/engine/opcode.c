@@ -91,11 +91,17 @@ static void add(uint8_t opcode, const struct row *r, uint32_t extra)
 		i->off_ieth = off;
 		off += sizeof(struct sv_ieth);
 	}
+	if (m & SV_HDR_CNP_RSVD)
+		off += 16;
 	i->hdr_len = off;
 }
 
+/* the one opcode outside the four transport classes */
+static const struct row cnp_row = { SV_OP_CNP, "CNP", SV_OPF_CNP | FL | SV_HDR_CNP_RSVD };
+
 static void table_init(void)
 {
+	add(SV_OP_CNP, &cnp_row, 0);
 	for (size_t k = 0; k < sizeof(rows) / sizeof(rows[0]); k++) {
 		const struct row *r = &rows[k];
 

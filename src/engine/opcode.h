@@ -42,6 +42,10 @@ enum sv_opcode {
 	SV_OP_SEND_LAST_INV = 0x16, /* RC only, with an IETH */
 	SV_OP_SEND_ONLY_INV = 0x17,
 	SV_OP_ATOMIC_WRITE = 0x1d, /* RC only: RETH and 8 bytes, answered by a READ response with none */
+
+	/* RoCEv2's congestion notification packet (IBA annex A17.9.2): to the
+	 * requester of requests that arrived marked congested; 16 reserved bytes */
+	SV_OP_CNP = 0x81,
 };
 
 /* Header-presence and role flags. */
@@ -54,6 +58,7 @@ enum {
 	SV_HDR_DETH = 1 << 5,
 	SV_HDR_IETH = 1 << 6,
 	SV_HDR_XRCETH = 1 << 7,
+	SV_HDR_CNP_RSVD = 1 << 19, /* a CNP's 16 reserved bytes */
 
 	SV_OPF_PAYLOAD = 1 << 8,  /* may carry payload */
 	SV_OPF_FIRST = 1 << 9,    /* first packet of a message */
@@ -66,6 +71,7 @@ enum {
 	SV_OPF_RESPONSE = 1 << 16,/* travels responder -> requester */
 	SV_OPF_RDRESP = 1 << 17,  /* read response */
 	SV_OPF_ATOMIC_WRITE = 1 << 18, /* atomic write request */
+	SV_OPF_CNP = 1 << 20,     /* congestion notification (neither request nor response) */
 };
 
 struct sv_opcode_info {

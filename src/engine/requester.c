@@ -22,12 +22,12 @@
 
 /*
  * Over a datagram transport (rocev2) nothing holds a sender back but its
- * peer's ACKs: an RC QP has at most SV_DGRAM_WINDOW packets unacknowledged
- * (rxe has 128), and asks for an ACK every SV_DGRAM_ACK_EVERY packets of a
- * long message so that the window moves before the message ends.  A
- * stream transport's own flow control does this job there.
+ * peer's ACKs: an RC QP has at most its congestion window of packets
+ * unacknowledged (congestion.c), and asks for an ACK every
+ * SV_DGRAM_ACK_EVERY packets of a long message so that the window moves
+ * before the message ends.  A stream transport's own flow control does
+ * this job there.
  */
-#define SV_DGRAM_WINDOW 64u
 #define SV_DGRAM_ACK_EVERY 16u
 
 static uint32_t wqe_npkts(const struct sv_qp *qp, const struct sv_send_wqe *w)
@@ -107,6 +107,27 @@ static enum ibv_wc_status check_local(struct sv_qp *qp, struct sv_send_wqe *w)
 		sv_sgl_check(qp->ctx, qp->pd, w->sge, w->num_sge, w->op->local_access));
 }
 
+/*
+ * Does packet k of w ask for an ACK?  RC: a message's last; over a datagram
+ * transport also every SV_DGRAM_ACK_EVERY-th PSN, or more often while the
+ * congestion window is small (a quarter of it, a power of two), and the
+ * packet that fills the window, whose ACK is what opens it again.
+ */
+static bool wants_ack(const struct sv_qp *qp, const struct sv_send_wqe *w, uint32_t k)
+{
+	uint32_t psn = sv_psn_add(w->first_psn, k), every = SV_DGRAM_ACK_EVERY;
+
+	if (!qp->ti->reliable)
+		return false;
+	if (k + 1 == w->npkts)
+		return true;
+	if (!qp->conn || !qp->conn->ops->datagram)
+		return false;
+	while (every > 1 && every * 4 > qp->sq.flow.cwnd)
+		every /= 2;
+	return !((psn + 1) & (every - 1)) || !sv_flow_window_open(qp, sv_psn_add(psn, 1));
+}
+
 /* Build the headers of packet k of WQE w into hdr; returns header length. */
 static size_t build_headers(struct sv_qp *qp, struct sv_send_wqe *w, uint32_t k, uint32_t plen,
 			    uint8_t *hdr)
@@ -127,9 +148,7 @@ static size_t build_headers(struct sv_qp *qp, struct sv_send_wqe *w, uint32_t k,
 	bth->flags = 0;
 	if (last && (w->wr.send_flags & IBV_SEND_SOLICITED))
 		bth->flags |= SV_BTH_SE;
-	if (qp->ti->reliable &&
-	    (last || (qp->conn && qp->conn->ops->datagram &&
-		      !((sv_psn_add(w->first_psn, k) + 1) & (SV_DGRAM_ACK_EVERY - 1)))))
+	if (wants_ack(qp, w, k))
 		bth->flags |= SV_BTH_ACKREQ;
 	bth->pkey = 0xffff;
 	bth->dqpn = htonl(dqpn & SV_PSN_MASK);
@@ -354,11 +373,16 @@ static bool park_on(struct sv_qp *qp, struct sv_conn *conn)
 void sv_requester_arm_ack_timer(struct sv_qp *qp)
 {
 	uint64_t t = qp->attr.timeout ? sv_timeout_ns(qp->attr.timeout) : 1000000000ull;
+	uint64_t now = sv_now_ns(), d;
 
 	/* below a millisecond the engine's tick cannot honour it anyway */
 	if (t < 1000000ull)
 		t = 1000000ull;
-	atomic_store_explicit(&qp->ack_deadline, sv_now_ns() + t, memory_order_relaxed);
+	d = qp->sq.flow.ib_deadline = now + t;
+	qp->sq.flow.probes = 0;
+	if (sv_flow_probing(qp) && now + sv_flow_probe_ns(qp) < d)
+		d = now + sv_flow_probe_ns(qp); /* the probe comes first */
+	atomic_store_explicit(&qp->ack_deadline, d, memory_order_relaxed);
 }
 
 /* This thread runs the requester from ibv_post_send (sv_requester_post). */
@@ -483,10 +507,10 @@ void sv_requester_run(struct sv_qp *qp)
 		else
 			plen = SV_MIN(qp->mtu, w->length - sq->seg_off);
 		if (ti->reliable && conn->ops->datagram &&
-		    sv_psn_cmp(sv_psn_add(w->first_psn, k), sv_psn_add(sq->una, SV_DGRAM_WINDOW)) >= 0) {
-			/* as many packets unacknowledged as a datagram transport
-			 * may have on the wire: the next ACK runs us again, and
-			 * if none comes the ack timer goes back */
+		    !sv_flow_window_open(qp, sv_psn_add(w->first_psn, k))) {
+			/* as many packets unacknowledged as the congestion window
+			 * allows: the next ACK runs us again, and if none comes
+			 * the probe or the ack timer goes back */
 			if (!qp->ack_deadline)
 				sv_requester_arm_ack_timer(qp);
 			break;
@@ -494,6 +518,8 @@ void sv_requester_run(struct sv_qp *qp)
 		on_wire = true;
 		w->wired = true;
 		st = send_packet(qp, &pass, conn, w, k, sq->seg_off, plen);
+		if (st == IBV_WC_SUCCESS && ti->reliable && conn->ops->datagram)
+			sv_flow_sent(qp, sv_psn_add(w->first_psn, k), wants_ack(qp, w, k));
 		if (!ti->connected)
 			sv_conn_put(conn); /* the batch holds its own reference */
 		if (st != IBV_WC_SUCCESS) {
@@ -577,6 +603,7 @@ void sv_requester_rewind(struct sv_qp *qp, uint32_t to_psn)
 	uint32_t first_psn = 0, from_pkt = 0;
 
 	sq->rd_atomic_inflight = 0;
+	sv_flow_rewound(qp);
 	for (i = sq->head; i != end; i++) {
 		struct sv_send_wqe *w = &sq->wqe[i & (sq->size - 1)];
 
@@ -633,8 +660,31 @@ void sv_requester_timeout(struct sv_qp *qp, uint64_t now)
 		}
 		if (!oldest && sq->seg_off && sq->next != sq->tail)
 			oldest = &sq->wqe[sq->next & (sq->size - 1)]; /* partly sent, all unanswered */
+		/* from the first packet not acknowledged: a long SEND or WRITE
+		 * whose ACKs moved una goes on from there.  A READ or an atomic
+		 * is asked for again whole, and an ACK of what came after it
+		 * (which moves una) does not bring its data */
+		uint32_t from = !oldest ? 0
+				: sv_wr_rd_atomic(oldest->op) || sv_psn_cmp(sq->una, oldest->first_psn) <= 0
+				? oldest->first_psn
+				: sq->una;
+
 		if (!oldest) {
 			atomic_store_explicit(&qp->ack_deadline, 0, memory_order_relaxed);
+		} else if (sv_flow_probing(qp) && now < qp->sq.flow.ib_deadline) {
+			/* a round trip and more without progress, before the ack
+			 * timeout: go back to una now, using no retry
+			 * (congestion.c); the ack timeout keeps its deadline */
+			uint64_t d = qp->sq.flow.ib_deadline;
+
+			if (qp->sq.flow.probes < UINT8_MAX)
+				qp->sq.flow.probes++;
+			sv_stat_count(qp, SV_QPC_PROBES);
+			sv_requester_rewind(qp, from);
+			if (now + sv_flow_probe_ns(qp) < d)
+				d = now + sv_flow_probe_ns(qp);
+			atomic_store_explicit(&qp->ack_deadline, d, memory_order_relaxed);
+			sv_requester_run(qp);
 		} else if (qp->conn && atomic_load(&qp->conn->state) != SV_CONN_DEAD &&
 			   sv_conn_gated(qp->conn) && !conn_usable(qp, qp->conn)) {
 			/* its peer never answered (a stopped process took it on
@@ -656,11 +706,6 @@ void sv_requester_timeout(struct sv_qp *qp, uint64_t now)
 			if (qp->attr.timeout)
 				qp->retries_left--;
 			sv_stat_count(qp, SV_QPC_ACK_TIMEOUTS);
-			/* from the first packet not acknowledged: a long SEND or
-			 * WRITE whose ACKs moved una goes on from there */
-			uint32_t from = sv_psn_cmp(sq->una, oldest->first_psn) > 0 ? sq->una
-										   : oldest->first_psn;
-
 			sv_dbg("qp %u: ack timeout, resending from psn %u", qp->ex.qp_base.qp_num, from);
 			sv_requester_rewind(qp, from);
 			sv_requester_arm_ack_timer(qp);

@@ -27,6 +27,12 @@ struct sv_bth {
 #define SV_BTH_SE 0x80     /* solicited event */
 #define SV_BTH_ACKREQ 0x40 /* requester wants an ACK for this packet */
 #define SV_BTH_GPUREF 0x20 /* the payload is named, not carried: struct sv_gpu_ref */
+/* The network marked it congested (RoCEv2: IP ECN CE on arrival; any
+ * transport: SOFTVERBS_FAULTS ce=P), so its responder sends a CNP. */
+#define SV_BTH_CE 0x10
+/* SOFTVERBS_FAULTS corrupt=P on a datagram transport: one bit of the
+ * datagram flips after its ICRC is computed (rocev2.c); never on a wire */
+#define SV_BTH_CORRUPT 0x08
 
 /* RDMA extended transport header: WRITE first/only and READ request. */
 struct sv_reth {

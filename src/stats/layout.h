@@ -52,6 +52,12 @@ enum sv_stat_qp_counter {
 	SV_QPC_QKEY_VIOL,      /* UD datagrams dropped for a wrong Q_Key */
 	SV_QPC_CQE_OK,         /* completions of this QP: successful */
 	SV_QPC_CQE_ERR,        /* completions with an error status (flushes included) */
+	SV_QPC_ECN_MARKED,     /* requests that arrived marked congested (IP ECN CE) */
+	SV_QPC_CNP_SENT,       /* congestion notification packets sent for them */
+	SV_QPC_CNP_RCVD,       /* CNPs received: the requester's window halved (congestion.c) */
+	SV_QPC_PROBES,         /* RC over rocev2: the requester went back to the first
+				* unacknowledged packet after a silent round trip,
+				* before the ack timeout, using no retry */
 	SV_QPC_COUNT
 };
 

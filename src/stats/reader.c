@@ -38,6 +38,10 @@ static const char *const qpc_names[SV_QPC_COUNT] = {
 	[SV_QPC_QKEY_VIOL] = "qkey_violations",
 	[SV_QPC_CQE_OK] = "completions",
 	[SV_QPC_CQE_ERR] = "completion_errors",
+	[SV_QPC_ECN_MARKED] = "ecn_marked_packets",
+	[SV_QPC_CNP_SENT] = "cnp_sent",
+	[SV_QPC_CNP_RCVD] = "cnp_received",
+	[SV_QPC_PROBES] = "retransmit_probes",
 };
 
 static const char *const ctxc_names[SV_CTXC_COUNT] = {

@@ -8,6 +8,7 @@
 #include "transport/transport.h"
 #include "common/cuda.h"
 #include "transport/auth.h"
+#include "engine/wire.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -219,7 +220,7 @@ void sv_conn_uncork_now(struct sv_conn *conn)
  * on conn->fault_held for the owner's timer.
  */
 static int fault_filter(struct sv_conn *conn, const struct sv_frames *f, struct sv_frames *out,
-			size_t *total)
+			size_t *total, struct sv_txbuf **marked)
 {
 	int niov = f->first[f->nframes] - f->first[0];
 	struct iovec *iov = malloc(sizeof(*iov) * (size_t)niov * 2 + 1);
@@ -236,6 +237,26 @@ static int fault_filter(struct sv_conn *conn, const struct sv_frames *f, struct 
 		uint64_t hold = 0;
 		enum sv_fault_kind kind = sv_faults_draw(conn, &hold);
 		int copies = kind == SV_FAULT_DUP ? 2 : kind == SV_FAULT_NONE ? 1 : 0;
+
+		if (kind == SV_FAULT_CE || (kind == SV_FAULT_CORRUPT && conn->ops->datagram)) {
+			/* a copy carries the mark in its BTH flags (engine/wire.h),
+			 * which the transport turns into the IP ECN bits or a
+			 * flipped bit past the ICRC (rocev2.c), and a stream's
+			 * receiver reads as a congestion mark */
+			struct sv_txbuf *b = frames_copy(f, k, k + 1);
+
+			if (b && b->len > SV_FRAME_HEAD + 1) {
+				b->data[SV_FRAME_HEAD + 1] |= kind == SV_FAULT_CE ? SV_BTH_CE : SV_BTH_CORRUPT;
+				b->next = *marked;
+				*marked = b;
+				first[m++] = (uint16_t)n;
+				iov[n++] = (struct iovec){ b->data, b->len };
+				*total += b->len;
+			} else {
+				free(b); /* out of memory: lost, as a dropped one */
+			}
+			continue;
+		}
 
 		if (kind == SV_FAULT_DELAY || kind == SV_FAULT_REORDER) {
 			struct sv_held_frame *h = malloc(sizeof(*h)), **at = &conn->fault_held;
@@ -308,12 +329,13 @@ static int conn_write(struct sv_conn *conn, const struct sv_frames *f, size_t to
 {
 	int taken = 0, ret = 0;
 	struct sv_frames faulted = { .iov = NULL };
+	struct sv_txbuf *marked = NULL; /* fault_filter's marked copies */
 	struct sv_conn *next = NULL;
 	bool up;
 
 	pthread_mutex_lock(&conn->tx_lock);
 	if (sv_faults_enabled && atomic_load(&conn->state) != SV_CONN_DEAD) {
-		ret = fault_filter(conn, f, &faulted, &total);
+		ret = fault_filter(conn, f, &faulted, &total, &marked);
 		if (ret)
 			goto out;
 		f = &faulted;
@@ -363,6 +385,12 @@ out:
 	}
 	free((void *)faulted.iov);
 	free((void *)faulted.first);
+	while (marked) {
+		struct sv_txbuf *b = marked;
+
+		marked = b->next;
+		free(b);
+	}
 	return ret;
 }
 

@@ -5,16 +5,20 @@
  * against what a lossy network does, which a RoCE NIC cannot be made to do.
  *
  *   SOFTVERBS_FAULTS="drop=0.01,dup=0.01,reorder=0.01,delay=0.01,delay_ms=20,
- *                     corrupt=0.001,seed=7"
+ *                     corrupt=0.001,ce=0.05,seed=7"
  *
  * Each key is optional.  Every data packet (a frame of the wire format:
  * requests, responses, ACKs and NAKs; not the connection handshake) draws
- * its fate once, in this order: corrupt, drop, delay, reorder, dup.
+ * its fate once, in this order: corrupt, drop, delay, reorder, dup, ce.
  *   drop     it is not sent;
- *   corrupt  one of its bits flips on the way; the receiver's ICRC check
- *            (RoCE's CRC over the packet) would fail it, and the softverbs
- *            transports carry no CRC, so it is dropped here and counted
- *            apart;
+ *   corrupt  one of its bits flips on the way: under rocev2 one bit of the
+ *            datagram, after its ICRC was computed, so that the
+ *            receiver's ICRC check drops it; the stream transports carry
+ *            no CRC, so there it is dropped here and counted apart;
+ *   ce       it arrives marked "congestion experienced", as a hop whose
+ *            queue fills marks it: under rocev2 the IP header's ECN bits,
+ *            elsewhere a flag of the packet; its responder answers with a
+ *            CNP and the requester's window shrinks (engine/congestion.c);
  *   delay    it leaves delay_ms (default 10) later, after what is sent
  *            meanwhile;
  *   reorder  it leaves 1 ms later: the packets behind it overtake it;
@@ -45,15 +49,16 @@ static atomic_ulong nconns;
 
 static const char *const kind_name[SV_FAULT_KINDS] = {
 	[SV_FAULT_CORRUPT] = "corrupt", [SV_FAULT_DROP] = "drop", [SV_FAULT_DELAY] = "delay",
-	[SV_FAULT_REORDER] = "reorder", [SV_FAULT_DUP] = "dup",
+	[SV_FAULT_REORDER] = "reorder", [SV_FAULT_DUP] = "dup", [SV_FAULT_CE] = "ce",
 };
 
 static void report(void)
 {
-	sv_info("SOFTVERBS_FAULTS: injected corrupt %lu, drop %lu, delay %lu, reorder %lu, dup %lu",
+	sv_info("SOFTVERBS_FAULTS: injected corrupt %lu, drop %lu, delay %lu, reorder %lu, dup %lu, "
+		"ce %lu",
 		atomic_load(&injected[SV_FAULT_CORRUPT]), atomic_load(&injected[SV_FAULT_DROP]),
 		atomic_load(&injected[SV_FAULT_DELAY]), atomic_load(&injected[SV_FAULT_REORDER]),
-		atomic_load(&injected[SV_FAULT_DUP]));
+		atomic_load(&injected[SV_FAULT_DUP]), atomic_load(&injected[SV_FAULT_CE]));
 }
 
 static void parse(void)
@@ -93,7 +98,7 @@ static void parse(void)
 		continue;
 bad:
 		sv_warn("SOFTVERBS_FAULTS: cannot read '%s' (keys: drop, dup, reorder, delay, "
-			"corrupt as probabilities 0-1, delay_ms, seed); no faults injected",
+			"corrupt, ce as probabilities 0-1, delay_ms, seed); no faults injected",
 			tok);
 		memset(cfg.p, 0, sizeof(cfg.p));
 		cfg.on = false;
@@ -101,11 +106,11 @@ bad:
 	}
 	sv_faults_enabled = cfg.on;
 	if (cfg.on) {
-		sv_info("SOFTVERBS_FAULTS: corrupt %g drop %g delay %g (%llu ms) reorder %g dup %g, "
-			"seed %llu",
+		sv_info("SOFTVERBS_FAULTS: corrupt %g drop %g delay %g (%llu ms) reorder %g dup %g "
+			"ce %g, seed %llu",
 			cfg.p[SV_FAULT_CORRUPT], cfg.p[SV_FAULT_DROP], cfg.p[SV_FAULT_DELAY],
 			(unsigned long long)(cfg.delay_ns / 1000000ull), cfg.p[SV_FAULT_REORDER],
-			cfg.p[SV_FAULT_DUP], (unsigned long long)cfg.seed);
+			cfg.p[SV_FAULT_DUP], cfg.p[SV_FAULT_CE], (unsigned long long)cfg.seed);
 		atexit(report);
 	}
 }

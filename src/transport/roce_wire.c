@@ -15,6 +15,7 @@
 #define IB_BTH_TVER_MASK 0x0f
 #define IB_BTH_FECN_BYTE 4 /* FECN | BECN | 6 reserved bits, then the DestQP */
 #define IB_BTH_FECN 0x80
+#define IB_BTH_BECN 0x40
 #define IB_BTH_ACK_BYTE 8  /* AckReq | 7 reserved bits, then the PSN */
 #define IB_BTH_ACKREQ 0x80
 
@@ -138,7 +139,8 @@ size_t sv_roce_encode(const struct sv_roce_path *path, const void *pkt, size_t l
 		return 0;
 	memcpy(o, p, len);
 	o[IB_BTH_FLAGS] = (uint8_t)(((p[1] & SV_BTH_SE) ? IB_BTH_SE : 0) | (pad << IB_BTH_PAD_SHIFT));
-	o[IB_BTH_FECN_BYTE] = 0;
+	/* a CNP says BECN (annex A17.9.2); nothing else sets FECN or BECN */
+	o[IB_BTH_FECN_BYTE] = p[0] == SV_OP_CNP ? IB_BTH_BECN : 0;
 	o[IB_BTH_ACK_BYTE] = (p[1] & SV_BTH_ACKREQ) ? IB_BTH_ACKREQ : 0;
 	memset(o + len, 0, pad);
 	icrc = sv_roce_icrc(path, o, total);

@@ -36,6 +36,7 @@
 #include "transport/transport.h"
 #include "transport/roce_wire.h"
 #include "transport/registry.h"
+#include "engine/wire.h"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
@@ -44,6 +45,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <linux/sock_diag.h>
 #include <unistd.h>
 
 #define SV_ROCEV2_TX_SOCKS 8
@@ -59,8 +61,15 @@ struct sv_rocev2_fwd_hdr {
 	uint32_t magic;
 	uint32_t from_ip; /* network order */
 	uint16_t from_port; /* network order */
-	uint16_t pad;
+	uint8_t tos;	    /* its IP header's traffic class: the ECN bits */
+	uint8_t pad;
 } __attribute__((packed));
+
+/* IP ECN codepoints (RFC 3168): what a sender that reacts to marks sends,
+ * and what a congested hop marks */
+#define ECN_ECT0 0x02
+#define ECN_CE 0x03
+#define ECN_MASK 0x03
 
 /* The sending sockets of one local address, shared by the process's
  * connections from it (conn->tp). */
@@ -111,11 +120,14 @@ static struct sv_rocev2_tx *tx_get(struct in_addr ip)
 	for (int i = 0; i < SV_ROCEV2_TX_SOCKS; i++) {
 		struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr = ip };
 		socklen_t sl = sizeof(sa);
-		int pmtu = IP_PMTUDISC_DO;
+		int pmtu = IP_PMTUDISC_DO, tos = ECN_ECT0;
 
 		t->fd[i] = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 		if (t->fd[i] < 0 ||
 		    setsockopt(t->fd[i], IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof(pmtu)) ||
+		    /* ECN-capable, as a RoCE NIC with DCQCN sends: a hop
+		     * that queues may mark rather than drop (congestion.c) */
+		    setsockopt(t->fd[i], IPPROTO_IP, IP_TOS, &tos, sizeof(tos)) ||
 		    bind(t->fd[i], (struct sockaddr *)&sa, sizeof(sa)) ||
 		    getsockname(t->fd[i], (struct sockaddr *)&sa, &sl)) {
 			for (int k = i + 1; k < SV_ROCEV2_TX_SOCKS; k++)
@@ -169,6 +181,53 @@ static uint32_t pkt_dqpn(const uint8_t *pkt)
 }
 
 /*
+ * What SOFTVERBS_FAULTS asked of a frame (engine/wire.h): a bit of the
+ * datagram flipped after its ICRC is computed, so that the receiver's ICRC
+ * check is what drops it; or the congestion mark a queueing hop would put
+ * in its IP header.  Returns the TOS to send it with.
+ */
+static int apply_faults(uint8_t flags, uint8_t *dg, size_t n)
+{
+	if (flags & SV_BTH_CORRUPT) {
+		/* a bit the ICRC covers: not BTH byte 4 (FECN, BECN, masked) */
+		uint32_t h = 2166136261u;
+		size_t at;
+
+		for (size_t i = 0; i < n; i++)
+			h = (h ^ dg[i]) * 16777619u;
+		at = h % (n - SV_ROCE_ICRC_LEN);
+		dg[at == 4 ? 5 : at] ^= (uint8_t)(1u << (h >> 29));
+	}
+	return flags & SV_BTH_CE ? ECN_CE : ECN_ECT0;
+}
+
+/* One datagram, with a TOS other than the socket's if asked. */
+static ssize_t send_dgram(int fd, const uint8_t *dg, size_t n, const struct sockaddr_in *to, int tos)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct iovec v = { (void *)dg, n };
+	struct msghdr mh = { .msg_name = (void *)to, .msg_namelen = sizeof(*to),
+			     .msg_iov = &v, .msg_iovlen = 1 };
+	struct cmsghdr *cm;
+
+	if (tos == ECN_ECT0)
+		return sendto(fd, dg, n, MSG_DONTWAIT | MSG_NOSIGNAL, (const struct sockaddr *)to,
+			      sizeof(*to));
+	memset(&u, 0, sizeof(u));
+	mh.msg_control = u.buf;
+	mh.msg_controllen = sizeof(u.buf);
+	cm = CMSG_FIRSTHDR(&mh);
+	cm->cmsg_level = IPPROTO_IP;
+	cm->cmsg_type = IP_TOS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &tos, sizeof(tos));
+	return sendmsg(fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+/*
  * Each frame one datagram.  A datagram the network cannot take (a full
  * socket buffer, a packet over the path MTU) is dropped, as a switch would
  * drop it; RC's retransmission recovers it, UC and UD lose it.
@@ -211,8 +270,7 @@ static int rocev2_send(struct sv_conn *c, const struct sv_frames *f)
 		n = sv_roce_encode(&path, pkt, len, dg, sizeof(dg));
 		if (!n)
 			continue; /* cannot go on a RoCE wire (a GPU reference) */
-		if (sendto(t->fd[s], dg, n, MSG_DONTWAIT | MSG_NOSIGNAL, (struct sockaddr *)&to,
-			   sizeof(to)) < 0) {
+		if (send_dgram(t->fd[s], dg, n, &to, apply_faults(pkt[1], dg, n)) < 0) {
 			if (errno == EMSGSIZE)
 				sv_warn_limited("a %zu-byte RoCEv2 datagram to %s is over the path's "
 						"MTU: dropped (the QP's path_mtu is too large for "
@@ -274,6 +332,8 @@ static int rocev2_listen(struct in_addr ip, uint16_t *port)
 		return -errno;
 	bufsize(fd, SO_RCVBUFFORCE, SO_RCVBUF, SV_ROCEV2_RCVBUF);
 	if (setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) ||
+	    /* each datagram's TOS: its ECN bits say whether a hop marked it */
+	    setsockopt(fd, IPPROTO_IP, IP_RECVTOS, &one, sizeof(one)) ||
 	    bind(fd, (struct sockaddr *)&sa, sizeof(sa))) {
 		int e = -errno;
 
@@ -531,6 +591,8 @@ static int decode(struct sv_dgram *d, const uint8_t *raw, size_t n, uint16_t spo
 		return -1;
 	}
 	d->len = (size_t)r;
+	if (d->ecn)
+		d->buf[1] |= SV_BTH_CE; /* marked on the way: its responder sends a CNP */
 	return 1;
 }
 
@@ -541,11 +603,12 @@ static int decode(struct sv_dgram *d, const uint8_t *raw, size_t n, uint16_t spo
  * has no buffer for.
  */
 static void forward(const struct sv_dgram *d, const struct sockaddr_in *from, const uint8_t *raw,
-		    size_t n, uint16_t to_port)
+		    size_t n, uint16_t to_port, uint8_t tos)
 {
 	struct sv_rocev2_fwd_hdr h = { .magic = htonl(SV_ROCEV2_FWD_MAGIC),
 				       .from_ip = from->sin_addr.s_addr,
-				       .from_port = from->sin_port };
+				       .from_port = from->sin_port,
+				       .tos = tos };
 	struct iovec v[2] = { { &h, sizeof(h) }, { (void *)raw, n } };
 	struct msghdr mh = { .msg_iov = v, .msg_iovlen = 2 };
 	struct fwd_tx *t, **pp;
@@ -595,26 +658,41 @@ static void forward(const struct sv_dgram *d, const struct sockaddr_in *from, co
 static int rocev2_recv(int lfd, struct sv_dgram *d)
 {
 	struct sockaddr_in from;
-	socklen_t fl = sizeof(from);
 	uint8_t *rx_raw = d->raw;
-	ssize_t n = recvfrom(lfd, rx_raw, d->raw_cap, MSG_DONTWAIT, (struct sockaddr *)&from, &fl);
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct iovec v = { rx_raw, d->raw_cap };
+	struct msghdr mh = { .msg_name = &from, .msg_namelen = sizeof(from), .msg_iov = &v,
+			     .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf) };
+	ssize_t n = recvmsg(lfd, &mh, MSG_DONTWAIT);
+	uint8_t tos = 0;
 	uint32_t dqpn;
 	uint16_t owner;
+	int r;
 
 	if (n < 0)
 		return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
-	if (fl != sizeof(from) || from.sin_family != AF_INET || n < 12 + SV_ROCE_ICRC_LEN)
+	if (mh.msg_namelen != sizeof(from) || from.sin_family != AF_INET ||
+	    n < 12 + SV_ROCE_ICRC_LEN)
 		return -1;
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
+		if (cm->cmsg_level == IPPROTO_IP && cm->cmsg_type == IP_TOS && cm->cmsg_len >= CMSG_LEN(1))
+			tos = *(const uint8_t *)CMSG_DATA(cm);
 	d->from = from.sin_addr;
 	dqpn = pkt_dqpn(rx_raw);
 	owner = sv_qpn_port(dqpn);
 	/* QPNs of block 0 (the special QPs) and the multicast QPN have no
 	 * owner: they stay here and meet no QP */
 	if (owner && owner != d->local_port && dqpn != 0xffffffu) {
-		forward(d, &from, rx_raw, (size_t)n, owner);
+		forward(d, &from, rx_raw, (size_t)n, owner, tos);
 		return -1;
 	}
-	return decode(d, rx_raw, (size_t)n, ntohs(from.sin_port));
+	r = decode(d, rx_raw, (size_t)n, ntohs(from.sin_port));
+	if (r > 0 && (tos & ECN_MASK) == ECN_CE)
+		d->buf[1] |= SV_BTH_CE;
+	return r;
 }
 
 static int rocev2_fwd_recv(int ep, struct sv_dgram *d)
@@ -648,7 +726,21 @@ static int rocev2_fwd_recv(int ep, struct sv_dgram *d)
 	if (ntohl(h.magic) != SV_ROCEV2_FWD_MAGIC)
 		return -1;
 	d->from.s_addr = h.from_ip;
-	return decode(d, rx_raw + sizeof(h), (size_t)n - sizeof(h), ntohs(h.from_port));
+	k = decode(d, rx_raw + sizeof(h), (size_t)n - sizeof(h), ntohs(h.from_port));
+	if (k > 0 && (h.tos & ECN_MASK) == ECN_CE)
+		d->buf[1] |= SV_BTH_CE;
+	return k;
+}
+
+/* What the kernel holds of lfd's datagrams against its buffer (SO_MEMINFO). */
+static bool rocev2_backlogged(int lfd)
+{
+	uint32_t mi[SK_MEMINFO_VARS];
+	socklen_t l = sizeof(mi);
+
+	if (getsockopt(lfd, SOL_SOCKET, SO_MEMINFO, mi, &l) || l < sizeof(mi))
+		return false;
+	return mi[SK_MEMINFO_RMEM_ALLOC] > mi[SK_MEMINFO_RCVBUF] / 2;
 }
 
 const struct sv_transport_ops sv_rocev2_listen_ops = {
@@ -656,6 +748,7 @@ const struct sv_transport_ops sv_rocev2_listen_ops = {
 	.datagram = true,
 	.listen = rocev2_listen,
 	.recv = rocev2_recv,
+	.backlogged = rocev2_backlogged,
 };
 
 const struct sv_transport_ops sv_rocev2_fwd_ops = {

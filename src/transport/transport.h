@@ -320,6 +320,9 @@ struct sv_transport_ops {
 	/* A datagram listener: one packet into d, 1; 0 when none waits; -1 for
 	 * one dropped (refused, or passed to the context it is for). */
 	int (*recv)(int lfd, struct sv_dgram *d);
+	/* A datagram listener: is more than half its socket's buffer taken by
+	 * what waits there (the receiver is falling behind)?  Optional. */
+	bool (*backlogged)(int lfd);
 	/* Room after a full ring is signalled by a bell (EPOLLIN), never EPOLLOUT. */
 	bool room_by_bell;
 	/* Start a connection to conn->peer; completes asynchronously. */
@@ -458,11 +461,13 @@ bool sv_conn_take_auth(struct sv_conn *conn, const uint8_t *frame, size_t len);
  * transport; handshake frames are never touched.
  */
 enum sv_fault_kind {
-	SV_FAULT_CORRUPT, /* a bit flips: the receiver's ICRC would drop it */
+	SV_FAULT_CORRUPT, /* a bit flips: the receiver's ICRC drops it (rocev2), or
+			   * it is dropped here (stream transports carry no CRC) */
 	SV_FAULT_DROP,
 	SV_FAULT_DELAY,   /* it leaves delay_ms later */
 	SV_FAULT_REORDER, /* it leaves 1 ms later, overtaken */
 	SV_FAULT_DUP,     /* sent twice */
+	SV_FAULT_CE,      /* marked congested (ECN CE), as a queueing hop marks */
 	SV_FAULT_KINDS,
 	SV_FAULT_NONE = SV_FAULT_KINDS,
 };

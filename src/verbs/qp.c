@@ -426,6 +426,7 @@ int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 		qp->attr.sq_psn = attr->sq_psn & SV_PSN_MASK;
 		qp->sq.psn = qp->attr.sq_psn;
 		qp->sq.una = qp->attr.sq_psn;
+		sv_flow_init(qp);
 	}
 	if (mask & IBV_QP_MAX_DEST_RD_ATOMIC)
 		qp->attr.max_dest_rd_atomic = attr->max_dest_rd_atomic;

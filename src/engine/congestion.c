@@ -1,0 +1,154 @@
+/*
+ * Congestion control and the round-trip clock of an RC requester over a
+ * datagram transport (rocev2).  Over a stream transport TCP's own flow and
+ * congestion control stand between a sender and the network; over UDP
+ * nothing does, and a sender as fast as softverbs' requester drowns a
+ * receiver that drains its socket more slowly, which then drops, and every
+ * drop costs go-back-N a window of packets.
+ *
+ * Window.  At most cwnd packets unacknowledged, counted from sq.una.  It
+ * starts at SV_CWND_INIT, grows by one packet for every window of packets
+ * acknowledged (additive increase) up to SV_CWND_MAX, and halves, at most
+ * once a round trip, when a CNP arrives (multiplicative decrease), down to
+ * SV_CWND_MIN.  That is the reaction point of DCQCN, the congestion control
+ * of RoCE NICs, done as a window rather than a rate: a window needs no
+ * timers and cannot overshoot by more than itself.  Loss alone does not
+ * shrink it, as it does not a RoCE NIC's rate: over softverbs' fault
+ * injection loss is random, not a sign of a full queue.
+ *
+ * Notification.  A request that arrives marked congested (IP ECN CE under
+ * rocev2: a switch's or a qdisc's mark, or the receiver's own when it falls
+ * behind, engine.c) makes its responder send the requester a CNP (opcode
+ * 0x81, IBA annex A17.9.2), at most one per QP every SV_CNP_INTERVAL_NS,
+ * as a RoCE NIC's notification point does.  RC and UC are notified; UD
+ * (whose CNP would need the source QPN of each datagram) is not.  A peer's
+ * CNPs are honoured whatever sent them: rxe sends none, ConnectX NICs do.
+ *
+ * Round trip and probes.  One packet that asks for an ACK is timed at a
+ * time, never a resent one (Karn), and smoothed as TCP does (RFC 6298).
+ * When nothing is acknowledged for max(1 ms, srtt + 4 rttvar), doubling
+ * with each try, the requester goes back to sq.una without using a retry:
+ * a lost NAK, a lost resend or a lost last ACK then costs about a round
+ * trip instead of the QP's ack timeout (67 ms at ib_write_bw's timeout 14).
+ * The ack timeout keeps its own deadline (flow.ib_deadline) and counts
+ * retries as before, so total loss still ends in IBV_WC_RETRY_EXC_ERR after
+ * timeout x retry_cnt.
+ */
+#include "engine/engine.h"
+#include "engine/stats.h"
+
+#include <arpa/inet.h>
+#include <string.h>
+
+#define SV_CWND_INIT 64u
+#define SV_CWND_MIN 2u
+#define SV_CWND_MAX 128u
+#define SV_CNP_INTERVAL_NS 50000ull
+/* the engine's timers fire at millisecond granularity (epoll_wait) */
+#define SV_PROBE_MIN_NS 1000000ull
+/* before any round trip is measured: longer than any path softverbs has seen */
+#define SV_PROBE_INIT_NS 5000000ull
+#define SV_PROBE_MAX_DOUBLINGS 6
+
+void sv_flow_init(struct sv_qp *qp)
+{
+	qp->sq.flow = (struct sv_flow){ .cwnd = SV_CWND_INIT, .hi_psn = qp->sq.psn };
+}
+
+bool sv_flow_probing(const struct sv_qp *qp)
+{
+	return qp->ti->reliable && qp->conn && qp->conn->ops->datagram;
+}
+
+bool sv_flow_window_open(const struct sv_qp *qp, uint32_t psn)
+{
+	return sv_psn_cmp(psn, sv_psn_add(qp->sq.una, qp->sq.flow.cwnd)) < 0;
+}
+
+void sv_flow_sent(struct sv_qp *qp, uint32_t psn, bool ackreq)
+{
+	struct sv_flow *f = &qp->sq.flow;
+
+	if (sv_psn_cmp(psn, f->hi_psn) < 0)
+		return; /* a resend: times nothing */
+	f->hi_psn = sv_psn_add(psn, 1);
+	if (ackreq && !f->rtt_sent_ns) {
+		f->rtt_psn = psn;
+		f->rtt_sent_ns = sv_now_ns();
+	}
+}
+
+void sv_flow_acked(struct sv_qp *qp, uint32_t old_una)
+{
+	struct sv_flow *f = &qp->sq.flow;
+	uint32_t n = (qp->sq.una - old_una) & SV_PSN_MASK;
+
+	if (f->rtt_sent_ns && sv_psn_cmp(qp->sq.una, f->rtt_psn) > 0) {
+		uint64_t r = sv_now_ns() - f->rtt_sent_ns;
+
+		if (!f->srtt_ns) {
+			f->srtt_ns = r;
+			f->rttvar_ns = r / 2;
+		} else {
+			uint64_t d = r > f->srtt_ns ? r - f->srtt_ns : f->srtt_ns - r;
+
+			f->rttvar_ns = (3 * f->rttvar_ns + d) / 4;
+			f->srtt_ns = (7 * f->srtt_ns + r) / 8;
+		}
+		f->rtt_sent_ns = 0;
+	}
+	for (f->cwnd_acc += n; f->cwnd_acc >= f->cwnd && f->cwnd < SV_CWND_MAX;) {
+		f->cwnd_acc -= f->cwnd;
+		f->cwnd++;
+	}
+	if (f->cwnd >= SV_CWND_MAX)
+		f->cwnd_acc = 0;
+}
+
+void sv_flow_rewound(struct sv_qp *qp)
+{
+	qp->sq.flow.rtt_sent_ns = 0;
+}
+
+uint64_t sv_flow_probe_ns(const struct sv_qp *qp)
+{
+	const struct sv_flow *f = &qp->sq.flow;
+	uint64_t t = f->srtt_ns ? f->srtt_ns + 4 * f->rttvar_ns : SV_PROBE_INIT_NS;
+
+	if (t < SV_PROBE_MIN_NS)
+		t = SV_PROBE_MIN_NS;
+	return t << (f->probes < SV_PROBE_MAX_DOUBLINGS ? f->probes : SV_PROBE_MAX_DOUBLINGS);
+}
+
+void sv_flow_cnp(struct sv_qp *qp)
+{
+	struct sv_flow *f = &qp->sq.flow;
+	uint64_t now = sv_now_ns();
+
+	sv_stat_count(qp, SV_QPC_CNP_RCVD);
+	if (!qp->ti->reliable || (f->cut_ns && now - f->cut_ns < f->srtt_ns))
+		return; /* UC has no window; one cut a round trip */
+	f->cwnd = f->cwnd / 2 > SV_CWND_MIN ? f->cwnd / 2 : SV_CWND_MIN;
+	f->cwnd_acc = 0;
+	f->cut_ns = now;
+}
+
+void sv_flow_marked(struct sv_qp *qp, struct sv_conn *conn)
+{
+	struct {
+		struct sv_bth bth;
+		uint8_t rsvd[16];
+	} __attribute__((packed)) p;
+	uint64_t now = sv_now_ns();
+
+	sv_stat_count(qp, SV_QPC_ECN_MARKED);
+	if (!qp->ti->connected || (qp->cnp_sent_ns && now - qp->cnp_sent_ns < SV_CNP_INTERVAL_NS))
+		return;
+	qp->cnp_sent_ns = now;
+	memset(&p, 0, sizeof(p));
+	p.bth.opcode = SV_OP_CNP;
+	p.bth.pkey = 0xffff;
+	p.bth.dqpn = htonl(qp->attr.dest_qp_num & SV_PSN_MASK);
+	sv_send_packet(conn, &p, sizeof(p), NULL, 0);
+	sv_stat_count(qp, SV_QPC_CNP_SENT);
+}
