@@ -13,11 +13,23 @@
 #     do not: SEND and RDMA WRITE with immediate (ONLY and LAST) on RC and
 #     UC, UD SEND with immediate, one- and three-packet messages of every
 #     kind, READs of one and three responses, CAS, FETCH_ADD; every
-#     completion, immediate and byte is checked on both sides.
+#     completion, immediate and byte is checked on both sides;
+#   - the same agent exchange again with SOFTVERBS_FAULTS=ce=0.2 on the
+#     requester (B): a fifth of its packets leave with IP ECN CE (a cmsg),
+#     the rest with ECT(0), and the responder (A) answers CE-marked RC and
+#     UC requests with CNPs (opcode 0x81, BECN; at most one per QP every
+#     50 us; none for UD), everything still delivered and checked;
+#   - ibv_rc_pingpong -c with SOFTVERBS_FAULTS=corrupt=0.05 on both sides:
+#     one bit of a datagram flips after its ICRC is computed, the receiver
+#     refuses it ("refused (ICRC)"), RC resends it, and every buffer
+#     arrives intact (-c).
 # Then rocev2_pcap.py check reads the capture with scapy's RoCE layer (BTH,
 # its own ICRC) and with tshark's InfiniBand dissector: see its docstring.
-# Every IBA opcode of RC (0x00-0x14), UC (0x20-0x2b) and UD (0x64, 0x65)
-# must be there at least once, and nothing else.
+# Every IBA opcode of RC (0x00-0x14), UC (0x20-0x2b) and UD (0x64, 0x65),
+# and CNP (0x81), must be there at least once, and nothing else.  Under the
+# faults the check counts on the wire what the programs say they injected
+# (SOFTVERBS_LOG=info): as many packets with IP ECN CE, as many with a
+# wrong ICRC, each of them one flipped bit away from its right ICRC.
 #
 # Skips (77) when not root (namespaces), or without tcpdump, tshark or
 # python3-scapy.  The Debian programs are run when installed (a missing one
@@ -117,17 +129,56 @@ perftest write_bw.uc ib_write_bw -c UC -s 4096 -n 20
 perftest read_bw ib_read_bw -c RC -s 4096 -n 20
 perftest atomic_bw.cas ib_atomic_bw -A CMP_AND_SWAP -n 20
 perftest atomic_bw.faa ib_atomic_bw -A FETCH_AND_ADD -n 20
-[ ${#missing[@]} = 0 ] || sv_log "not installed, not run: ${missing[*]}"
-
 segment agent
 sv_log "rocev2_agent: the opcodes with immediates, UC/UD, one- and three-packet messages"
 "$py" "$here/rocev2_pcap.py" drive "$agent" "$SV_NS_A" sv_sva "$SV_NS_B" sv_svb "$mtu" \
 	"$SV_WORK/agent.qpns" "$SV_WORK/agent.out" || sv_fail "agent exchange failed"
 
+# injected LOG... KIND: what the programs' SOFTVERBS_FAULTS report (at exit,
+# SOFTVERBS_LOG=info) says they injected of KIND, summed
+injected() {
+	local kind=${*: -1} n=0 v f
+	for f in "${@:1:$#-1}"; do
+		v=$(sed -n "s/.*SOFTVERBS_FAULTS: injected .*\b$kind \([0-9][0-9]*\).*/\1/p" "$f")
+		[ -n "$v" ] || sv_fail "$(basename "$f"): no SOFTVERBS_FAULTS report"
+		n=$((n + v))
+	done
+	echo "$n"
+}
+
+# congestion marks: the requester (B) sends a fifth of its packets CE
+segment agent.ce
+sv_log "rocev2_agent again, B with SOFTVERBS_FAULTS=ce=0.2: IP ECN CE, CNPs back"
+"$py" "$here/rocev2_pcap.py" drive "$agent" "$SV_NS_A" sv_sva "$SV_NS_B" sv_svb "$mtu" \
+	"$SV_WORK/agent_ce.qpns" "$SV_WORK/agent_ce.out" "ce=0.2,seed=6" ||
+	sv_fail "agent exchange under ce=0.2 failed"
+cat "$SV_WORK/agent_ce.qpns" >>"$SV_WORK/agent.qpns"
+n=$(injected "$SV_WORK/agent_ce.out" ce)
+echo "expect agent.ce ce=$n" >>"$SV_WORK/segments"
+sv_log "B marked $n packets CE"
+
+# corruption: one bit of a datagram after its ICRC; RC resends what the
+# receiver refused, the pingpong checks every buffer (-c)
+if command -v ibv_rc_pingpong >/dev/null 2>&1; then
+	segment rc_pingpong.corrupt
+	SOFTVERBS_FAULTS=corrupt=0.05,seed=3 SOFTVERBS_LOG=info \
+		sv_pingpong ibv_rc_pingpong 4096 100 "$port" "$SV_NS_A" sv_sva "$SV_NS_B" sv_svb \
+		"10.211.$net.1"
+	keep rc_pingpong.corrupt
+	n=$(injected "$SV_WORK/server.out" "$SV_WORK/client.out" corrupt)
+	grep -q "refused (ICRC)" "$SV_WORK/server.out" "$SV_WORK/client.out" ||
+		sv_fail "rc_pingpong.corrupt: $n datagrams corrupted, no receiver refused one (ICRC)"
+	echo "expect rc_pingpong.corrupt corrupt=$n" >>"$SV_WORK/segments"
+	sv_log "ibv_rc_pingpong under corrupt=0.05: $n datagrams corrupted, data checked (-c)"
+else
+	missing+=("ibv_rc_pingpong (corrupt=0.05)")
+fi
+
 # the last packets in, then stop tcpdump (SIGINT: it finishes the file)
 sleep 0.3
 kill -INT "$tcpdump_pid" 2>/dev/null || true
 sv_wait "$tcpdump_pid" 5 || true
+[ ${#missing[@]} = 0 ] || sv_log "not installed, not run: ${missing[*]}"
 grep -E "captured|dropped" "$SV_WORK/tcpdump.err" | sed 's/^/   tcpdump: /' || true
 # a packet tcpdump lost would read as softverbs' own gap
 ! grep -qE "^[1-9][0-9]* packets? dropped by kernel" "$SV_WORK/tcpdump.err" ||
@@ -135,7 +186,7 @@ grep -E "captured|dropped" "$SV_WORK/tcpdump.err" | sed 's/^/   tcpdump: /' || t
 
 expected=0x00,0x01,0x02,0x03,0x04,0x05,0x06,0x07,0x08,0x09,0x0a,0x0b,0x0c,0x0d,0x0e,0x0f
 expected+=,0x10,0x11,0x12,0x13,0x14
-expected+=,0x20,0x21,0x22,0x23,0x24,0x25,0x26,0x27,0x28,0x29,0x2a,0x2b,0x64,0x65
+expected+=,0x20,0x21,0x22,0x23,0x24,0x25,0x26,0x27,0x28,0x29,0x2a,0x2b,0x64,0x65,0x81
 "$py" "$here/rocev2_pcap.py" check "$pcap" "$mtu" "$SV_WORK/agent.qpns" "$SV_WORK/segments" \
 	"$expected" \
 	"${outs[@]}" || {

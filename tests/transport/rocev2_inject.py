@@ -29,10 +29,21 @@ Asserted, in order (E: the PSN the QP expects):
   5. A WRITE whose ICRC is wrong: no answer, memory unchanged.
  5a. WRITEs that differ where the ICRC masks or a sender may choose: IPv4
      TOS 0x03 (ECN CE), TTL 1, BTH FECN and BECN set, UDP source port 49999,
-     UDP checksum 0 (none): each executed and ACKed.
+     UDP checksum 0 (none): each executed once and ACKed.  The two marked
+     congested (ECN CE, FECN) draw exactly one CNP each beside the ACK:
+     opcode 0x81, BECN set and FECN clear, DestQP = our QPN, PSN 0, P_Key
+     0xffff, no pad, 16 zero reserved bytes, an ICRC scapy agrees with; the
+     QP's ecn_marked_packets and cnp_sent go up by one (by none for the
+     others).
  5b. A valid WRITE in an IPv4 datagram whose identification is 0x1234
      (sent through a raw socket; rxe numbers its datagrams, and the ICRC
      covers the identification): executed and ACKed.
+ 5c. 16 CE-marked WRITEs at once (queued in the agent's socket while it is
+     stopped; AckReq on the last): all executed and ACKed, at least one CNP
+     and fewer than 16 (at most one per QP every 50 us), cnp_sent as many
+     as came, ecn_marked_packets +16.
+ 5d. A CNP (scapy's, BECN, DestQP = the softverbs QP) into the QP: no
+     answer, cnp_received +1, and the next WRITE is executed and ACKed.
   6. A WRITE at E+5 (PSN ahead): exactly one NAK, syndrome 0x60 (PSN
      sequence error) naming E; a second one at E+6: no second NAK; neither
      executed.  Then the WRITE at E: executed, ACKed.
@@ -45,14 +56,19 @@ Asserted, in order (E: the PSN the QP expects):
  10. A WRITE with a wrong rkey: NAK remote access error (0x62), nothing
      written.
 Every packet softverbs sends must carry a valid ICRC (scapy), destination
-QPN 0x123, and come from UDP to port 4791.
+QPN 0x123, IP ECN ECT(0), and come from UDP to port 4791.
+
+The counters are the agent's QP's in `softverbs stat --json --pid PID`
+(SV_TOOL, else the softverbs next to the agent).
 
 Exits 77 without root or python3-scapy.
 """
 import ctypes
+import json
 import os
 import random
 import select
+import signal
 import socket
 import struct
 import subprocess
@@ -65,7 +81,7 @@ from rocev2_lib import Agent, AgentError  # noqa: E402
 try:
     from scapy.layers.inet import IP, UDP
     from scapy.packet import Raw
-    from scapy.contrib.roce import BTH
+    from scapy.contrib.roce import BTH, cnp
 except ImportError:
     print("SKIP: python3-scapy (scapy.contrib.roce) not installed")
     sys.exit(77)
@@ -203,6 +219,9 @@ class Wire:
                 fail(f"softverbs' opcode {b.opcode:#x} to QPN {b.dqpn:#x}, ours {OUR_QPN:#x}")
             if not p[IP].flags.DF or p[IP].id != 0:
                 fail(f"softverbs' IP header: id {p[IP].id}, flags {p[IP].flags}")
+            if p[IP].tos & 3 != 2:
+                fail(f"softverbs' opcode {b.opcode:#x} PSN {b.psn:#x}: IP ECN "
+                     f"{p[IP].tos & 3:#04b}, expected ECT(0) 0b10")
             body = bytes(b.payload)
             if b.padcount:
                 body = body[:-b.padcount]
@@ -222,25 +241,74 @@ def describe(rs):
     return [f"op {b.opcode:#x} psn {b.psn:#x} aeth {body[:4].hex()}" for b, body in rs]
 
 
+def check_cnp(b, body, what):
+    """B, BODY: a CNP as IBA annex A17.9.2 gives it (byte 4 of the BTH 0x40:
+    BECN; the requester's QPN; 16 reserved bytes, zero), its ICRC scapy's."""
+    want = dict(opcode=0x81, becn=1, fecn=0, resv6=0, dqpn=OUR_QPN, psn=0, pkey=0xffff,
+                padcount=0, version=0)
+    bad = [f"{k} {getattr(b, k):#x} (expected {v:#x})" for k, v in want.items()
+           if getattr(b, k) != v]
+    if body != bytes(16):
+        bad.append(f"{len(body)} bytes after the BTH ({body.hex()}), expected 16 zero bytes")
+    if struct.pack("!I", b.icrc) != b.compute_icrc(None):
+        bad.append(f"ICRC {b.icrc:#010x}, scapy computes "
+                   f"{struct.unpack('!I', b.compute_icrc(None))[0]:#010x}")
+    if bad:
+        fail(f"{what}: CNP with " + ", ".join(bad))
+
+
+class Counters:
+    """The agent's QP's counters, as `softverbs stat --json --pid PID` shows
+    them (the stats files are read from any network namespace)."""
+
+    def __init__(self, tool, pid, qpn):
+        self.tool, self.pid, self.qpn = tool, pid, qpn
+
+    def get(self):
+        r = subprocess.run([self.tool, "stat", "--json", "--pid", str(self.pid)],
+                           capture_output=True, text=True, timeout=10)
+        if r.returncode:
+            raise AgentError(f"softverbs stat exited {r.returncode}: {r.stderr.strip()}")
+        for c in json.loads(r.stdout)["contexts"]:
+            for q in c.get("qps", []):
+                if q["qpn"] == self.qpn:
+                    return q["counters"]
+        raise AgentError(f"softverbs stat --pid {self.pid}: no QP {self.qpn:#x}")
+
+    def expect(self, before, what, **want):
+        """Each counter of WANT went up by exactly that since BEFORE; now's."""
+        now = self.get()
+        for k, v in want.items():
+            if now[k] - before[k] != v:
+                fail(f"{what}: {k} went up by {now[k] - before[k]}, expected {v}")
+        return now
+
+
 def main():
     agent_path = sys.argv[1]
+    tool = os.environ.get("SV_TOOL") or \
+        os.path.join(os.path.dirname(os.path.abspath(agent_path)), "softverbs")
+    if not os.access(tool, os.X_OK):
+        print(f"FAIL: softverbs tool not found (SV_TOOL='{tool}')")
+        sys.exit(1)
     setup()
     log(f"netns {ns_a} (sva {A_IP}, softverbs) <-> {ns_b} (svb {B_IP}, scapy)")
     agentlog = open(os.devnull if not os.environ.get("SV_INJECT_LOG") else
                     os.environ["SV_INJECT_LOG"], "ab")
     agent = Agent(agent_path, ns_a, "sv_sva", agentlog)
     try:
-        run(agent)
+        run(agent, tool)
     finally:
         rc = agent.close()
         if rc:
             fail(f"agent exited {rc}")
 
 
-def run(agent):
+def run(agent, tool):
     rnd = random.Random(4791)
     info = agent.info()
     idx, qpn = agent.qp("rc")
+    counters = Counters(tool, agent.p.pid, qpn)
     E = 0x100
     agent.cmd(f"connect {idx} {OUR_QPN:#x} {E:#x} ::ffff:{B_IP} 0x500 {MTU}")
     addr, rkey = int(info["addr"], 16), int(info["rkey"], 16)
@@ -393,43 +461,68 @@ def run(agent):
         fail("5 bad ICRC: memory written")
     log("5 WRITE with a wrong ICRC: ignored")
 
-    def raw_write(off, what, ip={}, udp={}, bth={}):
-        """a WRITE ONLY at E, its IPv4 header by scapy (IP_HDRINCL); whether
-        it was executed (then it must have been ACKed)"""
-        nonlocal E, msn
-        dn = data(64)
+    def raw_pkt(off, psn, dn, ip={}, udp={}, bth={}):
+        """a WRITE ONLY of DN at OFF, PSN, its IPv4 header by scapy"""
         p = IP(**dict(dict(src=B_IP, dst=A_IP, id=0, flags="DF", ttl=64), **ip)) / \
             UDP(**dict(dict(sport=4791, dport=4791), **udp)) / \
-            BTH(**dict(dict(opcode=0x0a, dqpn=qpn, psn=E, ackreq=1), **bth)) / \
-            Raw(reth(addr + off, rkey, 64) + dn)
+            BTH(**dict(dict(opcode=0x0a, dqpn=qpn, psn=psn & 0xffffff, ackreq=1), **bth)) / \
+            Raw(reth(addr + off, rkey, len(dn)) + dn)
         p = IP(bytes(p))  # built: the checksums and scapy's ICRC filled in
         for k, v in udp.items():  # a checksum asked for (0: none) stays
             setattr(p[UDP], k, v)
+        return bytes(p)
+
+    def raw_send(*pkts):
+        """PKTS (IPv4 datagrams) through a raw socket (IP_HDRINCL), at once"""
         raw = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_RAW)
         w.drain()
-        raw.sendto(bytes(p), (A_IP, 0))
+        for p in pkts:
+            raw.sendto(p, (A_IP, 0))
         raw.close()
-        rs = w.responses(1, timeout=0.8)
+
+    def split_cnps(rs):
+        return [r for r in rs if r[0].opcode == 0x81], [r for r in rs if r[0].opcode != 0x81]
+
+    def raw_write(off, what, ip={}, udp={}, bth={}, cnps=0):
+        """a WRITE ONLY at E, its IPv4 header by scapy (IP_HDRINCL); whether
+        it was executed (then it must have been ACKed, and have drawn CNPS
+        CNPs, each checked)"""
+        nonlocal E, msn
+        dn = data(64)
+        raw_send(raw_pkt(off, E, dn, ip, udp, bth))
+        rs = w.responses(1 + cnps, timeout=0.8)
         if agent.peek(off, 64) != dn:
             return False, rs
+        cs, acks = split_cnps(rs)
+        if len(cs) != cnps:
+            fail(f"{what}: {len(cs)} CNPs among the answers {describe(rs)}, expected {cnps}")
+        for b, body in cs:
+            check_cnp(b, body, what)
         msn += 1
-        expect_ack(rs, E, what)
+        expect_ack(acks, E, what)  # one ACK, MSN one more: executed once
         E += 1
         return True, rs
 
     # 5a. what the ICRC masks or a peer may choose: TOS (ECN CE), TTL, FECN
-    # and BECN, a UDP source port other than 4791, no UDP checksum (0)
-    for n, (what, kw) in enumerate((
-            ("TOS 0x03 (ECN CE)", dict(ip=dict(tos=0x03))),
-            ("TTL 1", dict(ip=dict(ttl=1))),
-            ("BTH FECN and BECN set", dict(bth=dict(fecn=1, becn=1))),
-            ("UDP source port 49999", dict(udp=dict(sport=49999))),
-            ("UDP checksum 0", dict(udp=dict(chksum=0))))):
-        ok, rs = raw_write(0x5400 + 0x40 * n, f"5a {what}", **kw)
+    # and BECN, a UDP source port other than 4791, no UDP checksum (0).  A
+    # packet marked congested (IP ECN CE, or BTH FECN) is executed as any
+    # other, and its responder QP also sends its requester a CNP (annex
+    # A17.9.2), before the ACK
+    for n, (what, cnps, kw) in enumerate((
+            ("TOS 0x03 (ECN CE)", 1, dict(ip=dict(tos=0x03))),
+            ("TTL 1", 0, dict(ip=dict(ttl=1))),
+            ("BTH FECN and BECN set", 1, dict(bth=dict(fecn=1, becn=1))),
+            ("UDP source port 49999", 0, dict(udp=dict(sport=49999))),
+            ("UDP checksum 0", 0, dict(udp=dict(chksum=0))))):
+        before = counters.get()
+        ok, rs = raw_write(0x5400 + 0x40 * n, f"5a {what}", cnps=cnps, **kw)
         if not ok:
             fail(f"5a a valid WRITE with {what}: ignored ({describe(rs)})")
+        counters.expect(before, f"5a {what}", ecn_marked_packets=cnps, cnp_sent=cnps,
+                        duplicate_requests=0)
     log("5a WRITEs with ECN CE, TTL 1, FECN/BECN, another UDP source port, no UDP "
-        "checksum: executed, ACKed")
+        "checksum: executed once, ACKed; ECN CE and FECN: one CNP each (0x81, BECN, "
+        "DestQP ours, 16 zero bytes, ICRC right)")
 
     # 5b. a packet whose IPv4 identification is not 0 (the ICRC covers it:
     # IBA A17 masks only TOS, TTL and the checksums; Linux's rxe numbers its
@@ -439,6 +532,76 @@ def run(agent):
         fail(f"5b a valid WRITE in an IPv4 datagram with identification 0x1234: "
              f"ignored ({describe(rs)})")
     log("5b WRITE in an IPv4 datagram with identification 0x1234: executed, ACKed")
+
+    # 5c. CE-marked WRITEs at once: fewer CNPs than marked packets (a QP
+    # sends at most one CNP every 50 us).  Two back to back are not enough
+    # here: each CNP and ACK is a sendto whose veth delivery runs the peer
+    # namespace's receive path inline (10-80 us each, perf probes), so two
+    # requests are 60-140 us apart in the engine even when it reads them in
+    # one batch, and each draws its CNP, as it may.  So BURST WRITEs (AckReq
+    # on the last only: the suppressed ones then cost the engine ~10 us
+    # each) are put into the agent's socket while it is stopped (SIGSTOP),
+    # and its engine reads them in one batch when it goes on: at least one
+    # CNP, fewer than BURST, cnp_sent as many as came, ecn_marked_packets
+    # +BURST.  A preempted engine could still part them all by 50 us: up to
+    # 3 tries; without the limit every try would draw BURST CNPs.
+    BURST = 16
+    tries = []
+    for attempt in range(3):
+        before = counters.get()
+        ds = [data(64) for _ in range(BURST)]
+        pkts = [raw_pkt(0x5c00 + 0x40 * k, E + k, ds[k], ip=dict(tos=0x03),
+                        bth=dict(ackreq=int(k == BURST - 1))) for k in range(BURST)]
+        w.drain()
+        os.kill(agent.p.pid, signal.SIGSTOP)
+        try:
+            raw_send(*pkts)
+            time.sleep(0.02)  # all through the veth, into the agent's socket
+        finally:
+            os.kill(agent.p.pid, signal.SIGCONT)
+        rs = w.responses(2, timeout=1.0)  # a CNP, the ACK; the rest in the quiet
+        cs, acks = split_cnps(rs)
+        for b, body in cs:
+            check_cnp(b, body, "5c")
+        if any(agent.peek(0x5c00 + 0x40 * k, 64) != ds[k] for k in range(BURST)):
+            fail(f"5c {BURST} CE-marked WRITEs: not all written (answers {describe(rs)})")
+            return  # the PSNs of what follows would be wrong
+        msn += BURST
+        last = (E + BURST - 1) & 0xffffff
+        if not acks or any(body[0] >> 5 for _, body in acks) or acks[-1][0].psn != last or \
+                int.from_bytes(acks[-1][1][1:4], "big") != msn:
+            fail(f"5c {BURST} CE-marked WRITEs: answers {describe(rs)}, expected ACKs "
+                 f"ending with PSN {last:#x} MSN {msn}")
+        E += BURST
+        now = counters.expect(before, f"5c {BURST} CE-marked WRITEs",
+                              ecn_marked_packets=BURST, duplicate_requests=0)
+        sent = now["cnp_sent"] - before["cnp_sent"]
+        if sent != len(cs):
+            fail(f"5c {BURST} CE-marked WRITEs: cnp_sent +{sent}, {len(cs)} CNPs came")
+        tries.append(len(cs))
+        if 1 <= len(cs) < BURST:
+            break
+    if not 1 <= tries[-1] < BURST:
+        fail(f"5c {BURST} CE-marked WRITEs at once: CNPs per try {tries}, expected 1 to "
+             f"{BURST - 1}")
+    log(f"5c {BURST} CE-marked WRITEs at once: executed, ACKed, {tries[-1]} CNP(s) "
+        f"(try {len(tries)})")
+
+    # 5d. a CNP into the softverbs QP (from its peer, as a ConnectX NIC
+    # would send one): counted, answered with nothing; the QP goes on
+    before = counters.get()
+    p = IP(src=B_IP, dst=A_IP, id=0, flags="DF", ttl=64) / UDP(sport=4791, dport=4791) / \
+        cnp(qpn)
+    w.drain()
+    w.tx.sendto(bytes(p)[28:], (A_IP, 4791))
+    rs = w.responses(1, timeout=0.5)
+    if rs:
+        fail(f"5d CNP into the QP: answered {describe(rs)}")
+    write_ok(0x5d00, "5d WRITE after a CNP")
+    counters.expect(before, "5d CNP into the QP", cnp_received=1, cnp_sent=0,
+                    ecn_marked_packets=0)
+    log("5d CNP into the softverbs QP: counted (cnp_received +1), not answered; the next "
+        "WRITE executed, ACKed")
 
     # 6. PSN ahead
     w.send(0x0a, E + 5, reth(addr + 0x6000, rkey, 64), data(64))

@@ -106,8 +106,9 @@ def kv(s):
 
 
 # IBA opcodes (table 38): name, bytes of headers after the BTH, role
-#   role: "req" (a request), "resp" (RC responses), and for multi-packet
-#   messages the position: first / middle / last / only.
+#   role: "req" (a request), "resp" (RC responses), "cnp" (a congestion
+#   notification, annex A17.9.2: 16 reserved bytes after the BTH), and for
+#   multi-packet messages the position: first / middle / last / only.
 def _ops():
     t = {}
     rcuc = [  # low 5 bits, name, ext bytes, position
@@ -135,6 +136,7 @@ def _ops():
         0x14: ("RC_FETCH_ADD", 28, "req", "only"),
         0x64: ("UD_SEND_ONLY", 8, "req", "only"),
         0x65: ("UD_SEND_ONLY_WITH_IMMEDIATE", 12, "req", "only"),
+        0x81: ("CNP", 16, "cnp", "only"),
     })
     return t
 
