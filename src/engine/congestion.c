@@ -26,7 +26,7 @@
  *
  * Round trip and probes.  One packet that asks for an ACK is timed at a
  * time, never a resent one (Karn), and smoothed as TCP does (RFC 6298).
- * When nothing is acknowledged for max(1 ms, srtt + 4 rttvar), doubling
+ * When nothing is acknowledged for max(4 ms, srtt + 4 rttvar), doubling
  * with each try, the requester goes back to sq.una without using a retry:
  * a lost NAK, a lost resend or a lost last ACK then costs about a round
  * trip instead of the QP's ack timeout (67 ms at ib_write_bw's timeout 14).
@@ -44,10 +44,12 @@
 #define SV_CWND_MIN 2u
 #define SV_CWND_MAX 128u
 #define SV_CNP_INTERVAL_NS 50000ull
-/* the engine's timers fire at millisecond granularity (epoll_wait) */
-#define SV_PROBE_MIN_NS 1000000ull
-/* before any round trip is measured: longer than any path softverbs has seen */
-#define SV_PROBE_INIT_NS 5000000ull
+/* the engine's timers fire at millisecond granularity (epoll_wait), and on
+ * a busy host a responder's thread may wait a few for a CPU: a probe that
+ * fires then resends a window for nothing */
+#define SV_PROBE_MIN_NS 4000000ull
+/* before any round trip is measured */
+#define SV_PROBE_INIT_NS 10000000ull
 #define SV_PROBE_MAX_DOUBLINGS 6
 
 void sv_flow_init(struct sv_qp *qp)

@@ -640,9 +640,11 @@ static void dispatch(struct sv_conn *conn, const struct sv_opcode_info *op, uint
 	} else if (op->mask & SV_OPF_REQUEST) {
 		if (!qp->ti->receives) /* an XRC send QP */
 			goto out;
-		if (bth->flags & SV_BTH_CE)
-			sv_flow_marked(qp, conn); /* congestion on the way: a CNP back */
 		sv_responder_rx(qp, conn, op, hdr, payload, plen, src_gpu);
+		/* congestion on the way: a CNP back, after the request's own
+		 * answer, which it must not delay */
+		if (bth->flags & SV_BTH_CE)
+			sv_flow_marked(qp, conn);
 	} else if (qp->ti->sends) { /* not an XRC receive QP */
 		sv_completer_rx(qp, op, hdr, payload, plen, src_gpu);
 	}
@@ -1497,10 +1499,17 @@ fail:
 	return err;
 }
 
-/* Closing a device: each transport sends what is queued and ends the stream. */
+/*
+ * Closing a device: each transport sends what is queued and ends the
+ * stream.  Frames SOFTVERBS_FAULTS holds back (delayed, reordered) are on
+ * the wire as far as the peer knows: they leave now rather than vanish,
+ * as a packet in flight still arrives after its sender exits.
+ */
 static void conn_drain(struct sv_conn *c)
 {
-	if (c->fd >= 0)
+	if (atomic_load(&c->fault_nheld))
+		(void)sv_conn_fault_release(c, UINT64_MAX);
+	if (c->fd >= 0 || c->ops->datagram)
 		c->ops->drain(c, sv_now_ns() + 200000000ull);
 }
 

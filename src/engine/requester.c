@@ -110,8 +110,9 @@ static enum ibv_wc_status check_local(struct sv_qp *qp, struct sv_send_wqe *w)
 /*
  * Does packet k of w ask for an ACK?  RC: a message's last; over a datagram
  * transport also every SV_DGRAM_ACK_EVERY-th PSN, or more often while the
- * congestion window is small (a quarter of it, a power of two), and the
- * packet that fills the window, whose ACK is what opens it again.
+ * congestion window is small: every quarter of it at most (a power of two,
+ * PSN-aligned), so that any window's worth of PSNs holds at least three
+ * that ask, and the window never waits for an ACK nobody asked for.
  */
 static bool wants_ack(const struct sv_qp *qp, const struct sv_send_wqe *w, uint32_t k)
 {
@@ -125,7 +126,7 @@ static bool wants_ack(const struct sv_qp *qp, const struct sv_send_wqe *w, uint3
 		return false;
 	while (every > 1 && every * 4 > qp->sq.flow.cwnd)
 		every /= 2;
-	return !((psn + 1) & (every - 1)) || !sv_flow_window_open(qp, sv_psn_add(psn, 1));
+	return !((psn + 1) & (every - 1));
 }
 
 /* Build the headers of packet k of WQE w into hdr; returns header length. */

@@ -125,7 +125,7 @@ size_t sv_roce_encode(const struct sv_roce_path *path, const void *pkt, size_t l
 		      size_t cap)
 {
 	const uint8_t *p = pkt;
-	uint8_t *o = out;
+	uint8_t *o = out, flags;
 	const struct sv_opcode_info *op;
 	size_t pad, total;
 	uint32_t icrc;
@@ -137,11 +137,13 @@ size_t sv_roce_encode(const struct sv_roce_path *path, const void *pkt, size_t l
 	total = len + pad + SV_ROCE_ICRC_LEN;
 	if (total > cap)
 		return 0;
-	memcpy(o, p, len);
-	o[IB_BTH_FLAGS] = (uint8_t)(((p[1] & SV_BTH_SE) ? IB_BTH_SE : 0) | (pad << IB_BTH_PAD_SHIFT));
+	flags = p[1];
+	if (o != p)
+		memcpy(o, p, len); /* else in place */
+	o[IB_BTH_FLAGS] = (uint8_t)(((flags & SV_BTH_SE) ? IB_BTH_SE : 0) | (pad << IB_BTH_PAD_SHIFT));
 	/* a CNP says BECN (annex A17.9.2); nothing else sets FECN or BECN */
-	o[IB_BTH_FECN_BYTE] = p[0] == SV_OP_CNP ? IB_BTH_BECN : 0;
-	o[IB_BTH_ACK_BYTE] = (p[1] & SV_BTH_ACKREQ) ? IB_BTH_ACKREQ : 0;
+	o[IB_BTH_FECN_BYTE] = o[0] == SV_OP_CNP ? IB_BTH_BECN : 0;
+	o[IB_BTH_ACK_BYTE] = (flags & SV_BTH_ACKREQ) ? IB_BTH_ACKREQ : 0;
 	memset(o + len, 0, pad);
 	icrc = sv_roce_icrc(path, o, total);
 	for (int i = 0; i < SV_ROCE_ICRC_LEN; i++)

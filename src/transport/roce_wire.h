@@ -60,7 +60,7 @@ enum sv_roce_err {
  * GPU reference, which names memory instead of carrying it).
  */
 size_t sv_roce_encode(const struct sv_roce_path *path, const void *pkt, size_t len, void *out,
-		      size_t cap);
+		      size_t cap); /* out may be pkt: encoded in place */
 
 /*
  * The softverbs packet carried by UDP payload dgram (len bytes) that arrived

@@ -235,8 +235,9 @@ static ssize_t send_dgram(int fd, const uint8_t *dg, size_t n, const struct sock
 static int rocev2_send(struct sv_conn *c, const struct sv_frames *f)
 {
 	/* on the stack: a library's thread-local storage must stay small
-	 * (dlopen takes it from the static TLS block) */
-	uint8_t pkt[SV_MAX_FRAME], dg[SV_MAX_FRAME + 64];
+	 * (dlopen takes it from the static TLS block); the packet is
+	 * gathered into it and encoded there, in place */
+	uint8_t dg[SV_MAX_FRAME + 64];
 	struct sv_rocev2_tx *t = c->tp;
 	struct sockaddr_in to = { .sin_family = AF_INET,
 				  .sin_port = htons(SV_ROCE_UDP_PORT),
@@ -245,6 +246,7 @@ static int rocev2_send(struct sv_conn *c, const struct sv_frames *f)
 	for (int k = 0; k < f->nframes; k++) {
 		size_t len = 0, skip = SV_FRAME_HEAD, n;
 		struct sv_roce_path path = { .dport = SV_ROCE_UDP_PORT };
+		uint8_t flags;
 		int s;
 
 		for (int i = f->first[k]; i < f->first[k + 1]; i++) {
@@ -254,23 +256,24 @@ static int rocev2_send(struct sv_conn *c, const struct sv_frames *f)
 				skip -= l;
 				continue;
 			}
-			if (len + l - skip > sizeof(pkt))
+			if (len + l - skip > SV_MAX_FRAME)
 				break;
-			memcpy(pkt + len, (const uint8_t *)f->iov[i].iov_base + skip, l - skip);
+			memcpy(dg + len, (const uint8_t *)f->iov[i].iov_base + skip, l - skip);
 			len += l - skip;
 			skip = 0;
 		}
 		if (len < 12)
 			continue;
 		/* the same socket, so the same source port, for each QP pair */
-		s = (int)((pkt_dqpn(pkt) * 2654435761u) >> 29) % SV_ROCEV2_TX_SOCKS;
+		s = (int)((pkt_dqpn(dg) * 2654435761u) >> 29) % SV_ROCEV2_TX_SOCKS;
+		flags = dg[1]; /* fault marks: the encoding rewrites the byte */
 		memcpy(path.src, &c->local_ip.s_addr, 4);
 		memcpy(path.dst, &c->peer.ip.s_addr, 4);
 		path.sport = t->port[s];
-		n = sv_roce_encode(&path, pkt, len, dg, sizeof(dg));
+		n = sv_roce_encode(&path, dg, len, dg, sizeof(dg));
 		if (!n)
 			continue; /* cannot go on a RoCE wire (a GPU reference) */
-		if (send_dgram(t->fd[s], dg, n, &to, apply_faults(pkt[1], dg, n)) < 0) {
+		if (send_dgram(t->fd[s], dg, n, &to, apply_faults(flags, dg, n)) < 0) {
 			if (errno == EMSGSIZE)
 				sv_warn_limited("a %zu-byte RoCEv2 datagram to %s is over the path's "
 						"MTU: dropped (the QP's path_mtu is too large for "
