@@ -33,6 +33,12 @@
  * The ack timeout keeps its own deadline (flow.ib_deadline) and counts
  * retries as before, so total loss still ends in IBV_WC_RETRY_EXC_ERR after
  * timeout x retry_cnt.
+ *
+ * Stream transports lose nothing by themselves, and TCP's own window paces
+ * them.  Under SOFTVERBS_FAULTS they lose what it drops, and go-back-N
+ * with no window would resend all that is in flight (megabytes) for each
+ * loss: there the window, the ACK requests and the probes apply too (not
+ * while what a probe would resend still waits in the connection's queue).
  */
 #include "engine/engine.h"
 #include "engine/stats.h"
@@ -59,7 +65,8 @@ void sv_flow_init(struct sv_qp *qp)
 
 bool sv_flow_probing(const struct sv_qp *qp)
 {
-	return qp->ti->reliable && qp->conn && qp->conn->ops->datagram;
+	/* a stream transport loses nothing unless SOFTVERBS_FAULTS makes it */
+	return qp->ti->reliable && qp->conn && (qp->conn->ops->datagram || sv_faults_enabled);
 }
 
 bool sv_flow_window_open(const struct sv_qp *qp, uint32_t psn)

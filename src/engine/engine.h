@@ -178,7 +178,8 @@ void sv_requester_timeout(struct sv_qp *qp, uint64_t now);
 /* ---- congestion.c: RC over a datagram transport; qp->lock held ---- */
 /* SQ PSN set: a fresh window and clock. */
 void sv_flow_init(struct sv_qp *qp);
-/* Does the requester over a datagram transport probe (congestion.c)? */
+/* Does the requester probe (congestion.c): RC over a datagram transport,
+ * or over any under SOFTVERBS_FAULTS? */
 bool sv_flow_probing(const struct sv_qp *qp);
 /* May the packet with this PSN go on the wire now? */
 bool sv_flow_window_open(const struct sv_qp *qp, uint32_t psn);

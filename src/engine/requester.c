@@ -122,7 +122,7 @@ static bool wants_ack(const struct sv_qp *qp, const struct sv_send_wqe *w, uint3
 		return false;
 	if (k + 1 == w->npkts)
 		return true;
-	if (!qp->conn || !qp->conn->ops->datagram)
+	if (!sv_flow_probing(qp))
 		return false;
 	while (every > 1 && every * 4 > qp->sq.flow.cwnd)
 		every /= 2;
@@ -507,7 +507,7 @@ void sv_requester_run(struct sv_qp *qp)
 			plen = 0; /* the request carries no payload */
 		else
 			plen = SV_MIN(qp->mtu, w->length - sq->seg_off);
-		if (ti->reliable && conn->ops->datagram &&
+		if (ti->connected && sv_flow_probing(qp) &&
 		    !sv_flow_window_open(qp, sv_psn_add(w->first_psn, k))) {
 			/* as many packets unacknowledged as the congestion window
 			 * allows: the next ACK runs us again, and if none comes
@@ -519,7 +519,7 @@ void sv_requester_run(struct sv_qp *qp)
 		on_wire = true;
 		w->wired = true;
 		st = send_packet(qp, &pass, conn, w, k, sq->seg_off, plen);
-		if (st == IBV_WC_SUCCESS && ti->reliable && conn->ops->datagram)
+		if (st == IBV_WC_SUCCESS && sv_flow_probing(qp))
 			sv_flow_sent(qp, sv_psn_add(w->first_psn, k), wants_ack(qp, w, k));
 		if (!ti->connected)
 			sv_conn_put(conn); /* the batch holds its own reference */
@@ -672,6 +672,17 @@ void sv_requester_timeout(struct sv_qp *qp, uint64_t now)
 
 		if (!oldest) {
 			atomic_store_explicit(&qp->ack_deadline, 0, memory_order_relaxed);
+		} else if (qp->conn && atomic_load(&qp->conn->state) != SV_CONN_DEAD &&
+			   sv_conn_gated(qp->conn) && !conn_usable(qp, qp->conn)) {
+			/* its peer never answered (a stopped process took it on
+			 * the shared port): again on a new connection, no retry used */
+			sv_requester_rewind(qp, oldest->first_psn);
+			sv_requester_arm_ack_timer(qp);
+			sv_requester_run(qp);
+		} else if (qp->conn && sv_conn_busy(qp->conn)) {
+			/* still queued behind other traffic: the wire has not lost it,
+			 * it has not even carried it yet; wait without using a retry */
+			sv_requester_arm_ack_timer(qp);
 		} else if (sv_flow_probing(qp) && now < qp->sq.flow.ib_deadline) {
 			/* a round trip and more without progress, before the ack
 			 * timeout: go back to una now, using no retry
@@ -686,17 +697,6 @@ void sv_requester_timeout(struct sv_qp *qp, uint64_t now)
 				d = now + sv_flow_probe_ns(qp);
 			atomic_store_explicit(&qp->ack_deadline, d, memory_order_relaxed);
 			sv_requester_run(qp);
-		} else if (qp->conn && atomic_load(&qp->conn->state) != SV_CONN_DEAD &&
-			   sv_conn_gated(qp->conn) && !conn_usable(qp, qp->conn)) {
-			/* its peer never answered (a stopped process took it on
-			 * the shared port): again on a new connection, no retry used */
-			sv_requester_rewind(qp, oldest->first_psn);
-			sv_requester_arm_ack_timer(qp);
-			sv_requester_run(qp);
-		} else if (qp->conn && sv_conn_busy(qp->conn)) {
-			/* still queued behind other traffic: the wire has not lost it,
-			 * it has not even carried it yet; wait without using a retry */
-			sv_requester_arm_ack_timer(qp);
 		} else if (qp->attr.timeout && qp->retries_left == 0) {
 			/* transport retries exhausted: the peer is gone */
 			oldest->status = IBV_WC_RETRY_EXC_ERR;
