@@ -2,7 +2,7 @@
 # bench/run-rocev2.sh: softverbs' rocev2 transport next to its tcp transport
 # and to TCP itself (qperf), with and without 1 % packet loss.
 #
-#   bench/run-rocev2.sh          # ~4 minutes here
+#   bench/run-rocev2.sh          # ~2 minutes here
 #
 # Two paths, each inside network namespaces of its own so that loss can be
 # put on them without touching the host (netem; where the kernel has no
@@ -97,6 +97,10 @@ pair() {
 	local s=$!
 	sleep 1
 	ip netns exec "$CLI_NS" timeout 120 "${cli[@]}" >"$LOGS/$name" 2>&1
+	# perftest's server ends with its client; qperf's would listen on
+	# until its timeout
+	for _ in 1 2 3 4 5 6; do kill -0 "$s" 2>/dev/null || break; sleep 0.5; done
+	kill "$s" 2>/dev/null
 	wait "$s" 2>/dev/null
 }
 

@@ -4,6 +4,7 @@
 #include "engine/wire.h"
 
 #include <arpa/inet.h>
+#include <pthread.h>
 #include <string.h>
 #include <zlib.h>
 
@@ -88,15 +89,39 @@ uint32_t sv_roce_icrc(const struct sv_roce_path *path, const void *dgram, size_t
  * datagram corrupted elsewhere passes only by chance, 1 in 2^16 (the UDP
  * checksum, where the sender sets one, is the kernel's to check as well).
  */
-static bool ipv4_id_explains(uint32_t want, uint32_t have, size_t len)
+/*
+ * The images of the identification's 16 bits depend on the datagram's
+ * length alone, and a peer's datagrams come in few lengths (full packets of
+ * its MTU, ACKs): the reduced bases of the last few lengths are kept, so
+ * that a datagram from rxe costs an elimination of a 32-bit word, not 16
+ * crc32_combine calls (1.5 us of a 1 KiB packet's 2 us to decode).
+ */
+#define ID_BASES 8
+static struct {
+	size_t len; /* 0: empty */
+	uint32_t basis[32];
+} id_bases[ID_BASES];
+static unsigned id_bases_next;
+static pthread_mutex_t id_bases_lock = PTHREAD_MUTEX_INITIALIZER;
+
+static void id_basis(size_t len, uint32_t basis[32])
 {
 	static const uint8_t zero[2];
 	/* bytes of the ICRC's input after the identification: ones (8) and the
 	 * IP header up to it (4 + 2) come first of 8 + 20 + 8 + len - 4 */
 	z_off_t after = (z_off_t)len + 18;
-	uint32_t basis[32] = { 0 }, diff = want ^ have;
 	uLong z = crc32(0L, zero, 2);
+	unsigned k;
 
+	pthread_mutex_lock(&id_bases_lock);
+	for (k = 0; k < ID_BASES && id_bases[k].len != len; k++)
+		;
+	if (k < ID_BASES)
+		memcpy(basis, id_bases[k].basis, sizeof(id_bases[k].basis));
+	pthread_mutex_unlock(&id_bases_lock);
+	if (k < ID_BASES)
+		return;
+	memset(basis, 0, 32 * sizeof(*basis));
 	for (int i = 0; i < 16; i++) {
 		uint8_t v[2] = { (uint8_t)((1u << i) >> 8), (uint8_t)(1u << i) };
 		uint32_t c = (uint32_t)crc32_combine(crc32(0L, v, 2) ^ z, 0, after);
@@ -112,6 +137,18 @@ static bool ipv4_id_explains(uint32_t want, uint32_t have, size_t len)
 				}
 			}
 	}
+	pthread_mutex_lock(&id_bases_lock);
+	k = id_bases_next++ % ID_BASES;
+	id_bases[k].len = len;
+	memcpy(id_bases[k].basis, basis, sizeof(id_bases[k].basis));
+	pthread_mutex_unlock(&id_bases_lock);
+}
+
+static bool ipv4_id_explains(uint32_t want, uint32_t have, size_t len)
+{
+	uint32_t basis[32], diff = want ^ have;
+
+	id_basis(len, basis);
 	for (int b = 31; b >= 0 && diff; b--)
 		if ((diff >> b) & 1) {
 			if (!basis[b])
