@@ -55,8 +55,20 @@ Asserted, in order (E: the PSN the QP expects):
      QP's state).
  10. A WRITE with a wrong rkey: NAK remote access error (0x62), nothing
      written.
+ 11. Scapy as the RESPONDER of a second RC QP of the agent (remote QPN
+     0x456 + the try, SQ PSN F = 0xfffff0: the PSNs wrap): the agent WRITEs
+     256 KiB (256 packets, MTU 1024); its congestion window stops it midway.
+     After 20 packets scapy NAKs (0x60) PSN F+10.  The first packet sent
+     again is F+10 exactly (not F: 1902b03), and then no retransmit probe and
+     no ack timeout had come (counters read with the agent stopped); the NAK
+     acknowledged F..F+9, so the agent goes 10 packets past its first window
+     before scapy ACKs anything.  Then scapy ACKs in order to the end: the
+     WRITE completes successfully, and the bytes scapy reassembles by PSN
+     (WRITE FIRST with the RETH, MIDDLEs, LAST) are the agent's buffer.  Up to
+     3 tries of this step (on a busy host the probe, 10 ms after the window
+     closed, may beat scapy's NAK); each try's packets checked as below.
 Every packet softverbs sends must carry a valid ICRC (scapy), destination
-QPN 0x123, IP ECN ECT(0), and come from UDP to port 4791.
+QPN 0x123 (step 11: 0x456), IP ECN ECT(0), and come from UDP to port 4791.
 
 The counters are the agent's QP's in `softverbs stat --json --pid PID`
 (SV_TOOL, else the softverbs next to the agent).
@@ -297,7 +309,8 @@ def main():
                     os.environ["SV_INJECT_LOG"], "ab")
     agent = Agent(agent_path, ns_a, "sv_sva", agentlog)
     try:
-        run(agent, tool)
+        w = run(agent, tool)
+        nak_midway(agent, tool, w)
     finally:
         rc = agent.close()
         if rc:
@@ -565,7 +578,7 @@ def run(agent, tool):
             check_cnp(b, body, "5c")
         if any(agent.peek(0x5c00 + 0x40 * k, 64) != ds[k] for k in range(BURST)):
             fail(f"5c {BURST} CE-marked WRITEs: not all written (answers {describe(rs)})")
-            return  # the PSNs of what follows would be wrong
+            return w  # the PSNs of what follows would be wrong
         msn += BURST
         last = (E + BURST - 1) & 0xffffff
         if not acks or any(body[0] >> 5 for _, body in acks) or acks[-1][0].psn != last or \
@@ -653,6 +666,288 @@ def run(agent, tool):
         fail("10 wrong rkey: memory written")
     log(f"10 WRITE with a wrong rkey: NAK remote access error, not executed; "
         f"{w.seen} packets from softverbs, each with a valid ICRC")
+    return w
+
+
+# ------------------------------------------- 11. scapy as the responder ----
+# Guards 1902b03.  Over rocev2 the requester keeps at most a congestion
+# window of packets unacknowledged (engine/congestion.c), so a long WRITE is
+# stopped midway.  A sequence NAK (AETH 0x60) naming a PSN inside that partly
+# sent WQE was dropped as stale before 1902b03 (completer.c ack_before()
+# skipped the WQE at sq->next), and only the ack timeout (67 ms at the
+# agent's timeout 14) went back, and to the message's FIRST packet: 1 MiB
+# WRITEs over a lossy veth never finished.  Since then the NAK acknowledges
+# everything before its PSN and sends the requester back at once to exactly
+# that PSN (go-back-N).  Here scapy plays the responder of an agent's RC QP
+# that WRITEs 256 KiB; after 20 packets of the first window it NAKs PSN
+# first+10 and watches what comes next.  Before 1902b03 the first packet
+# sent again is `first` (ack_timeouts +1); with the NAK dropped now, it is
+# `first` too, from the retransmission probe (retransmit_probes +1), which
+# also comes first when scapy is too slow with its NAK: the probe waits 10 ms
+# from the window's closing (no RTT sample yet), hence the tries.
+GB_QPN = 0x000456      # the remote QP scapy plays (+ the try: a try's leftovers are told apart)
+# the agent's SQ PSN: the window wraps.  Its first AckReq is F+15 (one each
+# 16 PSNs, aligned), after the NAKed PSN: the NAK gives no RTT sample, so the
+# probe waits 10 ms after it, not 4, while scapy reads the counters with the
+# agent stopped (a probe due by then would come at once after SIGCONT: the
+# engine's epoll_wait returns EINTR, and it fires its timers before it reads
+# the ACKs scapy queued meanwhile)
+GB_PSN = 0xfffff0
+GB_OFF, GB_LEN = 0x80000, 256 * 1024
+GB_RADDR, GB_RKEY = 0x7f5e00000000, 0x1902b0
+GB_NAK_AT = 10         # the PSN (from the first) NAKed
+GB_REACT = 20          # packets of the first window before the NAK
+
+
+class ReqCapture:
+    """The agent's requests to (B, 4791) for one QPN, read as they come (with
+    struct, not scapy: the requester's probe waits only 4 to 10 ms), each
+    kept whole for the ICRC check afterwards."""
+
+    def __init__(self):
+        self.s = socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_UDP)
+        self.s.setsockopt(socket.SOL_SOCKET, 33, 64 << 20)  # SO_RCVBUFFORCE: none lost here
+        self.s.setblocking(False)
+        self.src = socket.inet_aton(A_IP)
+        self.dqpn, self.first, self.raw = None, 0, []
+
+    def start(self, dqpn, first):
+        self.dqpn, self.first, self.raw = dqpn, first, []
+        while True:
+            try:
+                self.s.recv(65536)
+            except BlockingIOError:
+                return
+
+    def get(self, timeout):
+        """(k: PSN - first, opcode, AckReq, bytes after the BTH) of the next
+        request, or None after TIMEOUT s"""
+        end = time.monotonic() + timeout
+        while True:
+            try:
+                d = self.s.recv(65536)
+            except BlockingIOError:
+                left = end - time.monotonic()
+                if left <= 0:
+                    return None
+                select.select([self.s], [], [], left)
+                continue
+            h = (d[0] & 15) * 4
+            if d[12:16] != self.src or d[h + 2:h + 4] != b"\x12\xb7" or len(d) < h + 24:
+                continue
+            bth = d[h + 8:h + 20]
+            if int.from_bytes(bth[5:8], "big") != self.dqpn:
+                continue
+            self.raw.append(d)
+            k = (int.from_bytes(bth[9:12], "big") - self.first) & 0xffffff
+            return k, bth[0], bth[8] >> 7, d[h + 20:len(d) - 4 - ((bth[1] >> 4) & 3)]
+
+
+def check_icrc(raw, what):
+    """each of the datagrams RAW as Wire.responses checks them (one failure
+    per kind, with the first few PSNs)"""
+    bad = {}
+    for d in raw:
+        p = IP(d)
+        b = p[BTH]
+        if struct.pack("!I", b.icrc) != b.compute_icrc(None):
+            bad.setdefault("an ICRC scapy does not compute", []).append(b.psn)
+        if not p[IP].flags.DF or p[IP].id != 0:
+            bad.setdefault(f"IP id {p[IP].id}, flags {p[IP].flags}", []).append(b.psn)
+        if p[IP].tos & 3 != 2:
+            bad.setdefault(f"IP ECN {p[IP].tos & 3:#04b}, not ECT(0)", []).append(b.psn)
+    for k, psns in bad.items():
+        fail(f"{what}: {len(psns)} of {len(raw)} requests with {k} (PSN "
+             f"{', '.join(hex(x) for x in psns[:4])}{', ...' if len(psns) > 4 else ''})")
+
+
+class Responder:
+    """Scapy as an RC responder for one WRITE of NPK packets: the packets in
+    order kept (GOT, by PSN - first), an ACK of each AckReq (MSN 1 at the
+    last), a duplicate's AckReq ACKed again, a PSN ahead NAKed once."""
+
+    def __init__(self, answer, got, expected, npk):
+        self.answer, self.got, self.expected, self.npk = answer, got, expected, npk
+        self.naked = False
+
+    def take(self, r):
+        k, ackreq = r[0], r[2]
+        if k == self.expected:
+            self.got[k] = r
+            self.expected += 1
+            self.naked = False
+            if ackreq or self.expected == self.npk:
+                self.answer(k, 0x1f, int(self.expected == self.npk))
+        elif k < self.expected:
+            if ackreq:
+                self.answer(self.expected - 1, 0x1f)
+        elif not self.naked:
+            self.answer(self.expected, 0x60)
+            self.naked = True
+
+
+def nak_midway(agent, tool, w):
+    npk = GB_LEN // MTU
+    pattern = random.Random(0x1902b03).randbytes(GB_LEN)
+    for o in range(0, GB_LEN, 16384):  # the agent reads lines of up to 64 KiB
+        agent.poke(GB_OFF + o, pattern[o:o + 16384])
+    cap = ReqCapture()
+    outcomes = []
+    for attempt in range(3):
+        t_try = time.monotonic()
+        idx, qpn = agent.qp("rc")
+        fake = GB_QPN + attempt
+        agent.cmd(f"connect {idx} {fake:#x} 0 ::ffff:{B_IP} {GB_PSN:#x} {MTU}")
+        counters = Counters(tool, agent.p.pid, qpn)
+        before = counters.get()
+        what = f"11 (try {attempt + 1}, QP {qpn:#x})"
+        built = {}
+
+        def answer(k, syn, msn=0, send=True):
+            """an ACK / NAK of PSN first+K to the agent's QP, as scapy builds
+            it (ICRC and all); the same bytes again come from a cache"""
+            key = (k, syn, msn)
+            if key not in built:
+                built[key] = w.build(0x11, GB_PSN + k, ext=struct.pack("!I", syn << 24 | msn),
+                                     dqpn=qpn, ackreq=0)
+            if send:
+                w.tx.sendto(built[key], (A_IP, 4791))
+
+        # build now what scapy will send soon (the NAK, ACKs of the AckReqs)
+        for k in range(GB_NAK_AT, npk):
+            if not (GB_PSN + k + 1) & 15 or k == npk - 1:
+                answer(k, 0x1f, int(k == npk - 1), send=False)
+        answer(GB_NAK_AT, 0x60, send=False)
+        cap.start(fake, GB_PSN)
+        wrid = 0x1100 + attempt
+        agent.cmd(f"post {idx} write off={GB_OFF} len={GB_LEN} raddr={GB_RADDR:#x} "
+                  f"rkey={GB_RKEY:#x} wrid={wrid}")
+        # the first window: 20 packets in order, then the NAK
+        first = []
+        while len(first) < GB_REACT:
+            r = cap.get(1.0)
+            if r is None:
+                break
+            first.append(r)
+        if [r[0] for r in first] != list(range(GB_REACT)):
+            outcomes.append(f"the first window came as PSNs +{[r[0] for r in first]}")
+            continue  # this QP is left as it is: the next try's remote QPN is another
+        answer(GB_NAK_AT, 0x60)  # NAK PSN sequence error, MSN 0
+        hi, g1, seen = GB_REACT - 1, None, []
+        # the rest of the first window, then the first PSN again or lower
+        while g1 is None:
+            r = cap.get(0.5)
+            if r is None:
+                break
+            if r[0] > hi:  # (over a veth they come in order)
+                hi = r[0]
+                continue
+            g1 = r[0]
+            seen.append(r)
+        if g1 is None:
+            outcomes.append(f"nothing sent again within 0.5 s of the NAK (first window up "
+                            f"to +{hi})")
+            continue
+        # The NAK acknowledged first..first+9: the window moved by 10, so the
+        # agent goes on to +hi+10 (not further; the window grows by one
+        # packet a window acknowledged) before scapy ACKs anything
+        top = g1
+        end = time.monotonic() + 0.2
+        while g1 == GB_NAK_AT and top < hi + GB_NAK_AT and time.monotonic() < end:
+            r = cap.get(end - time.monotonic())
+            if r:
+                seen.append(r)
+                top = max(top, r[0])
+        r = cap.get(0.002)
+        while r:
+            seen.append(r)
+            top = max(top, r[0])
+            r = cap.get(0.002)
+        # The counters now, with the agent stopped: no probe can come while
+        # `softverbs stat` reads them, nor before the engine has read the
+        # ACKs scapy sends meanwhile (it takes in packets before it fires
+        # timers), so that scapy's slowness here costs no probe later
+        os.kill(agent.p.pid, signal.SIGSTOP)
+        try:
+            now = counters.get()
+            while True:
+                r = cap.get(0)
+                if not r:
+                    break
+                seen.append(r)
+                top = max(top, r[0])
+            deltas = {c: now.get(c, 0) - before.get(c, 0)
+                      for c in ("retransmit_probes", "ack_timeouts")}
+            ok = g1 == GB_NAK_AT and deltas["retransmit_probes"] == 0 and \
+                deltas["ack_timeouts"] == 0 and top == hi + GB_NAK_AT
+            outcomes.append(f"first window +0..+{hi}, NAK +{GB_NAK_AT}: sent again from "
+                            f"+{g1}, retransmit_probes +{deltas['retransmit_probes']}, "
+                            f"ack_timeouts +{deltas['ack_timeouts']}; before any ACK up to "
+                            f"+{top}")
+            # Now the responder to the end: in order packets kept, an ACK for
+            # each AckReq (MSN 1 at the last), a duplicate's AckReq ACKed
+            # again, a PSN ahead NAKed once
+            resp = Responder(answer, {r[0]: r for r in first[:GB_NAK_AT]}, GB_NAK_AT, npk)
+            for r in seen:
+                resp.take(r)
+        finally:
+            os.kill(agent.p.pid, signal.SIGCONT)
+        stalled = False
+        end = time.monotonic() + 3.0
+        while resp.expected < npk:
+            r = cap.get(end - time.monotonic())
+            if r is None:
+                stalled = True
+                break
+            resp.take(r)
+        got, expected = resp.got, resp.expected
+        if stalled:
+            fail(f"{what}: the WRITE stalled at +{expected} of {npk} (scapy ACKing in order)")
+            return
+        # what scapy has: WRITE FIRST (the RETH), MIDDLEs, LAST, the bytes
+        ops = [got[k][1] for k in range(npk)]
+        want = [0x06] + [0x07] * (npk - 2) + [0x08]
+        if ops != want:
+            bad = [(k, hex(o)) for k, o in enumerate(ops) if o != want[k]]
+            fail(f"{what}: opcodes by PSN (+k, opcode) {bad[:8]}, expected WRITE FIRST, "
+                 f"MIDDLE.., LAST (the resent +{GB_NAK_AT} a MIDDLE)")
+        reth_got = got[0][3][:16]
+        if reth_got != reth(GB_RADDR, GB_RKEY, GB_LEN):
+            fail(f"{what}: RETH {reth_got.hex()}, expected {reth(GB_RADDR, GB_RKEY, GB_LEN).hex()}")
+        data_got = got[0][3][16:] + b"".join(got[k][3] for k in range(1, npk))
+        if data_got != pattern:
+            diff = next((i for i in range(min(len(data_got), GB_LEN))
+                         if data_got[i] != pattern[i]), None)
+            fail(f"{what}: {len(data_got)} bytes reassembled by PSN, first difference from "
+                 f"the agent's buffer at {diff}")
+        wcs = []
+        for _ in range(3):  # a leftover try's completion may come first
+            wcs += agent.poll(1, 2000)
+            if any(int(c["wrid"]) == wrid for c in wcs):
+                break
+        mine = [c for c in wcs if int(c["wrid"]) == wrid]
+        if len(mine) != 1 or mine[0]["status"] != "0" or mine[0]["opcode"] != "1":
+            fail(f"{what}: completions {wcs}, expected wrid {wrid} RDMA_WRITE (1) status 0")
+        check_icrc(cap.raw, what)
+        after = counters.get()
+        log(f"11 try {attempt + 1}: {outcomes[-1]}; done in "
+            f"{time.monotonic() - t_try:.2f} s, {len(cap.raw)} packets, retransmits "
+            f"+{after['retransmits'] - before['retransmits']}, retransmit_probes "
+            f"+{after.get('retransmit_probes', 0) - before.get('retransmit_probes', 0)}")
+        if ok:
+            break
+    else:
+        fail(f"11 NAK (0x60) inside a WRITE the window stopped midway (PSN +k from "
+             f"{GB_PSN:#x}): in no try was the first packet sent again +{GB_NAK_AT} with no "
+             f"probe or ack timeout first, and the window moved by the {GB_NAK_AT} packets "
+             "the NAK acknowledged: " +
+             "; ".join(f"try {i + 1}: {o}" for i, o in enumerate(outcomes)))
+        return
+    log(f"11 NAK 0x60 at PSN +{GB_NAK_AT} inside a 256-packet WRITE stopped by the window: "
+        f"sent again from exactly +{GB_NAK_AT} at once (no probe, no ack timeout), the "
+        f"window moved by {GB_NAK_AT}; scapy as the responder: written in order, bytes "
+        f"right, completed (try {len(outcomes)})")
+
 
 if __name__ == "__main__":
     if len(sys.argv) != 2:
