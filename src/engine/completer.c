@@ -58,6 +58,8 @@ static void progress_made(struct sv_qp *qp)
 	qp->rnr_retries_left = qp->attr.rnr_retry;
 	for (uint32_t i = sq->head; i != sq->next && !outstanding; i++)
 		outstanding = sq->wqe[i & (sq->size - 1)].state == SV_WQE_SENT;
+	/* a message the window stopped midway is on the wire too */
+	outstanding = outstanding || (sq->seg_off && sq->next != sq->tail);
 	if (!outstanding)
 		atomic_store_explicit(&qp->ack_deadline, 0, memory_order_relaxed);
 	else

@@ -36,7 +36,8 @@ enum sv_stat_qp_counter {
 	SV_QPC_TX_BYTES,       /* payload bytes of those packets (no headers) */
 	SV_QPC_RX_PKTS,        /* packets received for this QP */
 	SV_QPC_RX_BYTES,       /* their payload bytes */
-	SV_QPC_RETRANS,        /* request packets sent again (RC: timeout or RNR NAK) */
+	SV_QPC_RETRANS,        /* request packets sent again (RC: after an ack timeout, a
+				* probe, a sequence NAK or an RNR NAK) */
 	SV_QPC_ACK_TIMEOUTS,   /* transport retry timer expiries that resent */
 	SV_QPC_RNR_NAK_SENT,   /* RNR NAKs sent: a SEND found no receive WQE */
 	SV_QPC_RNR_NAK_RCVD,
