@@ -1358,6 +1358,11 @@ static void *engine_main(void *arg)
 		} else {
 			n = epoll_wait(eng->epfd, evs, 64, timeout);
 		}
+		/* a signal ended the wait (a stopped and continued process, a
+		 * debugger): what has arrived meanwhile goes before the timers,
+		 * or a probe or ack timeout fires with its answer unread */
+		if (n < 0 && errno == EINTR)
+			n = epoll_wait(eng->epfd, evs, 64, 0);
 		pthread_mutex_lock(&eng->progress_lock);
 		tls_progress = eng;
 		if (n > 0)
