@@ -20,9 +20,10 @@
  * rocev2: a switch's or a qdisc's mark, or the receiver's own when it falls
  * behind, engine.c) makes its responder send the requester a CNP (opcode
  * 0x81, IBA annex A17.9.2), at most one per QP every SV_CNP_INTERVAL_NS,
- * as a RoCE NIC's notification point does.  RC and UC are notified; UD
- * (whose CNP would need the source QPN of each datagram) is not.  A peer's
- * CNPs are honoured whatever sent them: rxe sends none, ConnectX NICs do.
+ * as a RoCE NIC's notification point does: for RC and UC to the connected
+ * peer QP, for UD to the source QPN of the datagram (its DETH).  A peer's
+ * CNPs are honoured whatever sent them (rxe sends none, ConnectX NICs do);
+ * a UD or UC sender, which has no window, only counts them.
  *
  * Round trip and probes.  One packet that asks for an ACK is timed at a
  * time, never a resent one (Karn), and smoothed as TCP does (RFC 6298).
@@ -135,14 +136,15 @@ void sv_flow_cnp(struct sv_qp *qp)
 	uint64_t now = sv_now_ns();
 
 	sv_stat_count(qp, SV_QPC_CNP_RCVD);
-	if (!qp->ti->reliable || (f->cut_ns && now - f->cut_ns < f->srtt_ns))
+	if (!qp->ti->reliable || !qp->ti->connected || (f->cut_ns && now - f->cut_ns < f->srtt_ns))
 		return; /* UC has no window; one cut a round trip */
 	f->cwnd = f->cwnd / 2 > SV_CWND_MIN ? f->cwnd / 2 : SV_CWND_MIN;
 	f->cwnd_acc = 0;
 	f->cut_ns = now;
 }
 
-void sv_flow_marked(struct sv_qp *qp, struct sv_conn *conn)
+void sv_flow_marked(struct sv_qp *qp, struct sv_conn *conn, const uint8_t *pkt,
+		    const struct sv_opcode_info *op)
 {
 	struct {
 		struct sv_bth bth;
@@ -150,14 +152,26 @@ void sv_flow_marked(struct sv_qp *qp, struct sv_conn *conn)
 	} __attribute__((packed)) p;
 	uint64_t now = sv_now_ns();
 
+	uint32_t to;
+
 	sv_stat_count(qp, SV_QPC_ECN_MARKED);
-	if (!qp->ti->connected || (qp->cnp_sent_ns && now - qp->cnp_sent_ns < SV_CNP_INTERVAL_NS))
+	if (qp->cnp_sent_ns && now - qp->cnp_sent_ns < SV_CNP_INTERVAL_NS)
 		return;
+	if (qp->ti->connected) {
+		to = qp->attr.dest_qp_num;
+	} else if (op->off_deth) {
+		/* UD: to the QP the datagram names as its source */
+		const struct sv_deth *d = (const void *)(pkt + op->off_deth);
+
+		to = ntohl(d->sqpn);
+	} else {
+		return;
+	}
 	qp->cnp_sent_ns = now;
 	memset(&p, 0, sizeof(p));
 	p.bth.opcode = SV_OP_CNP;
 	p.bth.pkey = 0xffff;
-	p.bth.dqpn = htonl(qp->attr.dest_qp_num & SV_PSN_MASK);
+	p.bth.dqpn = htonl(to & SV_PSN_MASK);
 	sv_send_packet(conn, &p, sizeof(p), NULL, 0);
 	sv_stat_count(qp, SV_QPC_CNP_SENT);
 }

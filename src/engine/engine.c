@@ -635,7 +635,7 @@ static void dispatch(struct sv_conn *conn, const struct sv_opcode_info *op, uint
 	}
 	sv_stat_rx(conn->eng->ctx, qp, plen);
 	if (op->mask & SV_OPF_CNP) {
-		if (qp->ti->connected && qp->ti->sends)
+		if (qp->ti->sends)
 			sv_flow_cnp(qp); /* congestion.c */
 	} else if (op->mask & SV_OPF_REQUEST) {
 		if (!qp->ti->receives) /* an XRC send QP */
@@ -644,7 +644,7 @@ static void dispatch(struct sv_conn *conn, const struct sv_opcode_info *op, uint
 		/* congestion on the way: a CNP back, after the request's own
 		 * answer, which it must not delay */
 		if (bth->flags & SV_BTH_CE)
-			sv_flow_marked(qp, conn);
+			sv_flow_marked(qp, conn, hdr, op);
 	} else if (qp->ti->sends) { /* not an XRC receive QP */
 		sv_completer_rx(qp, op, hdr, payload, plen, src_gpu);
 	}

@@ -193,8 +193,10 @@ void sv_flow_rewound(struct sv_qp *qp);
 uint64_t sv_flow_probe_ns(const struct sv_qp *qp);
 /* A CNP from the responder: the window halves (once a round trip). */
 void sv_flow_cnp(struct sv_qp *qp);
-/* A request arrived marked congested: a CNP to its requester, rate-limited. */
-void sv_flow_marked(struct sv_qp *qp, struct sv_conn *conn);
+/* A request (headers at pkt) arrived marked congested: a CNP to its
+ * requester, rate-limited. */
+void sv_flow_marked(struct sv_qp *qp, struct sv_conn *conn, const uint8_t *pkt,
+		    const struct sv_opcode_info *op);
 
 /* engine thread, qp->lock held: an incoming request packet (headers at pkt) */
 /* src_gpu: the payload is GPU memory of that context (a same-host GPU
