@@ -51,7 +51,9 @@
 #define SV_ROCEV2_TX_SOCKS 8
 /* Receive buffers: a burst of full-MTU packets from several peers waits
  * here while the engine thread is not running.  Unprivileged processes get
- * at most net.core.rmem_max (docs/PERFORMANCE.md). */
+ * at most net.core.rmem_max (docs/PERFORMANCE.md); SOFTVERBS_ROCEV2_RCVBUF
+ * sets another size.  A receiver whose buffer is over half full marks what
+ * it reads congested (engine.c, congestion.c). */
 #define SV_ROCEV2_RCVBUF (16 << 20)
 #define SV_ROCEV2_SNDBUF (4 << 20)
 #define SV_ROCEV2_FWD_MAGIC 0x53565246u /* "SVRF" */
@@ -333,7 +335,9 @@ static int rocev2_listen(struct in_addr ip, uint16_t *port)
 	(void)port; /* every context of the address shares 4791 */
 	if (fd < 0)
 		return -errno;
-	bufsize(fd, SO_RCVBUFFORCE, SO_RCVBUF, SV_ROCEV2_RCVBUF);
+	bufsize(fd, SO_RCVBUFFORCE, SO_RCVBUF,
+		(int)SV_MIN(SV_MAX(sv_env_long("SOFTVERBS_ROCEV2_RCVBUF", SV_ROCEV2_RCVBUF), 4096L),
+			    1L << 30));
 	if (setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) ||
 	    /* each datagram's TOS: its ECN bits say whether a hop marked it */
 	    setsockopt(fd, IPPROTO_IP, IP_RECVTOS, &one, sizeof(one)) ||
