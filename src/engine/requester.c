@@ -701,6 +701,14 @@ void sv_requester_timeout(struct sv_qp *qp, uint64_t now)
 			/* transport retries exhausted: the peer is gone */
 			oldest->status = IBV_WC_RETRY_EXC_ERR;
 			oldest->state = SV_WQE_DONE;
+			if (sq->seg_off && oldest == &sq->wqe[sq->next & (sq->size - 1)]) {
+				/* partly sent (the window stopped it): none of the rest
+				 * goes out, and retire() reaches it; else it sat at
+				 * sq->next, DONE and never retired, the QP in RTS with
+				 * nothing armed */
+				sq->next++;
+				sq->seg_off = 0;
+			}
 			atomic_store_explicit(&qp->ack_deadline, 0, memory_order_relaxed);
 			sv_requester_retire(qp);
 		} else {
