@@ -123,6 +123,7 @@ static void on_seq_nak(struct sv_qp *qp, struct sv_send_wqe *w, uint32_t psn)
 	}
 	if (qp->attr.timeout && qp->attr.retry_cnt != 7)
 		qp->retries_left--;
+	sv_flow_lost(qp);
 	sv_requester_rewind(qp, psn);
 	sv_requester_arm_ack_timer(qp);
 }

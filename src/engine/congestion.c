@@ -130,17 +130,29 @@ uint64_t sv_flow_probe_ns(const struct sv_qp *qp)
 	return t << (f->probes < SV_PROBE_MAX_DOUBLINGS ? f->probes : SV_PROBE_MAX_DOUBLINGS);
 }
 
-void sv_flow_cnp(struct sv_qp *qp)
+/* The window halves, at most once a round trip. */
+static void cut(struct sv_qp *qp)
 {
 	struct sv_flow *f = &qp->sq.flow;
 	uint64_t now = sv_now_ns();
 
-	sv_stat_count(qp, SV_QPC_CNP_RCVD);
 	if (!qp->ti->reliable || !qp->ti->connected || (f->cut_ns && now - f->cut_ns < f->srtt_ns))
-		return; /* UC has no window; one cut a round trip */
+		return; /* UC and UD have no window; one cut a round trip */
 	f->cwnd = f->cwnd / 2 > SV_CWND_MIN ? f->cwnd / 2 : SV_CWND_MIN;
 	f->cwnd_acc = 0;
 	f->cut_ns = now;
+}
+
+void sv_flow_cnp(struct sv_qp *qp)
+{
+	sv_stat_count(qp, SV_QPC_CNP_RCVD);
+	cut(qp);
+}
+
+void sv_flow_lost(struct sv_qp *qp)
+{
+	if (qp->conn && qp->conn->ops->datagram)
+		cut(qp);
 }
 
 void sv_flow_marked(struct sv_qp *qp, struct sv_conn *conn, const uint8_t *pkt,

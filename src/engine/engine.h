@@ -193,6 +193,8 @@ void sv_flow_rewound(struct sv_qp *qp);
 uint64_t sv_flow_probe_ns(const struct sv_qp *qp);
 /* A CNP from the responder: the window halves (once a round trip). */
 void sv_flow_cnp(struct sv_qp *qp);
+/* A loss over a datagram transport (a sequence NAK, a probe): the same. */
+void sv_flow_lost(struct sv_qp *qp);
 /* A request (headers at pkt) arrived marked congested: a CNP to its
  * requester, rate-limited. */
 void sv_flow_marked(struct sv_qp *qp, struct sv_conn *conn, const uint8_t *pkt,

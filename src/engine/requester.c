@@ -692,6 +692,7 @@ void sv_requester_timeout(struct sv_qp *qp, uint64_t now)
 			if (qp->sq.flow.probes < UINT8_MAX)
 				qp->sq.flow.probes++;
 			sv_stat_count(qp, SV_QPC_PROBES);
+			sv_flow_lost(qp);
 			sv_requester_rewind(qp, from);
 			if (now + sv_flow_probe_ns(qp) < d)
 				d = now + sv_flow_probe_ns(qp);

@@ -61,8 +61,8 @@ Asserted, in order (E: the PSN the QP expects):
      After 20 packets scapy NAKs (0x60) PSN F+10.  The first packet sent
      again is F+10 exactly (not F: 1902b03), and then no retransmit probe and
      no ack timeout had come (counters read with the agent stopped); the NAK
-     acknowledged F..F+9, so the agent goes 10 packets past its first window
-     before scapy ACKs anything.  Then scapy ACKs in order to the end: the
+     acknowledged F..F+9 and, a loss, halved the window, so from F+10 the
+     agent sends half its first window before scapy ACKs anything.  Then scapy ACKs in order to the end: the
      WRITE completes successfully, and the bytes scapy reassembles by PSN
      (WRITE FIRST with the RETH, MIDDLEs, LAST) are the agent's buffer.  Up to
      3 tries of this step (on a busy host the probe, 10 ms after the window
@@ -848,12 +848,13 @@ def nak_midway(agent, tool, w):
             outcomes.append(f"nothing sent again within 0.5 s of the NAK (first window up "
                             f"to +{hi})")
             continue
-        # The NAK acknowledged first..first+9: the window moved by 10, so the
-        # agent goes on to +hi+10 (not further; the window grows by one
-        # packet a window acknowledged) before scapy ACKs anything
+        # The NAK acknowledged first..first+9, and a loss halves the window
+        # (engine/congestion.c): from +10 the agent goes on to
+        # +10 + (hi + 1) / 2 - 1, no further, before scapy ACKs anything
+        want_top = GB_NAK_AT + (hi + 1) // 2 - 1
         top = g1
         end = time.monotonic() + 0.2
-        while g1 == GB_NAK_AT and top < hi + GB_NAK_AT and time.monotonic() < end:
+        while g1 == GB_NAK_AT and top < want_top and time.monotonic() < end:
             r = cap.get(end - time.monotonic())
             if r:
                 seen.append(r)
@@ -879,7 +880,7 @@ def nak_midway(agent, tool, w):
             deltas = {c: now.get(c, 0) - before.get(c, 0)
                       for c in ("retransmit_probes", "ack_timeouts")}
             ok = g1 == GB_NAK_AT and deltas["retransmit_probes"] == 0 and \
-                deltas["ack_timeouts"] == 0 and top == hi + GB_NAK_AT
+                deltas["ack_timeouts"] == 0 and top == want_top
             outcomes.append(f"first window +0..+{hi}, NAK +{GB_NAK_AT}: sent again from "
                             f"+{g1}, retransmit_probes +{deltas['retransmit_probes']}, "
                             f"ack_timeouts +{deltas['ack_timeouts']}; before any ACK up to "
@@ -939,13 +940,13 @@ def nak_midway(agent, tool, w):
     else:
         fail(f"11 NAK (0x60) inside a WRITE the window stopped midway (PSN +k from "
              f"{GB_PSN:#x}): in no try was the first packet sent again +{GB_NAK_AT} with no "
-             f"probe or ack timeout first, and the window moved by the {GB_NAK_AT} packets "
-             "the NAK acknowledged: " +
+             f"probe or ack timeout first, and the window, halved, moved by the {GB_NAK_AT} "
+             "packets the NAK acknowledged: " +
              "; ".join(f"try {i + 1}: {o}" for i, o in enumerate(outcomes)))
         return
     log(f"11 NAK 0x60 at PSN +{GB_NAK_AT} inside a 256-packet WRITE stopped by the window: "
         f"sent again from exactly +{GB_NAK_AT} at once (no probe, no ack timeout), the "
-        f"window moved by {GB_NAK_AT}; scapy as the responder: written in order, bytes "
+        f"window halved and moved by {GB_NAK_AT}; scapy as the responder: written in order, bytes "
         f"right, completed (try {len(outcomes)})")
 
 
