@@ -12,9 +12,12 @@
  * once a round trip, when a CNP arrives (multiplicative decrease), down to
  * SV_CWND_MIN.  That is the reaction point of DCQCN, the congestion control
  * of RoCE NICs, done as a window rather than a rate: a window needs no
- * timers and cannot overshoot by more than itself.  Loss alone does not
- * shrink it, as it does not a RoCE NIC's rate: over softverbs' fault
- * injection loss is random, not a sign of a full queue.
+ * timers and cannot overshoot by more than itself.  A loss (a sequence NAK,
+ * a probe) halves it as well, once a round trip: a RoCE NIC lives on a
+ * lossless fabric and does not, but over UDP a receiver that falls behind
+ * drops, and its drops are the sign a sender gets first.  It costs random
+ * loss nothing: go-back-N resends a smaller window per loss (1 % drop on
+ * a veth: 85-91 MB/s without it, 148-160 with it).
  *
  * Notification.  A request that arrives marked congested (IP ECN CE under
  * rocev2: a switch's or a qdisc's mark, or the receiver's own when it falls
