@@ -104,23 +104,18 @@ pair() {
 	wait "$s" 2>/dev/null
 }
 
-sv_bw() { # transport -> MB/s
+# sv_perftest TRANSPORT PROG SIZE ITERS COLUMN: softverbs over TRANSPORT, PROG
+# between the two sides; prints column COLUMN of its result row for SIZE
+sv_perftest() {
+	local tr=$1 prog=$2 size=$3 iters=$4 col=$5
+	local n="$PATH_NAME.loss$LOSS.$tr.${prog#ib_}" run=(env $FAULTS SOFTVERBS_TRANSPORT="$tr" "$SV_TOOL" run --)
 	port=$((port + 1))
-	local n="$PATH_NAME.loss$LOSS.$1.write_bw"
-	pair "$n" env $FAULTS SOFTVERBS_TRANSPORT="$1" "$SV_TOOL" run -- ib_write_bw -d "$DEV_S" -x 3 -s 1048576 \
-		-n "$BW_ITERS" -F -p $port :: env $FAULTS SOFTVERBS_TRANSPORT="$1" "$SV_TOOL" run -- ib_write_bw \
-		-d "$DEV_C" -x 3 -s 1048576 -n "$BW_ITERS" -F -p $port "$SRV_IP"
-	awk '$1 == 1048576 && NF >= 4 { v = $4 } END { print v ? v : "-" }' "$LOGS/$n"
+	pair "$n" "${run[@]}" "$prog" -d "$DEV_S" -x 3 -s "$size" -n "$iters" -F -p $port :: \
+		"${run[@]}" "$prog" -d "$DEV_C" -x 3 -s "$size" -n "$iters" -F -p $port "$SRV_IP"
+	awk -v s="$size" -v c="$col" '$1 == s && NF >= c { v = $c } END { print v ? v : "-" }' "$LOGS/$n"
 }
-
-sv_lat() { # transport -> median us
-	port=$((port + 1))
-	local n="$PATH_NAME.loss$LOSS.$1.send_lat"
-	pair "$n" env $FAULTS SOFTVERBS_TRANSPORT="$1" "$SV_TOOL" run -- ib_send_lat -d "$DEV_S" -x 3 -s 8 \
-		-n "$LAT_ITERS" -F -p $port :: env $FAULTS SOFTVERBS_TRANSPORT="$1" "$SV_TOOL" run -- ib_send_lat \
-		-d "$DEV_C" -x 3 -s 8 -n "$LAT_ITERS" -F -p $port "$SRV_IP"
-	awk '$1 == 8 && NF >= 5 { v = $5 } END { print v ? v : "-" }' "$LOGS/$n"
-}
+sv_bw() { sv_perftest "$1" ib_write_bw 1048576 "$BW_ITERS" 4; }  # transport -> MB/s
+sv_lat() { sv_perftest "$1" ib_send_lat 8 "$LAT_ITERS" 5; }       # transport -> median us
 
 qperf_run() { # test -> value (MB/s or us)
 	port=$((port + 1))

@@ -79,17 +79,6 @@ uint32_t sv_roce_icrc(const struct sv_roce_path *path, const void *dgram, size_t
 }
 
 /*
- * Is there an IPv4 identification for which the ICRC of this datagram
- * (sent with `want`, computed here as `have` with identification 0) is
- * right?  A UDP socket does not show the IP header, and Linux's rxe, unlike
- * an unconnected socket, sends a running identification (__ip_select_ident),
- * which the ICRC covers.  The CRC is affine, so the two differ by a linear
- * function of the identification alone: find one whose image is the
- * difference (16 unknowns, 32 equations, elimination over GF(2)).  A
- * datagram corrupted elsewhere passes only by chance, 1 in 2^16 (the UDP
- * checksum, where the sender sets one, is the kernel's to check as well).
- */
-/*
  * The images of the identification's 16 bits depend on the datagram's
  * length alone, and a peer's datagrams come in few lengths (full packets of
  * its MTU, ACKs): the reduced bases of the last few lengths are kept, so
@@ -144,6 +133,17 @@ static void id_basis(size_t len, uint32_t basis[32])
 	pthread_mutex_unlock(&id_bases_lock);
 }
 
+/*
+ * Is there an IPv4 identification for which the ICRC of this datagram
+ * (sent with `want`, computed here as `have` with identification 0) is
+ * right?  A UDP socket does not show the IP header, and Linux's rxe, unlike
+ * an unconnected socket, sends a running identification (__ip_select_ident),
+ * which the ICRC covers.  The CRC is affine, so the two differ by a linear
+ * function of the identification alone: find one whose image is the
+ * difference (16 unknowns, 32 equations, elimination over GF(2)).  A
+ * datagram corrupted elsewhere passes only by chance, 1 in 2^16 (the UDP
+ * checksum, where the sender sets one, is the kernel's to check as well).
+ */
 static bool ipv4_id_explains(uint32_t want, uint32_t have, size_t len)
 {
 	uint32_t basis[32], diff = want ^ have;

@@ -574,7 +574,9 @@ static bool admitted(struct in_addr local, struct in_addr from)
 	return ok;
 }
 
-static int decode(struct sv_dgram *d, const uint8_t *raw, size_t n, uint16_t sport)
+/* A datagram from d->from, UDP source port sport, whose IP header had TOS
+ * tos: admitted, checked and decoded into d (1), or refused (-1). */
+static int decode(struct sv_dgram *d, const uint8_t *raw, size_t n, uint16_t sport, uint8_t tos)
 {
 	struct sv_roce_path path = { .sport = sport, .dport = SV_ROCE_UDP_PORT };
 	int r;
@@ -598,8 +600,10 @@ static int decode(struct sv_dgram *d, const uint8_t *raw, size_t n, uint16_t spo
 		return -1;
 	}
 	d->len = (size_t)r;
+	/* marked on the way (IP ECN CE, or IB's FECN): its responder sends a CNP */
+	d->ecn = d->ecn || (tos & ECN_MASK) == ECN_CE;
 	if (d->ecn)
-		d->buf[1] |= SV_BTH_CE; /* marked on the way: its responder sends a CNP */
+		d->buf[1] |= SV_BTH_CE;
 	return 1;
 }
 
@@ -677,7 +681,6 @@ static int rocev2_recv(int lfd, struct sv_dgram *d)
 	uint8_t tos = 0;
 	uint32_t dqpn;
 	uint16_t owner;
-	int r;
 
 	if (n < 0)
 		return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
@@ -696,10 +699,7 @@ static int rocev2_recv(int lfd, struct sv_dgram *d)
 		forward(d, &from, rx_raw, (size_t)n, owner, tos);
 		return -1;
 	}
-	r = decode(d, rx_raw, (size_t)n, ntohs(from.sin_port));
-	if (r > 0 && (tos & ECN_MASK) == ECN_CE)
-		d->buf[1] |= SV_BTH_CE;
-	return r;
+	return decode(d, rx_raw, (size_t)n, ntohs(from.sin_port), tos);
 }
 
 static int rocev2_fwd_recv(int ep, struct sv_dgram *d)
@@ -733,10 +733,7 @@ static int rocev2_fwd_recv(int ep, struct sv_dgram *d)
 	if (ntohl(h.magic) != SV_ROCEV2_FWD_MAGIC)
 		return -1;
 	d->from.s_addr = h.from_ip;
-	k = decode(d, rx_raw + sizeof(h), (size_t)n - sizeof(h), ntohs(h.from_port));
-	if (k > 0 && (h.tos & ECN_MASK) == ECN_CE)
-		d->buf[1] |= SV_BTH_CE;
-	return k;
+	return decode(d, rx_raw + sizeof(h), (size_t)n - sizeof(h), ntohs(h.from_port), h.tos);
 }
 
 /* What the kernel holds of lfd's datagrams against its buffer (SO_MEMINFO). */

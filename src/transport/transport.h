@@ -308,7 +308,7 @@ struct sv_dgram {
 	/* set by recv */
 	struct in_addr from; /* the sender's address */
 	size_t len;	     /* the packet's length in buf */
-	bool ecn;	     /* it arrived marked (FECN): congestion on the way */
+	bool ecn;	     /* it arrived marked (IP ECN CE or FECN): congestion on the way */
 };
 
 struct sv_transport_ops {

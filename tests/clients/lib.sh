@@ -280,6 +280,32 @@ sv_pingpong() {
 	sv_log "GIDs: server $g, client $(sv_gid client)"
 }
 
+# sv_perftest_server NS DEV PORT PROG ARGS...: a perftest server, PROG -d DEV
+# -p P ARGS in namespace NS (empty: here), listening on P, the first port
+# from PORT that is free; another program may take a port between the check
+# and perftest's bind, and then the next one is tried.  Sets SV_PORT to P
+# and SV_PID to the server's.
+sv_perftest_server() {
+	local ns=$1 dev=$2 port=$3 prog=$4 w
+	shift 4
+	for _ in 1 2 3; do
+		port=$(sv_free_port "$ns" "$port")
+		sv_log "server: $prog -d $dev $* -p $port ${ns:+(netns $ns)}"
+		sv_run_bg server "$(sv_left)" "$ns" "$prog" -d "$dev" -p "$port" "$@"
+		w=0
+		sv_wait_listen "$ns" "$port" "$SV_PID" || w=$?
+		[ "$w" != 2 ] || sv_fail "server did not listen on port $port within 20 s"
+		if [ "$w" = 0 ]; then
+			SV_PORT=$port
+			return 0
+		fi
+		grep -qE "Couldn't listen to port|Failed to bind" "$SV_WORK/server.out" ||
+			sv_fail "server exited before listening on port $port"
+		port=$((port + 1))
+	done
+	sv_fail "server could not listen on a TCP port"
+}
+
 # sv_netns_pair TAG NET: two fresh namespaces $SV_NS_A / $SV_NS_B joined by a
 # veth pair sva (10.211.NET.1/24, in A) <-> svb (10.211.NET.2/24, in B), lo up
 # in both.  The addresses exist only inside these namespaces.  Skips (77)

@@ -59,25 +59,8 @@ esac
 # and the sync around rdma_cm's connect with -R) only after its device and
 # buffers are set up.  Another program may take the port between the check
 # and perftest's bind: then take the next one.
-listening=0
-for _ in 1 2 3; do
-	port=$(sv_free_port "$sns" "$port")
-	sv_log "server: $prog -d $sdev ${common[*]} -p $port ${sns:+(netns $sns)}"
-	sv_run_bg server "$(sv_left)" "$sns" "$prog" -d "$sdev" -p "$port" "${common[@]}"
-	spid=$SV_PID
-	w=0
-	sv_wait_listen "$sns" "$port" "$spid" || w=$?
-	[ "$w" != 2 ] || sv_fail "server did not listen on port $port within 20 s"
-	if [ "$w" = 1 ]; then
-		grep -qE "Couldn't listen to port|Failed to bind" "$SV_WORK/server.out" ||
-			sv_fail "server exited before listening on port $port"
-		port=$((port + 1))
-		continue
-	fi
-	listening=1
-	break
-done
-[ "$listening" = 1 ] || sv_fail "server could not listen on a TCP port"
+sv_perftest_server "$sns" "$sdev" "$port" "$prog" "${common[@]}"
+spid=$SV_PID port=$SV_PORT
 
 sv_log "client: $prog -d $cdev ${common[*]} -p $port $host ${cns:+(netns $cns)}"
 cli_rc=0

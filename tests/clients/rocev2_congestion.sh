@@ -40,25 +40,8 @@ ino_a=$(ns_ino "$SV_NS_A") && ino_b=$(ns_ino "$SV_NS_B") ||
 
 # -f 1: perftest measures within a margin of 1 s at each end of the run
 common=(-x 0 -c RC -s 1048576 -D "$secs" -f 1)
-listening=0
-for _ in 1 2 3; do
-	port=$(sv_free_port "$SV_NS_A" "$port")
-	sv_log "server: ib_write_bw -d sv_sva ${common[*]} -p $port (netns $SV_NS_A)"
-	sv_run_bg server "$(sv_left)" "$SV_NS_A" ib_write_bw -d sv_sva -p "$port" "${common[@]}"
-	spid=$SV_PID
-	w=0
-	sv_wait_listen "$SV_NS_A" "$port" "$spid" || w=$?
-	[ "$w" != 2 ] || sv_fail "server did not listen on port $port within 20 s"
-	if [ "$w" = 1 ]; then
-		grep -qE "Couldn't listen to port|Failed to bind" "$SV_WORK/server.out" ||
-			sv_fail "server exited before listening on port $port"
-		port=$((port + 1))
-		continue
-	fi
-	listening=1
-	break
-done
-[ "$listening" = 1 ] || sv_fail "server could not listen on a TCP port"
+sv_perftest_server "$SV_NS_A" sv_sva "$port" ib_write_bw "${common[@]}"
+spid=$SV_PID port=$SV_PORT
 
 faults="ce=0.05,seed=5"
 sv_log "client: ib_write_bw -d sv_svb ${common[*]} -p $port 10.211.$net.1" \

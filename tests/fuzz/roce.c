@@ -452,16 +452,13 @@ static void prepost(uint8_t s)
 			r = svt_post_send(qp[T_RC], 100 + (uint64_t)i, IBV_WR_SEND, IBV_SEND_SIGNALED,
 					  buf, kind == 1 ? 64 : big, mr->lkey, 0, 0, 0);
 			break;
-		case 3:
+		case 3: /* WRITE, 64 B or big */
 		case 4:
-			r = svt_post_send(qp[T_RC], 100 + (uint64_t)i, IBV_WR_RDMA_WRITE,
-					  IBV_SEND_SIGNALED, buf, kind == 3 ? 64 : big, mr->lkey,
-					  0x10000, 0x1234, 0);
-			break;
-		case 5:
+		case 5: /* READ, 64 B or big */
 		case 6:
-			r = svt_post_send(qp[T_RC], 100 + (uint64_t)i, IBV_WR_RDMA_READ,
-					  IBV_SEND_SIGNALED, buf, kind == 5 ? 64 : big, mr->lkey,
+			r = svt_post_send(qp[T_RC], 100 + (uint64_t)i,
+					  kind <= 4 ? IBV_WR_RDMA_WRITE : IBV_WR_RDMA_READ,
+					  IBV_SEND_SIGNALED, buf, kind & 1 ? 64 : big, mr->lkey,
 					  0x10000, 0x1234, 0);
 			break;
 		default:
