@@ -89,6 +89,7 @@ static struct sv_conn *conn_new(struct sv_engine *eng, int fd, bool outgoing,
 	c->outgoing = outgoing;
 	c->local_port = eng->port;
 	c->local_ip = eng->ctx->dev->ip;
+	c->local_ifindex = eng->ctx->dev->ifindex;
 	c->born_ns = sv_now_ns();
 	sv_ref_init(&c->ref, 1); /* the engine's list reference */
 	atomic_init(&c->state, outgoing ? SV_CONN_CONNECTING : SV_CONN_UP);
@@ -213,7 +214,7 @@ struct sv_conn *sv_engine_conn_to(struct sv_engine *eng, const struct sv_endpoin
 	for (l = eng->conns.next; l != &eng->conns; l = l->next) {
 		c = SV_CONTAINER_OF(l, struct sv_conn, link);
 		if (c->outgoing && atomic_load(&c->state) != SV_CONN_DEAD && !atomic_load(&c->abandoned) &&
-		    c->peer.ip.s_addr == peer->ip.s_addr && c->peer.port == peer->port) {
+		    sv_ip_eq(&c->peer.ip, &peer->ip) && c->peer.port == peer->port) {
 			sv_conn_get(c);
 			pthread_mutex_unlock(&eng->lock);
 			return c;
@@ -231,7 +232,9 @@ struct sv_conn *sv_engine_conn_to(struct sv_engine *eng, const struct sv_endpoin
 	if (sv_transport_connect(c, eng->mode) || conn_register(eng, c)) {
 		/* an unreachable peer behaves like a dead link: packets vanish and
 		 * the requester's retry timer turns that into RETRY_EXC_ERR */
-		sv_dbg("connect to %s:%u failed", inet_ntoa(peer->ip), peer->port);
+		char ipbuf[SV_IP_STRLEN];
+
+		sv_dbg("connect to %s:%u failed", sv_ip_str(&peer->ip, ipbuf), peer->port);
 		sv_stat_ctx_count(eng->ctx, SV_CTXC_CONNECT_FAIL);
 		atomic_store(&c->state, SV_CONN_DEAD);
 		c->ops->close(c);
@@ -490,7 +493,7 @@ static struct sv_conn *conn_redial(struct sv_conn *old)
 		return NULL;
 	}
 	sv_dbg("connection to %s:%u ended before the peer's HELLO; %zu bytes go on a new one",
-	       inet_ntoa(c->peer.ip), c->peer.port, bytes);
+	       sv_ip_str(&c->peer.ip, (char[SV_IP_STRLEN]){ 0 }), c->peer.port, bytes);
 	sv_conn_get(c);
 	return c;
 }
@@ -601,7 +604,7 @@ static bool from_peer(const struct sv_qp *qp, const struct sv_conn *conn)
 {
 	/* a datagram says only its sender's address (every endpoint of it
 	 * sends from the same ones), as rxe checks a packet's addresses */
-	return conn->peer.ip.s_addr == qp->peer.ip.s_addr &&
+	return sv_ip_eq(&conn->peer.ip, &qp->peer.ip) &&
 	       (conn->ops->datagram || conn->peer.port == qp->peer.port);
 }
 
@@ -933,7 +936,7 @@ static bool unproven(const struct sv_conn *o, const struct sv_conn *like)
 static bool proven_as(const struct sv_conn *o, const struct sv_conn *like)
 {
 	return !o->outgoing && !sv_conn_gated(o) && atomic_load(&o->state) != SV_CONN_DEAD &&
-	       o->peer.ip.s_addr == like->peer.ip.s_addr && o->peer.port == like->peer.port;
+	       sv_ip_eq(&o->peer.ip, &like->peer.ip) && o->peer.port == like->peer.port;
 }
 
 /* An accepted connection's peer proved itself: beyond SV_MAX_CONNS_PER_PEER
@@ -950,7 +953,8 @@ static void conn_proven(struct sv_conn *c)
 	if (!old)
 		return;
 	sv_warn_limited("peer %s:%u holds more than %d connections: the oldest goes",
-			inet_ntoa(c->peer.ip), c->peer.port, SV_MAX_CONNS_PER_PEER);
+			sv_ip_str(&c->peer.ip, (char[SV_IP_STRLEN]){ 0 }), c->peer.port,
+			SV_MAX_CONNS_PER_PEER);
 	sv_engine_conn_fail(old);
 	sv_conn_put(old);
 }
@@ -1088,7 +1092,7 @@ static void housekeep(struct sv_engine *eng, uint64_t now)
 	}
 	for (int i = 0; i < nlate; i++) {
 		sv_dbg("connection to %s:%u: no handshake in %llu ms; closed",
-		       inet_ntoa(late[i]->peer.ip), late[i]->peer.port,
+		       sv_ip_str(&late[i]->peer.ip, (char[SV_IP_STRLEN]){ 0 }), late[i]->peer.port,
 		       (unsigned long long)(eng->handshake_ns / 1000000ull));
 		sv_engine_conn_fail(late[i]);
 		sv_conn_put(late[i]);
@@ -1405,6 +1409,8 @@ static int listen_all(struct sv_engine *eng, struct in_addr ip,
 			eng->nlisteners = 0;
 			return -fd;
 		}
+		if (fd == -ENOENT)
+			continue; /* nothing of this transport's here (no IPv6 address) */
 		if (fd < 0) {
 			sv_warn("no %s listener for %s:%u (%s)", tps[i]->name, inet_ntoa(ip),
 				eng->port, strerror(-fd));

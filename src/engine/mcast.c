@@ -137,7 +137,8 @@ void sv_mcast_deliver(struct sv_conn *conn, const struct sv_opcode_info *op, uin
 	/* each attached QP gets the datagram as if sent to it alone, but for
 	 * the sender itself when it asked not to (BLOCK_SELF_MCAST_LB) */
 	const struct sv_deth *deth = (const void *)(hdr + op->off_deth);
-	bool ours = conn->peer.ip.s_addr == ctx->dev->ip.s_addr;
+	struct in6_addr own = sv_ip_from_v4(ctx->dev->ip);
+	bool ours = sv_ip_eq(&conn->peer.ip, &own);
 
 	for (int i = 0; i < n; i++) {
 		struct sv_qp *qp = sv_qp_lookup(ctx, qpn[i]);

@@ -58,6 +58,8 @@ struct sv_device {
 	struct ibv_device ibdev;
 	char ifname[IF_NAMESIZE];
 	struct in_addr ip;
+	struct in6_addr ip6; /* GIDs 4 and 5, when has_ip6 (rocev2 only) */
+	bool has_ip6;
 	uint8_t mac[6]; /* all zeros for an interface without one (lo) */
 	int ifindex;
 	uint64_t guid; /* network order */

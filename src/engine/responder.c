@@ -120,13 +120,18 @@ static void ud_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opcode
 	grh[5] = (uint8_t)plen;
 	grh[6] = 0x1b; /* next header: IBA transport */
 	grh[7] = 1;    /* hop limit */
-	/* the GIDs of the two host ports, IPv4-mapped, as RoCE v2 carries them */
-	grh[8 + 10] = grh[8 + 11] = grh[24 + 10] = grh[24 + 11] = 0xff;
-	memcpy(grh + 8 + 12, &conn->peer.ip.s_addr, 4);
-	if (sv_conn_is_mcast(conn))
+	/* the GIDs of the two host ports: IPv4-mapped, as RoCE v2 carries
+	 * them, or IPv6 (an IPv6 peer of rocev2 reaches our IPv6 address) */
+	memcpy(grh + 8, &conn->peer.ip, 16);
+	if (sv_conn_is_mcast(conn)) {
 		memcpy(grh + 24, sv_mcast_mgid(conn)->raw, 16); /* sent to the group */
-	else
-		memcpy(grh + 24 + 12, &qp->ctx->dev->ip.s_addr, 4);
+	} else if (sv_ip_is_v4(&conn->peer.ip) || !qp->ctx->dev->has_ip6) {
+		struct in6_addr own = sv_ip_from_v4(qp->ctx->dev->ip);
+
+		memcpy(grh + 24, &own, 16);
+	} else {
+		memcpy(grh + 24, &qp->ctx->dev->ip6, 16);
+	}
 	qp->rwqe_off = 0;
 	st = place(qp, grh, sizeof(grh), NULL);
 	if (st == IBV_WC_SUCCESS)

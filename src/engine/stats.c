@@ -148,7 +148,9 @@ void sv_stats_qp_update(struct sv_qp *qp)
 
 	__atomic_store_n(&s->state, (uint8_t)qp->state, __ATOMIC_RELAXED);
 	__atomic_store_n(&s->dest_qpn, qp->attr.dest_qp_num, __ATOMIC_RELAXED);
-	__atomic_store_n(&s->peer_ip, qp->peer.ip.s_addr, __ATOMIC_RELAXED);
+	/* the layout has room for IPv4 (an IPv6 peer shows as 0.0.0.0) */
+	__atomic_store_n(&s->peer_ip, sv_ip_is_v4(&qp->peer.ip) ? sv_ip_v4(&qp->peer.ip).s_addr : 0,
+			 __ATOMIC_RELAXED);
 	__atomic_store_n(&s->peer_port, qp->peer.port, __ATOMIC_RELAXED);
 	if (qp->state == IBV_QPS_RESET)
 		s->psn_valid = 0; /* the PSNs start over: nothing sent is resent */

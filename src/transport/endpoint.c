@@ -33,12 +33,26 @@ void sv_gid_encode(union ibv_gid *gid, struct in_addr ip, uint16_t port)
 
 bool sv_gid_decode(const union ibv_gid *gid, struct sv_endpoint_addr *out)
 {
+	struct in_addr v4;
+
 	if (gid->raw[0] != 0xfe || gid->raw[1] != 0x80 || gid->raw[8] != 0x53 ||
 	    gid->raw[9] != 0x56)
 		return false;
 	out->port = (uint16_t)((gid->raw[10] << 8) | gid->raw[11]);
-	memcpy(&out->ip.s_addr, &gid->raw[12], 4);
+	memcpy(&v4.s_addr, &gid->raw[12], 4);
+	out->ip = sv_ip_from_v4(v4);
 	return out->port != 0;
+}
+
+const char *sv_ip_str(const struct in6_addr *a, char buf[SV_IP_STRLEN])
+{
+	struct in_addr v4 = sv_ip_v4(a);
+
+	if (sv_ip_is_v4(a))
+		inet_ntop(AF_INET, &v4, buf, SV_IP_STRLEN);
+	else
+		inet_ntop(AF_INET6, a, buf, SV_IP_STRLEN);
+	return buf;
 }
 
 

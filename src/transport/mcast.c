@@ -214,7 +214,7 @@ static void mcast_input(struct sv_conn *c, bool closing)
 			continue;
 		}
 		/* the sender's address is its port's GID (the GRH's source) */
-		c->peer.ip = from.sin_addr;
+		c->peer.ip = sv_ip_from_v4(from.sin_addr);
 		c->host->rx_frame(c, m->rx + sizeof(h), (size_t)n - sizeof(h));
 		if (atomic_load(&c->state) == SV_CONN_DEAD)
 			return;

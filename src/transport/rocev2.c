@@ -40,6 +40,7 @@
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
+#include <net/if.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,12 +57,13 @@
  * it reads congested (engine.c, congestion.c). */
 #define SV_ROCEV2_RCVBUF (16 << 20)
 #define SV_ROCEV2_SNDBUF (4 << 20)
-#define SV_ROCEV2_FWD_MAGIC 0x53565246u /* "SVRF" */
+#define SV_ROCEV2_FWD_MAGIC 0x53565236u /* "SVR6" */
 
 /* In front of a datagram passed to the context that owns its QPN. */
 struct sv_rocev2_fwd_hdr {
 	uint32_t magic;
-	uint32_t from_ip; /* network order */
+	uint8_t from[16];   /* the sender's address (IPv4-mapped for IPv4) */
+	uint8_t to[16];	    /* the address it was sent to, which the ICRC covers */
 	uint16_t from_port; /* network order */
 	uint8_t tos;	    /* its IP header's traffic class: the ECN bits */
 	uint8_t pad;
@@ -76,7 +78,8 @@ struct sv_rocev2_fwd_hdr {
 /* The sending sockets of one local address, shared by the process's
  * connections from it (conn->tp). */
 struct sv_rocev2_tx {
-	struct in_addr ip;
+	struct in6_addr ip; /* IPv4-mapped for IPv4 */
+	int scope;	    /* an IPv6 link-local address's interface; else 0 */
 	int refs;
 	int fd[SV_ROCEV2_TX_SOCKS];
 	uint16_t port[SV_ROCEV2_TX_SOCKS]; /* host order */
@@ -100,14 +103,45 @@ static void tx_free(struct sv_rocev2_tx *t)
 	free(t);
 }
 
-static struct sv_rocev2_tx *tx_get(struct in_addr ip)
+/* A UDP socket of ip's family, bound to (ip, scope, port), or -errno. */
+struct addr {
+	union {
+		struct sockaddr sa;
+		struct sockaddr_in v4;
+		struct sockaddr_in6 v6;
+	} u;
+	socklen_t len;
+};
+
+static struct addr sockaddr_of(const struct in6_addr *ip, int scope, uint16_t port)
+{
+	struct addr a;
+
+	memset(&a, 0, sizeof(a));
+	if (sv_ip_is_v4(ip)) {
+		a.u.v4.sin_family = AF_INET;
+		a.u.v4.sin_addr = sv_ip_v4(ip);
+		a.u.v4.sin_port = htons(port);
+		a.len = sizeof(a.u.v4);
+	} else {
+		a.u.v6.sin6_family = AF_INET6;
+		a.u.v6.sin6_addr = *ip;
+		a.u.v6.sin6_port = htons(port);
+		a.u.v6.sin6_scope_id = IN6_IS_ADDR_LINKLOCAL(ip) ? (uint32_t)scope : 0;
+		a.len = sizeof(a.u.v6);
+	}
+	return a;
+}
+
+static struct sv_rocev2_tx *tx_get(const struct in6_addr *ip, int scope)
 {
 	struct sv_rocev2_tx *t = NULL;
+	bool v4 = sv_ip_is_v4(ip);
 	int slot = -1;
 
 	pthread_mutex_lock(&tx_lock);
 	for (int i = 0; i < (int)SV_ARRAY_SIZE(tx_pools); i++) {
-		if (tx_pools[i] && tx_pools[i]->ip.s_addr == ip.s_addr) {
+		if (tx_pools[i] && sv_ip_eq(&tx_pools[i]->ip, ip) && tx_pools[i]->scope == scope) {
 			t = tx_pools[i];
 			t->refs++;
 			goto out;
@@ -117,21 +151,24 @@ static struct sv_rocev2_tx *tx_get(struct in_addr ip)
 	}
 	if (slot < 0 || !(t = calloc(1, sizeof(*t))))
 		goto out;
-	t->ip = ip;
+	t->ip = *ip;
+	t->scope = scope;
 	t->refs = 1;
 	for (int i = 0; i < SV_ROCEV2_TX_SOCKS; i++) {
-		struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr = ip };
-		socklen_t sl = sizeof(sa);
-		int pmtu = IP_PMTUDISC_DO, tos = ECN_ECT0;
+		struct addr sa = sockaddr_of(ip, scope, 0);
+		socklen_t sl = sa.len;
+		int pmtu = v4 ? IP_PMTUDISC_DO : IPV6_PMTUDISC_DO, tos = ECN_ECT0, one = 1;
 
-		t->fd[i] = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		t->fd[i] = socket(v4 ? AF_INET : AF_INET6, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 		if (t->fd[i] < 0 ||
-		    setsockopt(t->fd[i], IPPROTO_IP, IP_MTU_DISCOVER, &pmtu, sizeof(pmtu)) ||
+		    (!v4 && setsockopt(t->fd[i], IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one))) ||
+		    setsockopt(t->fd[i], v4 ? IPPROTO_IP : IPPROTO_IPV6,
+			       v4 ? IP_MTU_DISCOVER : IPV6_MTU_DISCOVER, &pmtu, sizeof(pmtu)) ||
 		    /* ECN-capable, as a RoCE NIC with DCQCN sends: a hop
 		     * that queues may mark rather than drop (congestion.c) */
-		    setsockopt(t->fd[i], IPPROTO_IP, IP_TOS, &tos, sizeof(tos)) ||
-		    bind(t->fd[i], (struct sockaddr *)&sa, sizeof(sa)) ||
-		    getsockname(t->fd[i], (struct sockaddr *)&sa, &sl)) {
+		    setsockopt(t->fd[i], v4 ? IPPROTO_IP : IPPROTO_IPV6, v4 ? IP_TOS : IPV6_TCLASS,
+			       &tos, sizeof(tos)) ||
+		    bind(t->fd[i], &sa.u.sa, sa.len) || getsockname(t->fd[i], &sa.u.sa, &sl)) {
 			for (int k = i + 1; k < SV_ROCEV2_TX_SOCKS; k++)
 				t->fd[k] = -1;
 			tx_free(t);
@@ -139,7 +176,7 @@ static struct sv_rocev2_tx *tx_get(struct in_addr ip)
 			goto out;
 		}
 		bufsize(t->fd[i], SO_SNDBUFFORCE, SO_SNDBUF, SV_ROCEV2_SNDBUF);
-		t->port[i] = ntohs(sa.sin_port);
+		t->port[i] = ntohs(v4 ? sa.u.v4.sin_port : sa.u.v6.sin6_port);
 	}
 	tx_pools[slot] = t;
 out:
@@ -161,10 +198,43 @@ static void tx_put(struct sv_rocev2_tx *t)
 
 /* ---- a peer address ---- */
 
+/*
+ * The address datagrams to an IPv6 peer leave from, as the kernel's routing
+ * would choose it (a connected socket's name), and its scope: the ICRC
+ * covers it, so it is bound, not left to the kernel per datagram.
+ */
+static int ipv6_source(const struct in6_addr *peer, int ifindex, struct in6_addr *src, int *scope)
+{
+	struct addr to = sockaddr_of(peer, ifindex, SV_ROCE_UDP_PORT);
+	struct sockaddr_in6 me;
+	socklen_t ml = sizeof(me);
+	int fd = socket(AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0), err = 0;
+
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, &to.u.sa, to.len) || getsockname(fd, (struct sockaddr *)&me, &ml))
+		err = -errno;
+	close(fd);
+	if (err)
+		return err;
+	*src = me.sin6_addr;
+	*scope = IN6_IS_ADDR_LINKLOCAL(src) ? (int)me.sin6_scope_id : 0;
+	return 0;
+}
+
 static int rocev2_connect(struct sv_conn *c)
 {
-	struct sv_rocev2_tx *t = tx_get(c->local_ip);
+	struct in6_addr src = sv_ip_from_v4(c->local_ip);
+	struct sv_rocev2_tx *t;
+	int scope = 0, err;
 
+	if (!sv_ip_is_v4(&c->peer.ip) &&
+	    (err = ipv6_source(&c->peer.ip, c->local_ifindex, &src, &scope))) {
+		sv_dbg("rocev2: no route to %s: %s", sv_ip_str(&c->peer.ip, (char[SV_IP_STRLEN]){ 0 }),
+		       strerror(-err));
+		return err;
+	}
+	t = tx_get(&src, scope);
 	if (!t)
 		return -ENOMEM;
 	c->tp = t;
@@ -203,27 +273,27 @@ static int apply_faults(uint8_t flags, uint8_t *dg, size_t n)
 	return flags & SV_BTH_CE ? ECN_CE : ECN_ECT0;
 }
 
-/* One datagram, with a TOS other than the socket's if asked. */
-static ssize_t send_dgram(int fd, const uint8_t *dg, size_t n, const struct sockaddr_in *to, int tos)
+/* One datagram, with a TOS (traffic class) other than the socket's if asked. */
+static ssize_t send_dgram(int fd, const uint8_t *dg, size_t n, const struct addr *to, int tos)
 {
 	union {
 		char buf[CMSG_SPACE(sizeof(int))];
 		struct cmsghdr align;
 	} u;
 	struct iovec v = { (void *)dg, n };
-	struct msghdr mh = { .msg_name = (void *)to, .msg_namelen = sizeof(*to),
+	struct msghdr mh = { .msg_name = (void *)&to->u, .msg_namelen = to->len,
 			     .msg_iov = &v, .msg_iovlen = 1 };
+	bool v4 = to->u.sa.sa_family == AF_INET;
 	struct cmsghdr *cm;
 
 	if (tos == ECN_ECT0)
-		return sendto(fd, dg, n, MSG_DONTWAIT | MSG_NOSIGNAL, (const struct sockaddr *)to,
-			      sizeof(*to));
+		return sendto(fd, dg, n, MSG_DONTWAIT | MSG_NOSIGNAL, &to->u.sa, to->len);
 	memset(&u, 0, sizeof(u));
 	mh.msg_control = u.buf;
 	mh.msg_controllen = sizeof(u.buf);
 	cm = CMSG_FIRSTHDR(&mh);
-	cm->cmsg_level = IPPROTO_IP;
-	cm->cmsg_type = IP_TOS;
+	cm->cmsg_level = v4 ? IPPROTO_IP : IPPROTO_IPV6;
+	cm->cmsg_type = v4 ? IP_TOS : IPV6_TCLASS;
 	cm->cmsg_len = CMSG_LEN(sizeof(int));
 	memcpy(CMSG_DATA(cm), &tos, sizeof(tos));
 	return sendmsg(fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
@@ -241,13 +311,14 @@ static int rocev2_send(struct sv_conn *c, const struct sv_frames *f)
 	 * gathered into it and encoded there, in place */
 	uint8_t dg[SV_MAX_FRAME + 64];
 	struct sv_rocev2_tx *t = c->tp;
-	struct sockaddr_in to = { .sin_family = AF_INET,
-				  .sin_port = htons(SV_ROCE_UDP_PORT),
-				  .sin_addr = c->peer.ip };
+	struct addr to = sockaddr_of(&c->peer.ip, t->scope ? t->scope : c->local_ifindex,
+				     SV_ROCE_UDP_PORT);
+	bool v4 = sv_ip_is_v4(&c->peer.ip);
+	char ipbuf[SV_IP_STRLEN];
 
 	for (int k = 0; k < f->nframes; k++) {
 		size_t len = 0, skip = SV_FRAME_HEAD, n;
-		struct sv_roce_path path = { .dport = SV_ROCE_UDP_PORT };
+		struct sv_roce_path path = { .v6 = !v4, .dport = SV_ROCE_UDP_PORT };
 		uint8_t flags;
 		int s;
 
@@ -269,8 +340,9 @@ static int rocev2_send(struct sv_conn *c, const struct sv_frames *f)
 		/* the same socket, so the same source port, for each QP pair */
 		s = (int)((pkt_dqpn(dg) * 2654435761u) >> 29) % SV_ROCEV2_TX_SOCKS;
 		flags = dg[1]; /* fault marks: the encoding rewrites the byte */
-		memcpy(path.src, &c->local_ip.s_addr, 4);
-		memcpy(path.dst, &c->peer.ip.s_addr, 4);
+		/* IPv4: the address in the first 4 bytes (roce_wire.h) */
+		memcpy(path.src, &t->ip.s6_addr[v4 ? 12 : 0], v4 ? 4 : 16);
+		memcpy(path.dst, &c->peer.ip.s6_addr[v4 ? 12 : 0], v4 ? 4 : 16);
 		path.sport = t->port[s];
 		n = sv_roce_encode(&path, dg, len, dg, sizeof(dg));
 		if (!n)
@@ -280,9 +352,10 @@ static int rocev2_send(struct sv_conn *c, const struct sv_frames *f)
 				sv_warn_limited("a %zu-byte RoCEv2 datagram to %s is over the path's "
 						"MTU: dropped (the QP's path_mtu is too large for "
 						"the link)",
-						n, inet_ntoa(c->peer.ip));
+						n, sv_ip_str(&c->peer.ip, ipbuf));
 			else
-				sv_dbg("rocev2: sendto %s: %s", inet_ntoa(c->peer.ip), strerror(errno));
+				sv_dbg("rocev2: sendto %s: %s", sv_ip_str(&c->peer.ip, ipbuf),
+				       strerror(errno));
 		}
 	}
 	return f->nframes;
@@ -325,14 +398,18 @@ const struct sv_transport_ops sv_rocev2_ops = {
 
 /* ---- the listener on port 4791, and the forwarding socket ---- */
 
-static int rocev2_listen(struct in_addr ip, uint16_t *port)
+/*
+ * A listener on port 4791, shared with every context of the host
+ * (SO_REUSEPORT): for IPv4 bound to the device's address; for IPv6 to its
+ * interface (ifname), any of its addresses, each datagram saying which one
+ * it was sent to (IPV6_PKTINFO), since the ICRC covers it.
+ */
+static int listen_socket(bool v4, struct in_addr ip, const char *ifname)
 {
-	struct sockaddr_in sa = { .sin_family = AF_INET,
-				  .sin_port = htons(SV_ROCE_UDP_PORT),
-				  .sin_addr = ip };
-	int one = 1, fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	struct in6_addr any = IN6ADDR_ANY_INIT, v4ip = sv_ip_from_v4(ip);
+	struct addr sa = sockaddr_of(v4 ? &v4ip : &any, 0, SV_ROCE_UDP_PORT);
+	int one = 1, fd = socket(v4 ? AF_INET : AF_INET6, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 
-	(void)port; /* every context of the address shares 4791 */
 	if (fd < 0)
 		return -errno;
 	bufsize(fd, SO_RCVBUFFORCE, SO_RCVBUF,
@@ -340,14 +417,55 @@ static int rocev2_listen(struct in_addr ip, uint16_t *port)
 			    1L << 30));
 	if (setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) ||
 	    /* each datagram's TOS: its ECN bits say whether a hop marked it */
-	    setsockopt(fd, IPPROTO_IP, IP_RECVTOS, &one, sizeof(one)) ||
-	    bind(fd, (struct sockaddr *)&sa, sizeof(sa))) {
+	    (v4 && setsockopt(fd, IPPROTO_IP, IP_RECVTOS, &one, sizeof(one))) ||
+	    (!v4 && (setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one)) ||
+		     setsockopt(fd, IPPROTO_IPV6, IPV6_RECVTCLASS, &one, sizeof(one)) ||
+		     setsockopt(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, &one, sizeof(one)) ||
+		     /* unprivileged since Linux 5.7 */
+		     setsockopt(fd, SOL_SOCKET, SO_BINDTODEVICE, ifname, (socklen_t)strlen(ifname)))) ||
+	    bind(fd, &sa.u.sa, sa.len)) {
 		int e = -errno;
 
 		close(fd);
 		return e;
 	}
 	return fd;
+}
+
+static int rocev2_listen(struct in_addr ip, uint16_t *port)
+{
+	(void)port; /* every context of the address shares 4791 */
+	return listen_socket(true, ip, NULL);
+}
+
+/* The interface that has IPv4 address ip, if it has an IPv6 address too. */
+static bool interface_with_ipv6(struct in_addr ip, char ifname[IF_NAMESIZE])
+{
+	struct ifaddrs *ifs;
+	bool found = false, v6 = false;
+
+	if (getifaddrs(&ifs))
+		return false;
+	for (struct ifaddrs *i = ifs; i && !found; i = i->ifa_next)
+		if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
+		    ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr == ip.s_addr) {
+			snprintf(ifname, IF_NAMESIZE, "%s", i->ifa_name);
+			found = true;
+		}
+	for (struct ifaddrs *i = ifs; i && found && !v6; i = i->ifa_next)
+		v6 = i->ifa_addr && i->ifa_addr->sa_family == AF_INET6 && !strcmp(i->ifa_name, ifname);
+	freeifaddrs(ifs);
+	return found && v6;
+}
+
+static int rocev2_listen6(struct in_addr ip, uint16_t *port)
+{
+	char ifname[IF_NAMESIZE];
+
+	(void)port;
+	if (!interface_with_ipv6(ip, ifname))
+		return -ENOENT; /* no IPv6 on the device's interface: nothing to hear */
+	return listen_socket(false, ip, ifname);
 }
 
 /*
@@ -481,28 +599,83 @@ static void fwd_accept(struct fwd_rx *r)
 /*
  * Which senders a context takes datagrams from (docs/SECURITY.md): a RoCE
  * peer cannot prove anything, so the range is the user's to open.
- * SOFTVERBS_ROCEV2_PEERS is a comma-separated list of IPv4 ranges
- * (a.b.c.d/len, or an address); unset, the subnet of the device's own
- * address is admitted, the peers of its link.
+ * SOFTVERBS_ROCEV2_PEERS is a comma-separated list of IPv4 and IPv6 ranges
+ * (a.b.c.d/len, x:y::z/len, or an address); unset, the subnets of the
+ * device's interface are admitted (each of its IPv4 and IPv6 addresses with
+ * its prefix, link-local included): the peers of its link.  A range is kept
+ * as an IPv6 prefix, IPv4 ones IPv4-mapped (::ffff:a.b.c.d/96+len).
  */
 struct range {
-	uint32_t net, mask; /* host order */
+	struct in6_addr net;
+	int len; /* prefix length, 0..128 */
 };
 
+#define ADMIT_MAX 32
 static pthread_mutex_t admit_lock = PTHREAD_MUTEX_INITIALIZER;
 static bool admit_parsed;
-static struct range admit_env[32];
+static struct range admit_env[ADMIT_MAX];
 static int admit_nenv = -1; /* -1: unset */
+/* the default: per device address, its interface's subnets */
 static struct {
-	uint32_t ip; /* network order */
-	struct range r;
-} admit_subnets[16];
-static int admit_nsubnets;
+	struct in_addr ip;
+	struct range r[8];
+	int n;
+} admit_dev[16];
+static int admit_ndev;
+
+static bool in_range(const struct in6_addr *a, const struct range *r)
+{
+	int full = r->len / 8, rest = r->len % 8;
+
+	if (memcmp(a->s6_addr, r->net.s6_addr, (size_t)full))
+		return false;
+	return !rest || !((a->s6_addr[full] ^ r->net.s6_addr[full]) & (0xff00 >> rest));
+}
+
+/* ip/len as a range (its host bits cleared). */
+static struct range range_of(const struct in6_addr *ip, int len)
+{
+	struct range r = { *ip, len };
+
+	for (int b = len; b < 128; b++)
+		r.net.s6_addr[b / 8] &= (uint8_t) ~(0x80 >> (b % 8));
+	return r;
+}
+
+static bool parse_range(char *t, struct range *r)
+{
+	char *slash = strchr(t, '/');
+	struct in_addr a4;
+	struct in6_addr a6;
+	long len = -1;
+	char *end = NULL;
+
+	if (slash) {
+		*slash = 0;
+		len = strtol(slash + 1, &end, 10);
+		if (!*(slash + 1) || *end)
+			return false;
+	}
+	if (inet_pton(AF_INET, t, &a4) == 1) {
+		if (len > 32 || (slash && len < 0))
+			return false;
+		a6 = sv_ip_from_v4(a4);
+		*r = range_of(&a6, 96 + (int)(slash ? len : 32));
+		return true;
+	}
+	if (inet_pton(AF_INET6, t, &a6) == 1) {
+		if (len > 128 || (slash && len < 0))
+			return false;
+		*r = range_of(&a6, (int)(slash ? len : 128));
+		return true;
+	}
+	return false;
+}
 
 static void admit_parse(void)
 {
 	const char *v = getenv("SOFTVERBS_ROCEV2_PEERS");
-	char buf[1024], *save = NULL;
+	char buf[2048], *save = NULL;
 
 	admit_parsed = true;
 	if (!v)
@@ -510,90 +683,120 @@ static void admit_parse(void)
 	admit_nenv = 0;
 	snprintf(buf, sizeof(buf), "%s", v);
 	for (char *t = strtok_r(buf, ", ", &save); t; t = strtok_r(NULL, ", ", &save)) {
-		char *slash = strchr(t, '/');
-		long len = 32;
-		struct in_addr a;
+		char shown[128];
 
-		if (slash) {
-			*slash = 0;
-			len = strtol(slash + 1, NULL, 10);
-		}
-		if (!inet_aton(t, &a) || len < 0 || len > 32 ||
-		    admit_nenv == (int)SV_ARRAY_SIZE(admit_env)) {
-			sv_warn("SOFTVERBS_ROCEV2_PEERS: '%s' is not an IPv4 range; ignored", t);
+		snprintf(shown, sizeof(shown), "%s", t);
+		if (admit_nenv == ADMIT_MAX || !parse_range(t, &admit_env[admit_nenv])) {
+			sv_warn("SOFTVERBS_ROCEV2_PEERS: '%s' is not an IPv4 or IPv6 range; ignored",
+				shown);
 			continue;
 		}
-		admit_env[admit_nenv].mask = len ? 0xffffffffu << (32 - len) : 0;
-		admit_env[admit_nenv].net = ntohl(a.s_addr) & admit_env[admit_nenv].mask;
 		admit_nenv++;
 	}
 }
 
-/* admit_lock held: the subnet of the interface that has address ip. */
-static struct range subnet_of(struct in_addr ip)
+/* admit_lock held: the subnets of the interface that has address ip. */
+static int subnets_of(struct in_addr ip, const struct range **out)
 {
-	struct range r = { ntohl(ip.s_addr), 0xffffffffu };
-	struct ifaddrs *ifs, *i;
+	struct ifaddrs *ifs;
+	int k;
 
-	for (int k = 0; k < admit_nsubnets; k++)
-		if (admit_subnets[k].ip == ip.s_addr)
-			return admit_subnets[k].r;
+	for (k = 0; k < admit_ndev; k++)
+		if (admit_dev[k].ip.s_addr == ip.s_addr)
+			goto found;
+	if (admit_ndev == (int)SV_ARRAY_SIZE(admit_dev))
+		k = 0; /* full: the first slot is recomputed */
+	else
+		k = admit_ndev++;
+	admit_dev[k].ip = ip;
+	admit_dev[k].n = 0;
+	{
+		struct in6_addr a = sv_ip_from_v4(ip);
+
+		admit_dev[k].r[admit_dev[k].n++] = range_of(&a, 128); /* at least itself */
+	}
 	if (!getifaddrs(&ifs)) {
-		for (i = ifs; i; i = i->ifa_next)
-			if (i->ifa_addr && i->ifa_netmask && i->ifa_addr->sa_family == AF_INET &&
-			    ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr == ip.s_addr) {
-				r.mask = ntohl(((struct sockaddr_in *)i->ifa_netmask)->sin_addr.s_addr);
-				r.net &= r.mask;
-				break;
+		const char *name = NULL;
+
+		for (struct ifaddrs *i = ifs; i && !name; i = i->ifa_next)
+			if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
+			    ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr == ip.s_addr)
+				name = i->ifa_name;
+		for (struct ifaddrs *i = ifs; i && name; i = i->ifa_next) {
+			struct in6_addr a, m;
+			int len = 0;
+
+			if (!i->ifa_addr || !i->ifa_netmask || strcmp(i->ifa_name, name) ||
+			    admit_dev[k].n == (int)SV_ARRAY_SIZE(admit_dev[k].r))
+				continue;
+			if (i->ifa_addr->sa_family == AF_INET) {
+				a = sv_ip_from_v4(((struct sockaddr_in *)i->ifa_addr)->sin_addr);
+				m = sv_ip_from_v4(((struct sockaddr_in *)i->ifa_netmask)->sin_addr);
+				len = 96;
+				for (int b = 96; b < 128 && (m.s6_addr[b / 8] & (0x80 >> (b % 8))); b++)
+					len = b + 1;
+			} else if (i->ifa_addr->sa_family == AF_INET6) {
+				a = ((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr;
+				m = ((struct sockaddr_in6 *)i->ifa_netmask)->sin6_addr;
+				for (int b = 0; b < 128 && (m.s6_addr[b / 8] & (0x80 >> (b % 8))); b++)
+					len = b + 1;
+			} else {
+				continue;
 			}
+			admit_dev[k].r[admit_dev[k].n++] = range_of(&a, len);
+		}
 		freeifaddrs(ifs);
 	}
-	if (admit_nsubnets < (int)SV_ARRAY_SIZE(admit_subnets)) {
-		admit_subnets[admit_nsubnets].ip = ip.s_addr;
-		admit_subnets[admit_nsubnets++].r = r;
-	}
-	return r;
+found:
+	*out = admit_dev[k].r;
+	return admit_dev[k].n;
 }
 
-static bool admitted(struct in_addr local, struct in_addr from)
+static bool admitted(struct in_addr local, const struct in6_addr *from)
 {
-	uint32_t f = ntohl(from.s_addr);
 	bool ok = false;
 
 	pthread_mutex_lock(&admit_lock);
 	if (!admit_parsed)
 		admit_parse();
 	if (admit_nenv < 0) {
-		struct range r = subnet_of(local);
+		const struct range *r;
+		int n = subnets_of(local, &r);
 
-		ok = (f & r.mask) == r.net;
+		for (int k = 0; k < n && !ok; k++)
+			ok = in_range(from, &r[k]);
 	}
 	for (int k = 0; k < admit_nenv && !ok; k++)
-		ok = (f & admit_env[k].mask) == admit_env[k].net;
+		ok = in_range(from, &admit_env[k]);
 	pthread_mutex_unlock(&admit_lock);
 	return ok;
 }
 
-/* A datagram from d->from, UDP source port sport, whose IP header had TOS
- * tos: admitted, checked and decoded into d (1), or refused (-1). */
+/* A datagram from d->from to d->to, UDP source port sport, whose IP header
+ * had TOS (traffic class) tos: admitted, checked and decoded into d (1), or
+ * refused (-1). */
 static int decode(struct sv_dgram *d, const uint8_t *raw, size_t n, uint16_t sport, uint8_t tos)
 {
-	struct sv_roce_path path = { .sport = sport, .dport = SV_ROCE_UDP_PORT };
+	bool v4 = sv_ip_is_v4(&d->from);
+	struct sv_roce_path path = { .v6 = !v4, .sport = sport, .dport = SV_ROCE_UDP_PORT };
+	char ipbuf[SV_IP_STRLEN];
 	int r;
 
-	if (!admitted(d->local_ip, d->from)) {
+	if (!admitted(d->local_ip, &d->from)) {
 		sv_warn_limited("a RoCEv2 datagram from %s, which SOFTVERBS_ROCEV2_PEERS does not "
 				"admit; dropped",
-				inet_ntoa(d->from));
+				sv_ip_str(&d->from, ipbuf));
 		return -1;
 	}
-
-	memcpy(path.src, &d->from.s_addr, 4);
-	memcpy(path.dst, &d->local_ip.s_addr, 4);
+	if (v4 != sv_ip_is_v4(&d->to))
+		return -1;
+	/* IPv4: the address in the first 4 bytes (roce_wire.h) */
+	memcpy(path.src, &d->from.s6_addr[v4 ? 12 : 0], v4 ? 4 : 16);
+	memcpy(path.dst, &d->to.s6_addr[v4 ? 12 : 0], v4 ? 4 : 16);
 	r = sv_roce_decode(&path, raw, n, d->buf, d->cap, &d->ecn);
 	if (r < 0) {
 		sv_warn_limited("a RoCEv2 datagram from %s:%u was refused (%s); dropped",
-				inet_ntoa(d->from), sport,
+				sv_ip_str(&d->from, ipbuf), sport,
 				r == SV_ROCE_BAD_ICRC	  ? "ICRC"
 				: r == SV_ROCE_BAD_OPCODE ? "opcode"
 							  : "format");
@@ -613,17 +816,18 @@ static int decode(struct sv_dgram *d, const uint8_t *raw, size_t n, uint16_t spo
  * datagram is dropped, as a NIC drops a packet for an unknown QP or one it
  * has no buffer for.
  */
-static void forward(const struct sv_dgram *d, const struct sockaddr_in *from, const uint8_t *raw,
-		    size_t n, uint16_t to_port, uint8_t tos)
+static void forward(const struct sv_dgram *d, uint16_t from_port, const uint8_t *raw, size_t n,
+		    uint16_t to_port, uint8_t tos)
 {
 	struct sv_rocev2_fwd_hdr h = { .magic = htonl(SV_ROCEV2_FWD_MAGIC),
-				       .from_ip = from->sin_addr.s_addr,
-				       .from_port = from->sin_port,
+				       .from_port = htons(from_port),
 				       .tos = tos };
 	struct iovec v[2] = { { &h, sizeof(h) }, { (void *)raw, n } };
 	struct msghdr mh = { .msg_iov = v, .msg_iovlen = 2 };
 	struct fwd_tx *t, **pp;
 
+	memcpy(h.from, &d->from, 16);
+	memcpy(h.to, &d->to, 16);
 	pthread_mutex_lock(&fwd_lock);
 	for (pp = &fwd_txs; (t = *pp); pp = &t->next)
 		if (t->ip.s_addr == d->local_ip.s_addr && t->port == to_port)
@@ -666,40 +870,75 @@ static void forward(const struct sv_dgram *d, const struct sockaddr_in *from, co
 	pthread_mutex_unlock(&fwd_lock);
 }
 
+/* One datagram from listener lfd (IPv4 or IPv6), into d or to its owner. */
 static int rocev2_recv(int lfd, struct sv_dgram *d)
 {
-	struct sockaddr_in from;
+	union {
+		struct sockaddr sa;
+		struct sockaddr_in v4;
+		struct sockaddr_in6 v6;
+	} from;
 	uint8_t *rx_raw = d->raw;
 	union {
-		char buf[CMSG_SPACE(sizeof(int))];
+		char buf[CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(struct in6_pktinfo))];
 		struct cmsghdr align;
 	} u;
 	struct iovec v = { rx_raw, d->raw_cap };
 	struct msghdr mh = { .msg_name = &from, .msg_namelen = sizeof(from), .msg_iov = &v,
 			     .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf) };
 	ssize_t n = recvmsg(lfd, &mh, MSG_DONTWAIT);
+	bool to_known = false;
+	uint16_t sport, owner;
 	uint8_t tos = 0;
 	uint32_t dqpn;
-	uint16_t owner;
 
 	if (n < 0)
 		return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
-	if (mh.msg_namelen != sizeof(from) || from.sin_family != AF_INET ||
-	    n < 12 + SV_ROCE_ICRC_LEN)
+	if (n < 12 + SV_ROCE_ICRC_LEN)
 		return -1;
-	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm))
-		if (cm->cmsg_level == IPPROTO_IP && cm->cmsg_type == IP_TOS && cm->cmsg_len >= CMSG_LEN(1))
+	if (mh.msg_namelen == sizeof(from.v4) && from.sa.sa_family == AF_INET) {
+		d->from = sv_ip_from_v4(from.v4.sin_addr);
+		d->to = sv_ip_from_v4(d->local_ip); /* what the listener is bound to */
+		sport = ntohs(from.v4.sin_port);
+		to_known = true;
+	} else if (mh.msg_namelen == sizeof(from.v6) && from.sa.sa_family == AF_INET6 &&
+		   !IN6_IS_ADDR_V4MAPPED(&from.v6.sin6_addr)) {
+		d->from = from.v6.sin6_addr;
+		sport = ntohs(from.v6.sin6_port);
+	} else {
+		return -1;
+	}
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+		if (cm->cmsg_level == IPPROTO_IP && cm->cmsg_type == IP_TOS &&
+		    cm->cmsg_len >= CMSG_LEN(1))
 			tos = *(const uint8_t *)CMSG_DATA(cm);
-	d->from = from.sin_addr;
+		if (cm->cmsg_level == IPPROTO_IPV6 && cm->cmsg_type == IPV6_TCLASS &&
+		    cm->cmsg_len >= CMSG_LEN(sizeof(int))) {
+			int tc;
+
+			memcpy(&tc, CMSG_DATA(cm), sizeof(tc));
+			tos = (uint8_t)tc;
+		}
+		if (cm->cmsg_level == IPPROTO_IPV6 && cm->cmsg_type == IPV6_PKTINFO &&
+		    cm->cmsg_len >= CMSG_LEN(sizeof(struct in6_pktinfo))) {
+			struct in6_pktinfo pi;
+
+			memcpy(&pi, CMSG_DATA(cm), sizeof(pi));
+			d->to = pi.ipi6_addr;
+			to_known = !IN6_IS_ADDR_V4MAPPED(&pi.ipi6_addr);
+		}
+	}
+	if (!to_known)
+		return -1;
 	dqpn = pkt_dqpn(rx_raw);
 	owner = sv_qpn_port(dqpn);
 	/* QPNs of block 0 (the special QPs) and the multicast QPN have no
 	 * owner: they stay here and meet no QP */
 	if (owner && owner != d->local_port && dqpn != 0xffffffu) {
-		forward(d, &from, rx_raw, (size_t)n, owner, tos);
+		forward(d, sport, rx_raw, (size_t)n, owner, tos);
 		return -1;
 	}
-	return decode(d, rx_raw, (size_t)n, ntohs(from.sin_port), tos);
+	return decode(d, rx_raw, (size_t)n, sport, tos);
 }
 
 static int rocev2_fwd_recv(int ep, struct sv_dgram *d)
@@ -732,9 +971,11 @@ static int rocev2_fwd_recv(int ep, struct sv_dgram *d)
 	memcpy(&h, rx_raw, sizeof(h));
 	if (ntohl(h.magic) != SV_ROCEV2_FWD_MAGIC)
 		return -1;
-	d->from.s_addr = h.from_ip;
+	memcpy(&d->from, h.from, 16);
+	memcpy(&d->to, h.to, 16);
 	return decode(d, rx_raw + sizeof(h), (size_t)n - sizeof(h), ntohs(h.from_port), h.tos);
 }
+
 
 /* What the kernel holds of lfd's datagrams against its buffer (SO_MEMINFO). */
 static bool rocev2_backlogged(int lfd)
@@ -751,6 +992,14 @@ const struct sv_transport_ops sv_rocev2_listen_ops = {
 	.name = "rocev2",
 	.datagram = true,
 	.listen = rocev2_listen,
+	.recv = rocev2_recv,
+	.backlogged = rocev2_backlogged,
+};
+
+const struct sv_transport_ops sv_rocev2_listen6_ops = {
+	.name = "rocev2 IPv6",
+	.datagram = true,
+	.listen = rocev2_listen6,
 	.recv = rocev2_recv,
 	.backlogged = rocev2_backlogged,
 };

@@ -41,6 +41,7 @@ int sv_transports_listening(enum sv_transport_mode mode,
 		/* tcp holds the block's port still (registry.h), which names
 		 * the forwarding socket; nothing connects to it */
 		out[n++] = &sv_rocev2_listen_ops;
+		out[n++] = &sv_rocev2_listen6_ops; /* none where the link has no IPv6 */
 		out[n++] = &sv_rocev2_fwd_ops;
 		return n;
 	}
@@ -68,7 +69,7 @@ int sv_transport_connect(struct sv_conn *c, enum sv_transport_mode mode)
 		c->ops = &sv_shm_ops;
 		if (!c->ops->connect(c) && c->fd >= 0)
 			return 0;
-		sv_dbg("no shm path to %s:%u", inet_ntoa(c->peer.ip), c->peer.port);
+		sv_dbg("no shm path to %s:%u", sv_ip_str(&c->peer.ip, (char[SV_IP_STRLEN]){ 0 }), c->peer.port);
 		if (mode == SV_TRANSPORT_SHM)
 			return -EHOSTUNREACH;
 	}

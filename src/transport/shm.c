@@ -313,7 +313,11 @@ static int shm_connect(struct sv_conn *c)
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
-	sv_endpoint_unix_name(&sa, &sl, "shm", c->peer.ip, c->peer.port);
+	if (!sv_ip_is_v4(&c->peer.ip)) {
+		close(fd);
+		return -EAFNOSUPPORT; /* endpoints are IPv4 addresses */
+	}
+	sv_endpoint_unix_name(&sa, &sl, "shm", sv_ip_v4(&c->peer.ip), c->peer.port);
 	/* a unix connect to a listener completes at once (or fails: no such
 	 * endpoint here, or its backlog is full) */
 	if (connect(fd, (struct sockaddr *)&sa, sl) || !peer_is_us(fd, &pid)) {

@@ -142,9 +142,13 @@ static int tcp_connect(struct sv_conn *conn)
 {
 	uint16_t shared = conn->direct ? 0 : sv_tcp_shared_port();
 	struct sockaddr_in sa = { .sin_family = AF_INET,
-				  .sin_addr = conn->peer.ip,
+				  .sin_addr = sv_ip_v4(&conn->peer.ip),
 				  .sin_port = htons(shared ? shared : conn->peer.port) };
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	int fd;
+
+	if (!sv_ip_is_v4(&conn->peer.ip))
+		return -EAFNOSUPPORT; /* endpoints are IPv4 addresses */
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 
 	if (fd < 0)
 		return -errno;

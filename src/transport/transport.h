@@ -19,6 +19,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <string.h>
 #include <sys/uio.h>
 
 #include "common/util.h"
@@ -27,9 +28,45 @@
 struct sv_engine;
 struct sv_conn;
 
+/*
+ * A host's address: IPv6, or IPv4 in its IPv4-mapped form ::ffff:a.b.c.d,
+ * which is also how a RoCE GID carries one.  IPv6 proper is the rocev2
+ * transport's only (tcp and shm endpoints are IPv4 addresses).
+ */
+static inline bool sv_ip_is_v4(const struct in6_addr *a)
+{
+	return IN6_IS_ADDR_V4MAPPED(a);
+}
+
+static inline struct in_addr sv_ip_v4(const struct in6_addr *a)
+{
+	struct in_addr v4;
+
+	memcpy(&v4.s_addr, &a->s6_addr[12], 4);
+	return v4;
+}
+
+static inline struct in6_addr sv_ip_from_v4(struct in_addr v4)
+{
+	struct in6_addr a = { 0 };
+
+	a.s6_addr[10] = a.s6_addr[11] = 0xff;
+	memcpy(&a.s6_addr[12], &v4.s_addr, 4);
+	return a;
+}
+
+static inline bool sv_ip_eq(const struct in6_addr *a, const struct in6_addr *b)
+{
+	return !memcmp(a, b, sizeof(*a));
+}
+
+/* Text for logs: dotted for IPv4, RFC 5952 for IPv6 (endpoint.c). */
+#define SV_IP_STRLEN 46
+const char *sv_ip_str(const struct in6_addr *a, char buf[SV_IP_STRLEN]);
+
 /* Where a peer endpoint listens: decoded from its GID (endpoint.c). */
 struct sv_endpoint_addr {
-	struct in_addr ip;
+	struct in6_addr ip;
 	uint16_t port; /* host order */
 };
 
@@ -176,6 +213,7 @@ struct sv_conn {
 	uint8_t peer_gid[16];  /* from the peer's HELLO */
 	uint16_t local_port;   /* our endpoint's port (set by the engine) */
 	struct in_addr local_ip; /* our endpoint's address (set by the engine) */
+	int local_ifindex;     /* its interface (the scope of an IPv6 link-local peer) */
 	const union ibv_gid *hello_gid; /* what our HELLO says (the engine's endpoint) */
 	/* The host's shared port (tcp.c): a connection accepted there answers
 	 * only once the peer's HELLO says it is for us (else it is handed on,
@@ -306,7 +344,8 @@ struct sv_dgram {
 	uint8_t *raw;		 /* room for the datagram as it arrived */
 	size_t raw_cap;
 	/* set by recv */
-	struct in_addr from; /* the sender's address */
+	struct in6_addr from; /* the sender's address */
+	struct in6_addr to;   /* the address it was sent to (ours) */
 	size_t len;	     /* the packet's length in buf */
 	bool ecn;	     /* it arrived marked (IP ECN CE or FECN): congestion on the way */
 };
@@ -389,6 +428,7 @@ extern const struct sv_transport_ops sv_shm_ops;
  * there for this one. */
 extern const struct sv_transport_ops sv_rocev2_ops;
 extern const struct sv_transport_ops sv_rocev2_listen_ops;
+extern const struct sv_transport_ops sv_rocev2_listen6_ops;
 extern const struct sv_transport_ops sv_rocev2_fwd_ops;
 
 /*

@@ -18,7 +18,7 @@ struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 	memset(&peer, 0, sizeof(peer));
 	if (!pd || !attr || !attr->is_global || attr->grh.sgid_index >= SV_GID_TBL_LEN ||
 	    (attr->port_num && attr->port_num != 1) ||
-	    (!mcast && !sv_gid_to_ip(&attr->grh.dgid, &peer.ip))) {
+	    (!mcast && !sv_gid_to_ip(to_sv_ctx(pd->context), &attr->grh.dgid, &peer.ip))) {
 		errno = EINVAL;
 		return NULL;
 	}
@@ -59,7 +59,7 @@ int ibv_destroy_ah(struct ibv_ah *ibah)
 int ibv_init_ah_from_wc(struct ibv_context *context, uint8_t port_num, struct ibv_wc *wc,
 			struct ibv_grh *grh, struct ibv_ah_attr *ah_attr)
 {
-	static const uint32_t prefer[SV_GID_TBL_LEN] = { 3, 1, 2, 0 }; /* RoCE v2 first */
+	static const uint32_t prefer[SV_GID_TBL_LEN] = { 3, 1, 5, 2, 0, 4 }; /* RoCE v2 first */
 	int sgid = -1;
 
 	if (!context || !wc || !grh || !ah_attr || port_num != 1)
@@ -73,11 +73,11 @@ int ibv_init_ah_from_wc(struct ibv_context *context, uint8_t port_num, struct ib
 		return -1; /* RoCE-style addressing always needs the GRH */
 	/* our GID the packet was sent to: the GRH's destination, in our table */
 	for (uint32_t k = 0; k < SV_GID_TBL_LEN && sgid < 0; k++) {
-		union ibv_gid g;
-		enum ibv_gid_type t;
+		struct ibv_gid_entry e;
 
-		sv_port_gid(to_sv_ctx(context)->dev, prefer[k], &g, &t);
-		if (!memcmp(&g, &grh->dgid, sizeof(g)))
+		if (sv_gid_entry(to_sv_ctx(context)->dev, NULL, prefer[k], &e))
+			continue; /* empty */
+		if (!memcmp(&e.gid, &grh->dgid, sizeof(e.gid)))
 			sgid = (int)prefer[k];
 	}
 	if (sgid < 0)

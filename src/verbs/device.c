@@ -87,6 +87,26 @@ static void interface_mac(const char *ifname, uint8_t mac[6])
 		close(fd);
 }
 
+/*
+ * The interface's first IPv6 address that is not link-local (::1 for lo):
+ * GID indexes 4 and 5 (gid.c).  Its link-local address is not one: GIDs 0
+ * and 1 are the MAC's link-local form, which softverbs resolves to the
+ * host's IPv4 address.
+ */
+static bool interface_ip6(const struct ifaddrs *all, const char *ifname, struct in6_addr *ip6)
+{
+	for (const struct ifaddrs *i = all; i; i = i->ifa_next) {
+		const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)i->ifa_addr;
+
+		if (s6 && s6->sin6_family == AF_INET6 && !strcmp(i->ifa_name, ifname) &&
+		    !IN6_IS_ADDR_LINKLOCAL(&s6->sin6_addr) && !IN6_IS_ADDR_V4MAPPED(&s6->sin6_addr)) {
+			*ip6 = s6->sin6_addr;
+			return true;
+		}
+	}
+	return false;
+}
+
 const struct sv_device *sv_device_by_mac(const uint8_t mac[6])
 {
 	for (int k = 0; k < ndevs; k++)
@@ -126,6 +146,7 @@ static void scan_devices(void)
 		d->ip = sin->sin_addr;
 		d->ifindex = (int)if_nametoindex(i->ifa_name);
 		interface_mac(i->ifa_name, d->mac);
+		d->has_ip6 = interface_ip6(ifa, i->ifa_name, &d->ip6);
 		d->index = ndevs;
 		d->loopback = (i->ifa_flags & IFF_LOOPBACK) != 0;
 		/* node GUID: "SV" marker, interface index, IPv4 address */

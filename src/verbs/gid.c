@@ -7,13 +7,22 @@
  *   index 1   fe80::EUI-64 of the MAC   RoCE v2
  *   index 2   ::ffff:IPv4               RoCE v1
  *   index 3   ::ffff:IPv4               RoCE v2
+ *   index 4   the interface's IPv6      RoCE v1   } empty when it has
+ *   index 5   the interface's IPv6      RoCE v2   } none (device.c)
  *
  * An interface without a MAC (lo) stands in with 00:00:00:00:00:00,
  * fe80::200:ff:fe00:0.  What a QP on this host is reached by is (any of
  * these GIDs, QPN): the GID names the host's port, and the QPN, unique on
  * the host (src/transport/registry.c), the process and its endpoint.
+ *
+ * Indexes 0 to 3 reach the host's IPv4 address, whatever the transport:
+ * the link-local GIDs are resolved to it (a host of ours, or a neighbour in
+ * the ARP table), so that `-g 0` works on any link, lo included.  An IPv6
+ * GID proper (index 4 and 5, or a peer's IPv6 address) is carried over IPv6
+ * by the rocev2 transport alone: tcp and shm endpoints are IPv4 addresses.
  */
 #include "verbs/verbs.h"
+#include "engine/engine.h"
 
 #include <arpa/inet.h>
 #include <stdio.h>
@@ -23,7 +32,10 @@ void sv_port_gid(const struct sv_device *dev, uint32_t index, union ibv_gid *gid
 		 enum ibv_gid_type *type)
 {
 	memset(gid, 0, sizeof(*gid));
-	if (index < 2) {
+	if (index >= 4) {
+		if (dev->has_ip6)
+			memcpy(gid->raw, &dev->ip6, 16);
+	} else if (index < 2) {
 		gid->raw[0] = 0xfe;
 		gid->raw[1] = 0x80;
 		gid->raw[8] = dev->mac[0] ^ 0x02; /* universal/local bit flipped */
@@ -60,10 +72,11 @@ static bool arp_lookup(const uint8_t mac[6], struct in_addr *ip)
 	return found;
 }
 
-bool sv_gid_to_ip(const union ibv_gid *gid, struct in_addr *ip)
+/* The IPv4 address of the host port a GID of index 0 to 3 names (ours or
+ * a neighbour's), if it is one. */
+static bool gid_to_ipv4(const uint8_t *g, struct in_addr *ip)
 {
 	static const uint8_t v4_prefix[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
-	const uint8_t *g = gid->raw;
 	uint8_t mac[6];
 	const struct sv_device *d;
 
@@ -87,4 +100,23 @@ bool sv_gid_to_ip(const union ibv_gid *gid, struct in_addr *ip)
 		return true;
 	}
 	return arp_lookup(mac, ip);
+}
+
+bool sv_gid_to_ip(const struct sv_context *ctx, const union ibv_gid *gid, struct in6_addr *ip)
+{
+	const uint8_t *g = gid->raw;
+	struct in_addr v4;
+	static const uint8_t zero[16];
+
+	if (gid_to_ipv4(g, &v4)) {
+		*ip = sv_ip_from_v4(v4);
+		return true;
+	}
+	/* an IPv6 unicast address: over RoCEv2 only, as it is (not ::, not
+	 * multicast, not an IPv4-mapped 0.0.0.0) */
+	if (ctx->eng->mode != SV_TRANSPORT_ROCEV2 || !memcmp(g, zero, 16) || g[0] == 0xff ||
+	    IN6_IS_ADDR_V4MAPPED((const struct in6_addr *)g))
+		return false;
+	memcpy(ip, g, 16);
+	return true;
 }

@@ -341,7 +341,7 @@ static int check_attr_values(struct sv_qp *qp, struct ibv_qp_attr *a, int mask,
 		/* RoCE addressing: a GRH with the peer's GID is mandatory; it
 		 * names the peer's host, any index of ours is a valid source */
 		if (!ah->is_global || ah->grh.sgid_index >= SV_GID_TBL_LEN ||
-		    (ah->port_num && ah->port_num != 1) || !sv_gid_to_ip(&ah->grh.dgid, &peer->ip))
+		    (ah->port_num && ah->port_num != 1) || !sv_gid_to_ip(qp->ctx, &ah->grh.dgid, &peer->ip))
 			return EINVAL;
 	}
 	return 0;
@@ -408,7 +408,7 @@ int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 		if (!(mask & IBV_QP_AV))
 			peer.ip = qp->peer.ip;
 		peer.port = sv_qpn_port(qp->attr.dest_qp_num);
-		if (peer.ip.s_addr != qp->peer.ip.s_addr || peer.port != qp->peer.port) {
+		if (!sv_ip_eq(&peer.ip, &qp->peer.ip) || peer.port != qp->peer.port) {
 			if (qp->conn) {
 				sv_engine_forget_qp(qp->ctx->eng, qp);
 				sv_conn_put(qp->conn);

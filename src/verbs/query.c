@@ -206,8 +206,8 @@ int sv_gid_entry(const struct sv_device *dev, const struct sv_context *ctx, uint
 	enum ibv_gid_type type;
 
 	(void)ctx;
-	if (index >= SV_GID_TBL_LEN)
-		return ENODATA;
+	if (index >= SV_GID_TBL_LEN || (index >= 4 && !dev->has_ip6))
+		return ENODATA; /* past the table, or an empty entry */
 	memset(e, 0, sizeof(*e));
 	sv_port_gid(dev, index, &e->gid, &type);
 	e->gid_index = index;
@@ -221,9 +221,11 @@ int ibv_query_gid(struct ibv_context *context, uint8_t port_num, int index, unio
 {
 	struct ibv_gid_entry e;
 
-	if (!context || !gid || port_num != 1 || index < 0 ||
-	    sv_gid_entry(to_sv_ctx(context)->dev, to_sv_ctx(context), (uint32_t)index, &e))
+	if (!context || !gid || port_num != 1 || index < 0 || index >= SV_GID_TBL_LEN)
 		return -1; /* rdma-core returns -1 here */
+	/* an empty entry reads as zeros, as in rdma-core */
+	if (sv_gid_entry(to_sv_ctx(context)->dev, to_sv_ctx(context), (uint32_t)index, &e))
+		memset(&e, 0, sizeof(e));
 	*gid = e.gid;
 	return 0;
 }
@@ -267,7 +269,9 @@ ssize_t _ibv_query_gid_table(struct ibv_context *context, struct ibv_gid_entry *
 	struct ibv_gid_entry e;
 	size_t n = 0;
 
-	while (!sv_gid_entry(ctx->dev, ctx, (uint32_t)n, &e)) {
+	for (uint32_t i = 0; i < SV_GID_TBL_LEN; i++) {
+		if (sv_gid_entry(ctx->dev, ctx, i, &e))
+			continue; /* empty: not listed */
 		if (n == max_entries)
 			return -EINVAL; /* the table does not fit */
 		/* entries are entry_size apart: the caller's struct may have grown */

@@ -250,13 +250,18 @@ static void add_port(struct view *v, const struct sv_device *d, const char *devd
 		snprintf(path, sizeof(path), "%s/%s/%s", dir, group, name);
 		add(v, ENTRY_FILE, strdup(path), strdup(""));
 	}
-	for (uint32_t i = 0; !sv_gid_entry(d, NULL, i, &ge); i++) {
+	for (uint32_t i = 0; i < SV_GID_TBL_LEN; i++) {
 		char gid[40], name[16];
+		bool empty = sv_gid_entry(d, NULL, i, &ge) != 0;
 
+		if (empty)
+			memset(&ge, 0, sizeof(ge));
 		gid_text(&ge.gid, gid);
 		snprintf(name, sizeof(name), "%u", i);
 		snprintf(sub, sizeof(sub), "%s/gids", dir);
 		add_attr(v, sub, name, "%s", gid);
+		if (empty)
+			continue; /* the kernel has no type or netdev for it either */
 		snprintf(sub, sizeof(sub), "%s/gid_attrs/types", dir);
 		add_attr(v, sub, name, "%s",
 			 ge.gid_type == IBV_GID_TYPE_ROCE_V2 ? "RoCE v2" : "IB/RoCE v1");

@@ -18,12 +18,13 @@ int sv_gid_entry(const struct sv_device *dev, const struct sv_context *ctx, uint
 		 struct ibv_gid_entry *e); /* ctx may be NULL; ENODATA past the table */
 
 /* gid.c: the port's GID table (the same in every process) and what a GID names */
-#define SV_GID_TBL_LEN 4
+#define SV_GID_TBL_LEN 6
 void sv_port_gid(const struct sv_device *dev, uint32_t index, union ibv_gid *gid,
 		 enum ibv_gid_type *type);
-/* The IPv4 address of the host port a GID of any index names (ours or a
- * neighbour's); false for a GID that names none. */
-bool sv_gid_to_ip(const union ibv_gid *gid, struct in_addr *ip);
+/* The address of the host port a GID names (ours or a neighbour's): IPv4
+ * (IPv4-mapped) for indexes 0 to 3, IPv6 for an IPv6 GID where ctx's
+ * transport is rocev2; false for a GID that names none (gid.c). */
+bool sv_gid_to_ip(const struct sv_context *ctx, const union ibv_gid *gid, struct in6_addr *ip);
 /* device.c: the device of the interface with this MAC, or NULL */
 const struct sv_device *sv_device_by_mac(const uint8_t mac[6]);
 

@@ -98,7 +98,7 @@ static void test_open_close(void)
 	struct ibv_port_attr pa;
 
 	SVT_CHECK_OK(ibv_query_port(c1, 1, &pa));
-	SVT_CHECK_EQ(pa.gid_tbl_len, 4);
+	SVT_CHECK_EQ(pa.gid_tbl_len, 6);
 	for (int i = 0; i < 4; i++) {
 		struct ibv_gid_entry e;
 
@@ -115,7 +115,29 @@ static void test_open_close(void)
 			SVT_CHECK(g1.raw[10] == 0xff && g1.raw[11] == 0xff && g1.raw[0] == 0);
 		}
 	}
-	SVT_CHECK_EQ(ibv_query_gid(c1, 1, 4, &g1), -1);
+	/* then the interface's IPv6 address, v1/v2, or two empty entries:
+	 * zeros from ibv_query_gid, ENODATA from ibv_query_gid_ex */
+	for (int i = 4; i < 6; i++) {
+		struct ibv_gid_entry e;
+		static const uint8_t zero[16];
+		int r = ibv_query_gid_ex(c1, 1, (uint32_t)i, &e, 0);
+
+		SVT_CHECK_OK(ibv_query_gid(c1, 1, i, &g1));
+		SVT_CHECK_OK(ibv_query_gid(c2, 1, i, &g2));
+		SVT_CHECK_MEM(&g1, &g2, sizeof(g1));
+		if (r == 0) {
+			SVT_CHECK_MEM(&e.gid, &g1, sizeof(g1));
+			SVT_CHECK_EQ(e.gid_type, i & 1 ? IBV_GID_TYPE_ROCE_V2 : IBV_GID_TYPE_ROCE_V1);
+			/* an IPv6 address proper: not link-local, not IPv4-mapped */
+			SVT_CHECK(memcmp(g1.raw, zero, 16) != 0);
+			SVT_CHECK(!(g1.raw[0] == 0xfe && (g1.raw[1] & 0xc0) == 0x80));
+			SVT_CHECK(!(g1.raw[10] == 0xff && g1.raw[11] == 0xff && g1.raw[0] == 0));
+		} else {
+			SVT_CHECK_EQ(r, ENODATA);
+			SVT_CHECK_MEM(g1.raw, zero, 16);
+		}
+	}
+	SVT_CHECK_EQ(ibv_query_gid(c1, 1, 6, &g1), -1);
 
 	SVT_CHECK_OK(ibv_close_device(c2));
 	SVT_CHECK_OK(ibv_close_device(c1));
