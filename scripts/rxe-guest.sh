@@ -39,6 +39,9 @@
 #   SV_HOST_IP, SV_GUEST_IP   the two addresses
 #   SV_RXE_DEV=rxe0, SV_RXE_NETDEV=eth0
 #   SV_RXE_GID_INDEX          the GID index of ::ffff:GUEST_IP, RoCE v2
+#   SV_HOST_IP6, SV_GUEST_IP6 IPv6 addresses of the link, fd53:5676:B:C::D/64
+#                             for IPv4 A.B.C.D (ipv6_of)
+#   SV_RXE_GID6_INDEX         the GID index of GUEST_IP6, RoCE v2
 #   SV_FILES                  where --put copied its files
 # The ready line (ready file, and this script's stderr) reads
 #   SV-GUEST-READY dev=rxe0 netdev=eth0 ip=GUEST_IP gid_index=N gid=::ffff:... host_ping=ok
@@ -205,7 +208,7 @@ set -u
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 export HOME=/root LANG=C.UTF-8 TERM=dumb
 . /run/sv/params.sh
-export SV_HOST_IP SV_GUEST_IP SV_FILES=/run/sv/files SV_RXE_DEV=rxe0 SV_RXE_NETDEV=eth0
+export SV_HOST_IP SV_GUEST_IP SV_HOST_IP6 SV_GUEST_IP6 SV_FILES=/run/sv/files SV_RXE_DEV=rxe0 SV_RXE_NETDEV=eth0
 # ttyS1, ttyS2: the command's stdout and stderr; ttyS3: control. Held open
 # here, raw (no \n -> \r\n), and drained before power off so no tail is lost.
 exec 3<>/dev/ttyS1 4<>/dev/ttyS2 5<>/dev/ttyS3
@@ -235,8 +238,10 @@ modprobe virtio_net
 for _ in $(seq 100); do [ -e /sys/class/net/eth0 ] && break; sleep 0.1; done
 [ -e /sys/class/net/eth0 ] || fail "no eth0"
 ip addr add "$SV_GUEST_IP/$SV_PREFIX" dev eth0 || fail "ip addr add $SV_GUEST_IP/$SV_PREFIX"
+# and an IPv6 one (nodad: usable at once), which rxe makes GIDs of too
+ip -6 addr add "$SV_GUEST_IP6/64" dev eth0 nodad || fail "ip -6 addr add $SV_GUEST_IP6/64"
 ip link set eth0 up || fail "ip link set eth0 up"
-log "eth0 up, $SV_GUEST_IP/$SV_PREFIX"
+log "eth0 up, $SV_GUEST_IP/$SV_PREFIX, $SV_GUEST_IP6/64"
 
 # Soft-RoCE on eth0. Ready when the port is ACTIVE and the GID table has the
 # guest's IPv4 address as a RoCE v2 GID (::ffff:a.b.c.d); its index is what a
@@ -263,12 +268,29 @@ for _ in $(seq 300); do
 done
 [ -n "$gid_index" ] || fail "rxe0: port not ACTIVE or no RoCE v2 GID ::ffff:$SV_GUEST_IP ($(cat "$port/state" 2>&1))"
 export SV_RXE_GID_INDEX=$gid_index
+# the RoCE v2 GID of the IPv6 address (written out in full, as sysfs shows it)
+gid6_index=
+for _ in $(seq 100); do
+	for g in "$port"/gids/*; do
+		i=${g##*/}
+		if [ "$(cat "$g" 2>/dev/null)" = "$SV_GUEST_GID6" ] &&
+			[ "$(cat "$port/gid_attrs/types/$i" 2>/dev/null)" = "RoCE v2" ]; then
+			gid6_index=$i
+			break
+		fi
+	done
+	[ -n "$gid6_index" ] && break
+	sleep 0.1
+done
+[ -n "$gid6_index" ] || fail "rxe0: no RoCE v2 GID of $SV_GUEST_IP6"
+export SV_RXE_GID6_INDEX=$gid6_index
 
 # The host side answers (and both neighbour tables know each other now).
 host_ping=fail
 ping -c 1 -W 5 "$SV_HOST_IP" >/dev/null 2>&1 && host_ping=ok
-log "rxe0 ready, gid_index $gid_index, ping $SV_HOST_IP: $host_ping"
-ctl "SV-GUEST-READY dev=rxe0 netdev=eth0 ip=$SV_GUEST_IP gid_index=$gid_index gid=::ffff:$SV_GUEST_IP host_ping=$host_ping"
+ping -c 1 -W 5 "$SV_HOST_IP6" >/dev/null 2>&1 || host_ping=$host_ping,ipv6-fail
+log "rxe0 ready, gid_index $gid_index, gid6_index $gid6_index, ping $SV_HOST_IP: $host_ping"
+ctl "SV-GUEST-READY dev=rxe0 netdev=eth0 ip=$SV_GUEST_IP gid_index=$gid_index gid=::ffff:$SV_GUEST_IP ip6=$SV_GUEST_IP6 gid6_index=$gid6_index host_ping=$host_ping"
 
 mkdir -p "$SV_FILES"
 cd "$SV_FILES"
@@ -306,6 +328,20 @@ release_fifo_readers() {
 			exec {fd}>&-
 		fi
 	done
+}
+
+# ipv6_of A.B.C.D [full]: the IPv6 address that goes with an IPv4 one on the
+# guest's link, fd53:5676:B:C::D (a ULA prefix, /64); "full": written out
+# as sysfs shows a GID (8 groups of 4 digits).
+ipv6_of() {
+	local a b c d
+	IFS=. read -r a b c d <<<"$1"
+	: "$a"
+	if [ "${2:-}" = full ]; then
+		printf 'fd53:5676:%04x:%04x:0000:0000:0000:%04x\n' "$b" "$c" "$d"
+	else
+		printf 'fd53:5676:%x:%x::%x\n' "$b" "$c" "$d"
+	fi
 }
 
 cmd_run() {
@@ -356,6 +392,9 @@ cmd_run() {
 	{
 		printf 'SV_HOST_IP=%q\n' "$host_ip"
 		printf 'SV_GUEST_IP=%q\n' "$guest_ip"
+		printf 'SV_HOST_IP6=%q\n' "$(ipv6_of "$host_ip")"
+		printf 'SV_GUEST_IP6=%q\n' "$(ipv6_of "$guest_ip")"
+		printf 'SV_GUEST_GID6=%q\n' "$(ipv6_of "$guest_ip" full)"
 		printf 'SV_PREFIX=%q\n' "$prefix"
 	} >"$pl/params.sh"
 	printf '%q ' "$@" >"$pl/cmd.sh"
@@ -386,6 +425,8 @@ cmd_run() {
 	tap_made=$tap
 	ip -n "$ns" addr add "$host_ip/$prefix" dev "$tap" ||
 		die "cannot give $tap $host_ip/$prefix in $ns (address in use?)"
+	ip -n "$ns" -6 addr add "$(ipv6_of "$host_ip")/64" dev "$tap" nodad ||
+		die "cannot give $tap $(ipv6_of "$host_ip")/64 in $ns"
 	ip -n "$ns" link set "$tap" up
 
 	# The guest's MAC: fixed, from its address (52:54:00 is qemu's prefix).

@@ -41,6 +41,7 @@
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <net/if.h>
+#include <netinet/udp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -421,6 +422,9 @@ static int listen_socket(bool v4, struct in_addr ip, const char *ifname)
 	    (!v4 && (setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one)) ||
 		     setsockopt(fd, IPPROTO_IPV6, IPV6_RECVTCLASS, &one, sizeof(one)) ||
 		     setsockopt(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, &one, sizeof(one)) ||
+		     /* rxe sends IPv6 UDP checksum 0 (its ICRC covers the
+		      * datagram), which IPv6 otherwise refuses (RFC 6936) */
+		     setsockopt(fd, IPPROTO_UDP, UDP_NO_CHECK6_RX, &one, sizeof(one)) ||
 		     /* unprivileged since Linux 5.7 */
 		     setsockopt(fd, SOL_SOCKET, SO_BINDTODEVICE, ifname, (socklen_t)strlen(ifname)))) ||
 	    bind(fd, &sa.u.sa, sa.len)) {

@@ -6,7 +6,9 @@
 # ibv_ud_pingpong (-c: every buffer checked on both sides) and perftest's
 # ib_{write,read,send,atomic}_bw run between rxe in the guest and softverbs
 # in the namespace, each side once as the server and once as the client
-# (scenarios.sh, side.sh).  Every program on both sides must exit 0.
+# (scenarios.sh, side.sh); then some of them again with both sides on the
+# RoCE v2 GID of their IPv6 address, every packet over IPv6
+# (scenarios6.sh).  Every program on both sides must exit 0.
 #
 # Needs root (namespace, tap, debootstrap), qemu-system-x86_64, debootstrap
 # and the Debian mirror for the guest's first build (skips, 77, otherwise).
@@ -17,7 +19,7 @@ SV_BUDGET=${SV_BUDGET:-1700}
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/../.." && pwd)
 guest_dir=${SV_RXE_GUEST:-/var/tmp/sv-rxe-guest}
-host_ip=10.212.0.1 guest_ip=10.212.0.2 port=19500
+host_ip=10.212.0.1 guest_ip=10.212.0.2 port=19500 port6=19600
 
 [ "$(id -u)" = 0 ] || sv_skip "needs root (network namespace, tap, debootstrap)"
 for t in qemu-system-x86_64 debootstrap mkfs.ext4 ip; do
@@ -41,9 +43,10 @@ SV_NETNS+=("$ns")
 t1=$SECONDS
 # the guest plays its side of every scenario, then powers off
 "$src/scripts/rxe-guest.sh" run --ready "$SV_WORK/ready" --tap svtrxe --timeout 1200 \
-	--put "$here/side.sh" --put "$here/scenarios.sh" \
+	--put "$here/side.sh" --put "$here/scenarios.sh" --put "$here/scenarios6.sh" \
 	"$guest_dir" "$ns" "$host_ip" "$guest_ip" -- \
-	bash -c "bash side.sh guest rxe0 \$SV_RXE_GID_INDEX $host_ip $port" \
+	bash -c "bash side.sh guest rxe0 \$SV_RXE_GID_INDEX $host_ip $port;
+		 SV_SCENARIOS=scenarios6.sh bash side.sh guest rxe0 \$SV_RXE_GID6_INDEX $host_ip $port6" \
 	>"$SV_WORK/guest.out" 2>&1 &
 guest=$!
 SV_PGIDS+=("$guest")
@@ -51,17 +54,22 @@ SV_PGIDS+=("$guest")
 	sv_fail "the guest did not get ready"
 sv_log "guest up in $((SECONDS - t1)) s: $(cat "$SV_WORK/ready")"
 
-# softverbs' side: its device on the tap, GID index 3 (::ffff:HOST_IP, RoCE v2)
+# softverbs' side: its device on the tap, GID index 3 (::ffff:HOST_IP, RoCE
+# v2), then index 5 (the tap's IPv6 address, RoCE v2)
 ip netns exec "$ns" env SOFTVERBS_TRANSPORT=rocev2 SV_OUT="$SV_WORK" \
 	bash "$here/side.sh" host sv_svtrxe 3 "$guest_ip" "$port" "$SV_TOOL" run -- \
 	>"$SV_WORK/host.out" 2>&1
+ip netns exec "$ns" env SOFTVERBS_TRANSPORT=rocev2 SV_OUT="$SV_WORK" \
+	SV_SCENARIOS="$here/scenarios6.sh" \
+	bash "$here/side.sh" host sv_svtrxe 5 "$guest_ip" "$port6" "$SV_TOOL" run -- \
+	>>"$SV_WORK/host.out" 2>&1
 grc=0
 wait "$guest" || grc=$?
 sv_log "both sides done in $((SECONDS - t1)) s (guest exit $grc)"
 
 echo "host:"; cat "$SV_WORK/host.out"
 echo "guest:"; cat "$SV_WORK/guest.out"
-n=$(grep -cvE '^(#|$)' "$here/scenarios.sh")
+n=$(cat "$here/scenarios.sh" "$here/scenarios6.sh" | grep -cvE '^(#|$)')
 [ "$(grep -c '^SCENARIO .* rc=0$' "$SV_WORK/host.out")" = "$n" ] ||
 	sv_fail "not every scenario passed on softverbs' side"
 [ "$(grep -c '^SCENARIO .* rc=0$' "$SV_WORK/guest.out")" = "$n" ] ||
@@ -74,4 +82,7 @@ for f in "$SV_WORK"/*.host.out; do
 	*) grep -qE '^ *[0-9]+ +[0-9]+ ' "$f" || sv_fail "$(basename "$f"): no result row" ;;
 	esac
 done
-echo "PASS: $n scenarios between softverbs and rxe, both ways"
+# the IPv6 scenarios ran on softverbs' IPv6 GID
+grep -q 'GID fd53:5676:' "$SV_WORK/rc.4KiB.v6.host-server.host.out" ||
+	sv_fail "rc.4KiB.v6: softverbs' side did not use its IPv6 GID"
+echo "PASS: $n scenarios between softverbs and rxe, both ways, over IPv4 and IPv6"
