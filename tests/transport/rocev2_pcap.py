@@ -243,8 +243,9 @@ def repair(ipb):
     return None
 
 
-def check(pcap, mtu, qpns_file, segments, expected, outputs):
-    mtu = int(mtu)
+def read_segments(segments):
+    """SEGMENTS' lines "UNIX_TIME NAME" and "expect NAME KEY=N": the start
+    times, the names (in that order), and {name: {KEY: N}}."""
     seg_t, seg_name = [], []
     expect = collections.defaultdict(dict)  # segment name -> {"ce": N, "corrupt": N}
     for line in open(segments):
@@ -256,6 +257,66 @@ def check(pcap, mtu, qpns_file, segments, expected, outputs):
             continue
         seg_t.append(float(t))
         seg_name.append(name.strip())
+    return seg_t, seg_name, expect
+
+
+def segment_of(p, seg_t, seg_name):
+    """The segment packet P was captured in: its index, its name."""
+    seg = max(bisect.bisect_right(seg_t, float(p.time)) - 1, 0)
+    return seg, seg_name[seg] if seg_name else "-"
+
+
+def tshark_bad(pcap):
+    """tshark's lines "FRAME INFO" for the frames it finds malformed or
+    with an expert entry of severity error."""
+    r = subprocess.run(["tshark", "-n", "-r", pcap, "-Y",
+                        "_ws.malformed || _ws.expert.severity >= error",
+                        "-T", "fields", "-e", "frame.number", "-e", "_ws.col.Info"],
+                       capture_output=True, text=True)
+    return [l for l in r.stdout.splitlines() if l.strip()]
+
+
+def opcode_report(counts, expected):
+    """Print the packets per opcode (COUNTS); each one EXPECTED must be seen."""
+    for op in sorted(counts):
+        print(f"  {op:#04x} {OPCODES.get(op, ('?',))[0]:<36} {counts[op]}")
+    for op in sorted(expected - set(counts)):
+        fail(f"no packet with opcode {op:#04x} ({OPCODES[op][0]})")
+
+
+def expected_segments(expect, seg_name):
+    """(name, index, {KEY: N}) of each segment with "expect" lines; a
+    failure for one that never started."""
+    for name, faults in expect.items():
+        if name not in seg_name:
+            fail(f"segment {name}: expected, not in the segments")
+            continue
+        yield name, seg_name.index(name), faults
+
+
+def check_ce(name, marked, cnps, injected, what="requests"):
+    """Segment NAME under SOFTVERBS_FAULTS ce: MARKED packets with IP ECN CE
+    on the wire, as many as the programs say they marked (INJECTED), at
+    least one; CNPS CNPs answered them, at least one, at most one each."""
+    if marked != injected or not marked:
+        fail(f"segment {name}: {marked} packets with IP ECN CE, the programs "
+             f"marked {injected}")
+    if not 1 <= cnps <= marked:
+        fail(f"segment {name}: {cnps} CNPs for {marked} CE-marked "
+             f"{what} (expected at least one, at most one each)")
+
+
+def finish():
+    """Exit 1 after the failures, if any; else say PASS."""
+    if fails:
+        print(f"{len(fails)} failure(s)")
+        sys.exit(1)
+    print("PASS")
+
+
+def check(pcap, mtu, qpns_file, segments, expected, outputs):
+    mtu = int(mtu)
+    seg_t, seg_name, expect = read_segments(segments)
     expected = {int(x, 16) for x in expected.split(",")}
     qpns = set()
     for line in open(qpns_file):
@@ -296,8 +357,7 @@ def check(pcap, mtu, qpns_file, segments, expected, outputs):
             scapy_ops.append(None)
             continue
         b = p[BTH]
-        seg = max(bisect.bisect_right(seg_t, float(p.time)) - 1, 0)
-        sname = seg_name[seg] if seg_name else "-"
+        seg, sname = segment_of(p, seg_t, seg_name)
         faults = expect.get(sname, {})
         if "corrupt" in faults and struct.pack("!I", b.icrc) != b.compute_icrc(None):
             r = repair(bytes(ip))
@@ -426,28 +486,16 @@ def check(pcap, mtu, qpns_file, segments, expected, outputs):
     print(f"scapy: {len(pkts)} packets, {len(req_next)} requester flows, "
           f"{retrans} retransmitted requests"
           + "".join(f"; {n} in {seg_name[g]}" for g, n in sorted(resent.items()) if seg_name))
-    for op in sorted(counts):
-        print(f"  {op:#04x} {OPCODES.get(op, ('?',))[0]:<36} {counts[op]}")
-    for op in sorted(expected - set(counts)):
-        fail(f"no packet with opcode {op:#04x} ({OPCODES[op][0]})")
+    opcode_report(counts, expected)
     # what the segments under SOFTVERBS_FAULTS show
-    for name, faults in expect.items():
-        if name not in seg_name:
-            fail(f"segment {name}: expected, not in the segments")
-            continue
-        seg = seg_name.index(name)
+    for name, seg, faults in expected_segments(expect, seg_name):
         rcuc = sum(n for (s, _, _), n in ce_rcuc.items() if s == seg)
         print(f"segment {name}: {ce_marked[seg]} CE-marked requests ({rcuc} RC/UC, "
               f"{ce_marked[seg] - rcuc} UD), "
               f"{cnps[seg]} CNPs, {corrupted[seg]} corrupted packets, {naks[seg]} NAKs "
               f"(PSN sequence); injected {faults}")
         if "ce" in faults:
-            if ce_marked[seg] != faults["ce"] or not ce_marked[seg]:
-                fail(f"segment {name}: {ce_marked[seg]} packets with IP ECN CE, the programs "
-                     f"marked {faults['ce']}")
-            if not 1 <= cnps[seg] <= ce_marked[seg]:
-                fail(f"segment {name}: {cnps[seg]} CNPs for {ce_marked[seg]} CE-marked "
-                     "requests (expected at least one, at most one each)")
+            check_ce(name, ce_marked[seg], cnps[seg], faults["ce"])
             stray = (cnp_qpns[seg] & ud_qpns[seg]) - ce_ud_src[seg]
             if stray:
                 fail(f"segment {name}: CNPs to UD QPs none of whose datagrams was marked "
@@ -546,12 +594,7 @@ def check(pcap, mtu, qpns_file, segments, expected, outputs):
     if set(tcounts) != expected:
         fail(f"tshark: opcodes seen {sorted(hex(o) for o in tcounts)}, expected "
              f"{sorted(hex(o) for o in expected)}")
-    r = subprocess.run(["tshark", "-n", "-r", pcap, "-Y",
-                        "_ws.malformed || _ws.expert.severity >= error",
-                        "-T", "fields", "-e", "frame.number", "-e", "_ws.col.Info"],
-                       capture_output=True, text=True)
-    bad = [l for l in r.stdout.splitlines()
-           if l.strip() and int(l.split()[0]) not in corrupt_frames]
+    bad = [l for l in tshark_bad(pcap) if int(l.split()[0]) not in corrupt_frames]
     if bad:
         fail("tshark: malformed frames or expert errors:\n" + "\n".join(bad)[:3000])
     r = subprocess.run(["tshark", "-n", "-q", "-r", pcap, "-z", "expert"],
@@ -572,10 +615,7 @@ def main():
     else:
         print(__doc__)
         sys.exit(2)
-    if fails:
-        print(f"{len(fails)} failure(s)")
-        sys.exit(1)
-    print("PASS")
+    finish()
 
 
 if __name__ == "__main__":
