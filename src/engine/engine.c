@@ -1298,6 +1298,19 @@ static void progress_locked(struct sv_engine *eng)
 		if (n > 0)
 			handle_events(eng, evs, n, false);
 	}
+	/* Due timers too.  A thread that polls in a loop takes progress_lock
+	 * again as soon as it lets go, and a mutex is not fair: the engine
+	 * thread, waiting for it, could miss every probe and ack deadline for
+	 * as long as the polling goes on (hundreds of milliseconds, seen as
+	 * ack timeouts where a 4 ms probe was due: RETRY_EXC_ERR under load).
+	 * Not due: one clock read.  Fired: the engine thread is told, so that
+	 * it waits for the next deadline, not the one it had. */
+	{
+		uint64_t su = atomic_load_explicit(&eng->sleep_until, memory_order_relaxed);
+
+		if (su != UINT64_MAX && sv_now_ns() >= su && run_timers(eng) == 0)
+			wake(eng);
+	}
 	run_deferred(eng);
 	if (release_held(eng))
 		run_deferred(eng);

@@ -77,7 +77,9 @@ struct sv_engine {
 	struct sv_list timer_qps;
 	struct sv_list run_qps;
 	struct sv_list held_conns; /* progress holder: connections whose input waits */
-	uint64_t sleep_until; /* when the engine thread next wakes by itself */
+	/* when the engine thread next wakes by itself (written under lock;
+	 * polling threads read it without, engine.c progress_locked) */
+	_Atomic uint64_t sleep_until;
 	/* eng->lock: the next look at handshakes that take too long and at
 	 * resting listeners (0: nothing to look at) */
 	uint64_t housekeep_ns;
