@@ -130,6 +130,19 @@ sv_wait() {
 	wait "$1"
 }
 
+# sv_wait_both CPID SPID: wait for a client (what the budget leaves) and
+# then its server (10 s more, 3 if the client failed); fails the test when
+# either timed out or exited nonzero.
+sv_wait_both() {
+	local crc=0 src=0
+	sv_wait "$1" "$(($(sv_left) - 3))" || crc=$?
+	sv_wait "$2" "$([ "$crc" = 0 ] && echo 10 || echo 3)" || src=$?
+	[ "$crc" != 124 ] && [ "$crc" != 137 ] || sv_fail "client timed out"
+	[ "$src" != 124 ] && [ "$src" != 137 ] || sv_fail "server timed out"
+	[ "$crc" = 0 ] || sv_fail "client exited $crc"
+	[ "$src" = 0 ] || sv_fail "server exited $src"
+}
+
 # sv_start_server NS PORT PROGRAM ARGS...: PROGRAM over softverbs in the
 # background as "server" (SV_SPID), until it listens on TCP PORT in NS.
 sv_start_server() {
