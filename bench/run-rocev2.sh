@@ -2,13 +2,16 @@
 # bench/run-rocev2.sh: softverbs' rocev2 transport next to its tcp transport
 # and to TCP itself (qperf), with and without 1 % packet loss.
 #
-#   bench/run-rocev2.sh          # ~2 minutes here
+#   bench/run-rocev2.sh          # ~2 minutes here (PATHS="lo veth veth6": which)
 #
-# Two paths, each inside network namespaces of its own so that loss can be
+# Three paths, each inside network namespaces of its own so that loss can be
 # put on them without touching the host (netem; where the kernel has no
 # sch_netem, softverbs' SOFTVERBS_FAULTS instead, and no qperf row): "lo", the loopback interface of one
 # fresh namespace (both peers in it), and "veth", two namespaces joined by a
-# veth pair (MTU 1500, so RoCEv2's path MTU is 1024).  Loss is netem's
+# veth pair (MTU 1500, so RoCEv2's path MTU is 1024), and "veth6", the same
+# veth with IPv6 addresses, where rocev2 runs on the IPv6 GID (index 5:
+# every datagram IPv6) and qperf on the IPv6 address (the tcp transport is
+# IPv4 only: the same as on veth).  Loss is netem's
 # (`tc qdisc ... netem loss 1%`) on every interface of the path, so all three
 # see the same network: for softverbs RC it means go-back-N retransmission
 # (rocev2) or TCP's own recovery under softverbs' stream (tcp).
@@ -43,20 +46,29 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# path lo|veth: sets SRV_NS CLI_NS SRV_IP DEV_S DEV_C IFACES
+# path lo|veth|veth6: sets SRV_NS CLI_NS SRV_IP DEV_S DEV_C IFACES, ROCE_GID
+# (rocev2's GID index) and QPERF_IP
 setup_path() {
 	cleanup
 	ip netns add "$NS_A"
 	ip -n "$NS_A" link set lo up
+	ROCE_GID=3
 	if [ "$1" = lo ]; then
 		SRV_NS=$NS_A CLI_NS=$NS_A SRV_IP=127.0.0.1 DEV_S=sv_lo DEV_C=sv_lo
 		IFACES=("$NS_A lo")
+		QPERF_IP=$SRV_IP
 	else
 		ip netns add "$NS_B"
 		ip -n "$NS_B" link set lo up
 		ip -n "$NS_A" link add sva type veth peer name svb netns "$NS_B"
 		ip -n "$NS_A" addr add 10.214.0.1/24 dev sva
 		ip -n "$NS_B" addr add 10.214.0.2/24 dev svb
+		QPERF_IP=10.214.0.1
+		if [ "$1" = veth6 ]; then
+			ip -n "$NS_A" -6 addr add fd00:5356:214::1/64 dev sva nodad
+			ip -n "$NS_B" -6 addr add fd00:5356:214::2/64 dev svb nodad
+			ROCE_GID=5 QPERF_IP=fd00:5356:214::1
+		fi
 		ip -n "$NS_A" link set sva up
 		ip -n "$NS_B" link set svb up
 		sleep 1
@@ -107,11 +119,12 @@ pair() {
 # sv_perftest TRANSPORT PROG SIZE ITERS COLUMN: softverbs over TRANSPORT, PROG
 # between the two sides; prints column COLUMN of its result row for SIZE
 sv_perftest() {
-	local tr=$1 prog=$2 size=$3 iters=$4 col=$5
+	local tr=$1 prog=$2 size=$3 iters=$4 col=$5 g=3
 	local n="$PATH_NAME.loss$LOSS.$tr.${prog#ib_}" run=(env $FAULTS SOFTVERBS_TRANSPORT="$tr" "$SV_TOOL" run --)
+	[ "$tr" = rocev2 ] && g=$ROCE_GID
 	port=$((port + 1))
-	pair "$n" "${run[@]}" "$prog" -d "$DEV_S" -x 3 -s "$size" -n "$iters" -F -p $port :: \
-		"${run[@]}" "$prog" -d "$DEV_C" -x 3 -s "$size" -n "$iters" -F -p $port "$SRV_IP"
+	pair "$n" "${run[@]}" "$prog" -d "$DEV_S" -x $g -s "$size" -n "$iters" -F -p $port :: \
+		"${run[@]}" "$prog" -d "$DEV_C" -x $g -s "$size" -n "$iters" -F -p $port "$SRV_IP"
 	awk -v s="$size" -v c="$col" '$1 == s && NF >= c { v = $c } END { print v ? v : "-" }' "$LOGS/$n"
 }
 sv_bw() { sv_perftest "$1" ib_write_bw 1048576 "$BW_ITERS" 4; }  # transport -> MB/s
@@ -126,7 +139,7 @@ qperf_run() { # test -> value (MB/s or us)
 	local n="$PATH_NAME.loss$LOSS.qperf.$1"
 	local args=(-t 3)
 	[ "$1" = tcp_bw ] && args+=(-m 1M) || args+=(-m 8)
-	pair "$n" qperf -lp $port :: qperf -lp $port "$SRV_IP" "${args[@]}" "$1"
+	pair "$n" qperf -lp $port :: qperf -lp $port "$QPERF_IP" "${args[@]}" "$1"
 	awk -v t="$1" '
 		t == "tcp_bw" && $1 == "bw" { v = $3; u = $4 }
 		t == "tcp_lat" && $1 == "latency" { v = $3; u = $4 }
@@ -145,19 +158,19 @@ TABLE=$RESULTS/table.txt
 echo "path,loss_pct,rocev2_bw_MBps,tcp_bw_MBps,qperf_bw_MBps,rocev2_lat_us,tcp_lat_us,qperf_lat_us" >"$CSV"
 {
 	echo "# softverbs rocev2 vs tcp transport vs qperf TCP ($(date -u +%F), $(git -C "$ROOT" rev-parse --short HEAD))"
-	printf '%-5s %-5s | %9s %9s %9s %7s %7s | %8s %8s %8s %7s %7s\n' path loss \
+	printf '%-6s %-5s | %9s %9s %9s %7s %7s | %8s %8s %8s %7s %7s\n' path loss \
 		"rocev2" "tcp" "qperf" "r/tcp" "r/qperf" "rocev2" "tcp" "qperf" "r/tcp" "r/qperf"
-	printf '%-5s %-5s | %9s %9s %9s %7s %7s | %8s %8s %8s %7s %7s\n' "" "" \
+	printf '%-6s %-5s | %9s %9s %9s %7s %7s | %8s %8s %8s %7s %7s\n' "" "" \
 		"MB/s" "MB/s" "MB/s" "" "" "us" "us" "us" "" ""
 } | tee "$TABLE"
-for PATH_NAME in lo veth; do
+for PATH_NAME in ${PATHS:-lo veth veth6}; do
 	setup_path "$PATH_NAME"
 	for LOSS in 0 1; do
 		set_loss "$LOSS"
 		rbw=$(sv_bw rocev2) tbw=$(sv_bw tcp) qbw=$(qperf_run tcp_bw)
 		rlat=$(sv_lat rocev2) tlat=$(sv_lat tcp) qlat=$(qperf_run tcp_lat)
 		echo "$PATH_NAME,$LOSS,$rbw,$tbw,$qbw,$rlat,$tlat,$qlat" >>"$CSV"
-		printf '%-5s %-5s | %9s %9s %9s %7s %7s | %8s %8s %8s %7s %7s\n' "$PATH_NAME" "$LOSS%" \
+		printf '%-6s %-5s | %9s %9s %9s %7s %7s | %8s %8s %8s %7s %7s\n' "$PATH_NAME" "$LOSS%" \
 			"$rbw" "$tbw" "$qbw" "$(ratio "$rbw" "$tbw")" "$(ratio "$rbw" "$qbw")" \
 			"$rlat" "$tlat" "$qlat" "$(ratio "$rlat" "$tlat")" "$(ratio "$rlat" "$qlat")" | tee -a "$TABLE"
 	done

@@ -105,16 +105,24 @@ inner() {
 		rd v "$base/ports/1/active_mtu"
 		[ "$v" = "$(dv active_mtu | cut -d' ' -f1)" ] ||
 			bad "$base/ports/1/active_mtu '$v', ibv_devinfo '$(dv active_mtu)'"
-		# the GID table, 4 entries (link-local and IPv4-mapped, RoCE v1
-		# and v2 each): each type as devinfo names it ("GID[  1]: <gid>,
-		# RoCE v2"; the kernel's sysfs says "IB/RoCE v1" for "RoCE v1")
-		for g in 0 1 2 3; do
+		# the GID table, 6 entries (link-local, IPv4-mapped and the
+		# interface's IPv6 address, RoCE v1 and v2 each): each type as
+		# devinfo names it ("GID[  1]: <gid>, RoCE v2"; the kernel's sysfs
+		# says "IB/RoCE v1" for "RoCE v1").  4 and 5 are empty (zeros, no
+		# type) on an interface without IPv6, as the kernel shows them
+		for g in 0 1 2 3 4 5; do
+			rd v "$base/ports/1/gids/$g"
+			if [ "$g" -ge 4 ] && [ "$v" = "0000:0000:0000:0000:0000:0000:0000:0000" ]; then
+				[ ! -e "$base/ports/1/gid_attrs/types/$g" ] ||
+					bad "$base/ports/1/gid_attrs/types/$g exists for an empty entry"
+				continue
+			fi
 			rd v "$base/ports/1/gid_attrs/types/$g"
 			ds=$(sed -n "s/^[[:space:]]*GID\\[ *$g\\]:.*, //p" <<<"$info" | head -n1)
 			[ -n "$v" ] && { [ "$v" = "$ds" ] || [ "$v" = "IB/$ds" ]; } ||
 				bad "$base/ports/1/gid_attrs/types/$g '$v', ibv_devinfo GID[$g] type '$ds'"
 		done
-		[ ! -e "$base/ports/1/gids/4" ] || bad "$base/ports/1/gids/4 exists: the table has 4 entries"
+		[ ! -e "$base/ports/1/gids/6" ] || bad "$base/ports/1/gids/6 exists: the table has 6 entries"
 		rd v "$base/ports/1/gids/0"
 		[[ $v =~ ^([0-9a-f]{4}:){7}[0-9a-f]{4}$ ]] && [ "$v" != "0000:0000:0000:0000:0000:0000:0000:0000" ] ||
 			bad "$base/ports/1/gids/0: '$v', expected a non-zero GID in sysfs form"

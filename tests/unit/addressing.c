@@ -303,7 +303,7 @@ static void test_bad_index(void)
 	svt_conn_default(&c, IBV_QPT_RC);
 	SVT_CHECK_OK(svt_qp_to_init(a.qp, &c));
 	SVT_CHECK_OK(ibv_query_gid(d.ctx, 1, 3, &gid));
-	c.sgid_index = 4;
+	c.sgid_index = 6; /* past the table (0-5) */
 	mask = svt_rtr_attr(IBV_QPT_RC, &c, &gid, a.qp->qp_num, &attr);
 	SVT_CHECK_EQ(ibv_modify_qp(a.qp, &attr, mask), EINVAL);
 	svt_ah_attr(&aa, &gid, &c);
