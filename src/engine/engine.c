@@ -1284,8 +1284,9 @@ static void handle_events(struct sv_engine *eng, struct epoll_event *evs, int n,
 	}
 }
 
-/* One pass over what has arrived, from a thread other than the engine's; progress_lock held. */
-static void progress_locked(struct sv_engine *eng)
+/* One pass over what has arrived, from a thread other than the engine's, which
+ * read the clock at now; progress_lock held. */
+static void progress_locked(struct sv_engine *eng, uint64_t now)
 {
 	struct epoll_event evs[16];
 	int n;
@@ -1303,14 +1304,10 @@ static void progress_locked(struct sv_engine *eng)
 	 * thread, waiting for it, could miss every probe and ack deadline for
 	 * as long as the polling goes on (hundreds of milliseconds, seen as
 	 * ack timeouts where a 4 ms probe was due: RETRY_EXC_ERR under load).
-	 * Not due: one clock read.  Fired: the engine thread is told, so that
+	 * Not due: a comparison.  Fired: the engine thread is told, so that
 	 * it waits for the next deadline, not the one it had. */
-	{
-		uint64_t su = atomic_load_explicit(&eng->sleep_until, memory_order_relaxed);
-
-		if (su != UINT64_MAX && sv_now_ns() >= su && run_timers(eng) == 0)
-			wake(eng);
-	}
+	if (now >= atomic_load_explicit(&eng->sleep_until, memory_order_relaxed) && run_timers(eng) == 0)
+		wake(eng);
 	run_deferred(eng);
 	if (release_held(eng))
 		run_deferred(eng);
@@ -1326,10 +1323,13 @@ static void progress_locked(struct sv_engine *eng)
  */
 void sv_engine_progress(struct sv_engine *eng)
 {
+	uint64_t now;
+
 	if (pthread_mutex_trylock(&eng->progress_lock))
 		return; /* someone is already making progress */
-	atomic_store_explicit(&eng->last_poll_ns, sv_now_ns(), memory_order_relaxed);
-	progress_locked(eng);
+	now = sv_now_ns();
+	atomic_store_explicit(&eng->last_poll_ns, now, memory_order_relaxed);
+	progress_locked(eng, now);
 	pthread_mutex_unlock(&eng->progress_lock);
 }
 
@@ -1344,7 +1344,7 @@ void sv_engine_settle(struct sv_engine *eng)
 	if (!eng || tls_progress == eng || tls_engine_thread == eng)
 		return; /* called from within a pass: what is there is being handled */
 	pthread_mutex_lock(&eng->progress_lock);
-	progress_locked(eng);
+	progress_locked(eng, sv_now_ns());
 	pthread_mutex_unlock(&eng->progress_lock);
 }
 
