@@ -8,7 +8,9 @@
 # in the namespace, each side once as the server and once as the client
 # (scenarios.sh, side.sh); then some of them again with both sides on the
 # RoCE v2 GID of their IPv6 address, every packet over IPv6
-# (scenarios6.sh).  Every program on both sides must exit 0.
+# (scenarios6.sh); then, on IPv4 again, with netem on the guest's link
+# losing, duplicating, reordering and delaying what rxe sends
+# (scenarios-netem.sh).  Every program on both sides must exit 0.
 #
 # Needs root (namespace, tap, debootstrap), qemu-system-x86_64, debootstrap
 # and the Debian mirror for the guest's first build (skips, 77, otherwise).
@@ -19,7 +21,8 @@ SV_BUDGET=${SV_BUDGET:-1700}
 here=$(cd "$(dirname "$0")" && pwd)
 src=$(cd "$here/../.." && pwd)
 guest_dir=${SV_RXE_GUEST:-/var/tmp/sv-rxe-guest}
-host_ip=10.212.0.1 guest_ip=10.212.0.2 port=19500 port6=19600
+host_ip=10.212.0.1 guest_ip=10.212.0.2 port=19500 port6=19600 portn=19700
+netem="loss 1% duplicate 1% reorder 5% delay 1ms" # the guest's eth0, last scenarios
 
 [ "$(id -u)" = 0 ] || sv_skip "needs root (network namespace, tap, debootstrap)"
 for t in qemu-system-x86_64 debootstrap mkfs.ext4 ip; do
@@ -44,9 +47,13 @@ t1=$SECONDS
 # the guest plays its side of every scenario, then powers off
 "$src/scripts/rxe-guest.sh" run --ready "$SV_WORK/ready" --tap svtrxe --timeout 1200 \
 	--put "$here/side.sh" --put "$here/scenarios.sh" --put "$here/scenarios6.sh" \
+	--put "$here/scenarios-netem.sh" \
 	"$guest_dir" "$ns" "$host_ip" "$guest_ip" -- \
 	bash -c "bash side.sh guest rxe0 \$SV_RXE_GID_INDEX $host_ip $port;
-		 SV_SCENARIOS=scenarios6.sh bash side.sh guest rxe0 \$SV_RXE_GID6_INDEX $host_ip $port6" \
+		 SV_SCENARIOS=scenarios6.sh bash side.sh guest rxe0 \$SV_RXE_GID6_INDEX $host_ip $port6;
+		 modprobe sch_netem && tc qdisc add dev eth0 root netem $netem &&
+		 SV_SCENARIOS=scenarios-netem.sh bash side.sh guest rxe0 \$SV_RXE_GID_INDEX $host_ip $portn;
+		 tc -s qdisc show dev eth0" \
 	>"$SV_WORK/guest.out" 2>&1 &
 guest=$!
 SV_PGIDS+=("$guest")
@@ -63,13 +70,18 @@ ip netns exec "$ns" env SOFTVERBS_TRANSPORT=rocev2 SV_OUT="$SV_WORK" \
 	SV_SCENARIOS="$here/scenarios6.sh" \
 	bash "$here/side.sh" host sv_svtrxe 5 "$guest_ip" "$port6" "$SV_TOOL" run -- \
 	>>"$SV_WORK/host.out" 2>&1
+# and back on index 3 while the guest's netem spoils what rxe sends
+ip netns exec "$ns" env SOFTVERBS_TRANSPORT=rocev2 SV_OUT="$SV_WORK" \
+	SV_SCENARIOS="$here/scenarios-netem.sh" \
+	bash "$here/side.sh" host sv_svtrxe 3 "$guest_ip" "$portn" "$SV_TOOL" run -- \
+	>>"$SV_WORK/host.out" 2>&1
 grc=0
 wait "$guest" || grc=$?
 sv_log "both sides done in $((SECONDS - t1)) s (guest exit $grc)"
 
 echo "host:"; cat "$SV_WORK/host.out"
 echo "guest:"; cat "$SV_WORK/guest.out"
-n=$(cat "$here/scenarios.sh" "$here/scenarios6.sh" | grep -cvE '^(#|$)')
+n=$(cat "$here/scenarios.sh" "$here/scenarios6.sh" "$here/scenarios-netem.sh" | grep -cvE '^(#|$)')
 [ "$(grep -c '^SCENARIO .* rc=0$' "$SV_WORK/host.out")" = "$n" ] ||
 	sv_fail "not every scenario passed on softverbs' side"
 [ "$(grep -c '^SCENARIO .* rc=0$' "$SV_WORK/guest.out")" = "$n" ] ||
@@ -85,4 +97,10 @@ done
 # the IPv6 scenarios ran on softverbs' IPv6 GID
 grep -q 'GID fd53:5676:' "$SV_WORK/rc.4KiB.v6.host-server.host.out" ||
 	sv_fail "rc.4KiB.v6: softverbs' side did not use its IPv6 GID"
-echo "PASS: $n scenarios between softverbs and rxe, both ways, over IPv4 and IPv6"
+# netem was there, and spoiled packets: "Sent N bytes M pkt (dropped D, ..." of
+# the guest's eth0 after the lossy scenarios
+dropped=$(sed -n 's/.*Sent [0-9]* bytes [0-9]* pkt (dropped \([0-9]*\),.*/\1/p' "$SV_WORK/guest.out" | head -n1)
+grep -q "qdisc netem" "$SV_WORK/guest.out" && [ -n "$dropped" ] && [ "$dropped" -gt 0 ] ||
+	sv_fail "the guest's netem did not drop anything ('${dropped:-no netem}')"
+sv_log "netem on the guest's eth0 ($netem) dropped $dropped of rxe's packets"
+echo "PASS: $n scenarios between softverbs and rxe, both ways, over IPv4 and IPv6, and under netem"
