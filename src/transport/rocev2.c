@@ -104,7 +104,7 @@ static void tx_free(struct sv_rocev2_tx *t)
 	free(t);
 }
 
-/* A UDP socket of ip's family, bound to (ip, scope, port), or -errno. */
+/* A socket address of either family, and its length. */
 struct addr {
 	union {
 		struct sockaddr sa;
@@ -114,6 +114,7 @@ struct addr {
 	socklen_t len;
 };
 
+/* (ip, port): IPv4 for an IPv4-mapped ip, else IPv6, scope for a link-local one. */
 static struct addr sockaddr_of(const struct in6_addr *ip, int scope, uint16_t port)
 {
 	struct addr a;
