@@ -250,38 +250,30 @@ modprobe rdma_rxe || fail "modprobe rdma_rxe"
 rdma link add rxe0 type rxe netdev eth0 || fail "rdma link add rxe0 type rxe netdev eth0"
 log "rxe0 added on eth0"
 port=/sys/class/infiniband/rxe0/ports/1
-want=$(printf '0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x' ${SV_GUEST_IP//./ })
-gid_index=
-for _ in $(seq 300); do
-	if grep -q ACTIVE "$port/state" 2>/dev/null; then
-		for g in "$port"/gids/*; do
-			i=${g##*/}
-			if [ "$(cat "$g" 2>/dev/null)" = "$want" ] &&
-				[ "$(cat "$port/gid_attrs/types/$i" 2>/dev/null)" = "RoCE v2" ]; then
-				gid_index=$i
-				break
-			fi
-		done
-	fi
-	[ -n "$gid_index" ] && break
-	sleep 0.1
-done
+# roce_v2_gid GID TRIES: the index of GID (written out in full, as sysfs
+# shows it) as a RoCE v2 GID of the ACTIVE port, waiting up to TRIES tenths
+# of a second for it; nothing if it does not come
+roce_v2_gid() {
+	local g i
+	for _ in $(seq "$2"); do
+		if grep -q ACTIVE "$port/state" 2>/dev/null; then
+			for g in "$port"/gids/*; do
+				i=${g##*/}
+				if [ "$(cat "$g" 2>/dev/null)" = "$1" ] &&
+					[ "$(cat "$port/gid_attrs/types/$i" 2>/dev/null)" = "RoCE v2" ]; then
+					echo "$i"
+					return
+				fi
+			done
+		fi
+		sleep 0.1
+	done
+}
+gid_index=$(roce_v2_gid "$(printf '0000:0000:0000:0000:0000:ffff:%02x%02x:%02x%02x' ${SV_GUEST_IP//./ })" 300)
 [ -n "$gid_index" ] || fail "rxe0: port not ACTIVE or no RoCE v2 GID ::ffff:$SV_GUEST_IP ($(cat "$port/state" 2>&1))"
 export SV_RXE_GID_INDEX=$gid_index
-# the RoCE v2 GID of the IPv6 address (written out in full, as sysfs shows it)
-gid6_index=
-for _ in $(seq 100); do
-	for g in "$port"/gids/*; do
-		i=${g##*/}
-		if [ "$(cat "$g" 2>/dev/null)" = "$SV_GUEST_GID6" ] &&
-			[ "$(cat "$port/gid_attrs/types/$i" 2>/dev/null)" = "RoCE v2" ]; then
-			gid6_index=$i
-			break
-		fi
-	done
-	[ -n "$gid6_index" ] && break
-	sleep 0.1
-done
+# and of the IPv6 address
+gid6_index=$(roce_v2_gid "$SV_GUEST_GID6" 100)
 [ -n "$gid6_index" ] || fail "rxe0: no RoCE v2 GID of $SV_GUEST_IP6"
 export SV_RXE_GID6_INDEX=$gid6_index
 

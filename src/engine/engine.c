@@ -232,9 +232,7 @@ struct sv_conn *sv_engine_conn_to(struct sv_engine *eng, const struct sv_endpoin
 	if (sv_transport_connect(c, eng->mode) || conn_register(eng, c)) {
 		/* an unreachable peer behaves like a dead link: packets vanish and
 		 * the requester's retry timer turns that into RETRY_EXC_ERR */
-		char ipbuf[SV_IP_STRLEN];
-
-		sv_dbg("connect to %s:%u failed", sv_ip_str(&peer->ip, ipbuf), peer->port);
+		sv_dbg("connect to %s:%u failed", SV_IP_STR(&peer->ip), peer->port);
 		sv_stat_ctx_count(eng->ctx, SV_CTXC_CONNECT_FAIL);
 		atomic_store(&c->state, SV_CONN_DEAD);
 		c->ops->close(c);
@@ -493,7 +491,7 @@ static struct sv_conn *conn_redial(struct sv_conn *old)
 		return NULL;
 	}
 	sv_dbg("connection to %s:%u ended before the peer's HELLO; %zu bytes go on a new one",
-	       sv_ip_str(&c->peer.ip, (char[SV_IP_STRLEN]){ 0 }), c->peer.port, bytes);
+	       SV_IP_STR(&c->peer.ip), c->peer.port, bytes);
 	sv_conn_get(c);
 	return c;
 }
@@ -953,7 +951,7 @@ static void conn_proven(struct sv_conn *c)
 	if (!old)
 		return;
 	sv_warn_limited("peer %s:%u holds more than %d connections: the oldest goes",
-			sv_ip_str(&c->peer.ip, (char[SV_IP_STRLEN]){ 0 }), c->peer.port,
+			SV_IP_STR(&c->peer.ip), c->peer.port,
 			SV_MAX_CONNS_PER_PEER);
 	sv_engine_conn_fail(old);
 	sv_conn_put(old);
@@ -1092,7 +1090,7 @@ static void housekeep(struct sv_engine *eng, uint64_t now)
 	}
 	for (int i = 0; i < nlate; i++) {
 		sv_dbg("connection to %s:%u: no handshake in %llu ms; closed",
-		       sv_ip_str(&late[i]->peer.ip, (char[SV_IP_STRLEN]){ 0 }), late[i]->peer.port,
+		       SV_IP_STR(&late[i]->peer.ip), late[i]->peer.port,
 		       (unsigned long long)(eng->handshake_ns / 1000000ull));
 		sv_engine_conn_fail(late[i]);
 		sv_conn_put(late[i]);

@@ -48,7 +48,7 @@ static bool conn_usable(struct sv_qp *qp, struct sv_conn *c)
 		atomic_store(&c->abandoned, true);
 		if (atomic_load(&qp->txwait_conn) == c)
 			sv_engine_unpark_qp(qp);
-		sv_dbg("connection to %s:%u unanswered; trying a new one", sv_ip_str(&c->peer.ip, (char[SV_IP_STRLEN]){ 0 }),
+		sv_dbg("connection to %s:%u unanswered; trying a new one", SV_IP_STR(&c->peer.ip),
 		       c->peer.port);
 		return false;
 	}

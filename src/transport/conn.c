@@ -617,11 +617,11 @@ bool sv_conn_take_auth(struct sv_conn *conn, const uint8_t *f, size_t len)
 				"secret (%s). To accept peers from other hosts, give every "
 				"process the same SOFTVERBS_SECRET (or SOFTVERBS_SECRET_FILE); "
 				"see docs/SECURITY.md",
-				sv_ip_str(&conn->peer.ip, (char[SV_IP_STRLEN]){ 0 }),
+				SV_IP_STR(&conn->peer.ip),
 				sv_auth_source());
 		else
 			sv_warn_limited("refused a connection from %s: no proof of the secret",
-					sv_ip_str(&conn->peer.ip, (char[SV_IP_STRLEN]){ 0 }));
+					SV_IP_STR(&conn->peer.ip));
 		return false;
 	}
 	/* the side that connects proves itself last: only to a proven peer,

@@ -198,6 +198,18 @@ static void tx_put(struct sv_rocev2_tx *t)
 	pthread_mutex_unlock(&tx_lock);
 }
 
+/* The ICRC's addresses of a datagram from src to dst (roce_wire.h: IPv4 in
+ * the first 4 bytes). */
+static void path_addrs(struct sv_roce_path *path, const struct in6_addr *src,
+		       const struct in6_addr *dst)
+{
+	bool v4 = sv_ip_is_v4(src);
+
+	path->v6 = !v4;
+	memcpy(path->src, &src->s6_addr[v4 ? 12 : 0], v4 ? 4 : 16);
+	memcpy(path->dst, &dst->s6_addr[v4 ? 12 : 0], v4 ? 4 : 16);
+}
+
 /* ---- a peer address ---- */
 
 /*
@@ -232,7 +244,7 @@ static int rocev2_connect(struct sv_conn *c)
 
 	if (!sv_ip_is_v4(&c->peer.ip) &&
 	    (err = ipv6_source(&c->peer.ip, c->local_ifindex, &src, &scope))) {
-		sv_dbg("rocev2: no route to %s: %s", sv_ip_str(&c->peer.ip, (char[SV_IP_STRLEN]){ 0 }),
+		sv_dbg("rocev2: no route to %s: %s", SV_IP_STR(&c->peer.ip),
 		       strerror(-err));
 		return err;
 	}
@@ -315,12 +327,10 @@ static int rocev2_send(struct sv_conn *c, const struct sv_frames *f)
 	struct sv_rocev2_tx *t = c->tp;
 	struct addr to = sockaddr_of(&c->peer.ip, t->scope ? t->scope : c->local_ifindex,
 				     SV_ROCE_UDP_PORT);
-	bool v4 = sv_ip_is_v4(&c->peer.ip);
-	char ipbuf[SV_IP_STRLEN];
 
 	for (int k = 0; k < f->nframes; k++) {
 		size_t len = 0, skip = SV_FRAME_HEAD, n;
-		struct sv_roce_path path = { .v6 = !v4, .dport = SV_ROCE_UDP_PORT };
+		struct sv_roce_path path = { .dport = SV_ROCE_UDP_PORT };
 		uint8_t flags;
 		int s;
 
@@ -342,9 +352,7 @@ static int rocev2_send(struct sv_conn *c, const struct sv_frames *f)
 		/* the same socket, so the same source port, for each QP pair */
 		s = (int)((pkt_dqpn(dg) * 2654435761u) >> 29) % SV_ROCEV2_TX_SOCKS;
 		flags = dg[1]; /* fault marks: the encoding rewrites the byte */
-		/* IPv4: the address in the first 4 bytes (roce_wire.h) */
-		memcpy(path.src, &t->ip.s6_addr[v4 ? 12 : 0], v4 ? 4 : 16);
-		memcpy(path.dst, &c->peer.ip.s6_addr[v4 ? 12 : 0], v4 ? 4 : 16);
+		path_addrs(&path, &t->ip, &c->peer.ip);
 		path.sport = t->port[s];
 		n = sv_roce_encode(&path, dg, len, dg, sizeof(dg));
 		if (!n)
@@ -354,9 +362,9 @@ static int rocev2_send(struct sv_conn *c, const struct sv_frames *f)
 				sv_warn_limited("a %zu-byte RoCEv2 datagram to %s is over the path's "
 						"MTU: dropped (the QP's path_mtu is too large for "
 						"the link)",
-						n, sv_ip_str(&c->peer.ip, ipbuf));
+						n, SV_IP_STR(&c->peer.ip));
 			else
-				sv_dbg("rocev2: sendto %s: %s", sv_ip_str(&c->peer.ip, ipbuf),
+				sv_dbg("rocev2: sendto %s: %s", SV_IP_STR(&c->peer.ip),
 				       strerror(errno));
 		}
 	}
@@ -443,24 +451,32 @@ static int rocev2_listen(struct in_addr ip, uint16_t *port)
 	return listen_socket(true, ip, NULL);
 }
 
+/* The name of the interface in ifs that has IPv4 address ip, or NULL. */
+static const char *ifname_of(const struct ifaddrs *ifs, struct in_addr ip)
+{
+	for (const struct ifaddrs *i = ifs; i; i = i->ifa_next)
+		if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
+		    ((const struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr == ip.s_addr)
+			return i->ifa_name;
+	return NULL;
+}
+
 /* The interface that has IPv4 address ip, if it has an IPv6 address too. */
 static bool interface_with_ipv6(struct in_addr ip, char ifname[IF_NAMESIZE])
 {
 	struct ifaddrs *ifs;
-	bool found = false, v6 = false;
+	const char *name;
+	bool v6 = false;
 
 	if (getifaddrs(&ifs))
 		return false;
-	for (struct ifaddrs *i = ifs; i && !found; i = i->ifa_next)
-		if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
-		    ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr == ip.s_addr) {
-			snprintf(ifname, IF_NAMESIZE, "%s", i->ifa_name);
-			found = true;
-		}
-	for (struct ifaddrs *i = ifs; i && found && !v6; i = i->ifa_next)
-		v6 = i->ifa_addr && i->ifa_addr->sa_family == AF_INET6 && !strcmp(i->ifa_name, ifname);
+	name = ifname_of(ifs, ip);
+	for (struct ifaddrs *i = ifs; i && name && !v6; i = i->ifa_next)
+		v6 = i->ifa_addr && i->ifa_addr->sa_family == AF_INET6 && !strcmp(i->ifa_name, name);
+	if (v6)
+		snprintf(ifname, IF_NAMESIZE, "%s", name);
 	freeifaddrs(ifs);
-	return found && v6;
+	return v6;
 }
 
 static int rocev2_listen6(struct in_addr ip, uint16_t *port)
@@ -628,6 +644,16 @@ static struct {
 } admit_dev[16];
 static int admit_ndev;
 
+/* first plus the number of one bits of netmask m from bit first on. */
+static int mask_len(const struct in6_addr *m, int first)
+{
+	int b = first;
+
+	while (b < 128 && (m->s6_addr[b / 8] & (0x80 >> (b % 8))))
+		b++;
+	return b;
+}
+
 static bool in_range(const struct in6_addr *a, const struct range *r)
 {
 	int full = r->len / 8, rest = r->len % 8;
@@ -721,15 +747,11 @@ static int subnets_of(struct in_addr ip, const struct range **out)
 		admit_dev[k].r[admit_dev[k].n++] = range_of(&a, 128); /* at least itself */
 	}
 	if (!getifaddrs(&ifs)) {
-		const char *name = NULL;
+		const char *name = ifname_of(ifs, ip);
 
-		for (struct ifaddrs *i = ifs; i && !name; i = i->ifa_next)
-			if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
-			    ((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr == ip.s_addr)
-				name = i->ifa_name;
 		for (struct ifaddrs *i = ifs; i && name; i = i->ifa_next) {
 			struct in6_addr a, m;
-			int len = 0;
+			int len;
 
 			if (!i->ifa_addr || !i->ifa_netmask || strcmp(i->ifa_name, name) ||
 			    admit_dev[k].n == (int)SV_ARRAY_SIZE(admit_dev[k].r))
@@ -737,14 +759,11 @@ static int subnets_of(struct in_addr ip, const struct range **out)
 			if (i->ifa_addr->sa_family == AF_INET) {
 				a = sv_ip_from_v4(((struct sockaddr_in *)i->ifa_addr)->sin_addr);
 				m = sv_ip_from_v4(((struct sockaddr_in *)i->ifa_netmask)->sin_addr);
-				len = 96;
-				for (int b = 96; b < 128 && (m.s6_addr[b / 8] & (0x80 >> (b % 8))); b++)
-					len = b + 1;
+				len = mask_len(&m, 96);
 			} else if (i->ifa_addr->sa_family == AF_INET6) {
 				a = ((struct sockaddr_in6 *)i->ifa_addr)->sin6_addr;
 				m = ((struct sockaddr_in6 *)i->ifa_netmask)->sin6_addr;
-				for (int b = 0; b < 128 && (m.s6_addr[b / 8] & (0x80 >> (b % 8))); b++)
-					len = b + 1;
+				len = mask_len(&m, 0);
 			} else {
 				continue;
 			}
@@ -782,26 +801,22 @@ static bool admitted(struct in_addr local, const struct in6_addr *from)
  * refused (-1). */
 static int decode(struct sv_dgram *d, const uint8_t *raw, size_t n, uint16_t sport, uint8_t tos)
 {
-	bool v4 = sv_ip_is_v4(&d->from);
-	struct sv_roce_path path = { .v6 = !v4, .sport = sport, .dport = SV_ROCE_UDP_PORT };
-	char ipbuf[SV_IP_STRLEN];
+	struct sv_roce_path path = { .sport = sport, .dport = SV_ROCE_UDP_PORT };
 	int r;
 
 	if (!admitted(d->local_ip, &d->from)) {
 		sv_warn_limited("a RoCEv2 datagram from %s, which SOFTVERBS_ROCEV2_PEERS does not "
 				"admit; dropped",
-				sv_ip_str(&d->from, ipbuf));
+				SV_IP_STR(&d->from));
 		return -1;
 	}
-	if (v4 != sv_ip_is_v4(&d->to))
+	if (sv_ip_is_v4(&d->from) != sv_ip_is_v4(&d->to))
 		return -1;
-	/* IPv4: the address in the first 4 bytes (roce_wire.h) */
-	memcpy(path.src, &d->from.s6_addr[v4 ? 12 : 0], v4 ? 4 : 16);
-	memcpy(path.dst, &d->to.s6_addr[v4 ? 12 : 0], v4 ? 4 : 16);
+	path_addrs(&path, &d->from, &d->to);
 	r = sv_roce_decode(&path, raw, n, d->buf, d->cap, &d->ecn);
 	if (r < 0) {
 		sv_warn_limited("a RoCEv2 datagram from %s:%u was refused (%s); dropped",
-				sv_ip_str(&d->from, ipbuf), sport,
+				SV_IP_STR(&d->from), sport,
 				r == SV_ROCE_BAD_ICRC	  ? "ICRC"
 				: r == SV_ROCE_BAD_OPCODE ? "opcode"
 							  : "format");
@@ -980,7 +995,6 @@ static int rocev2_fwd_recv(int ep, struct sv_dgram *d)
 	memcpy(&d->to, h.to, 16);
 	return decode(d, rx_raw + sizeof(h), (size_t)n - sizeof(h), ntohs(h.from_port), h.tos);
 }
-
 
 /* What the kernel holds of lfd's datagrams against its buffer (SO_MEMINFO). */
 static bool rocev2_backlogged(int lfd)

@@ -69,7 +69,7 @@ int sv_transport_connect(struct sv_conn *c, enum sv_transport_mode mode)
 		c->ops = &sv_shm_ops;
 		if (!c->ops->connect(c) && c->fd >= 0)
 			return 0;
-		sv_dbg("no shm path to %s:%u", sv_ip_str(&c->peer.ip, (char[SV_IP_STRLEN]){ 0 }), c->peer.port);
+		sv_dbg("no shm path to %s:%u", SV_IP_STR(&c->peer.ip), c->peer.port);
 		if (mode == SV_TRANSPORT_SHM)
 			return -EHOSTUNREACH;
 	}

@@ -60,9 +60,11 @@ static inline bool sv_ip_eq(const struct in6_addr *a, const struct in6_addr *b)
 	return !memcmp(a, b, sizeof(*a));
 }
 
-/* Text for logs: dotted for IPv4, RFC 5952 for IPv6 (endpoint.c). */
+/* Text for logs: dotted for IPv4, RFC 5952 for IPv6 (endpoint.c); SV_IP_STR
+ * writes it in a buffer that lives as long as the enclosing block. */
 #define SV_IP_STRLEN 46
 const char *sv_ip_str(const struct in6_addr *a, char buf[SV_IP_STRLEN]);
+#define SV_IP_STR(a) sv_ip_str((a), (char[SV_IP_STRLEN]){ 0 })
 
 /* Where a peer endpoint listens: decoded from its GID (endpoint.c). */
 struct sv_endpoint_addr {

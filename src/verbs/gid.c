@@ -104,19 +104,19 @@ static bool gid_to_ipv4(const uint8_t *g, struct in_addr *ip)
 
 bool sv_gid_to_ip(const struct sv_context *ctx, const union ibv_gid *gid, struct in6_addr *ip)
 {
-	const uint8_t *g = gid->raw;
+	struct in6_addr a;
 	struct in_addr v4;
-	static const uint8_t zero[16];
 
-	if (gid_to_ipv4(g, &v4)) {
+	if (gid_to_ipv4(gid->raw, &v4)) {
 		*ip = sv_ip_from_v4(v4);
 		return true;
 	}
 	/* an IPv6 unicast address: over RoCEv2 only, as it is (not ::, not
 	 * multicast, not an IPv4-mapped 0.0.0.0) */
-	if (ctx->eng->mode != SV_TRANSPORT_ROCEV2 || !memcmp(g, zero, 16) || g[0] == 0xff ||
-	    IN6_IS_ADDR_V4MAPPED((const struct in6_addr *)g))
+	memcpy(&a, gid->raw, 16);
+	if (ctx->eng->mode != SV_TRANSPORT_ROCEV2 || IN6_IS_ADDR_UNSPECIFIED(&a) ||
+	    IN6_IS_ADDR_MULTICAST(&a) || IN6_IS_ADDR_V4MAPPED(&a))
 		return false;
-	memcpy(ip, g, 16);
+	*ip = a;
 	return true;
 }

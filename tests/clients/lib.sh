@@ -143,6 +143,35 @@ sv_wait_both() {
 	[ "$src" = 0 ] || sv_fail "server exited $src"
 }
 
+# sv_capture_start NS IFACE PCAP: tcpdump in NS on IFACE, `udp port 4791`
+# (RoCEv2, IPv4 and IPv6), into PCAP, until sv_capture_stop; returns once it
+# listens.  --immediate-mode: each packet is written as it comes (else the
+# last block may be lost when it is stopped).
+sv_capture_start() {
+	timeout -k 2 "$(sv_left)" ip netns exec "$1" tcpdump -i "$2" -n --immediate-mode -U \
+		-B 32768 -w "$3" udp port 4791 2>"$SV_WORK/tcpdump.err" &
+	SV_CAPTURE_PID=$!
+	SV_PGIDS+=("$SV_CAPTURE_PID")
+	for _ in $(seq 100); do
+		grep -q "listening on" "$SV_WORK/tcpdump.err" 2>/dev/null && return 0
+		kill -0 "$SV_CAPTURE_PID" 2>/dev/null || sv_fail "tcpdump: $(cat "$SV_WORK/tcpdump.err")"
+		sleep 0.1
+	done
+	sv_fail "tcpdump did not start"
+}
+
+# sv_capture_stop: the last packets in, then tcpdump stops (SIGINT: it
+# finishes the file); fails the test if it lost packets, which would read
+# as softverbs' own gaps.
+sv_capture_stop() {
+	sleep 0.3
+	kill -INT "$SV_CAPTURE_PID" 2>/dev/null || true
+	sv_wait "$SV_CAPTURE_PID" 5 || true
+	grep -E "captured|dropped" "$SV_WORK/tcpdump.err" | sed 's/^/   tcpdump: /' || true
+	! grep -qE "^[1-9][0-9]* packets? dropped by kernel" "$SV_WORK/tcpdump.err" ||
+		sv_fail "tcpdump lost packets (the capture is incomplete, the checks would mislead)"
+}
+
 # sv_start_server NS PORT PROGRAM ARGS...: PROGRAM over softverbs in the
 # background as "server" (SV_SPID), until it listens on TCP PORT in NS.
 sv_start_server() {

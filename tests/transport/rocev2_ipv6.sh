@@ -76,17 +76,8 @@ sv_log "IPv6: sva $a6/64, svb $b6/64 (nodad)"
 devinfo devinfo.a "$SV_NS_A" sv_sva "$a4" "$a6"
 
 # tcpdump in A on sva, IPv4 and IPv6 alike (an IPv4 RoCEv2 packet would be
-# a fault); --immediate-mode: each packet is written as it comes
-timeout -k 2 "$(sv_left)" ip netns exec "$SV_NS_A" tcpdump -i sva -n --immediate-mode -U \
-	-B 32768 -w "$pcap" udp port 4791 2>"$SV_WORK/tcpdump.err" &
-tcpdump_pid=$!
-SV_PGIDS+=("$tcpdump_pid")
-for _ in $(seq 100); do
-	grep -q "listening on" "$SV_WORK/tcpdump.err" 2>/dev/null && break
-	kill -0 "$tcpdump_pid" 2>/dev/null || sv_fail "tcpdump: $(cat "$SV_WORK/tcpdump.err")"
-	sleep 0.1
-done
-grep -q "listening on" "$SV_WORK/tcpdump.err" || sv_fail "tcpdump did not start"
+# a fault)
+sv_capture_start "$SV_NS_A" sva "$pcap"
 
 # segment NAME: from now on the packets are NAME's
 segment() { echo "$(date +%s.%N) $1" >>"$SV_WORK/segments"; }
@@ -241,14 +232,8 @@ for f in "${outs[@]}"; do
 		sv_fail "$(basename "$f" .txt): softverbs warned"
 done
 
-# the last packets in, then stop tcpdump (SIGINT: it finishes the file)
-sleep 0.3
-kill -INT "$tcpdump_pid" 2>/dev/null || true
-sv_wait "$tcpdump_pid" 5 || true
+sv_capture_stop
 [ ${#missing[@]} = 0 ] || sv_log "not installed, not run: ${missing[*]}"
-grep -E "captured|dropped" "$SV_WORK/tcpdump.err" | sed 's/^/   tcpdump: /' || true
-! grep -qE "^[1-9][0-9]* packets? dropped by kernel" "$SV_WORK/tcpdump.err" ||
-	sv_fail "tcpdump lost packets (the capture is incomplete, the checks would mislead)"
 
 # SEND FIRST/MIDDLE/LAST/ONLY, WRITE FIRST/MIDDLE/LAST, READ request and
 # responses, ACK, atomic ACK, CAS, FETCH_ADD, UD SEND ONLY, CNP
