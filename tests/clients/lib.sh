@@ -146,10 +146,14 @@ sv_wait_both() {
 # sv_capture_start NS IFACE PCAP: tcpdump in NS on IFACE, `udp port 4791`
 # (RoCEv2, IPv4 and IPv6), into PCAP, until sv_capture_stop; returns once it
 # listens.  --immediate-mode: each packet is written as it comes (else the
-# last block may be lost when it is stopped).
+# last block may be lost when it is stopped).  -s 9216: in immediate mode
+# libpcap's ring has fixed slots sized by the snap length, 256 KiB by
+# default on a veth with offloads, so -B 32 MiB held only ~128 packets and a
+# burst while tcpdump waited for a core was dropped; 9216 bytes is above the
+# veths' MTU (a longer frame would be cut, and its ICRC check would fail).
 sv_capture_start() {
 	timeout -k 2 "$(sv_left)" ip netns exec "$1" tcpdump -i "$2" -n --immediate-mode -U \
-		-B 32768 -w "$3" udp port 4791 2>"$SV_WORK/tcpdump.err" &
+		-s 9216 -B 32768 -w "$3" udp port 4791 2>"$SV_WORK/tcpdump.err" &
 	SV_CAPTURE_PID=$!
 	SV_PGIDS+=("$SV_CAPTURE_PID")
 	for _ in $(seq 100); do
