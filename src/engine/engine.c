@@ -6,6 +6,7 @@
  * one-sided operations without the application calling into the library.
  */
 #include "engine/engine.h"
+#include "engine/xrc_relay.h"
 #include "engine/gpu.h"
 #include "engine/stats.h"
 #include "engine/mem_export.h"
@@ -619,12 +620,24 @@ static void dispatch(struct sv_conn *conn, const struct sv_opcode_info *op, uint
 			sv_mcast_deliver(conn, op, hdr, payload, plen);
 		return;
 	}
+	if (op->mask & SV_OPF_RELAY) {
+		/* for one of our XRC SRQs, from another process's receive QP */
+		sv_xrc_relay_rx(conn, hdr, payload, plen);
+		return;
+	}
 	qp = sv_qp_lookup(conn->eng->ctx, dqpn);
 	if (!qp) {
 		sv_stat_rx(conn->eng->ctx, NULL, plen);
 		return; /* no such QP: dropped, as a NIC drops it */
 	}
 	pthread_mutex_lock(&qp->lock);
+	if (op->mask & SV_OPF_VERDICT) {
+		/* from the process of an XRC SRQ the QP relayed to (it checks
+		 * that conn is that process's) */
+		if (qp->ti->xrc && qp->ti->receives)
+			sv_responder_verdict(qp, conn, hdr);
+		goto out;
+	}
 	if (qp->ti->connected && !from_peer(qp, conn)) {
 		/* a connected QP hears its own peer only: anyone else could
 		 * otherwise forge ACKs and READ responses, draw ACKs that tell

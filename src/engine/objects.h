@@ -124,6 +124,9 @@ struct sv_context {
 	struct sv_srq **srqt;
 	uint32_t srqt_size;
 	struct sv_list xrcds; /* the XRC domains opened here (sv_xrcd.link), under lock */
+	/* what other processes' XRC receive QPs are placing into our XRC SRQs
+	 * (engine/xrc_relay.c), under srqt_lock */
+	struct sv_list xrc_proxies;
 
 	struct sv_mr_table mrs;
 	int async_wfd; /* write end of the async event pipe (read end: async_fd) */
@@ -402,6 +405,9 @@ struct sv_qp {
 	struct sv_cq *scq, *rcq;
 	struct sv_srq *srq;
 	struct sv_xrcd *xrcd; /* XRC receive QPs */
+	/* XRC receive QPs: requests relayed to another process's SRQ
+	 * (engine/xrc_relay.h), NULL until the first; under lock */
+	struct sv_xrc_out *relay;
 	struct sv_ref ref;    /* the owner's, and the engine's while it holds it */
 	bool destroyed;
 	int mcast_attached;   /* ctx->mcast.lock: groups it is attached to */

@@ -93,15 +93,25 @@ static void add(uint8_t opcode, const struct row *r, uint32_t extra)
 	}
 	if (m & SV_HDR_CNP_RSVD)
 		off += 16;
+	if (m & SV_HDR_RELAY)
+		off += sizeof(struct sv_xrc_relay);
+	if (m & SV_HDR_VERDICT)
+		off += sizeof(struct sv_xrc_verdict);
 	i->hdr_len = off;
 }
 
-/* the one opcode outside the four transport classes */
+/* the opcodes outside the four transport classes */
 static const struct row cnp_row = { SV_OP_CNP, "CNP", SV_OPF_CNP | FL | SV_HDR_CNP_RSVD };
+static const struct row relay_row = { SV_OP_XRC_RELAY, "SOFTVERBS_XRC_RELAY",
+				      SV_OPF_RELAY | SV_OPF_PAYLOAD | SV_HDR_RELAY };
+static const struct row verdict_row = { SV_OP_XRC_VERDICT, "SOFTVERBS_XRC_VERDICT",
+					SV_OPF_VERDICT | FL | SV_HDR_VERDICT };
 
 static void table_init(void)
 {
 	add(SV_OP_CNP, &cnp_row, 0);
+	add(SV_OP_XRC_RELAY, &relay_row, 0);
+	add(SV_OP_XRC_VERDICT, &verdict_row, 0);
 	for (size_t k = 0; k < sizeof(rows) / sizeof(rows[0]); k++) {
 		const struct row *r = &rows[k];
 

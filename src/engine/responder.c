@@ -10,6 +10,7 @@
 #include "engine/stats.h"
 #include "engine/dma.h"
 #include "engine/gpu.h"
+#include "engine/xrc_relay.h"
 #include "common/fault_guard.h"
 
 #include <arpa/inet.h>
@@ -39,7 +40,8 @@ static void fill_bth(struct sv_qp *qp, struct sv_bth *bth, uint8_t low, uint32_t
 	bth->psn = htonl(psn & SV_PSN_MASK);
 }
 
-static void send_ack(struct sv_qp *qp, struct sv_conn *conn, uint32_t psn, uint8_t syn)
+static void send_ack_msn(struct sv_qp *qp, struct sv_conn *conn, uint32_t psn, uint8_t syn,
+			 uint32_t msn)
 {
 	struct {
 		struct sv_bth bth;
@@ -47,9 +49,14 @@ static void send_ack(struct sv_qp *qp, struct sv_conn *conn, uint32_t psn, uint8
 	} __attribute__((packed)) p;
 
 	fill_bth(qp, &p.bth, SV_OP_ACK, psn);
-	p.aeth.syn_msn = htonl(((uint32_t)syn << 24) | (qp->msn & SV_PSN_MASK));
+	p.aeth.syn_msn = htonl(((uint32_t)syn << 24) | (msn & SV_PSN_MASK));
 	sv_send_packet(conn, &p, sizeof(p), NULL, 0);
 	sv_stat_ack_tx(qp, syn);
+}
+
+static void send_ack(struct sv_qp *qp, struct sv_conn *conn, uint32_t psn, uint8_t syn)
+{
+	send_ack_msn(qp, conn, psn, syn, qp->msn);
 }
 
 /* A responder-side error on RC: NAK it and take the QP to ERR (IBA class B/C). */
@@ -257,6 +264,9 @@ struct resp_pkt {
 	const struct sv_immdt *imm;
 	bool solicited;
 	bool ackreq; /* the requester asks for an ACK of this packet */
+	/* XRC: the SRQ it names is another process's (xrc_relay.c) */
+	bool relay;
+	uint32_t srqn;
 };
 
 /* Step: the packet's transport class is the QP's. */
@@ -271,18 +281,45 @@ static enum resp_result check_transport(const struct resp_pkt *p)
  * one keys are checked against, its queue and CQ take a SEND.  A message
  * keeps the SRQ it started with.
  */
-static enum resp_result check_xrc(const struct resp_pkt *p)
+static enum resp_result check_xrc(struct resp_pkt *p)
 {
 	struct sv_qp *qp = p->qp;
 	const struct sv_xrceth *x;
 	struct sv_srq *srq;
+	bool busy;
 
 	if (!qp->ti->xrc)
 		return RESP_OK;
 	x = (const void *)(p->hdr + p->op->off_xrceth);
-	srq = sv_xrc_srq_lookup(qp->ctx, qp->xrcd, ntohl(x->srqn) & SV_PSN_MASK);
+	p->srqn = ntohl(x->srqn) & SV_PSN_MASK;
+	busy = qp->relay && qp->relay->busy;
+	if (busy && (!qp->relay->conn || atomic_load(&qp->relay->conn->state) == SV_CONN_DEAD)) {
+		/* the SRQ's process is gone, or its connection: what waited for
+		 * its verdict is sent again from the oldest such message */
+		qp->epsn = qp->relay->first_psn;
+		qp->msn = qp->relay->first_msn;
+		qp->resp_in_msg = false;
+		sv_xrc_relay_idle(qp);
+		busy = false;
+	}
+	srq = sv_xrc_srq_lookup(qp->ctx, qp->xrcd, p->srqn);
+	if (!srq && sv_xrc_relay_possible(qp, p->srqn)) {
+		/* another process's, maybe: a message goes to one SRQ, and a
+		 * window of relayed packets to one process */
+		if (qp->resp_in_msg && (qp->srq || !qp->relay || p->srqn != qp->relay->msg_srqn))
+			return RESP_ERR_XRC_SRQ;
+		if (busy && qp->relay->port != sv_qpn_port(p->srqn))
+			return RESP_DROP;
+		p->relay = true;
+		qp->srq = NULL;
+		qp->pd = NULL;
+		qp->rcq = NULL;
+		return RESP_OK;
+	}
 	if (!srq || (qp->resp_in_msg && srq != qp->srq))
 		return RESP_ERR_XRC_SRQ;
+	if (busy)
+		return RESP_DROP; /* after the relayed packets' verdicts */
 	qp->srq = srq;
 	qp->pd = srq->pd;
 	qp->rcq = srq->cq;
@@ -684,6 +721,8 @@ static void duplicate(const struct resp_pkt *p)
 {
 	struct sv_qp *qp = p->qp;
 
+	if (qp->relay && qp->relay->busy)
+		return; /* answered when the relayed packets' verdicts come */
 	if (p->op->mask & SV_OPF_READ) {
 		const struct sv_reth *r = (const void *)(p->hdr + p->op->off_reth);
 		enum resp_result res =
@@ -747,6 +786,155 @@ static enum resp_result exec_send(const struct resp_pkt *p)
 			      p->solicited);
 	}
 	return RESP_DONE;
+}
+
+/*
+ * XRC: a SEND packet for another process's SRQ goes there (xrc_relay.c).
+ * It is taken in (the expected PSN moves on) but not acknowledged: its
+ * ACK, or its RNR NAK, waits for that process's verdict.
+ */
+static enum resp_result exec_relay(struct resp_pkt *p)
+{
+	struct sv_qp *qp = p->qp;
+	enum resp_result r = check_sequence(p, false);
+	bool first = p->op->mask & SV_OPF_FIRST;
+	struct sv_xrc_out *x;
+	bool window;
+
+	if (r != RESP_OK)
+		return r;
+	/* one-sided operations and invalidation reach another process's
+	 * memory through its own receive QPs only (docs/COMPATIBILITY.md) */
+	if (!(p->op->mask & SV_OPF_SEND) || p->op->off_ieth)
+		return RESP_ERR_XRC_SRQ;
+	window = !qp->relay || !qp->relay->busy;
+	if (!qp->relay && !(qp->relay = calloc(1, sizeof(*qp->relay))))
+		return RESP_NO_RECV; /* no memory now: RNR NAK, it comes again */
+	x = qp->relay;
+	if (first) {
+		x->msg_msn = qp->msn;
+		x->msg_srqn = p->srqn;
+	}
+	if (sv_xrc_relay_forward(qp, p->conn, p->op, p->hdr, p->payload, p->plen, p->srqn)) {
+		/* the SRQ's process cannot be reached now: the requester
+		 * sends again, from the oldest message still unanswered */
+		if (!window) {
+			qp->epsn = x->first_psn;
+			qp->msn = x->first_msn;
+		} else {
+			qp->epsn = first ? p->psn : qp->msg_first_psn;
+			qp->msn = x->msg_msn;
+		}
+		qp->resp_in_msg = false;
+		send_ack(qp, p->conn, qp->epsn, SV_AETH_RNR_NAK | (qp->attr.min_rnr_timer & 0x1f));
+		sv_xrc_relay_idle(qp);
+		return RESP_DONE;
+	}
+	if (window) {
+		x->first_psn = first ? p->psn : qp->msg_first_psn;
+		x->first_msn = x->msg_msn;
+	}
+	if (first) {
+		qp->msg_first_psn = p->psn;
+		qp->resp_in_msg = true;
+		qp->resp_in_write = false;
+	}
+	qp->epsn = sv_psn_add(p->psn, 1);
+	if (p->op->mask & SV_OPF_LAST) {
+		qp->resp_in_msg = false;
+		qp->msn++;
+	}
+	return RESP_DONE;
+}
+
+/*
+ * The verdict of the SRQ's process on a packet this XRC receive QP relayed:
+ * placed (acknowledged now, as it would have been here), no receive WQE
+ * (RNR NAK: the requester resends from that message), or refused (NAK, and
+ * the QP fails, as for an SRQ of its own).
+ */
+void sv_responder_verdict(struct sv_qp *qp, struct sv_conn *conn, const uint8_t *pkt)
+{
+	const struct sv_bth *bth = (const void *)pkt;
+	const struct sv_xrc_verdict *v = (const void *)(pkt + sizeof(*bth));
+	uint32_t psn = ntohl(bth->psn) & SV_PSN_MASK, msn = ntohl(v->msn) & SV_PSN_MASK;
+	struct sv_xrc_out *x = qp->relay;
+	struct sv_conn *reply;
+
+	/* only from the process it relayed to, on packets still waiting */
+	if (!x || !x->busy || x->conn != conn || !sv_qp_state_receives(qp->state) ||
+	    sv_psn_cmp(psn, x->first_psn) < 0 || sv_psn_cmp(psn, x->last_psn) > 0)
+		return;
+	reply = x->reply;
+	sv_conn_get(reply);
+	switch (v->kind) {
+	case SV_VERDICT_OK:
+		send_ack_msn(qp, reply, psn, SV_AETH_ACK | 0x1f, msn);
+		if (v->last) {
+			x->first_psn = sv_psn_add(psn, 1);
+			x->first_msn = msn;
+		}
+		if (psn == x->last_psn)
+			sv_xrc_relay_idle(qp);
+		break;
+	case SV_VERDICT_RNR:
+		/* the message at psn starts again; what was relayed after it
+		 * the SRQ's process drops, until the next window */
+		qp->epsn = psn;
+		qp->msn = msn;
+		qp->resp_in_msg = false;
+		send_ack_msn(qp, reply, psn, SV_AETH_RNR_NAK | (qp->attr.min_rnr_timer & 0x1f), msn);
+		sv_xrc_relay_idle(qp);
+		break;
+	default:
+		sv_xrc_relay_idle(qp);
+		nak_fatal(qp, reply, psn,
+			  v->kind == SV_VERDICT_RECV_PROT ? SV_NAK_REM_OP : SV_NAK_INV_REQ);
+		break;
+	}
+	sv_conn_put(reply);
+}
+
+/*
+ * A SEND packet another process's XRC receive QP relayed into our XRC SRQ
+ * p->srq (xrc_relay.c), placed as exec_send places one, into the WQE the
+ * proxy of that receive QP holds: taken at the message's FIRST, completed
+ * on the SRQ's CQ at its LAST with the receive QP's number in qp_num.
+ */
+uint8_t sv_responder_relayed(struct sv_qp *px, const struct sv_relay_pkt *p)
+{
+	struct sv_immdt imm = { p->imm };
+	enum ibv_wc_status st;
+
+	if (p->op->mask & SV_OPF_FIRST) {
+		if (px->resp_have_rwqe && px->srq != p->srq)
+			px->resp_have_rwqe = false; /* an abandoned message's WQE: its SRQ's */
+		px->srq = p->srq;
+		px->rcq = p->srq->cq;
+		if (!px->resp_have_rwqe && !sv_qp_take_recv(px))
+			return SV_VERDICT_RNR;
+		px->rwqe_off = 0;
+		px->resp_in_msg = true;
+	} else if (!px->resp_in_msg || px->srq != p->srq) {
+		return SV_VERDICT_REFUSED; /* no message open (or its SRQ went) */
+	}
+	st = place(px, p->payload, p->plen, NULL);
+	if (st != IBV_WC_SUCCESS) {
+		complete_recv(px, st, IBV_WC_RECV, 0, NULL, px->attr.dest_qp_num, 0, 0, false);
+		px->resp_in_msg = false;
+		return st == IBV_WC_LOC_LEN_ERR ? SV_VERDICT_RECV_LEN : SV_VERDICT_RECV_PROT;
+	}
+	if (!(p->op->mask & SV_OPF_LAST))
+		return SV_VERDICT_OK;
+	px->resp_in_msg = false;
+	if (sv_gpu_sink_fence(px->gpu_in)) {
+		complete_recv(px, IBV_WC_LOC_PROT_ERR, IBV_WC_RECV, 0, NULL, px->attr.dest_qp_num,
+			      0, 0, false);
+		return SV_VERDICT_RECV_PROT;
+	}
+	complete_recv(px, IBV_WC_SUCCESS, IBV_WC_RECV, px->rwqe_off, p->has_imm ? &imm : NULL,
+		      px->attr.dest_qp_num, 0, 0, p->solicited);
+	return SV_VERDICT_OK;
 }
 
 /*
@@ -968,7 +1156,9 @@ void sv_responder_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opc
 	if (r == RESP_OK && !(op->mask & SV_OPF_SEND))
 		sv_engine_saw_one_sided(qp->ctx->eng);
 	if (r == RESP_OK) {
-		if (op->mask & SV_OPF_SEND)
+		if (p.relay)
+			r = exec_relay(&p);
+		else if (op->mask & SV_OPF_SEND)
 			r = exec_send(&p);
 		else if (op->mask & SV_OPF_WRITE)
 			r = exec_write(&p);

@@ -105,6 +105,46 @@ struct sv_gpu_ref {
 	uint32_t ordinal;   /* the sender's CUDA device */
 } __attribute__((packed));
 
+/*
+ * XRC relay (softverbs' own, between two processes of one host over the shm
+ * transport; xrc_relay.c).  An XRC receive QP whose request names an XRC
+ * SRQ of another process of its domain hands the packet on: BTH (opcode
+ * SV_OP_XRC_RELAY, the request's flags and PSN, dqpn = the SRQ's number),
+ * this header, the request's payload.  The SRQ's process answers each LAST
+ * or ACK-requesting packet, or the first it cannot take, with a verdict:
+ * BTH (SV_OP_XRC_VERDICT, dqpn = the receive QP, psn) and sv_xrc_verdict.
+ */
+struct sv_xrc_relay {
+	uint8_t opcode;	  /* the request's own (XRC SEND opcodes only) */
+	uint8_t flags;	  /* SV_RELAY_* */
+	uint16_t rsvd;
+	uint32_t tgt_qpn; /* the XRC receive QP that took the request */
+	uint32_t src_qpn; /* the XRC send QP that sent it (the WC's src_qp) */
+	uint32_t msn;	  /* the receive QP's MSN before this message */
+	uint32_t imm;	  /* immediate data (SEND_WITH_IMM), as on the wire */
+	uint32_t rsvd2;
+	uint64_t dev;	  /* the domain's file: st_dev and st_ino */
+	uint64_t ino;
+} __attribute__((packed));
+
+#define SV_RELAY_WINDOW 0x01 /* the first packet since every earlier one was answered */
+
+struct sv_xrc_verdict {
+	uint8_t kind; /* SV_VERDICT_* */
+	uint8_t last; /* the packet ended its message */
+	uint16_t rsvd;
+	uint32_t msn; /* the receive QP's MSN after the packet */
+} __attribute__((packed));
+
+enum {
+	SV_VERDICT_OK = 0,	  /* placed (completed, at a LAST) */
+	SV_VERDICT_RNR = 1,	  /* no receive WQE in the SRQ: resend from this PSN */
+	SV_VERDICT_NO_SRQ = 2,	  /* no XRC SRQ of that number in that domain */
+	SV_VERDICT_RECV_LEN = 3,  /* longer than the receive WQE (completed with an error) */
+	SV_VERDICT_RECV_PROT = 4, /* the receive WQE's memory refused */
+	SV_VERDICT_REFUSED = 5,	  /* not taken (no room for its state, a malformed relay) */
+};
+
 /* Largest header stack any opcode carries, for fixed-size header buffers. */
 #define SV_MAX_HDR_LEN \
 	(sizeof(struct sv_bth) + sizeof(struct sv_xrceth) + sizeof(struct sv_atmeth) + \

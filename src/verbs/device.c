@@ -7,6 +7,7 @@
  */
 #include "common/fault_guard.h"
 #include "verbs/verbs.h"
+#include "engine/xrc_relay.h"
 #include "engine/engine.h"
 #include "engine/stats.h"
 #include "engine/mem_export.h"
@@ -348,6 +349,7 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 	ctx->dev = dev;
 	ctx->owner = getpid();
 	sv_list_init(&ctx->xrcds);
+	sv_list_init(&ctx->xrc_proxies);
 	pthread_mutex_init(&ctx->srqt_lock, NULL);
 	pthread_mutex_init(&ctx->lock, NULL);
 	pthread_mutex_init(&ctx->mcast.lock, NULL);
@@ -414,6 +416,7 @@ int ibv_close_device(struct ibv_context *context)
 	sv_engine_stop(ctx->eng);
 	sv_export_close(ctx); /* after the engine, which released its registry block */
 	sv_mcast_table_fini(ctx); /* after the engine: nothing delivers any more */
+	sv_xrc_proxies_free(ctx);
 	sv_stats_close(ctx);
 	close(context->async_fd);
 	close(ctx->async_wfd);

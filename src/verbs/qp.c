@@ -11,6 +11,7 @@
 #include "engine/stats.h"
 #include "engine/mem_export.h"
 #include "engine/dma.h"
+#include "engine/xrc_relay.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -280,6 +281,7 @@ static void reset_qp(struct sv_qp *qp)
 	qp->rq.head = qp->rq.count = 0;
 	qp->resp_have_rwqe = qp->resp_in_msg = qp->resp_drop_msg = false;
 	sv_responder_cancel(qp); /* a READ still being answered */
+	sv_xrc_relay_idle(qp);	 /* verdicts on relayed packets: ignored now */
 	qp->comm_est_sent = false;
 	qp->msn = 0;
 	/* GPU copies of its previous life: none started later, none reused */
@@ -552,6 +554,7 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 	for (; qp->sq.head != qp->sq.tail; qp->sq.head++)
 		sv_wqe_release(&qp->sq.wqe[qp->sq.head & (qp->sq.size - 1)]);
 	free(qp->atomic_cache);
+	sv_xrc_relay_free(qp);
 	free(qp->sq.wqe);
 	free(qp->sq.sge_pool);
 	free(qp->sq.inline_pool);

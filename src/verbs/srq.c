@@ -7,6 +7,7 @@
  */
 #include "verbs/verbs.h"
 #include "engine/engine.h"
+#include "engine/xrc_relay.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -246,6 +247,7 @@ int ibv_destroy_srq(struct ibv_srq *ibsrq)
 	pthread_mutex_unlock(&ctx->srqt_lock);
 	if (srq->xrcd) {
 		xrc_srq_detach(srq);
+		sv_xrc_proxies_detach(ctx, srq); /* and other processes' receive QPs */
 		sv_ref_put(&srq->xrcd->users);
 		sv_ref_put(&srq->cq->users);
 	}
