@@ -406,8 +406,9 @@ struct sv_qp {
 	struct sv_srq *srq;
 	struct sv_xrcd *xrcd; /* XRC receive QPs */
 	/* XRC receive QPs: requests relayed to another process's SRQ
-	 * (engine/xrc_relay.h), NULL until the first; under lock */
-	struct sv_xrc_out *relay;
+	 * (engine/xrc_relay.h), and the handles ibv_open_qp made of it
+	 * (verbs/xrcd.c); NULL until either is first needed */
+	struct sv_xrc_qp *xrc;
 	struct sv_ref ref;    /* the owner's, and the engine's while it holds it */
 	bool destroyed;
 	int mcast_attached;   /* ctx->mcast.lock: groups it is attached to */

@@ -292,12 +292,12 @@ static enum resp_result check_xrc(struct resp_pkt *p)
 		return RESP_OK;
 	x = (const void *)(p->hdr + p->op->off_xrceth);
 	p->srqn = ntohl(x->srqn) & SV_PSN_MASK;
-	busy = qp->relay && qp->relay->busy;
-	if (busy && (!qp->relay->conn || atomic_load(&qp->relay->conn->state) == SV_CONN_DEAD)) {
+	busy = qp->xrc && qp->xrc->busy;
+	if (busy && (!qp->xrc->conn || atomic_load(&qp->xrc->conn->state) == SV_CONN_DEAD)) {
 		/* the SRQ's process is gone, or its connection: what waited for
 		 * its verdict is sent again from the oldest such message */
-		qp->epsn = qp->relay->first_psn;
-		qp->msn = qp->relay->first_msn;
+		qp->epsn = qp->xrc->first_psn;
+		qp->msn = qp->xrc->first_msn;
 		qp->resp_in_msg = false;
 		sv_xrc_relay_idle(qp);
 		busy = false;
@@ -306,9 +306,9 @@ static enum resp_result check_xrc(struct resp_pkt *p)
 	if (!srq && sv_xrc_relay_possible(qp, p->srqn)) {
 		/* another process's, maybe: a message goes to one SRQ, and a
 		 * window of relayed packets to one process */
-		if (qp->resp_in_msg && (qp->srq || !qp->relay || p->srqn != qp->relay->msg_srqn))
+		if (qp->resp_in_msg && (qp->srq || !qp->xrc || p->srqn != qp->xrc->msg_srqn))
 			return RESP_ERR_XRC_SRQ;
-		if (busy && qp->relay->port != sv_qpn_port(p->srqn))
+		if (busy && qp->xrc->port != sv_qpn_port(p->srqn))
 			return RESP_DROP;
 		p->relay = true;
 		qp->srq = NULL;
@@ -721,7 +721,7 @@ static void duplicate(const struct resp_pkt *p)
 {
 	struct sv_qp *qp = p->qp;
 
-	if (qp->relay && qp->relay->busy)
+	if (qp->xrc && qp->xrc->busy)
 		return; /* answered when the relayed packets' verdicts come */
 	if (p->op->mask & SV_OPF_READ) {
 		const struct sv_reth *r = (const void *)(p->hdr + p->op->off_reth);
@@ -798,7 +798,7 @@ static enum resp_result exec_relay(struct resp_pkt *p)
 	struct sv_qp *qp = p->qp;
 	enum resp_result r = check_sequence(p, false);
 	bool first = p->op->mask & SV_OPF_FIRST;
-	struct sv_xrc_out *x;
+	struct sv_xrc_qp *x;
 	bool window;
 
 	if (r != RESP_OK)
@@ -807,10 +807,10 @@ static enum resp_result exec_relay(struct resp_pkt *p)
 	 * memory through its own receive QPs only (docs/COMPATIBILITY.md) */
 	if (!(p->op->mask & SV_OPF_SEND) || p->op->off_ieth)
 		return RESP_ERR_XRC_SRQ;
-	window = !qp->relay || !qp->relay->busy;
-	if (!qp->relay && !(qp->relay = calloc(1, sizeof(*qp->relay))))
+	window = !qp->xrc || !qp->xrc->busy;
+	if (!qp->xrc && !(qp->xrc = calloc(1, sizeof(*qp->xrc))))
 		return RESP_NO_RECV; /* no memory now: RNR NAK, it comes again */
-	x = qp->relay;
+	x = qp->xrc;
 	if (first) {
 		x->msg_msn = qp->msn;
 		x->msg_srqn = p->srqn;
@@ -858,7 +858,7 @@ void sv_responder_verdict(struct sv_qp *qp, struct sv_conn *conn, const uint8_t 
 	const struct sv_bth *bth = (const void *)pkt;
 	const struct sv_xrc_verdict *v = (const void *)(pkt + sizeof(*bth));
 	uint32_t psn = ntohl(bth->psn) & SV_PSN_MASK, msn = ntohl(v->msn) & SV_PSN_MASK;
-	struct sv_xrc_out *x = qp->relay;
+	struct sv_xrc_qp *x = qp->xrc;
 	struct sv_conn *reply;
 
 	/* only from the process it relayed to, on packets still waiting */

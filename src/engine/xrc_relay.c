@@ -62,7 +62,7 @@ bool sv_xrc_relay_possible(const struct sv_qp *qp, uint32_t srqn)
 /* qp->lock held: the connection to the process that owns srqn (shm), or NULL. */
 static struct sv_conn *relay_conn(struct sv_qp *qp, uint32_t srqn)
 {
-	struct sv_xrc_out *r = qp->relay;
+	struct sv_xrc_qp *r = qp->xrc;
 	uint16_t port = sv_qpn_port(srqn);
 
 	if (r->conn && (r->port != port || atomic_load(&r->conn->state) == SV_CONN_DEAD)) {
@@ -84,7 +84,7 @@ int sv_xrc_relay_forward(struct sv_qp *qp, struct sv_conn *from, const struct sv
 			 const uint8_t *pkt, const uint8_t *payload, uint32_t plen, uint32_t srqn)
 {
 	const struct sv_bth *rq = (const void *)pkt;
-	struct sv_xrc_out *r = qp->relay;
+	struct sv_xrc_qp *r = qp->xrc;
 	struct {
 		struct sv_bth bth;
 		struct sv_xrc_relay x;
@@ -93,7 +93,7 @@ int sv_xrc_relay_forward(struct sv_qp *qp, struct sv_conn *from, const struct sv
 	struct sv_conn *c;
 	bool window;
 
-	if (!r && !(r = qp->relay = calloc(1, sizeof(*r))))
+	if (!r && !(r = qp->xrc = calloc(1, sizeof(*r))))
 		return -ENOMEM;
 	c = relay_conn(qp, srqn);
 	if (!c)
@@ -128,7 +128,7 @@ int sv_xrc_relay_forward(struct sv_qp *qp, struct sv_conn *from, const struct sv
 
 void sv_xrc_relay_idle(struct sv_qp *qp)
 {
-	struct sv_xrc_out *r = qp->relay;
+	struct sv_xrc_qp *r = qp->xrc;
 
 	if (!r)
 		return;
@@ -141,7 +141,7 @@ void sv_xrc_relay_idle(struct sv_qp *qp)
 
 void sv_xrc_relay_free(struct sv_qp *qp)
 {
-	struct sv_xrc_out *r = qp->relay;
+	struct sv_xrc_qp *r = qp->xrc;
 
 	if (!r)
 		return;
@@ -149,7 +149,7 @@ void sv_xrc_relay_free(struct sv_qp *qp)
 	if (r->conn)
 		sv_conn_put(r->conn);
 	free(r);
-	qp->relay = NULL;
+	qp->xrc = NULL;
 }
 
 /* ---- the SRQ's side (process B) ---- */

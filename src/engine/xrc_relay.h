@@ -10,9 +10,16 @@
 #include "engine/objects.h"
 #include "engine/opcode.h"
 
-/* What an XRC receive QP keeps of the packets it relayed (qp->relay,
- * allocated by its first relay, under qp->lock). */
-struct sv_xrc_out {
+/* What an XRC receive QP keeps beyond an RC QP's state (qp->xrc, allocated
+ * when first needed): the packets it relayed (under qp->lock), and its
+ * handles (ibv_open_qp; under ctx->lock). */
+struct sv_xrc_qp {
+	/* a handle ibv_open_qp made: the QP it names (verbs/xrcd.c) */
+	struct sv_qp *alias_of;
+	/* the QP: its handles open, and whether its creator destroyed its own
+	 * (it goes with the last handle, as a kernel's shared XRC QP) */
+	uint32_t opens;
+	bool creator_closed;
 	struct sv_conn *conn;  /* to the SRQ's process (a reference) */
 	uint16_t port;	       /* that process's endpoint port */
 	struct sv_conn *reply; /* where the requester's answers go, while busy */

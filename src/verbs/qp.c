@@ -370,7 +370,7 @@ static void settle_sends(struct sv_qp *qp)
 
 int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 {
-	struct sv_qp *qp = to_sv_qp(ibqp);
+	struct sv_qp *qp = sv_qp_named(to_sv_qp(ibqp));
 	struct sv_endpoint_addr peer = { 0 };
 	enum ibv_qp_state cur, next;
 	int err;
@@ -463,7 +463,8 @@ int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 		qp->state = next;
 		qp->attr.qp_state = next;
 		qp->attr.cur_qp_state = next;
-		ibqp->state = next;
+		qp->ex.qp_base.state = next;
+		ibqp->state = next; /* (an ibv_open_qp handle's too) */
 		if (next == IBV_QPS_SQD && qp->attr.en_sqd_async_notify)
 			sv_async_event(qp->ctx, IBV_EVENT_SQ_DRAINED, qp, &qp->async, 0);
 		if (next == IBV_QPS_RTS)
@@ -478,7 +479,7 @@ int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 int ibv_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int attr_mask,
 		 struct ibv_qp_init_attr *init_attr)
 {
-	struct sv_qp *qp = to_sv_qp(ibqp);
+	struct sv_qp *qp = sv_qp_named(to_sv_qp(ibqp));
 
 	(void)attr_mask; /* everything is cheap to report */
 	if (!attr || !init_attr)
@@ -514,6 +515,16 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 {
 	struct sv_qp *qp = to_sv_qp(ibqp);
 	struct sv_context *ctx = qp->ctx;
+	bool handled;
+	struct sv_qp *last = sv_xrc_qp_close(qp, &handled);
+
+	/* an XRC receive QP with ibv_open_qp handles goes with the last one */
+	if (handled && !last)
+		return 0;
+	if (handled) {
+		qp = last;
+		ibqp = &last->ex.qp_base;
+	}
 
 	/* as Linux's uverbs: detach from the multicast groups first */
 	if (sv_mcast_busy(qp))

@@ -339,6 +339,7 @@ struct ibv_srq *sv_create_srq_ex(struct ibv_context *context, struct ibv_srq_ini
 int sv_get_srq_num(struct ibv_srq *srq, uint32_t *srq_num);
 struct ibv_xrcd *sv_open_xrcd(struct ibv_context *context, struct ibv_xrcd_init_attr *attr);
 int sv_close_xrcd(struct ibv_xrcd *xrcd);
+struct ibv_qp *sv_open_qp(struct ibv_context *context, struct ibv_qp_open_attr *attr);
 int sv_modify_cq(struct ibv_cq *cq, struct ibv_modify_cq_attr *attr);
 
 void sv_context_fill_ops(struct sv_context *ctx)
@@ -362,5 +363,6 @@ void sv_context_fill_ops(struct sv_context *ctx)
 	v->get_srq_num = sv_get_srq_num;
 	v->open_xrcd = sv_open_xrcd;
 	v->close_xrcd = sv_close_xrcd;
+	v->open_qp = sv_open_qp;
 	v->modify_cq = sv_modify_cq;
 }

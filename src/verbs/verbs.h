@@ -49,4 +49,12 @@ int sv_rq_post(struct sv_rq *rq, const struct ibv_recv_wr *wr);     /* 0, EINVAL
  * not fit) or ENOMEM (the ring is unchanged). */
 int sv_rq_resize(struct sv_rq *rq, uint32_t max_wr);
 
+/* verbs/xrcd.c: the QP a handle names (an ibv_open_qp handle's XRC
+ * receive QP; any other QP itself) */
+struct sv_qp *sv_qp_named(struct sv_qp *qp);
+/* verbs/xrcd.c, ibv_destroy_qp: closes an XRC receive QP's handle when it
+ * has others (*handled); returns the QP to destroy now that its last
+ * handle went, or NULL */
+struct sv_qp *sv_xrc_qp_close(struct sv_qp *qp, bool *handled);
+
 #endif

@@ -17,6 +17,13 @@
  *   - a request naming an SRQ number that is not of the domain (a basic
  *     SRQ's, one destroyed) fails: the send QP's WQE completes with
  *     IBV_WC_REM_INV_REQ_ERR
+ *   - ibv_open_qp: a second handle of the receive QP, with its own
+ *     qp_context, through which it is queried and modified; no work posted
+ *     on it (EINVAL); the QP outlives its creator's handle (SENDs still
+ *     land, the domain stays busy) and goes with the last handle; the
+ *     errors: NULL or a missing NUM/XRCD/TYPE bit, another QP type, a
+ *     number that is no XRC receive QP of that domain (EINVAL), an unknown
+ *     comp_mask bit (EOPNOTSUPP)
  */
 #include "sv_test.h"
 
@@ -350,6 +357,85 @@ static void test_atomic_and_bad_numbers(struct xrc *x)
 	SVT_CHECK(wc.wr_id == 42 && wc.status == IBV_WC_REM_INV_REQ_ERR);
 }
 
+static void test_open_qp(struct xrc *x)
+{
+	struct ibv_qp_open_attr oa = { .comp_mask = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD |
+						    IBV_QP_OPEN_ATTR_TYPE | IBV_QP_OPEN_ATTR_CONTEXT,
+				       .xrcd = x->xrcd, .qp_type = IBV_QPT_XRC_RECV };
+	struct ibv_xrcd_init_attr xa = { .comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS,
+					 .fd = -1, .oflags = O_CREAT };
+	struct ibv_xrcd *other = ibv_open_xrcd(x->b.ctx, &xa);
+	struct ibv_qp_attr at;
+	struct ibv_qp_init_attr ia;
+	struct ibv_qp *h, *h2;
+	struct ibv_wc wc;
+	int ctxv = 7;
+
+	reconnect(x);
+	SVT_CHECK_PTR(other);
+	oa.qp_num = x->recv->qp_num;
+	oa.qp_context = &ctxv;
+	/* the errors first */
+	SVT_CHECK_NULL_ERRNO(ibv_open_qp(x->b.ctx, NULL), EINVAL);
+	oa.comp_mask |= IBV_QP_OPEN_ATTR_RESERVED;
+	SVT_CHECK_NULL_ERRNO(ibv_open_qp(x->b.ctx, &oa), EOPNOTSUPP);
+	oa.comp_mask &= ~(IBV_QP_OPEN_ATTR_RESERVED | IBV_QP_OPEN_ATTR_TYPE);
+	SVT_CHECK_NULL_ERRNO(ibv_open_qp(x->b.ctx, &oa), EINVAL);
+	oa.comp_mask |= IBV_QP_OPEN_ATTR_TYPE;
+	oa.qp_type = IBV_QPT_RC;
+	SVT_CHECK_NULL_ERRNO(ibv_open_qp(x->b.ctx, &oa), EINVAL);
+	oa.qp_type = IBV_QPT_XRC_RECV;
+	oa.xrcd = other; /* not its domain */
+	SVT_CHECK_NULL_ERRNO(ibv_open_qp(x->b.ctx, &oa), EINVAL);
+	oa.xrcd = x->xrcd;
+	oa.qp_num = x->recv->qp_num + 100; /* no QP */
+	SVT_CHECK_NULL_ERRNO(ibv_open_qp(x->b.ctx, &oa), EINVAL);
+	oa.qp_num = x->send->qp_num; /* another context's, an XRC send QP */
+	SVT_CHECK_NULL_ERRNO(ibv_open_qp(x->b.ctx, &oa), EINVAL);
+	SVT_CHECK_OK(ibv_close_xrcd(other));
+
+	oa.qp_num = x->recv->qp_num;
+	h = ibv_open_qp(x->b.ctx, &oa);
+	SVT_CHECK_PTR(h);
+	SVT_CHECK(h != x->recv && h->qp_num == x->recv->qp_num && h->qp_type == IBV_QPT_XRC_RECV);
+	SVT_CHECK(h->qp_context == &ctxv && h->context == x->b.ctx);
+	SVT_CHECK_OK(ibv_query_qp(h, &at, IBV_QP_STATE, &ia));
+	SVT_CHECK_EQ(at.qp_state, IBV_QPS_RTR);
+	SVT_CHECK(ia.qp_context == &ctxv && ia.qp_type == IBV_QPT_XRC_RECV);
+	{
+		struct ibv_sge sge = { (uintptr_t)x->bbuf, 8, x->bmr->lkey };
+		struct ibv_recv_wr rw = { .wr_id = 9, .sg_list = &sge, .num_sge = 1 }, *rbad;
+		struct ibv_send_wr sw = { .wr_id = 9, .sg_list = &sge, .num_sge = 1,
+					  .opcode = IBV_WR_SEND }, *sbad;
+
+		SVT_CHECK_RC(ibv_post_recv(h, &rw, &rbad), EINVAL);
+		SVT_CHECK_RC(ibv_post_send(h, &sw, &sbad), EINVAL);
+	}
+	/* modified through the handle: the QP itself moves */
+	SVT_CHECK_OK(svt_qp_to_state(h, IBV_QPS_ERR));
+	SVT_CHECK_OK(ibv_query_qp(x->recv, &at, IBV_QP_STATE, &ia));
+	SVT_CHECK_EQ(at.qp_state, IBV_QPS_ERR);
+	reconnect(x);
+	SVT_CHECK_OK(ibv_query_qp(h, &at, IBV_QP_STATE, &ia));
+	SVT_CHECK_EQ(at.qp_state, IBV_QPS_RTR);
+
+	/* the creator's handle goes; the QP stays, and takes SENDs */
+	h2 = ibv_open_qp(x->b.ctx, &oa);
+	SVT_CHECK_PTR(h2);
+	SVT_CHECK_OK(ibv_destroy_qp(x->recv));
+	x->recv = h;
+	svt_fill(x->abuf, 64, 12);
+	SVT_CHECK_OK(svt_post_srq_recv(x->s2, 60, x->bbuf, 64, x->bmr->lkey));
+	SVT_CHECK_OK(post_xrc_send(x, 61, x->n2, 0, 64));
+	svt_poll_ok(x->acq, 1, &wc, 0);
+	svt_poll_ok(x->cq2, 1, &wc, 0);
+	SVT_CHECK(wc.wr_id == 60 && wc.qp_num == h->qp_num);
+	SVT_CHECK_FILL(x->bbuf, 64, 12);
+	SVT_CHECK_OK(ibv_destroy_qp(h2));
+	/* h, the last handle, is x->recv now: teardown destroys it, and
+	 * only then does the domain stop being busy */
+}
+
 static void teardown(struct xrc *x)
 {
 	/* the domain is in use: EBUSY until its QP and SRQs are gone */
@@ -385,6 +471,7 @@ int main(void)
 	test_sends(&x);
 	test_one_sided(&x);
 	test_atomic_and_bad_numbers(&x);
+	test_open_qp(&x);
 	teardown(&x);
 	return 0;
 }

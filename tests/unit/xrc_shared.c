@@ -16,7 +16,8 @@
  *     completes with IBV_WC_LOC_LEN_ERR, the parent's with
  *     IBV_WC_REM_INV_REQ_ERR
  *   - an RDMA WRITE naming the child's SRQ is refused
- *     (IBV_WC_REM_INV_REQ_ERR; docs/COMPATIBILITY.md §1.7a)
+ *     (IBV_WC_REM_INV_REQ_ERR; docs/COMPATIBILITY.md §1.7a), and so is
+ *     ibv_open_qp in the child of the parent's receive QP (EOPNOTSUPP)
  * Under SOFTVERBS_TRANSPORT=tcp (unit_xrc_shared.tcp) a domain is not
  * shared between processes: the first SEND naming the child's SRQ fails
  * with IBV_WC_REM_INV_REQ_ERR, and nothing lands.
@@ -105,6 +106,15 @@ static int srq_owner(int rfd, int wfd, int argc, char **argv)
 	svt_chan_write(wfd, &m, sizeof(m));
 	svt_chan_read(rfd, &tgt, sizeof(tgt), 0);
 	svt_chan_read(rfd, &src, sizeof(src), 0);
+	{
+		/* the parent's receive QP cannot be opened here: it is memory
+		 * of the parent (docs/COMPATIBILITY.md §1.7a) */
+		struct ibv_qp_open_attr oa = {
+			.comp_mask = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD | IBV_QP_OPEN_ATTR_TYPE,
+			.qp_num = tgt, .xrcd = x, .qp_type = IBV_QPT_XRC_RECV };
+
+		SVT_CHECK_NULL_ERRNO(ibv_open_qp(d.ctx, &oa), EOPNOTSUPP);
+	}
 	if (tcp_forced()) {
 		/* nothing may land; the parent saw the refusal */
 		svt_chan_read(rfd, &m, sizeof(m), 0);
