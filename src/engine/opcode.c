@@ -102,9 +102,9 @@ static void add(uint8_t opcode, const struct row *r, uint32_t extra)
 
 /* the opcodes outside the four transport classes */
 static const struct row cnp_row = { SV_OP_CNP, "CNP", SV_OPF_CNP | FL | SV_HDR_CNP_RSVD };
-static const struct row relay_row = { SV_OP_XRC_RELAY, "SOFTVERBS_XRC_RELAY",
+static const struct row relay_row = { SV_OP_XRC_RELAY, "XRC_RELAY (softverbs)",
 				      SV_OPF_RELAY | SV_OPF_PAYLOAD | SV_HDR_RELAY };
-static const struct row verdict_row = { SV_OP_XRC_VERDICT, "SOFTVERBS_XRC_VERDICT",
+static const struct row verdict_row = { SV_OP_XRC_VERDICT, "XRC_VERDICT (softverbs)",
 					SV_OPF_VERDICT | FL | SV_HDR_VERDICT };
 
 static void table_init(void)
