@@ -244,6 +244,13 @@ void sv_completer_rx(struct sv_qp *qp, const struct sv_opcode_info *op, uint8_t 
 		}
 	}
 	acked_to(qp, sv_psn_add(psn, 1)); /* the response for psn, taken in order */
+	/* an ACK of a later PSN that came before this READ or atomic was
+	 * answered (a response lost, or overtaken) moved una past the SENDs
+	 * and WRITEs after it, which ack_before left for it: they are done
+	 * now that it is (else they waited for an ACK never sent again,
+	 * resent from una, which is past them) */
+	if (w->state == SV_WQE_DONE)
+		ack_before(qp, sv_psn_add(qp->sq.una, SV_PSN_MASK), true, false);
 	progress_made(qp);
 out:
 	sv_engine_timer_update(qp->ctx->eng, qp);
