@@ -631,11 +631,11 @@ static void dispatch(struct sv_conn *conn, const struct sv_opcode_info *op, uint
 		return; /* no such QP: dropped, as a NIC drops it */
 	}
 	pthread_mutex_lock(&qp->lock);
-	if (op->mask & SV_OPF_VERDICT) {
-		/* from the process of an XRC SRQ the QP relayed to (it checks
-		 * that conn is that process's) */
-		if (qp->ti->xrc && qp->ti->receives)
-			sv_responder_verdict(qp, conn, hdr);
+	if ((op->mask & SV_OPF_RESPONSE) && qp->ti->xrc && qp->ti->receives) {
+		/* an XRC receive QP sends no requests: an answer to it is the
+		 * SRQ process's to requests it relayed (it checks that conn is
+		 * the one it relayed on) */
+		sv_responder_relayed_answer(qp, conn, op, hdr, payload, plen);
 		goto out;
 	}
 	if (qp->ti->connected && !from_peer(qp, conn)) {

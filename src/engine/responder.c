@@ -34,7 +34,8 @@ int sv_send_packet(struct sv_conn *conn, const void *hdr, size_t hdr_len,
 static void fill_bth(struct sv_qp *qp, struct sv_bth *bth, uint8_t low, uint32_t psn)
 {
 	bth->opcode = qp->ti->wire_class | low;
-	bth->flags = 0;
+	/* a proxy's answers are not the network's (xrc_relay.c) */
+	bth->flags = qp->xrc && qp->xrc->proxy ? SV_BTH_RELAYED : 0;
 	bth->pkey = 0xffff;
 	bth->dqpn = htonl(qp->attr.dest_qp_num & SV_PSN_MASK);
 	bth->psn = htonl(psn & SV_PSN_MASK);
@@ -59,12 +60,34 @@ static void send_ack(struct sv_qp *qp, struct sv_conn *conn, uint32_t psn, uint8
 	send_ack_msn(qp, conn, psn, syn, qp->msn);
 }
 
+/* Is qp another process's XRC receive QP, whose requests we execute (xrc_relay.c)? */
+static inline bool is_proxy(const struct sv_qp *qp)
+{
+	return qp->xrc && qp->xrc->proxy;
+}
+
+/* The requester's QP number, as a receive completion names it. */
+static inline uint32_t src_qpn(const struct sv_qp *qp)
+{
+	return is_proxy(qp) ? qp->xrc->src_qpn : qp->attr.dest_qp_num;
+}
+
+/* The QP fails.  A proxy has no queues, events or table entries: it only
+ * stops (the receive QP it stands for fails on the NAK it hands on). */
+static void enter_error(struct sv_qp *qp)
+{
+	if (is_proxy(qp))
+		qp->state = IBV_QPS_ERR;
+	else
+		sv_qp_enter_error(qp);
+}
+
 /* A responder-side error on RC: NAK it and take the QP to ERR (IBA class B/C). */
 static void nak_fatal(struct sv_qp *qp, struct sv_conn *conn, uint32_t psn, uint8_t code)
 {
 	if (qp->ti->reliable)
 		send_ack(qp, conn, psn, SV_AETH_NAK | code);
-	sv_qp_enter_error(qp);
+	enter_error(qp);
 }
 
 /* extra_flags IBV_WC_WITH_INV: inv_rkey is the key a SEND_WITH_INV invalidated */
@@ -267,6 +290,7 @@ struct resp_pkt {
 	/* XRC: the SRQ it names is another process's (xrc_relay.c) */
 	bool relay;
 	uint32_t srqn;
+	struct sv_pd *pd; /* XRC, a duplicate: its SRQ's PD (NULL: none) */
 };
 
 /* Step: the packet's transport class is the QP's. */
@@ -279,47 +303,58 @@ static enum resp_result check_transport(const struct resp_pkt *p)
  * Step (XRC receive QPs): the XRC SRQ the request names (XRCETH), which
  * must be of the QP's domain, is the QP's for this request: its PD is the
  * one keys are checked against, its queue and CQ take a SEND.  A message
- * keeps the SRQ it started with.
+ * keeps the SRQ it started with.  An SRQ of another process of the domain
+ * takes it through that process (exec_relay).  Only the expected packet
+ * is judged here: a duplicate or one beyond a gap is check_psn's (a
+ * duplicate READ reads under its own SRQ's PD: p->pd).
  */
 static enum resp_result check_xrc(struct resp_pkt *p)
 {
 	struct sv_qp *qp = p->qp;
 	const struct sv_xrceth *x;
 	struct sv_srq *srq;
-	bool busy;
+	bool busy, in_seq;
 
 	if (!qp->ti->xrc)
 		return RESP_OK;
 	x = (const void *)(p->hdr + p->op->off_xrceth);
 	p->srqn = ntohl(x->srqn) & SV_PSN_MASK;
-	busy = qp->xrc && qp->xrc->busy;
+	busy = sv_xrc_busy(qp);
 	if (busy && (!qp->xrc->conn || atomic_load(&qp->xrc->conn->state) == SV_CONN_DEAD)) {
 		/* the SRQ's process is gone, or its connection: what waited for
-		 * its verdict is sent again from the oldest such message */
+		 * its answers is sent again from the oldest such message */
 		qp->epsn = qp->xrc->first_psn;
 		qp->msn = qp->xrc->first_msn;
 		qp->resp_in_msg = false;
 		sv_xrc_relay_idle(qp);
 		busy = false;
 	}
+	in_seq = p->psn == qp->epsn;
 	srq = sv_xrc_srq_lookup(qp->ctx, qp->xrcd, p->srqn);
 	if (!srq && sv_xrc_relay_possible(qp, p->srqn)) {
 		/* another process's, maybe: a message goes to one SRQ, and a
 		 * window of relayed packets to one process */
-		if (qp->resp_in_msg && (qp->srq || !qp->xrc || p->srqn != qp->xrc->msg_srqn))
+		if (in_seq && qp->resp_in_msg &&
+		    (qp->srq || !qp->xrc || p->srqn != qp->xrc->msg_srqn))
 			return RESP_ERR_XRC_SRQ;
 		if (busy && qp->xrc->port != sv_qpn_port(p->srqn))
 			return RESP_DROP;
 		p->relay = true;
-		qp->srq = NULL;
-		qp->pd = NULL;
-		qp->rcq = NULL;
+		if (in_seq) {
+			qp->srq = NULL;
+			qp->pd = NULL;
+			qp->rcq = NULL;
+		}
+		return RESP_OK;
+	}
+	if (!in_seq) {
+		p->pd = srq ? srq->pd : NULL;
 		return RESP_OK;
 	}
 	if (!srq || (qp->resp_in_msg && srq != qp->srq))
 		return RESP_ERR_XRC_SRQ;
 	if (busy)
-		return RESP_DROP; /* after the relayed packets' verdicts */
+		return RESP_DROP; /* after the relayed packets' answers */
 	qp->srq = srq;
 	qp->pd = srq->pd;
 	qp->rcq = srq->cq;
@@ -492,8 +527,10 @@ static enum resp_result do_read(struct sv_qp *qp, struct sv_conn *conn, uint32_t
 			sv_txbatch_flush(&b);
 			if (atomic_load(&conn->state) == SV_CONN_DEAD)
 				break; /* the requester asks again, on another connection */
+			/* (a proxy's READ is answered whole: its connection
+			 * is to a process of this host, which reads it) */
 			if (atomic_load_explicit(&conn->txq_bytes, memory_order_relaxed) &&
-			    sv_engine_read_wait(conn, qp)) {
+			    !is_proxy(qp) && sv_engine_read_wait(conn, qp)) {
 				/* the rest when the connection has drained */
 				sv_conn_get(conn);
 				qp->rd_left.conn = conn;
@@ -716,26 +753,67 @@ static enum resp_result exec_read(const struct resp_pkt *p)
 	return do_read(qp, p->conn, p->psn, be64toh(r->va), ntohl(r->rkey), dma_len, 0);
 }
 
+/* A duplicate atomic: its first result again (none if it is not kept). */
+static void replay_atomic(const struct resp_pkt *p)
+{
+	struct sv_qp *qp = p->qp;
+
+	for (int i = 0; qp->atomic_cache && i < SV_MAX_QP_RD_ATOM; i++)
+		if (qp->atomic_cache[i].valid && qp->atomic_cache[i].psn == p->psn)
+			send_atomic_ack(qp, p->conn, p->psn, qp->atomic_cache[i].orig);
+}
+
 /* An RC request whose PSN we already executed: answer it again. */
 static void duplicate(const struct resp_pkt *p)
 {
 	struct sv_qp *qp = p->qp;
 
-	if (qp->xrc && qp->xrc->busy)
-		return; /* answered when the relayed packets' verdicts come */
+	if (p->relay && qp->xrc && (p->op->mask & SV_OPF_READ)) {
+		/* its memory is the SRQ's process's: asked there again */
+		bool window = !qp->xrc->pending;
+
+		if (!sv_xrc_relay_forward(qp, p->conn, p->hdr, p->op->hdr_len, NULL, 0, p->srqn,
+					  true) &&
+		    window) {
+			qp->xrc->first_psn = qp->epsn;
+			qp->xrc->first_msn = qp->msn;
+		}
+		return;
+	}
+	if (sv_xrc_busy(qp)) {
+		/* answers the SRQ's process has not given yet are not ours
+		 * to give: an ACK covers only what it answered, an atomic's
+		 * result is there once it came */
+		bool done = sv_psn_cmp(p->psn, qp->xrc->done_psn) <= 0;
+
+		if (p->op->mask & SV_OPF_ATOMIC)
+			replay_atomic(p);
+		else if ((p->op->mask & SV_OPF_ATOMIC_WRITE) && done)
+			send_read_ack(qp, p->conn, p->psn);
+		else if ((p->op->mask & (SV_OPF_SEND | SV_OPF_WRITE)) &&
+			 (p->op->mask & SV_OPF_LAST || p->ackreq) && done)
+			send_ack(qp, p->conn, qp->xrc->done_psn, SV_AETH_ACK | 0x1f);
+		return;
+	}
 	if (p->op->mask & SV_OPF_READ) {
 		const struct sv_reth *r = (const void *)(p->hdr + p->op->off_reth);
-		enum resp_result res =
-			do_read(qp, p->conn, p->psn, be64toh(r->va), ntohl(r->rkey), ntohl(r->dma_len), 0);
+		struct sv_pd *pd = qp->pd;
+		enum resp_result res;
 
+		/* XRC: under the PD of the SRQ it names (not the current one's) */
+		if (qp->ti->xrc)
+			qp->pd = p->pd;
+		res = qp->pd ? do_read(qp, p->conn, p->psn, be64toh(r->va), ntohl(r->rkey),
+				       ntohl(r->dma_len), 0)
+			     : RESP_ERR_XRC_SRQ;
+		if (qp->ti->xrc)
+			qp->pd = pd;
 		/* a replayed READ that fails now fails as a first one would */
 		if (res != RESP_DONE)
 			nak_fatal(qp, p->conn, p->psn,
 				  res == RESP_ERR_RKEY ? SV_NAK_REM_ACCESS : SV_NAK_INV_REQ);
 	} else if (p->op->mask & SV_OPF_ATOMIC) {
-		for (int i = 0; qp->atomic_cache && i < SV_MAX_QP_RD_ATOM; i++)
-			if (qp->atomic_cache[i].valid && qp->atomic_cache[i].psn == p->psn)
-				send_atomic_ack(qp, p->conn, p->psn, qp->atomic_cache[i].orig);
+		replay_atomic(p);
 	} else if (p->op->mask & SV_OPF_ATOMIC_WRITE) {
 		send_read_ack(qp, p->conn, p->psn);
 	} else if (p->op->mask & SV_OPF_LAST || p->ackreq) {
@@ -764,7 +842,7 @@ static enum resp_result exec_send(const struct resp_pkt *p)
 	}
 	st = place(qp, p->payload, p->plen, p->src_gpu);
 	if (st != IBV_WC_SUCCESS) {
-		complete_recv(qp, st, IBV_WC_RECV, 0, NULL, qp->attr.dest_qp_num, 0, 0, false);
+		complete_recv(qp, st, IBV_WC_RECV, 0, NULL, src_qpn(qp), 0, 0, false);
 		return st == IBV_WC_LOC_LEN_ERR ? RESP_ERR_RECV_LEN : RESP_ERR_RECV_PROT;
 	}
 	if (p->op->off_ieth) {
@@ -775,39 +853,44 @@ static enum resp_result exec_send(const struct resp_pkt *p)
 		inv = ntohl(ie->rkey);
 		if (sv_mw_local_inv(qp, inv) != IBV_WC_SUCCESS) {
 			complete_recv(qp, IBV_WC_REM_INV_REQ_ERR, IBV_WC_RECV, 0, NULL,
-				      qp->attr.dest_qp_num, 0, 0, false);
+				      src_qpn(qp), 0, 0, false);
 			return RESP_ERR_INVALIDATE;
 		}
 	}
 	if (packet_done(qp, p->conn, p->op, p->psn, p->ackreq)) {
 		sv_conn_uncork_now(p->conn); /* the ACK leaves before the completion */
 		complete_recv(qp, IBV_WC_SUCCESS, IBV_WC_RECV, qp->rwqe_off, p->imm,
-			      qp->attr.dest_qp_num, p->op->off_ieth ? IBV_WC_WITH_INV : 0, inv,
+			      src_qpn(qp), p->op->off_ieth ? IBV_WC_WITH_INV : 0, inv,
 			      p->solicited);
 	}
 	return RESP_DONE;
 }
 
 /*
- * XRC: a SEND packet for another process's SRQ goes there (xrc_relay.c).
- * It is taken in (the expected PSN moves on) but not acknowledged: its
- * ACK, or its RNR NAK, waits for that process's verdict.
+ * XRC: a request for another process's SRQ goes there (xrc_relay.c), which
+ * executes it and answers through us.  It is taken in here (the expected
+ * PSN and the MSN move on as its execution would move them) but answered
+ * there: until those answers have come, the QP takes nothing else.
  */
 static enum resp_result exec_relay(struct resp_pkt *p)
 {
 	struct sv_qp *qp = p->qp;
-	enum resp_result r = check_sequence(p, false);
-	bool first = p->op->mask & SV_OPF_FIRST;
+	const struct sv_opcode_info *op = p->op;
+	bool first = op->mask & SV_OPF_FIRST, window = !sv_xrc_busy(qp);
+	uint32_t npkts = 1;
 	struct sv_xrc_qp *x;
-	bool window;
+	enum resp_result r = RESP_OK;
 
+	if (op->mask & (SV_OPF_SEND | SV_OPF_WRITE))
+		r = check_sequence(p, op->mask & SV_OPF_WRITE);
 	if (r != RESP_OK)
 		return r;
-	/* one-sided operations and invalidation reach another process's
-	 * memory through its own receive QPs only (docs/COMPATIBILITY.md) */
-	if (!(p->op->mask & SV_OPF_SEND) || p->op->off_ieth)
-		return RESP_ERR_XRC_SRQ;
-	window = !qp->xrc || !qp->xrc->busy;
+	if (op->mask & SV_OPF_READ) {
+		const struct sv_reth *reth = (const void *)(p->hdr + op->off_reth);
+		uint32_t dma_len = ntohl(reth->dma_len);
+
+		npkts = dma_len ? (dma_len + qp->mtu - 1) / qp->mtu : 1;
+	}
 	if (!qp->xrc && !(qp->xrc = calloc(1, sizeof(*qp->xrc))))
 		return RESP_NO_RECV; /* no memory now: RNR NAK, it comes again */
 	x = qp->xrc;
@@ -815,16 +898,12 @@ static enum resp_result exec_relay(struct resp_pkt *p)
 		x->msg_msn = qp->msn;
 		x->msg_srqn = p->srqn;
 	}
-	if (sv_xrc_relay_forward(qp, p->conn, p->op, p->hdr, p->payload, p->plen, p->srqn)) {
+	if (sv_xrc_relay_forward(qp, p->conn, p->hdr, op->hdr_len, p->payload, p->plen, p->srqn,
+				 (op->mask & SV_OPF_LAST) || p->ackreq)) {
 		/* the SRQ's process cannot be reached now: the requester
 		 * sends again, from the oldest message still unanswered */
-		if (!window) {
-			qp->epsn = x->first_psn;
-			qp->msn = x->first_msn;
-		} else {
-			qp->epsn = first ? p->psn : qp->msg_first_psn;
-			qp->msn = x->msg_msn;
-		}
+		qp->epsn = window ? (first ? p->psn : qp->msg_first_psn) : x->first_psn;
+		qp->msn = window ? x->msg_msn : x->first_msn;
 		qp->resp_in_msg = false;
 		send_ack(qp, p->conn, qp->epsn, SV_AETH_RNR_NAK | (qp->attr.min_rnr_timer & 0x1f));
 		sv_xrc_relay_idle(qp);
@@ -834,13 +913,13 @@ static enum resp_result exec_relay(struct resp_pkt *p)
 		x->first_psn = first ? p->psn : qp->msg_first_psn;
 		x->first_msn = x->msg_msn;
 	}
-	if (first) {
+	if (first && !(op->mask & SV_OPF_LAST)) {
 		qp->msg_first_psn = p->psn;
 		qp->resp_in_msg = true;
-		qp->resp_in_write = false;
+		qp->resp_in_write = op->mask & SV_OPF_WRITE;
 	}
-	qp->epsn = sv_psn_add(p->psn, 1);
-	if (p->op->mask & SV_OPF_LAST) {
+	qp->epsn = sv_psn_add(p->psn, npkts);
+	if (op->mask & SV_OPF_LAST) {
 		qp->resp_in_msg = false;
 		qp->msn++;
 	}
@@ -848,93 +927,69 @@ static enum resp_result exec_relay(struct resp_pkt *p)
 }
 
 /*
- * The verdict of the SRQ's process on a packet this XRC receive QP relayed:
- * placed (acknowledged now, as it would have been here), no receive WQE
- * (RNR NAK: the requester resends from that message), or refused (NAK, and
- * the QP fails, as for an SRQ of its own).
+ * An answer of the SRQ's process to packets this XRC receive QP relayed,
+ * on the connection it relayed on: handed on to the requester as ours.  A
+ * NAK fails the QP, as it failed the proxy there; an RNR NAK takes the
+ * expected PSN back to that message; an atomic's result is kept for its
+ * duplicates; the last answer awaited ends the wait.
  */
-void sv_responder_verdict(struct sv_qp *qp, struct sv_conn *conn, const uint8_t *pkt)
+void sv_responder_relayed_answer(struct sv_qp *qp, struct sv_conn *conn,
+				 const struct sv_opcode_info *op, const uint8_t *pkt,
+				 const uint8_t *payload, uint32_t plen)
 {
 	const struct sv_bth *bth = (const void *)pkt;
-	const struct sv_xrc_verdict *v = (const void *)(pkt + sizeof(*bth));
-	uint32_t psn = ntohl(bth->psn) & SV_PSN_MASK, msn = ntohl(v->msn) & SV_PSN_MASK;
 	struct sv_xrc_qp *x = qp->xrc;
+	uint32_t psn = ntohl(bth->psn) & SV_PSN_MASK;
+	uint8_t hdr[SV_MAX_HDR_LEN], syn = SV_AETH_ACK;
+	struct iovec iov = { (void *)payload, plen };
 	struct sv_conn *reply;
+	bool final = (op->mask & SV_OPF_LAST) || !(op->mask & SV_OPF_RDRESP);
 
-	/* only from the process it relayed to, on packets still waiting */
-	if (!x || !x->busy || x->conn != conn || !sv_qp_state_receives(qp->state) ||
-	    sv_psn_cmp(psn, x->first_psn) < 0 || sv_psn_cmp(psn, x->last_psn) > 0)
+	if (!x || !x->pending || x->conn != conn || !sv_qp_state_receives(qp->state) ||
+	    (bth->opcode & 0xe0) != SV_OP_XRC || op->hdr_len > sizeof(hdr) ||
+	    (bth->flags & SV_BTH_GPUREF))
 		return;
+	if (op->off_aeth)
+		syn = (uint8_t)(ntohl(((const struct sv_aeth *)(pkt + op->off_aeth))->syn_msn) >> 24);
+	memcpy(hdr, pkt, op->hdr_len);
+	((struct sv_bth *)hdr)->dqpn = htonl(qp->attr.dest_qp_num & SV_PSN_MASK);
+	((struct sv_bth *)hdr)->flags = 0;
 	reply = x->reply;
 	sv_conn_get(reply);
-	switch (v->kind) {
-	case SV_VERDICT_OK:
-		send_ack_msn(qp, reply, psn, SV_AETH_ACK | 0x1f, msn);
-		if (v->last) {
-			x->first_psn = sv_psn_add(psn, 1);
-			x->first_msn = msn;
-		}
-		if (psn == x->last_psn)
-			sv_xrc_relay_idle(qp);
-		break;
-	case SV_VERDICT_RNR:
-		/* the message at psn starts again; what was relayed after it
-		 * the SRQ's process drops, until the next window */
+	sv_send_packet(reply, hdr, op->hdr_len, &iov, plen ? 1 : 0);
+	if (op->off_aeth)
+		sv_stat_ack_tx(qp, syn);
+	else
+		sv_stat_tx(qp, plen);
+	if ((syn & SV_AETH_TYPE_MASK) == SV_AETH_NAK) {
+		sv_xrc_relay_idle(qp);
+		sv_qp_enter_error(qp);
+	} else if ((syn & SV_AETH_TYPE_MASK) == SV_AETH_RNR_NAK) {
+		/* that message starts again; what was relayed after it the
+		 * SRQ's process drops, until the next window */
 		qp->epsn = psn;
-		qp->msn = msn;
+		qp->msn = ntohl(((const struct sv_aeth *)(pkt + op->off_aeth))->syn_msn) & SV_PSN_MASK;
 		qp->resp_in_msg = false;
-		send_ack_msn(qp, reply, psn, SV_AETH_RNR_NAK | (qp->attr.min_rnr_timer & 0x1f), msn);
 		sv_xrc_relay_idle(qp);
-		break;
-	default:
-		sv_xrc_relay_idle(qp);
-		nak_fatal(qp, reply, psn,
-			  v->kind == SV_VERDICT_RECV_PROT ? SV_NAK_REM_OP : SV_NAK_INV_REQ);
-		break;
+	} else {
+		if (op->off_atmack && (qp->atomic_cache ||
+				       (qp->atomic_cache = calloc(SV_MAX_QP_RD_ATOM,
+								  sizeof(*qp->atomic_cache))))) {
+			const struct sv_atmack *a = (const void *)(pkt + op->off_atmack);
+
+			qp->atomic_cache[qp->atomic_cache_next].psn = psn;
+			qp->atomic_cache[qp->atomic_cache_next].orig = be64toh(a->orig);
+			qp->atomic_cache[qp->atomic_cache_next].valid = true;
+			qp->atomic_cache_next = (qp->atomic_cache_next + 1) % SV_MAX_QP_RD_ATOM;
+		}
+		if (final) {
+			if (sv_psn_cmp(psn, x->done_psn) > 0)
+				x->done_psn = psn;
+			if (!--x->pending)
+				sv_xrc_relay_idle(qp);
+		}
 	}
 	sv_conn_put(reply);
-}
-
-/*
- * A SEND packet another process's XRC receive QP relayed into our XRC SRQ
- * p->srq (xrc_relay.c), placed as exec_send places one, into the WQE the
- * proxy of that receive QP holds: taken at the message's FIRST, completed
- * on the SRQ's CQ at its LAST with the receive QP's number in qp_num.
- */
-uint8_t sv_responder_relayed(struct sv_qp *px, const struct sv_relay_pkt *p)
-{
-	struct sv_immdt imm = { p->imm };
-	enum ibv_wc_status st;
-
-	if (p->op->mask & SV_OPF_FIRST) {
-		if (px->resp_have_rwqe && px->srq != p->srq)
-			px->resp_have_rwqe = false; /* an abandoned message's WQE: its SRQ's */
-		px->srq = p->srq;
-		px->rcq = p->srq->cq;
-		if (!px->resp_have_rwqe && !sv_qp_take_recv(px))
-			return SV_VERDICT_RNR;
-		px->rwqe_off = 0;
-		px->resp_in_msg = true;
-	} else if (!px->resp_in_msg || px->srq != p->srq) {
-		return SV_VERDICT_REFUSED; /* no message open (or its SRQ went) */
-	}
-	st = place(px, p->payload, p->plen, NULL);
-	if (st != IBV_WC_SUCCESS) {
-		complete_recv(px, st, IBV_WC_RECV, 0, NULL, px->attr.dest_qp_num, 0, 0, false);
-		px->resp_in_msg = false;
-		return st == IBV_WC_LOC_LEN_ERR ? SV_VERDICT_RECV_LEN : SV_VERDICT_RECV_PROT;
-	}
-	if (!(p->op->mask & SV_OPF_LAST))
-		return SV_VERDICT_OK;
-	px->resp_in_msg = false;
-	if (sv_gpu_sink_fence(px->gpu_in)) {
-		complete_recv(px, IBV_WC_LOC_PROT_ERR, IBV_WC_RECV, 0, NULL, px->attr.dest_qp_num,
-			      0, 0, false);
-		return SV_VERDICT_RECV_PROT;
-	}
-	complete_recv(px, IBV_WC_SUCCESS, IBV_WC_RECV, px->rwqe_off, p->has_imm ? &imm : NULL,
-		      px->attr.dest_qp_num, 0, 0, p->solicited);
-	return SV_VERDICT_OK;
 }
 
 /*
@@ -1038,7 +1093,7 @@ static enum resp_result exec_write(const struct resp_pkt *p)
 		sv_conn_uncork_now(p->conn); /* the ACK leaves before the completion */
 		qp->rwqe_off = 0;
 		complete_recv(qp, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, qp->wr_total, p->imm,
-			      qp->attr.dest_qp_num, 0, 0, p->solicited);
+			      src_qpn(qp), 0, 0, p->solicited);
 	}
 	return RESP_DONE;
 }
@@ -1109,7 +1164,7 @@ static void respond(const struct resp_pkt *p, enum resp_result r)
 	if (a->nak)
 		send_ack(qp, p->conn, p->psn, a->nak);
 	if (a->to_error)
-		sv_qp_enter_error(qp);
+		enter_error(qp);
 }
 
 void sv_responder_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opcode_info *op,

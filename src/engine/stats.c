@@ -16,6 +16,8 @@
 #include <time.h>
 #include <unistd.h>
 
+struct sv_stat_qp sv_stat_nowhere;
+
 static atomic_uint ctx_numbers; /* a context's number within the process */
 
 /* A file RUNDIR/stats/PID-N.new, sized and mapped; NULL when it cannot be. */

@@ -57,8 +57,15 @@ static inline struct sv_stat_qp *sv_stat_slot(struct sv_context *ctx, uint32_t q
 	return (struct sv_stat_qp *)((char *)ctx->stats + SV_STAT_HDR_SIZE) + (qpn - ctx->qpn_base);
 }
 
+/* Where the counts of a QP of no slot go: another process's XRC receive
+ * QP, whose requests this context executes (engine/xrc_relay.c), counts
+ * them in that process. */
+extern struct sv_stat_qp sv_stat_nowhere;
+
 static inline struct sv_stat_qp *sv_stat_qp(struct sv_qp *qp)
 {
+	if (__builtin_expect(qp->ex.qp_base.qp_num - qp->ctx->qpn_base >= SV_QPN_BLOCK, 0))
+		return &sv_stat_nowhere;
 	return sv_stat_slot(qp->ctx, qp->ex.qp_base.qp_num);
 }
 

@@ -33,6 +33,10 @@ struct sv_bth {
 /* SOFTVERBS_FAULTS corrupt=P on a datagram transport: one bit of the
  * datagram flips after its ICRC is computed (rocev2.c); never on a wire */
 #define SV_BTH_CORRUPT 0x08
+/* An answer to a relayed XRC request, from the SRQ's process to the receive
+ * QP's (engine/xrc_relay.c; shm only): no fault is injected into it, nor
+ * into the relay, which are no network's packets */
+#define SV_BTH_RELAYED 0x04
 
 /* RDMA extended transport header: WRITE first/only and READ request. */
 struct sv_reth {
@@ -109,41 +113,26 @@ struct sv_gpu_ref {
  * XRC relay (softverbs' own, between two processes of one host over the shm
  * transport; xrc_relay.c).  An XRC receive QP whose request names an XRC
  * SRQ of another process of its domain hands the packet on: BTH (opcode
- * SV_OP_XRC_RELAY, the request's flags and PSN, dqpn = the SRQ's number),
- * this header, the request's payload.  The SRQ's process answers each LAST
- * or ACK-requesting packet, or the first it cannot take, with a verdict:
- * BTH (SV_OP_XRC_VERDICT, dqpn = the receive QP, psn) and sv_xrc_verdict.
+ * SV_OP_XRC_RELAY, dqpn = the SRQ's number, the request's PSN), this
+ * header, then the request packet itself, BTH to payload.  The SRQ's
+ * process executes it as that receive QP would and sends the answers (ACK,
+ * NAK, RNR NAK, READ responses, atomic ACK) to that receive QP, which hands
+ * them on to its requester.
  */
 struct sv_xrc_relay {
-	uint8_t opcode;	  /* the request's own (XRC SEND opcodes only) */
-	uint8_t flags;	  /* SV_RELAY_* */
-	uint16_t rsvd;
 	uint32_t tgt_qpn; /* the XRC receive QP that took the request */
 	uint32_t src_qpn; /* the XRC send QP that sent it (the WC's src_qp) */
-	uint32_t msn;	  /* the receive QP's MSN before this message */
-	uint32_t imm;	  /* immediate data (SEND_WITH_IMM), as on the wire */
-	uint32_t rsvd2;
+	uint32_t msn;	  /* the receive QP's MSN before this packet's message */
+	uint32_t access;  /* the receive QP's qp_access_flags */
+	uint16_t mtu;	  /* its path MTU, bytes */
+	uint8_t rnr_timer; /* its min_rnr_timer */
+	uint8_t flags;	  /* SV_RELAY_* */
+	uint32_t rsvd;
 	uint64_t dev;	  /* the domain's file: st_dev and st_ino */
 	uint64_t ino;
 } __attribute__((packed));
 
 #define SV_RELAY_WINDOW 0x01 /* the first packet since every earlier one was answered */
-
-struct sv_xrc_verdict {
-	uint8_t kind; /* SV_VERDICT_* */
-	uint8_t last; /* the packet ended its message */
-	uint16_t rsvd;
-	uint32_t msn; /* the receive QP's MSN after the packet */
-} __attribute__((packed));
-
-enum {
-	SV_VERDICT_OK = 0,	  /* placed (completed, at a LAST) */
-	SV_VERDICT_RNR = 1,	  /* no receive WQE in the SRQ: resend from this PSN */
-	SV_VERDICT_NO_SRQ = 2,	  /* no XRC SRQ of that number in that domain */
-	SV_VERDICT_RECV_LEN = 3,  /* longer than the receive WQE (completed with an error) */
-	SV_VERDICT_RECV_PROT = 4, /* the receive WQE's memory refused */
-	SV_VERDICT_REFUSED = 5,	  /* not taken (no room for its state, a malformed relay) */
-};
 
 /* Largest header stack any opcode carries, for fixed-size header buffers. */
 #define SV_MAX_HDR_LEN \
@@ -155,5 +144,10 @@ enum {
 /* A packet is at most a max-MTU payload plus headers: it fits a transport
  * frame (SV_MAX_FRAME, transport.h). */
 #define SV_MAX_PACKET_LEN (4096 + SV_MAX_HDR_LEN)
+/* a relayed XRC request (BTH, XRCETH, AtomicETH the longest headers) too */
+_Static_assert(sizeof(struct sv_bth) + sizeof(struct sv_xrc_relay) + sizeof(struct sv_bth) +
+		       sizeof(struct sv_xrceth) + sizeof(struct sv_atmeth) + 4096 <=
+	       SV_MAX_PACKET_LEN,
+	       "a relayed request fits a packet");
 
 #endif

@@ -4,34 +4,34 @@
  * On a NIC, processes that open one file with ibv_open_xrcd share one XRC
  * domain, and an XRC receive QP of one process delivers into an XRC SRQ of
  * another (the NIC does it: ibv_xsrq_pingpong -c N).  Here each process
- * executes its own requests, and no process can take another's receive WQE
- * or write its CQ, so the receive QP that takes such a request hands the
- * packet on to the process that owns the SRQ, which places it there and
- * answers with a verdict:
+ * executes its own requests, and no process can take another's receive WQE,
+ * write its CQ or check its keys, so the receive QP that takes such a
+ * request hands the packet on to the process that owns the SRQ, which
+ * executes it in the receive QP's name and answers through it:
  *
- *   requester --SEND--> receive QP (process A) --RELAY--> SRQ (process B)
- *   requester <--ACK--- receive QP (process A) <-VERDICT- SRQ (process B)
+ *   requester --request--> receive QP (process A) --RELAY--> SRQ (process B)
+ *   requester <--answer--- receive QP (process A) <-answer-- SRQ (process B)
  *
- * A keeps everything that is the receive QP's (PSNs, MSN, duplicates,
- * ACKs); it acknowledges a relayed packet only when B's verdict says it
- * was placed, so an ACK still means what it means on a NIC.  An SRQ with
- * no receive WQE makes B answer RNR; A then takes its expected PSN back to
- * that message and sends the RNR NAK, and B drops what follows of that
- * window until A starts a new one (SV_RELAY_WINDOW).  While packets it
- * relayed wait for their verdict, A drops the QP's requests for other SRQs
- * (its own or a third process's): the requester sends them again, and
- * order between SRQs holds.
+ * A keeps what is the receive QP's own: PSNs, MSN, duplicates (a duplicate
+ * READ is relayed again, a duplicate atomic answered from A's replay
+ * cache).  B runs the ordinary responder on a proxy of the receive QP:
+ * the SRQ's receive WQEs and CQ, its PD for the keys of WRITE, READ and
+ * atomics, the receive QP's access flags and MTU.  B's answers (ACK, NAK,
+ * RNR NAK, READ responses, atomic ACK) go to A's receive QP, which hands
+ * them on: so an ACK still means what it means on a NIC.  An RNR NAK takes
+ * A's expected PSN back to that message; B drops what follows of that
+ * window until A starts a new one (SV_RELAY_WINDOW).  While answers are
+ * awaited, A drops the QP's requests for other SRQs (its own or a third
+ * process's) and its duplicates: the requester sends them again, and order
+ * between SRQs holds.
  *
  * The relay runs only over the shm transport, whose connections are
  * between processes of one user of this host (SO_PEERCRED), so a relay
  * comes from a process that could open the domain's file: B checks the
- * domain's inode against its SRQ's.  SEND, SEND_WITH_IMM and multi-packet
- * SENDs are relayed; one-sided operations and SEND_WITH_INV naming another
- * process's SRQ are refused (docs/COMPATIBILITY.md §1.7a).
+ * domain's inode against its SRQ's.
  *
- * B keeps what it needs of each relaying receive QP (its receive WQE being
- * filled) in a proxy: an sv_qp that is not in the QP table, keyed by
- * (process, QPN), at most SV_XRC_MAX_PROXIES per context.
+ * B's proxies are sv_qps outside the QP table, keyed by (process, receive
+ * QP), at most SV_XRC_MAX_PROXIES per context.
  */
 #include "engine/engine.h"
 #include "engine/xrc_relay.h"
@@ -80,8 +80,9 @@ static struct sv_conn *relay_conn(struct sv_qp *qp, uint32_t srqn)
 	return r->conn;
 }
 
-int sv_xrc_relay_forward(struct sv_qp *qp, struct sv_conn *from, const struct sv_opcode_info *op,
-			 const uint8_t *pkt, const uint8_t *payload, uint32_t plen, uint32_t srqn)
+int sv_xrc_relay_forward(struct sv_qp *qp, struct sv_conn *from, const uint8_t *pkt,
+			 uint32_t hdr_len, const uint8_t *payload, uint32_t plen, uint32_t srqn,
+			 bool answered)
 {
 	const struct sv_bth *rq = (const void *)pkt;
 	struct sv_xrc_qp *r = qp->xrc;
@@ -89,40 +90,39 @@ int sv_xrc_relay_forward(struct sv_qp *qp, struct sv_conn *from, const struct sv
 		struct sv_bth bth;
 		struct sv_xrc_relay x;
 	} __attribute__((packed)) h;
-	struct iovec iov = { (void *)payload, plen };
+	struct iovec iov[2] = { { (void *)pkt, hdr_len }, { (void *)payload, plen } };
 	struct sv_conn *c;
-	bool window;
+	bool window = !r->pending;
 
-	if (!r && !(r = qp->xrc = calloc(1, sizeof(*r))))
-		return -ENOMEM;
 	c = relay_conn(qp, srqn);
 	if (!c)
 		return -EHOSTUNREACH;
-	window = !r->busy;
 	memset(&h, 0, sizeof(h));
-	h.bth = *rq;
 	h.bth.opcode = SV_OP_XRC_RELAY;
-	h.bth.flags &= SV_BTH_SE | SV_BTH_ACKREQ;
+	h.bth.pkey = 0xffff;
 	h.bth.dqpn = htonl(srqn);
-	h.x.opcode = rq->opcode;
-	h.x.flags = window ? SV_RELAY_WINDOW : 0;
+	h.bth.psn = rq->psn;
 	h.x.tgt_qpn = htonl(qp->ex.qp_base.qp_num);
 	h.x.src_qpn = htonl(qp->attr.dest_qp_num & SV_PSN_MASK);
 	h.x.msn = htonl(r->msg_msn);
-	if (op->off_immdt)
-		memcpy(&h.x.imm, pkt + op->off_immdt, sizeof(h.x.imm));
+	h.x.access = htonl(qp->attr.qp_access_flags);
+	h.x.mtu = htons((uint16_t)qp->mtu);
+	h.x.rnr_timer = qp->attr.min_rnr_timer;
+	h.x.flags = window ? SV_RELAY_WINDOW : 0;
 	h.x.dev = htobe64((uint64_t)qp->xrcd->dev);
 	h.x.ino = htobe64((uint64_t)qp->xrcd->ino);
-	if (sv_send_packet(c, &h, sizeof(h), &iov, plen ? 1 : 0))
+	if (sv_send_packet(c, &h, sizeof(h), iov, plen ? 2 : 1))
 		return -EIO;
 	if (window) {
 		if (r->reply)
 			sv_conn_put(r->reply);
 		sv_conn_get(from);
 		r->reply = from;
-		r->busy = true;
+		/* everything before the expected PSN is answered (this one
+		 * is that one, or a duplicate READ from before it) */
+		r->done_psn = sv_psn_add(qp->epsn, SV_PSN_MASK);
 	}
-	r->last_psn = ntohl(rq->psn) & SV_PSN_MASK;
+	r->pending += answered;
 	return 0;
 }
 
@@ -132,7 +132,7 @@ void sv_xrc_relay_idle(struct sv_qp *qp)
 
 	if (!r)
 		return;
-	r->busy = false;
+	r->pending = 0;
 	if (r->reply) {
 		sv_conn_put(r->reply);
 		r->reply = NULL;
@@ -158,9 +158,23 @@ struct sv_xrc_proxy {
 	struct sv_list link; /* ctx->xrc_proxies, under srqt_lock */
 	pid_t pid;	     /* the receive QP's process ... */
 	uint32_t tgt_qpn;    /* ... and number */
-	bool dropping;	     /* a verdict other than OK was sent: until a new window */
-	struct sv_qp *qp;    /* its receive state, as the responder keeps it */
+	bool dropping;	     /* a request was refused: until a new window */
+	struct sv_qp *qp;    /* the receive QP as the responder sees it here */
+	struct sv_xrcd none; /* the domain of a relay naming no SRQ of ours */
 };
+
+static void proxy_free(struct sv_xrc_proxy *x)
+{
+	struct sv_qp *q = x->qp;
+
+	free(q->atomic_cache);
+	free(q->xrc);
+	sv_gpu_stage_free(&q->gpu_rd);
+	sv_gpu_sink_free(&q->gpu_in);
+	pthread_mutex_destroy(&q->lock);
+	free(q);
+	free(x);
+}
 
 /* srqt_lock held: the proxy of (pid, qpn), made if new; NULL when full. */
 static struct sv_xrc_proxy *proxy_of(struct sv_context *ctx, pid_t pid, uint32_t qpn)
@@ -175,17 +189,22 @@ static struct sv_xrc_proxy *proxy_of(struct sv_context *ctx, pid_t pid, uint32_t
 		n++;
 	}
 	if (n >= SV_XRC_MAX_PROXIES) {
-		/* make room: proxies of processes that are gone */
+		/* make room: proxies of processes that are gone (but one whose
+		 * READ waits for its connection to drain, which the engine
+		 * still holds) */
 		for (struct sv_list *l = ctx->xrc_proxies.next, *nx; l != &ctx->xrc_proxies; l = nx) {
+			bool idle;
+
 			nx = l->next;
 			x = SV_CONTAINER_OF(l, struct sv_xrc_proxy, link);
-			if (kill(x->pid, 0) && errno == ESRCH) {
-				pthread_mutex_lock(&x->qp->lock);
-				pthread_mutex_unlock(&x->qp->lock); /* nobody uses it now */
+			if (!kill(x->pid, 0) || errno != ESRCH)
+				continue;
+			pthread_mutex_lock(&x->qp->lock);
+			idle = !x->qp->rd_left.conn;
+			pthread_mutex_unlock(&x->qp->lock);
+			if (idle) {
 				sv_list_del(&x->link);
-				pthread_mutex_destroy(&x->qp->lock);
-				free(x->qp);
-				free(x);
+				proxy_free(x);
 				n--;
 			}
 		}
@@ -196,60 +215,62 @@ static struct sv_xrc_proxy *proxy_of(struct sv_context *ctx, pid_t pid, uint32_t
 	if (!x)
 		return NULL;
 	x->qp = calloc(1, sv_qp_size(SV_MAX_SGE));
-	if (!x->qp) {
+	if (x->qp)
+		x->qp->xrc = calloc(1, sizeof(*x->qp->xrc));
+	if (!x->qp || !x->qp->xrc) {
+		if (x->qp)
+			free(x->qp);
 		free(x);
 		return NULL;
 	}
 	x->pid = pid;
 	x->tgt_qpn = qpn;
+	x->none.ctx = ctx;
+	x->qp->xrc->proxy = true;
 	x->qp->ctx = ctx;
 	x->qp->ti = sv_qp_type_info(IBV_QPT_XRC_RECV);
+	x->qp->state = IBV_QPS_RTS;
+	x->qp->ex.qp_base.context = &ctx->vctx.context;
 	x->qp->ex.qp_base.qp_num = qpn;
 	x->qp->ex.qp_base.qp_type = IBV_QPT_XRC_RECV;
+	sv_ref_init(&x->qp->ref, 1);
 	pthread_mutex_init(&x->qp->lock, NULL);
 	sv_list_add_tail(&ctx->xrc_proxies, &x->link);
 	return x;
 }
 
-static void send_verdict(struct sv_conn *conn, uint32_t tgt_qpn, uint32_t psn, uint8_t kind,
-			 bool last, uint32_t msn)
-{
-	struct {
-		struct sv_bth bth;
-		struct sv_xrc_verdict v;
-	} __attribute__((packed)) p;
-
-	memset(&p, 0, sizeof(p));
-	p.bth.opcode = SV_OP_XRC_VERDICT;
-	p.bth.pkey = 0xffff;
-	p.bth.dqpn = htonl(tgt_qpn & SV_PSN_MASK);
-	p.bth.psn = htonl(psn & SV_PSN_MASK);
-	p.v.kind = kind;
-	p.v.last = last;
-	p.v.msn = htonl(msn & SV_PSN_MASK);
-	sv_send_packet(conn, &p, sizeof(p), NULL, 0);
-}
-
-void sv_xrc_relay_rx(struct sv_conn *conn, const uint8_t *pkt, const uint8_t *payload,
-		     uint32_t plen)
+void sv_xrc_relay_rx(struct sv_conn *conn, const uint8_t *pkt, const uint8_t *orig,
+		     uint32_t len)
 {
 	struct sv_context *ctx = conn->eng->ctx;
 	const struct sv_bth *bth = (const void *)pkt;
 	const struct sv_xrc_relay *x = (const void *)(pkt + sizeof(*bth));
-	const struct sv_opcode_info *op = sv_opcode_info(x->opcode);
-	uint32_t psn = ntohl(bth->psn) & SV_PSN_MASK, srqn = ntohl(bth->dqpn) & SV_PSN_MASK;
-	uint32_t tgt = ntohl(x->tgt_qpn) & SV_PSN_MASK, msn = ntohl(x->msn) & SV_PSN_MASK;
-	struct sv_relay_pkt rp;
+	const struct sv_bth *obth = (const void *)orig;
+	const struct sv_opcode_info *op;
+	uint32_t psn, srqn = ntohl(bth->dqpn) & SV_PSN_MASK;
+	uint32_t tgt = ntohl(x->tgt_qpn) & SV_PSN_MASK, mtu = ntohs(x->mtu);
+	uint32_t slot = srqn - ctx->qpn_base;
 	struct sv_xrc_proxy *px;
 	struct sv_srq *srq = NULL;
-	uint32_t slot = srqn - ctx->qpn_base;
-	uint8_t kind;
+	struct sv_qp *q;
 
 	if (!conn->peer_pid) {
 		/* only processes of this host and user relay (shm) */
 		sv_warn_limited("an XRC relay on a connection not from this host's shm; dropped");
 		return;
 	}
+	/* the request inside: an XRC request, whole, of a valid path MTU */
+	if (len < sizeof(*obth) || !(op = sv_opcode_info(obth->opcode)) ||
+	    (obth->opcode & 0xe0) != SV_OP_XRC || !(op->mask & SV_OPF_REQUEST) ||
+	    len < op->hdr_len || (obth->flags & SV_BTH_GPUREF) || mtu < 256 || mtu > 4096 ||
+	    (mtu & (mtu - 1)) || (ntohl(obth->dqpn) & SV_PSN_MASK) != tgt ||
+	    (ntohl(*(const uint32_t *)(orig + op->off_xrceth)) & SV_PSN_MASK) != srqn) {
+		sv_warn_limited("malformed XRC relay from pid %d; closing connection",
+				(int)conn->peer_pid);
+		sv_engine_conn_fail(conn);
+		return;
+	}
+	psn = ntohl(obth->psn) & SV_PSN_MASK;
 	pthread_mutex_lock(&ctx->srqt_lock);
 	px = proxy_of(ctx, conn->peer_pid, tgt);
 	if (px)
@@ -260,44 +281,40 @@ void sv_xrc_relay_rx(struct sv_conn *conn, const uint8_t *pkt, const uint8_t *pa
 	    (uint64_t)ctx->srqt[slot]->xrcd->ino == be64toh(x->ino))
 		srq = ctx->srqt[slot];
 	pthread_mutex_unlock(&ctx->srqt_lock);
-	if (!px) {
-		send_verdict(conn, tgt, psn, SV_VERDICT_REFUSED, false, msn);
-		return;
-	}
+	if (!px)
+		return; /* no room for its state: the requester tries again */
+	q = px->qp;
 	/* (an SRQ being destroyed takes the proxies' locks before it goes:
-	 * sv_xrc_proxies_detach; with px->qp->lock held, srq stays) */
-	if ((x->flags & SV_RELAY_WINDOW) && op && (op->mask & SV_OPF_FIRST))
+	 * sv_xrc_proxies_detach; with q->lock held, srq stays) */
+	if ((x->flags & SV_RELAY_WINDOW) && (op->mask & SV_OPF_FIRST)) {
+		/* a new window: whatever was refused before is behind */
 		px->dropping = false;
+		q->state = IBV_QPS_RTS;
+		q->resp_in_msg = false;
+	}
 	if (px->dropping)
 		goto out;
-	if (!op || (op->mask & (SV_OPF_SEND | SV_OPF_REQUEST)) != (SV_OPF_SEND | SV_OPF_REQUEST) ||
-	    (op->mask & SV_HDR_IETH) || (x->opcode & 0xe0) != SV_OP_XRC) {
-		kind = SV_VERDICT_REFUSED;
-	} else if (!srq) {
-		kind = SV_VERDICT_NO_SRQ;
-	} else {
-		px->qp->attr.dest_qp_num = ntohl(x->src_qpn) & SV_PSN_MASK;
-		rp = (struct sv_relay_pkt){
-			.op = op,
-			.srq = srq,
-			.payload = payload,
-			.plen = plen,
-			.imm = op->off_immdt ? x->imm : 0,
-			.has_imm = op->off_immdt != 0,
-			.solicited = bth->flags & SV_BTH_SE,
-		};
-		kind = sv_responder_relayed(px->qp, &rp);
+	/* the receive QP as A has it for this packet; its domain here is the
+	 * SRQ's (none: check_xrc refuses the number) */
+	q->xrcd = srq ? srq->xrcd : NULL;
+	q->xrc->src_qpn = ntohl(x->src_qpn) & SV_PSN_MASK;
+	q->attr.dest_qp_num = tgt; /* the answers go to it */
+	q->attr.qp_access_flags = ntohl(x->access);
+	q->attr.min_rnr_timer = x->rnr_timer;
+	q->mtu = mtu;
+	q->epsn = psn;
+	q->msn = ntohl(x->msn) & SV_PSN_MASK;
+	if (!q->xrcd) {
+		/* no XRC SRQ of that number in that domain: NAKed as check_xrc
+		 * would (the packet needs a domain to be looked up in) */
+		q->xrcd = &px->none;
 	}
-	if (kind != SV_VERDICT_OK) {
+	sv_responder_rx(q, conn, op, (uint8_t *)orig, orig + op->hdr_len, len - op->hdr_len, NULL);
+	/* refused (RNR NAK, NAK, dropped): nothing more of this window */
+	if (q->state != IBV_QPS_RTS || sv_psn_cmp(q->epsn, psn) <= 0)
 		px->dropping = true;
-		send_verdict(conn, tgt, psn, kind, false, msn);
-	} else if (op->mask & SV_OPF_LAST) {
-		send_verdict(conn, tgt, psn, kind, true, msn + 1);
-	} else if (bth->flags & SV_BTH_ACKREQ) {
-		send_verdict(conn, tgt, psn, kind, false, msn);
-	}
 out:
-	pthread_mutex_unlock(&px->qp->lock);
+	pthread_mutex_unlock(&q->lock);
 }
 
 void sv_xrc_proxies_detach(struct sv_context *ctx, struct sv_srq *srq)
@@ -323,9 +340,6 @@ void sv_xrc_proxies_free(struct sv_context *ctx)
 			SV_CONTAINER_OF(ctx->xrc_proxies.next, struct sv_xrc_proxy, link);
 
 		sv_list_del(&x->link);
-		sv_gpu_sink_free(&x->qp->gpu_in);
-		pthread_mutex_destroy(&x->qp->lock);
-		free(x->qp);
-		free(x);
+		proxy_free(x);
 	}
 }

@@ -1,8 +1,8 @@
 /*
  * XRC domains shared by the processes of a host (xrc_relay.c): an XRC
  * receive QP hands a request that names another process's XRC SRQ to that
- * process, and acknowledges it once that process's verdict says it was
- * placed.
+ * process, which executes it in the receive QP's name and answers it
+ * through the receive QP.
  */
 #ifndef SV_XRC_RELAY_H
 #define SV_XRC_RELAY_H
@@ -11,37 +11,52 @@
 #include "engine/opcode.h"
 
 /* What an XRC receive QP keeps beyond an RC QP's state (qp->xrc, allocated
- * when first needed): the packets it relayed (under qp->lock), and its
- * handles (ibv_open_qp; under ctx->lock). */
+ * when first needed). */
 struct sv_xrc_qp {
 	/* a handle ibv_open_qp made: the QP it names (verbs/xrcd.c) */
 	struct sv_qp *alias_of;
 	/* the QP: its handles open, and whether its creator destroyed its own
-	 * (it goes with the last handle, as a kernel's shared XRC QP) */
+	 * (it goes with the last handle, as a kernel's shared XRC QP);
+	 * under ctx->lock */
 	uint32_t opens;
 	bool creator_closed;
+	/* a proxy (the SRQ's process): another process's receive QP, whose
+	 * requests this one executes; src_qpn is that QP's requester */
+	bool proxy;
+	uint32_t src_qpn;
+	/* the packets it relayed (under qp->lock) */
 	struct sv_conn *conn;  /* to the SRQ's process (a reference) */
 	uint16_t port;	       /* that process's endpoint port */
-	struct sv_conn *reply; /* where the requester's answers go, while busy */
-	bool busy;	       /* packets relayed wait for their verdict */
-	uint32_t last_psn;     /* the last packet relayed */
+	struct sv_conn *reply; /* where the requester's answers go, while pending */
+	/* answers awaited: one for each relayed packet that draws one (a
+	 * LAST, one asking for an ACK, a READ, an atomic); the QP is busy
+	 * while there are any */
+	uint32_t pending;
+	uint32_t done_psn; /* the last PSN of an answer handed on (in this window) */
 	/* where the requester resends from if the SRQ's process is lost: the
-	 * oldest message without a verdict, and the MSN before it */
+	 * oldest message unanswered, and the MSN before it */
 	uint32_t first_psn, first_msn;
-	uint32_t msg_msn;      /* the QP's MSN before the message being relayed */
-	uint32_t msg_srqn;     /* the SRQ that message names */
+	uint32_t msg_msn;  /* the QP's MSN before the message being relayed */
+	uint32_t msg_srqn; /* the SRQ that message names */
 };
 
 /* Could a request naming srqn, no SRQ of ours, go to another process? */
 bool sv_xrc_relay_possible(const struct sv_qp *qp, uint32_t srqn);
-/* qp->lock held: hand the request packet (its headers at pkt) on to the
- * owner of srqn; `from` is where the requester's answers go.  0, or
- * -errno when it could not leave (nothing was relayed). */
-int sv_xrc_relay_forward(struct sv_qp *qp, struct sv_conn *from, const struct sv_opcode_info *op,
-			 const uint8_t *pkt, const uint8_t *payload, uint32_t plen, uint32_t srqn);
-/* qp->lock held: no packet waits for a verdict any more. */
+/* Do packets qp relayed wait for their answers? */
+static inline bool sv_xrc_busy(const struct sv_qp *qp)
+{
+	return qp->xrc && qp->xrc->pending;
+}
+/* qp->lock held: hand the request packet (hdr_len bytes of headers at pkt,
+ * then payload) on to the owner of srqn; `answered`: it draws an answer,
+ * which goes on to `from`.  0, or -errno when it could not leave (nothing
+ * was relayed). */
+int sv_xrc_relay_forward(struct sv_qp *qp, struct sv_conn *from, const uint8_t *pkt,
+			 uint32_t hdr_len, const uint8_t *payload, uint32_t plen, uint32_t srqn,
+			 bool answered);
+/* qp->lock held: no answer is awaited any more. */
 void sv_xrc_relay_idle(struct sv_qp *qp);
-/* qp->lock held or the QP going: its relay state goes. */
+/* The QP goes: its XRC state goes. */
 void sv_xrc_relay_free(struct sv_qp *qp);
 
 /* An SV_OP_XRC_RELAY packet arrived (the SRQ's process). */
@@ -49,23 +64,13 @@ void sv_xrc_relay_rx(struct sv_conn *conn, const uint8_t *pkt, const uint8_t *pa
 		     uint32_t plen);
 /* An XRC SRQ goes: proxies that were filling one of its WQEs forget it. */
 void sv_xrc_proxies_detach(struct sv_context *ctx, struct sv_srq *srq);
-/* The context closes. */
+/* The context closes (its engine stopped). */
 void sv_xrc_proxies_free(struct sv_context *ctx);
 
-/* A relayed SEND packet, as the SRQ's process places it (responder.c). */
-struct sv_relay_pkt {
-	const struct sv_opcode_info *op; /* the request's own */
-	struct sv_srq *srq;
-	const uint8_t *payload;
-	uint32_t plen;
-	uint32_t imm; /* big-endian, as on the wire */
-	bool has_imm;
-	bool solicited;
-};
-/* proxy->lock held: place p into proxy's receive WQE (taken from p->srq at
- * a FIRST), complete it at a LAST; the verdict (SV_VERDICT_*). */
-uint8_t sv_responder_relayed(struct sv_qp *proxy, const struct sv_relay_pkt *p);
-/* qp->lock held: the verdict on packets qp relayed (SV_OP_XRC_VERDICT). */
-void sv_responder_verdict(struct sv_qp *qp, struct sv_conn *conn, const uint8_t *pkt);
+/* qp->lock held: an answer of the SRQ's process to packets qp relayed,
+ * on conn (responder.c). */
+void sv_responder_relayed_answer(struct sv_qp *qp, struct sv_conn *conn,
+				 const struct sv_opcode_info *op, const uint8_t *pkt,
+				 const uint8_t *payload, uint32_t plen);
 
 #endif

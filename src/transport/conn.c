@@ -9,6 +9,7 @@
 #include "common/cuda.h"
 #include "transport/auth.h"
 #include "engine/wire.h"
+#include "engine/opcode.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -86,6 +87,28 @@ static struct sv_txbuf *frames_copy(const struct sv_frames *f, int from, int to)
 	b->off = 0;
 	b->next = NULL;
 	return b;
+}
+
+/* Byte off of frame k of f, or -1 past its end. */
+static int frame_byte(const struct sv_frames *f, int k, size_t off)
+{
+	for (int i = f->first[k]; i < f->first[k + 1]; i++) {
+		if (off < f->iov[i].iov_len)
+			return ((const uint8_t *)f->iov[i].iov_base)[off];
+		off -= f->iov[i].iov_len;
+	}
+	return -1;
+}
+
+/* Frame k is softverbs' own traffic between two processes of a host (an
+ * XRC relay and its answers, engine/xrc_relay.c), not the network's: no
+ * fault is injected into it. */
+static bool frame_is_relay(const struct sv_frames *f, int k)
+{
+	int flags = frame_byte(f, k, SV_FRAME_HEAD + 1);
+
+	return frame_byte(f, k, SV_FRAME_HEAD) == SV_OP_XRC_RELAY ||
+	       (flags >= 0 && (flags & SV_BTH_RELAYED));
 }
 
 /* tx_lock held: copy frames [from, nframes) of f, whole, to the queue */
@@ -235,7 +258,8 @@ static int fault_filter(struct sv_conn *conn, const struct sv_frames *f, struct 
 	*total = 0;
 	for (int k = 0; k < f->nframes; k++) {
 		uint64_t hold = 0;
-		enum sv_fault_kind kind = sv_faults_draw(conn, &hold);
+		enum sv_fault_kind kind = frame_is_relay(f, k) ? SV_FAULT_NONE
+							       : sv_faults_draw(conn, &hold);
 		int copies = kind == SV_FAULT_DUP ? 2 : kind == SV_FAULT_NONE ? 1 : 0;
 
 		if (kind == SV_FAULT_CE || (kind == SV_FAULT_CORRUPT && conn->ops->datagram)) {

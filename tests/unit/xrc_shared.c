@@ -12,15 +12,23 @@
  *     after that, in order, interleaved with SENDs to its own SRQ
  *   - with no receive posted in the child's SRQ, a SEND waits (RNR) and
  *     lands once the child posts one
+ *   - RDMA WRITE (64 KiB), READ (64 KiB), FETCH_ADD, COMPARE_SWAP and
+ *     WRITE_WITH_IMM naming the child's SRQ reach the child's memory under
+ *     its SRQ's PD, byte for byte (the immediate data completes a receive
+ *     of that SRQ); a WRITE with a key the child does not have fails with
+ *     IBV_WC_REM_ACCESS_ERR
  *   - a SEND longer than the child's receive buffer: the child's WQE
  *     completes with IBV_WC_LOC_LEN_ERR, the parent's with
  *     IBV_WC_REM_INV_REQ_ERR
- *   - an RDMA WRITE naming the child's SRQ is refused
- *     (IBV_WC_REM_INV_REQ_ERR; docs/COMPATIBILITY.md §1.7a), and so is
- *     ibv_open_qp in the child of the parent's receive QP (EOPNOTSUPP)
+ *   - ibv_open_qp in the child of the parent's receive QP: EOPNOTSUPP
  * Under SOFTVERBS_TRANSPORT=tcp (unit_xrc_shared.tcp) a domain is not
  * shared between processes: the first SEND naming the child's SRQ fails
- * with IBV_WC_REM_INV_REQ_ERR, and nothing lands.
+ * with IBV_WC_REM_INV_REQ_ERR, and nothing lands.  Under SOFTVERBS_FAULTS
+ * (unit_xrc_shared.faults) the requester's packets and the answers it gets
+ * are lost, duplicated and reordered (the relay between the processes is
+ * not the network's: never): everything lands once, in order, and a
+ * refusal whose NAK was lost ends in IBV_WC_RETRY_EXC_ERR instead, as on
+ * any lossy network.
  */
 #include "sv_test.h"
 
@@ -33,6 +41,18 @@
 #define BIG (64 * 1024)
 #define SMALL 1024
 #define NBUF 4
+
+static bool faults_on(void)
+{
+	return getenv("SOFTVERBS_FAULTS") != NULL;
+}
+
+/* A refusal's completion: st, or (its NAK lost) RETRY_EXC under faults. */
+#define CHECK_REFUSED(wc, st)                                                              \
+	do {                                                                               \
+		if (!faults_on() || (wc).status != IBV_WC_RETRY_EXC_ERR)                   \
+			SVT_CHECK_WC_STATUS(wc, st);                                       \
+	} while (0)
 
 static bool tcp_forced(void)
 {
@@ -76,7 +96,16 @@ static struct ibv_srq *xrc_srq(struct svt_dev *d, struct ibv_xrcd *x, struct ibv
 struct msg {
 	uint32_t srqn;
 	uint32_t step;
+	uint64_t addr; /* the child's buffer ... */
+	uint32_t rkey; /* ... and its key */
+	uint32_t pad;
 };
+
+/* In the child's buffer, for the one-sided step: */
+#define W_OFF 0		  /* a WRITE lands here (BIG) */
+#define WI_OFF BIG	  /* a WRITE_WITH_IMM (SMALL) */
+#define R_OFF (2 * BIG)	  /* READ from here (BIG) */
+#define A_OFF (3 * BIG)	  /* two atomic words */
 
 /* The child: an XRC SRQ in the parent's domain; receives, checks, reports. */
 static int srq_owner(int rfd, int wfd, int argc, char **argv)
@@ -98,8 +127,10 @@ static int srq_owner(int rfd, int wfd, int argc, char **argv)
 	cq = svt_create_cq(d.ctx, 32, NULL);
 	s = xrc_srq(&d, x, cq);
 	buf = svt_alloc(NBUF * BIG);
-	mr = svt_reg_mr(d.pd, buf, NBUF * BIG, IBV_ACCESS_LOCAL_WRITE);
+	mr = svt_reg_mr(d.pd, buf, NBUF * BIG, SVT_ACCESS_ALL);
 	SVT_CHECK_OK(ibv_get_srq_num(s, &m.srqn));
+	m.addr = (uintptr_t)buf;
+	m.rkey = mr->rkey;
 	/* step 1: a 1 KiB SEND, a 64 KiB one, one with immediate data */
 	for (int i = 0; i < 3; i++)
 		SVT_CHECK_OK(svt_post_srq_recv(s, 10 + i, buf + i * BIG, BIG, mr->lkey));
@@ -148,13 +179,32 @@ static int srq_owner(int rfd, int wfd, int argc, char **argv)
 	SVT_CHECK_EQ(wc.wr_id, 20u);
 	SVT_CHECK_EQ(wc.byte_len, (uint32_t)SMALL);
 	SVT_CHECK_FILL(buf, SMALL, 200);
-	/* step 3: a receive too short for the parent's SEND */
-	SVT_CHECK_OK(svt_post_srq_recv(s, 30, buf, 16, mr->lkey));
+	/* step 3: one-sided operations on our memory, under the SRQ's PD */
+	svt_fill(buf + R_OFF, BIG, 300);
+	((uint64_t *)(buf + A_OFF))[0] = 1000;
+	((uint64_t *)(buf + A_OFF))[1] = 7;
+	SVT_CHECK_OK(svt_post_srq_recv(s, 30, buf + 3 * BIG + 64, 0, mr->lkey));
 	m.step = 3;
 	svt_chan_write(wfd, &m, sizeof(m));
 	wc = svt_poll_one(cq);
-	SVT_CHECK_WC_STATUS(wc, IBV_WC_LOC_LEN_ERR);
+	SVT_CHECK_WC_OK(wc);
 	SVT_CHECK_EQ(wc.wr_id, 30u);
+	SVT_CHECK_EQ(wc.opcode, IBV_WC_RECV_RDMA_WITH_IMM);
+	SVT_CHECK_EQ(wc.byte_len, (uint32_t)SMALL);
+	SVT_CHECK_EQ(ntohl(wc.imm_data), 0x5eed0003u);
+	SVT_CHECK_EQ(wc.qp_num, tgt);
+	svt_chan_read(rfd, &m, sizeof(m), 0); /* the parent checked its part */
+	SVT_CHECK_FILL(buf + W_OFF, BIG, 400);
+	SVT_CHECK_FILL(buf + WI_OFF, SMALL, 401);
+	SVT_CHECK_EQ(((uint64_t *)(buf + A_OFF))[0], 1005u);
+	SVT_CHECK_EQ(((uint64_t *)(buf + A_OFF))[1], 9u);
+	/* step 4: a receive too short for the parent's SEND */
+	SVT_CHECK_OK(svt_post_srq_recv(s, 40, buf, 16, mr->lkey));
+	m.step = 4;
+	svt_chan_write(wfd, &m, sizeof(m));
+	wc = svt_poll_one(cq);
+	SVT_CHECK_WC_STATUS(wc, IBV_WC_LOC_LEN_ERR);
+	SVT_CHECK_EQ(wc.wr_id, 40u);
 	/* done when the parent is */
 	svt_chan_read(rfd, &m, sizeof(m), 0);
 	svt_expect_no_wc(cq, 100);
@@ -190,8 +240,13 @@ static void connect_xrc(struct side *p)
 	struct svt_conn rc;
 	int mask;
 
+	static uint32_t gen;
+
 	svt_conn_default(&rc, IBV_QPT_RC);
 	rc.rnr_retry = 7; /* step 2 waits for the child's receive */
+	/* a new PSN range for each connection: a late answer to the one
+	 * before (held back by SOFTVERBS_FAULTS) acknowledges nothing here */
+	rc.sq_psn = rc.rq_psn = 4096 + 0x100000 * ++gen;
 	memset(&qa, 0, sizeof(qa));
 	qa.qp_type = IBV_QPT_XRC_SEND;
 	qa.send_cq = p->scq;
@@ -218,20 +273,33 @@ static void connect_xrc(struct side *p)
 	SVT_CHECK_OK(ibv_modify_qp(p->recv, &at, mask));
 }
 
-static int post(struct side *p, uint64_t wr_id, enum ibv_wr_opcode op, uint32_t srqn,
-		uint32_t off, uint32_t len, uint32_t imm)
+/* A WR of op naming srqn, from our buffer at off; one-sided ones at the
+ * remote address raddr under rkey (atomics: add/compare in imm, swap 9). */
+static int post_to(struct side *p, uint64_t wr_id, enum ibv_wr_opcode op, uint32_t srqn,
+		   uint32_t off, uint32_t len, uint32_t imm, uint64_t raddr, uint32_t rkey)
 {
 	struct ibv_sge sge = { (uintptr_t)p->buf + off, len, p->mr->lkey };
 	struct ibv_send_wr wr = { .wr_id = wr_id, .sg_list = &sge, .num_sge = 1, .opcode = op,
 				  .send_flags = IBV_SEND_SIGNALED }, *bad;
 
 	wr.qp_type.xrc.remote_srqn = srqn;
-	wr.imm_data = htonl(imm);
-	if (op == IBV_WR_RDMA_WRITE) {
-		wr.wr.rdma.remote_addr = (uintptr_t)p->rbuf;
-		wr.wr.rdma.rkey = p->rmr->rkey;
+	if (op == IBV_WR_ATOMIC_FETCH_AND_ADD || op == IBV_WR_ATOMIC_CMP_AND_SWP) {
+		wr.wr.atomic.remote_addr = raddr;
+		wr.wr.atomic.rkey = rkey;
+		wr.wr.atomic.compare_add = imm;
+		wr.wr.atomic.swap = 9;
+	} else {
+		wr.imm_data = htonl(imm);
+		wr.wr.rdma.remote_addr = raddr;
+		wr.wr.rdma.rkey = rkey;
 	}
 	return ibv_post_send(p->send, &wr, &bad);
+}
+
+static int post(struct side *p, uint64_t wr_id, enum ibv_wr_opcode op, uint32_t srqn,
+		uint32_t off, uint32_t len, uint32_t imm)
+{
+	return post_to(p, wr_id, op, srqn, off, len, imm, 0, 0);
 }
 
 /* A fresh send/receive QP pair after one failed (the error moved both to ERR). */
@@ -250,7 +318,7 @@ static void test_shared(void)
 	struct svt_child c;
 	struct side p;
 	struct msg m;
-	struct ibv_wc wc[4];
+	struct ibv_wc wc[8];
 	uint32_t v;
 
 	SVT_CHECK(tfd >= 0);
@@ -315,19 +383,47 @@ static void test_shared(void)
 	svt_poll_ok(p.scq, 1, wc, 0);
 	SVT_CHECK_EQ(wc[0].wr_id, 6u);
 
-	/* step 3: longer than the child's receive */
+	/* step 3: WRITE, READ, atomics and WRITE_WITH_IMM on the child's memory */
 	svt_chan_read(c.rfd, &m, sizeof(m), 0);
 	SVT_CHECK_EQ(m.step, 3u);
+	svt_fill(p.buf, BIG, 400);
+	svt_fill(p.buf + BIG, SMALL, 401);
+	memset(p.buf + 2 * BIG, 0, BIG + 16);
+	SVT_CHECK_OK(post_to(&p, 10, IBV_WR_RDMA_WRITE, m.srqn, 0, BIG, 0, m.addr + W_OFF, m.rkey));
+	SVT_CHECK_OK(post_to(&p, 11, IBV_WR_RDMA_READ, m.srqn, 2 * BIG, BIG, 0, m.addr + R_OFF,
+			     m.rkey));
+	SVT_CHECK_OK(post_to(&p, 12, IBV_WR_ATOMIC_FETCH_AND_ADD, m.srqn, 3 * BIG, 8, 5,
+			     m.addr + A_OFF, m.rkey));
+	SVT_CHECK_OK(post_to(&p, 13, IBV_WR_ATOMIC_CMP_AND_SWP, m.srqn, 3 * BIG + 8, 8, 7,
+			     m.addr + A_OFF + 8, m.rkey));
+	SVT_CHECK_OK(post_to(&p, 14, IBV_WR_RDMA_WRITE_WITH_IMM, m.srqn, BIG, SMALL, 0x5eed0003,
+			     m.addr + WI_OFF, m.rkey));
+	svt_poll_n(p.scq, 5, wc, 0);
+	for (int i = 0; i < 5; i++) {
+		if (wc[i].wr_id != (uint64_t)(10 + i) || wc[i].status)
+			svt_log("wc %d: wr_id %llu status %s", i, (unsigned long long)wc[i].wr_id,
+				ibv_wc_status_str(wc[i].status));
+		SVT_CHECK_EQ(wc[i].wr_id, (uint64_t)(10 + i));
+		SVT_CHECK_WC_OK(wc[i]);
+	}
+	SVT_CHECK_FILL(p.buf + 2 * BIG, BIG, 300);
+	SVT_CHECK_EQ(*(uint64_t *)(p.buf + 3 * BIG), 1000u);
+	SVT_CHECK_EQ(*(uint64_t *)(p.buf + 3 * BIG + 8), 7u);
+	svt_chan_write(c.wfd, &m, sizeof(m));
+
+	/* step 4: longer than the child's receive */
+	svt_chan_read(c.rfd, &m, sizeof(m), 0);
+	SVT_CHECK_EQ(m.step, 4u);
 	SVT_CHECK_OK(post(&p, 7, IBV_WR_SEND, m.srqn, 0, SMALL, 0));
 	svt_poll_n(p.scq, 1, wc, 0);
 	SVT_CHECK_EQ(wc[0].wr_id, 7u);
-	SVT_CHECK_WC_STATUS(wc[0], IBV_WC_REM_INV_REQ_ERR);
+	CHECK_REFUSED(wc[0], IBV_WC_REM_INV_REQ_ERR);
 
-	/* a WRITE naming the child's SRQ: refused */
+	/* a WRITE with a key the child does not have */
 	reconnect(&p);
-	SVT_CHECK_OK(post(&p, 8, IBV_WR_RDMA_WRITE, m.srqn, 0, 64, 0));
+	SVT_CHECK_OK(post_to(&p, 8, IBV_WR_RDMA_WRITE, m.srqn, 0, 64, 0, m.addr, m.rkey ^ 0x80));
 	svt_poll_n(p.scq, 1, wc, 0);
-	SVT_CHECK_WC_STATUS(wc[0], IBV_WC_REM_INV_REQ_ERR);
+	CHECK_REFUSED(wc[0], IBV_WC_REM_ACCESS_ERR);
 	svt_chan_write(c.wfd, &m, sizeof(m));
 	svt_chan_read(c.rfd, &m, sizeof(m), 0);
 	SVT_CHECK_EQ(m.step, 99u);
