@@ -625,6 +625,11 @@ static void dispatch(struct sv_conn *conn, const struct sv_opcode_info *op, uint
 		sv_xrc_relay_rx(conn, hdr, payload, plen);
 		return;
 	}
+	if (op->mask & SV_OPF_CTRL) {
+		/* about an XRC receive QP another process opened, or its answer */
+		sv_xrc_ctrl_rx(conn, hdr, payload, plen);
+		return;
+	}
 	qp = sv_qp_lookup(conn->eng->ctx, dqpn);
 	if (!qp) {
 		sv_stat_rx(conn->eng->ctx, NULL, plen);

@@ -127,6 +127,12 @@ struct sv_context {
 	/* what other processes' XRC receive QPs are placing into our XRC SRQs
 	 * (engine/xrc_relay.c), under srqt_lock */
 	struct sv_list xrc_proxies;
+	/* questions asked of other processes about their XRC receive QPs
+	 * (sv_xrc_ctrl_call), answered by the engine under xrc_call_lock */
+	pthread_mutex_t xrc_call_lock;
+	pthread_cond_t xrc_call_cond;
+	struct sv_list xrc_calls;
+	uint32_t xrc_call_next;
 
 	struct sv_mr_table mrs;
 	int async_wfd; /* write end of the async event pipe (read end: async_fd) */

@@ -95,6 +95,8 @@ static void add(uint8_t opcode, const struct row *r, uint32_t extra)
 		off += 16;
 	if (m & SV_HDR_RELAY)
 		off += sizeof(struct sv_xrc_relay);
+	if (m & SV_HDR_CTRL)
+		off += sizeof(struct sv_xrc_ctrl);
 	i->hdr_len = off;
 }
 
@@ -102,11 +104,14 @@ static void add(uint8_t opcode, const struct row *r, uint32_t extra)
 static const struct row cnp_row = { SV_OP_CNP, "CNP", SV_OPF_CNP | FL | SV_HDR_CNP_RSVD };
 static const struct row relay_row = { SV_OP_XRC_RELAY, "XRC_RELAY (softverbs)",
 				      SV_OPF_RELAY | SV_OPF_PAYLOAD | SV_HDR_RELAY };
+static const struct row ctrl_row = { SV_OP_XRC_CTRL, "XRC_CONTROL (softverbs)",
+				     SV_OPF_CTRL | SV_OPF_PAYLOAD | FL | SV_HDR_CTRL };
 
 static void table_init(void)
 {
 	add(SV_OP_CNP, &cnp_row, 0);
 	add(SV_OP_XRC_RELAY, &relay_row, 0);
+	add(SV_OP_XRC_CTRL, &ctrl_row, 0);
 	for (size_t k = 0; k < sizeof(rows) / sizeof(rows[0]); k++) {
 		const struct row *r = &rows[k];
 

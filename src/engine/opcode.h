@@ -52,6 +52,9 @@ enum sv_opcode {
 	 * (xrc_relay.c): an XRC receive QP hands a request packet to the
 	 * process whose XRC SRQ it names, which answers it in its name */
 	SV_OP_XRC_RELAY = 0xc0,
+	/* ibv_open_qp of another process's XRC receive QP: open, query,
+	 * modify, close, asked of that process and answered (xrc_relay.c) */
+	SV_OP_XRC_CTRL = 0xc1,
 };
 
 /* Header-presence and role flags. */
@@ -66,6 +69,7 @@ enum {
 	SV_HDR_XRCETH = 1 << 7,
 	SV_HDR_CNP_RSVD = 1 << 19, /* a CNP's 16 reserved bytes */
 	SV_HDR_RELAY = 1 << 21,    /* struct sv_xrc_relay */
+	SV_HDR_CTRL = 1 << 22,     /* struct sv_xrc_ctrl */
 
 	SV_OPF_PAYLOAD = 1 << 8,  /* may carry payload */
 	SV_OPF_FIRST = 1 << 9,    /* first packet of a message */
@@ -80,6 +84,7 @@ enum {
 	SV_OPF_ATOMIC_WRITE = 1 << 18, /* atomic write request */
 	SV_OPF_CNP = 1 << 20,     /* congestion notification (neither request nor response) */
 	SV_OPF_RELAY = 1 << 23,   /* SV_OP_XRC_RELAY (neither request nor response) */
+	SV_OPF_CTRL = 1 << 24,    /* SV_OP_XRC_CTRL */
 };
 
 struct sv_opcode_info {

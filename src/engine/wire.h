@@ -134,6 +134,28 @@ struct sv_xrc_relay {
 
 #define SV_RELAY_WINDOW 0x01 /* the first packet since every earlier one was answered */
 
+/*
+ * XRC control (softverbs' own, shm only): another process's ibv_open_qp
+ * handle of an XRC receive QP asks the QP's process to open, query, modify
+ * or close it, and is answered with the same header (reply 1, status an
+ * errno).  MODIFY carries, and a QUERY's answer returns, a struct
+ * ibv_qp_attr as the two processes of one host lay it out.
+ */
+struct sv_xrc_ctrl {
+	uint8_t op;	/* SV_XRC_CTRL_* */
+	uint8_t reply;	/* 1: the answer */
+	uint16_t rsvd;
+	int32_t status; /* the answer's: 0 or an errno */
+	uint32_t id;	/* the asker's, echoed */
+	uint32_t qpn;	/* the XRC receive QP */
+	int32_t mask;	/* MODIFY: ibv_modify_qp's attr_mask */
+	uint32_t rsvd2;
+	uint64_t dev;	/* the domain's file */
+	uint64_t ino;
+} __attribute__((packed));
+
+enum { SV_XRC_CTRL_OPEN = 1, SV_XRC_CTRL_QUERY, SV_XRC_CTRL_MODIFY, SV_XRC_CTRL_CLOSE };
+
 /* Largest header stack any opcode carries, for fixed-size header buffers. */
 #define SV_MAX_HDR_LEN \
 	(sizeof(struct sv_bth) + sizeof(struct sv_xrceth) + sizeof(struct sv_atmeth) + \

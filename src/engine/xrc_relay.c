@@ -59,6 +59,21 @@ bool sv_xrc_relay_possible(const struct sv_qp *qp, uint32_t srqn)
 	       (eng->mode == SV_TRANSPORT_AUTO || eng->mode == SV_TRANSPORT_SHM);
 }
 
+struct sv_conn *sv_xrc_conn_to(struct sv_context *ctx, uint32_t number)
+{
+	struct sv_endpoint_addr to = { sv_ip_from_v4(ctx->dev->ip), sv_qpn_port(number) };
+	struct sv_conn *c;
+
+	if (!to.port || (ctx->eng->mode != SV_TRANSPORT_AUTO && ctx->eng->mode != SV_TRANSPORT_SHM))
+		return NULL;
+	c = sv_engine_conn_to(ctx->eng, &to);
+	if (c && (atomic_load(&c->state) == SV_CONN_DEAD || !c->peer_pid)) {
+		sv_conn_put(c); /* not there, or not a process of this host and user */
+		c = NULL;
+	}
+	return c;
+}
+
 /* qp->lock held: the connection to the process that owns srqn (shm), or NULL. */
 static struct sv_conn *relay_conn(struct sv_qp *qp, uint32_t srqn)
 {
@@ -70,13 +85,9 @@ static struct sv_conn *relay_conn(struct sv_qp *qp, uint32_t srqn)
 		r->conn = NULL;
 	}
 	if (!r->conn) {
-		struct sv_endpoint_addr to = { sv_ip_from_v4(qp->ctx->dev->ip), port };
-
-		r->conn = sv_engine_conn_to(qp->ctx->eng, &to);
+		r->conn = sv_xrc_conn_to(qp->ctx, srqn);
 		r->port = port;
 	}
-	if (!r->conn || atomic_load(&r->conn->state) == SV_CONN_DEAD || !r->conn->peer_pid)
-		return NULL; /* not there, or not a process of this host and user */
 	return r->conn;
 }
 
@@ -148,6 +159,9 @@ void sv_xrc_relay_free(struct sv_qp *qp)
 	sv_xrc_relay_idle(qp);
 	if (r->conn)
 		sv_conn_put(r->conn);
+	if (r->remote)
+		sv_conn_put(r->remote);
+	free(r->openers);
 	free(r);
 	qp->xrc = NULL;
 }
@@ -159,6 +173,7 @@ struct sv_xrc_proxy {
 	pid_t pid;	     /* the receive QP's process ... */
 	uint32_t tgt_qpn;    /* ... and number */
 	bool dropping;	     /* a request was refused: until a new window */
+	uint32_t users;	     /* srqt_lock: threads about to lock qp (it stays) */
 	struct sv_qp *qp;    /* the receive QP as the responder sees it here */
 	struct sv_xrcd none; /* the domain of a relay naming no SRQ of ours */
 };
@@ -189,9 +204,7 @@ static struct sv_xrc_proxy *proxy_of(struct sv_context *ctx, pid_t pid, uint32_t
 		n++;
 	}
 	if (n >= SV_XRC_MAX_PROXIES) {
-		/* make room: proxies of processes that are gone (but one whose
-		 * READ waits for its connection to drain, which the engine
-		 * still holds) */
+		/* make room: proxies of processes that are gone */
 		for (struct sv_list *l = ctx->xrc_proxies.next, *nx; l != &ctx->xrc_proxies; l = nx) {
 			bool idle;
 
@@ -199,9 +212,9 @@ static struct sv_xrc_proxy *proxy_of(struct sv_context *ctx, pid_t pid, uint32_t
 			x = SV_CONTAINER_OF(l, struct sv_xrc_proxy, link);
 			if (!kill(x->pid, 0) || errno != ESRCH)
 				continue;
-			pthread_mutex_lock(&x->qp->lock);
-			idle = !x->qp->rd_left.conn;
-			pthread_mutex_unlock(&x->qp->lock);
+			/* (a proxy's READ never waits for its connection: no
+			 * engine list holds it) */
+			idle = !x->users;
 			if (idle) {
 				sv_list_del(&x->link);
 				proxy_free(x);
@@ -274,18 +287,22 @@ void sv_xrc_relay_rx(struct sv_conn *conn, const uint8_t *pkt, const uint8_t *or
 	pthread_mutex_lock(&ctx->srqt_lock);
 	px = proxy_of(ctx, conn->peer_pid, tgt);
 	if (px)
-		pthread_mutex_lock(&px->qp->lock);
+		px->users++;
+	pthread_mutex_unlock(&ctx->srqt_lock);
+	if (!px)
+		return; /* no room for its state: the requester tries again */
+	q = px->qp;
+	/* a proxy's lock comes before srqt_lock, as a QP's does (check_xrc);
+	 * an SRQ being destroyed takes every proxy's lock before it goes
+	 * (sv_xrc_proxies_detach): with q->lock held, srq stays */
+	pthread_mutex_lock(&q->lock);
+	pthread_mutex_lock(&ctx->srqt_lock);
 	if (srqn >= ctx->qpn_base && slot < ctx->srqt_size && ctx->srqt[slot] &&
 	    ctx->srqt[slot]->xrcd && ctx->srqt[slot]->xrcd->by_inode &&
 	    (uint64_t)ctx->srqt[slot]->xrcd->dev == be64toh(x->dev) &&
 	    (uint64_t)ctx->srqt[slot]->xrcd->ino == be64toh(x->ino))
 		srq = ctx->srqt[slot];
 	pthread_mutex_unlock(&ctx->srqt_lock);
-	if (!px)
-		return; /* no room for its state: the requester tries again */
-	q = px->qp;
-	/* (an SRQ being destroyed takes the proxies' locks before it goes:
-	 * sv_xrc_proxies_detach; with q->lock held, srq stays) */
 	if ((x->flags & SV_RELAY_WINDOW) && (op->mask & SV_OPF_FIRST)) {
 		/* a new window: whatever was refused before is behind */
 		px->dropping = false;
@@ -315,22 +332,41 @@ void sv_xrc_relay_rx(struct sv_conn *conn, const uint8_t *pkt, const uint8_t *or
 		px->dropping = true;
 out:
 	pthread_mutex_unlock(&q->lock);
+	pthread_mutex_lock(&ctx->srqt_lock);
+	px->users--;
+	pthread_mutex_unlock(&ctx->srqt_lock);
 }
 
 void sv_xrc_proxies_detach(struct sv_context *ctx, struct sv_srq *srq)
 {
-	pthread_mutex_lock(&ctx->srqt_lock);
-	for (struct sv_list *l = ctx->xrc_proxies.next; l != &ctx->xrc_proxies; l = l->next) {
-		struct sv_xrc_proxy *x = SV_CONTAINER_OF(l, struct sv_xrc_proxy, link);
+	struct sv_xrc_proxy **held = NULL;
+	uint32_t n = 0, cap = 0;
 
-		pthread_mutex_lock(&x->qp->lock);
-		if (x->qp->srq == srq) {
-			x->qp->srq = NULL;
-			x->qp->resp_have_rwqe = x->qp->resp_in_msg = false;
-		}
-		pthread_mutex_unlock(&x->qp->lock);
+	/* each proxy's lock after srqt_lock is let go (the lock order) */
+	pthread_mutex_lock(&ctx->srqt_lock);
+	for (struct sv_list *l = ctx->xrc_proxies.next; l != &ctx->xrc_proxies; l = l->next)
+		cap++;
+	held = calloc(cap ? cap : 1, sizeof(*held));
+	for (struct sv_list *l = ctx->xrc_proxies.next; held && l != &ctx->xrc_proxies; l = l->next) {
+		held[n] = SV_CONTAINER_OF(l, struct sv_xrc_proxy, link);
+		held[n++]->users++;
 	}
 	pthread_mutex_unlock(&ctx->srqt_lock);
+	for (uint32_t i = 0; i < n; i++) {
+		struct sv_qp *q = held[i]->qp;
+
+		pthread_mutex_lock(&q->lock);
+		if (q->srq == srq) {
+			q->srq = NULL;
+			q->resp_have_rwqe = q->resp_in_msg = false;
+		}
+		pthread_mutex_unlock(&q->lock);
+	}
+	pthread_mutex_lock(&ctx->srqt_lock);
+	for (uint32_t i = 0; i < n; i++)
+		held[i]->users--;
+	pthread_mutex_unlock(&ctx->srqt_lock);
+	free(held);
 }
 
 void sv_xrc_proxies_free(struct sv_context *ctx)
@@ -342,4 +378,209 @@ void sv_xrc_proxies_free(struct sv_context *ctx)
 		sv_list_del(&x->link);
 		proxy_free(x);
 	}
+}
+
+/* ---- ibv_open_qp handles of another process's receive QP ---- */
+
+struct xrc_call {
+	struct sv_list link; /* ctx->xrc_calls */
+	uint32_t id;
+	bool done;
+	int status;
+	struct ibv_qp_attr *attr; /* QUERY: where the answer goes */
+};
+
+static bool ctrl_send(struct sv_conn *conn, const struct sv_xrc_ctrl *x,
+		      const struct ibv_qp_attr *attr)
+{
+	struct {
+		struct sv_bth bth;
+		struct sv_xrc_ctrl x;
+	} __attribute__((packed)) h;
+	struct iovec iov = { (void *)attr, sizeof(*attr) };
+
+	memset(&h.bth, 0, sizeof(h.bth));
+	h.bth.opcode = SV_OP_XRC_CTRL;
+	h.bth.pkey = 0xffff;
+	h.bth.dqpn = htonl(x->qpn & SV_PSN_MASK);
+	h.x = *x;
+	return !sv_send_packet(conn, &h, sizeof(h), &iov, attr ? 1 : 0);
+}
+
+int sv_xrc_ctrl_call(struct sv_context *ctx, struct sv_conn *conn, uint8_t op, uint32_t qpn,
+		     const struct sv_xrcd *x, int mask, struct ibv_qp_attr *attr)
+{
+	struct sv_xrc_ctrl q = { .op = op, .qpn = qpn, .mask = mask,
+				 .dev = (uint64_t)x->dev, .ino = (uint64_t)x->ino };
+	struct xrc_call c = { .attr = op == SV_XRC_CTRL_QUERY ? attr : NULL };
+	struct timespec until;
+	int err = 0;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_sec += 2;
+	pthread_mutex_lock(&ctx->xrc_call_lock);
+	c.id = q.id = ++ctx->xrc_call_next;
+	sv_list_add_tail(&ctx->xrc_calls, &c.link);
+	pthread_mutex_unlock(&ctx->xrc_call_lock);
+	if (!ctrl_send(conn, &q, op == SV_XRC_CTRL_MODIFY ? attr : NULL))
+		err = EIO;
+	pthread_mutex_lock(&ctx->xrc_call_lock);
+	while (!err && !c.done && atomic_load(&conn->state) != SV_CONN_DEAD)
+		if (pthread_cond_timedwait(&ctx->xrc_call_cond, &ctx->xrc_call_lock, &until) == ETIMEDOUT)
+			err = ETIMEDOUT;
+	if (!err)
+		err = c.done ? c.status : EIO; /* (the process went) */
+	sv_list_del(&c.link);
+	pthread_mutex_unlock(&ctx->xrc_call_lock);
+	return err;
+}
+
+void sv_xrc_openers_prune(struct sv_qp *qp)
+{
+	struct sv_xrc_qp *x = qp->xrc;
+
+	for (uint32_t i = 0; x && i < x->nopeners;) {
+		if (kill(x->openers[i], 0) && errno == ESRCH) {
+			x->openers[i] = x->openers[--x->nopeners];
+			x->opens--;
+		} else {
+			i++;
+		}
+	}
+}
+
+/* ctx->lock held: is pid among qp's openers (and take it out, with take)? */
+static bool opener(struct sv_qp *qp, pid_t pid, bool take)
+{
+	struct sv_xrc_qp *x = qp->xrc;
+
+	for (uint32_t i = 0; x && i < x->nopeners; i++)
+		if (x->openers[i] == pid) {
+			if (take) {
+				x->openers[i] = x->openers[--x->nopeners];
+				x->opens--;
+			}
+			return true;
+		}
+	return false;
+}
+
+struct ctrl_job {
+	struct sv_conn *conn; /* a reference */
+	struct sv_xrc_ctrl q;
+	struct ibv_qp_attr attr;
+};
+
+/*
+ * A question about one of our XRC receive QPs, in a thread of its own (the
+ * engine thread that took it must not wait for what ibv_modify_qp waits
+ * for): only from a process that opened it (but OPEN), and only for a QP
+ * of a domain of that file.
+ */
+static void *ctrl_job_run(void *arg)
+{
+	struct ctrl_job *j = arg;
+	struct sv_context *ctx = j->conn->eng->ctx;
+	struct sv_xrc_ctrl a = j->q;
+	struct ibv_qp_init_attr ia;
+	struct sv_qp *qp = sv_qp_lookup(ctx, j->q.qpn & SV_PSN_MASK), *last = NULL;
+	bool ok = false;
+
+	a.reply = 1;
+	a.status = 0;
+	if (qp && qp->ti->xrc && qp->ti->receives && qp->xrcd && qp->xrcd->by_inode &&
+	    (uint64_t)qp->xrcd->dev == j->q.dev && (uint64_t)qp->xrcd->ino == j->q.ino &&
+	    !(qp->xrc && qp->xrc->alias_of)) {
+		pthread_mutex_lock(&qp->lock);
+		if (!qp->xrc)
+			qp->xrc = calloc(1, sizeof(*qp->xrc));
+		pthread_mutex_unlock(&qp->lock);
+		pthread_mutex_lock(&ctx->lock);
+		sv_xrc_openers_prune(qp);
+		if (!qp->xrc) {
+			a.status = ENOMEM;
+		} else if (j->q.op == SV_XRC_CTRL_OPEN) {
+			pid_t *o = realloc(qp->xrc->openers,
+					   sizeof(*o) * (qp->xrc->nopeners + 1));
+
+			if (o) {
+				qp->xrc->openers = o;
+				o[qp->xrc->nopeners++] = j->conn->peer_pid;
+				qp->xrc->opens++;
+			} else {
+				a.status = ENOMEM;
+			}
+		} else {
+			ok = opener(qp, j->conn->peer_pid, j->q.op == SV_XRC_CTRL_CLOSE);
+			if (!ok)
+				a.status = EINVAL;
+			if (ok && j->q.op == SV_XRC_CTRL_CLOSE && !qp->xrc->opens &&
+			    qp->xrc->creator_closed)
+				last = qp; /* its last handle: it goes */
+		}
+		pthread_mutex_unlock(&ctx->lock);
+	} else {
+		a.status = EINVAL; /* no XRC receive QP of that number in that domain */
+	}
+	if (ok && j->q.op == SV_XRC_CTRL_QUERY)
+		a.status = ibv_query_qp(&qp->ex.qp_base, &j->attr, -1, &ia);
+	else if (ok && j->q.op == SV_XRC_CTRL_MODIFY)
+		a.status = ibv_modify_qp(&qp->ex.qp_base, &j->attr, j->q.mask);
+	if (qp)
+		sv_qp_put(qp);
+	if (last)
+		ibv_destroy_qp(&last->ex.qp_base);
+	ctrl_send(j->conn, &a, j->q.op == SV_XRC_CTRL_QUERY && !a.status ? &j->attr : NULL);
+	sv_conn_put(j->conn);
+	free(j);
+	return NULL;
+}
+
+void sv_xrc_ctrl_rx(struct sv_conn *conn, const uint8_t *pkt, const uint8_t *payload,
+		    uint32_t plen)
+{
+	struct sv_context *ctx = conn->eng->ctx;
+	struct sv_xrc_ctrl q;
+	struct ctrl_job *j;
+	pthread_attr_t ta;
+	pthread_t t;
+
+	memcpy(&q, pkt + sizeof(struct sv_bth), sizeof(q));
+	if (!conn->peer_pid || (plen && plen != sizeof(struct ibv_qp_attr)) ||
+	    (q.op == SV_XRC_CTRL_MODIFY && !q.reply && !plen)) {
+		sv_warn_limited("an XRC control packet not from this host's shm, or malformed; dropped");
+		return;
+	}
+	if (q.reply) {
+		/* the answer to one of our questions */
+		pthread_mutex_lock(&ctx->xrc_call_lock);
+		for (struct sv_list *l = ctx->xrc_calls.next; l != &ctx->xrc_calls; l = l->next) {
+			struct xrc_call *c = SV_CONTAINER_OF(l, struct xrc_call, link);
+
+			if (c->id != q.id || c->done)
+				continue;
+			c->status = q.status;
+			if (c->attr && plen)
+				memcpy(c->attr, payload, plen);
+			c->done = true;
+			pthread_cond_broadcast(&ctx->xrc_call_cond);
+			break;
+		}
+		pthread_mutex_unlock(&ctx->xrc_call_lock);
+		return;
+	}
+	if (q.op < SV_XRC_CTRL_OPEN || q.op > SV_XRC_CTRL_CLOSE || !(j = calloc(1, sizeof(*j))))
+		return;
+	sv_conn_get(conn);
+	j->conn = conn;
+	j->q = q;
+	if (plen)
+		memcpy(&j->attr, payload, plen);
+	pthread_attr_init(&ta);
+	pthread_attr_setdetachstate(&ta, PTHREAD_CREATE_DETACHED);
+	if (pthread_create(&t, &ta, ctrl_job_run, j)) {
+		sv_conn_put(conn);
+		free(j);
+	}
+	pthread_attr_destroy(&ta);
 }

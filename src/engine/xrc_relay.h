@@ -20,6 +20,13 @@ struct sv_xrc_qp {
 	 * under ctx->lock */
 	uint32_t opens;
 	bool creator_closed;
+	/* the QP: the processes whose handles are among those opens, one
+	 * entry per handle (under ctx->lock) */
+	pid_t *openers;
+	uint32_t nopeners;
+	/* a handle of another process's QP: the connection to that process
+	 * (a reference), which opens, queries, modifies and closes it */
+	struct sv_conn *remote;
 	/* a proxy (the SRQ's process): another process's receive QP, whose
 	 * requests this one executes; src_qpn is that QP's requester */
 	bool proxy;
@@ -66,6 +73,22 @@ void sv_xrc_relay_rx(struct sv_conn *conn, const uint8_t *pkt, const uint8_t *pa
 void sv_xrc_proxies_detach(struct sv_context *ctx, struct sv_srq *srq);
 /* The context closes (its engine stopped). */
 void sv_xrc_proxies_free(struct sv_context *ctx);
+
+/* The connection to the process whose block holds number (a QP's or an
+ * SRQ's) over shm, with a reference; NULL when there is none (another
+ * transport, or nobody there). */
+struct sv_conn *sv_xrc_conn_to(struct sv_context *ctx, uint32_t number);
+/* Ask the process at conn to do op (SV_XRC_CTRL_*) on its XRC receive QP
+ * qpn of domain x (MODIFY: attr and mask; QUERY: *attr answered); its
+ * answer: 0 or an errno (ETIMEDOUT after 2 s without one). */
+int sv_xrc_ctrl_call(struct sv_context *ctx, struct sv_conn *conn, uint8_t op, uint32_t qpn,
+		     const struct sv_xrcd *x, int mask, struct ibv_qp_attr *attr);
+/* An SV_OP_XRC_CTRL packet arrived: a question (done in a thread of its
+ * own, answered there) or an answer to one of ours. */
+void sv_xrc_ctrl_rx(struct sv_conn *conn, const uint8_t *pkt, const uint8_t *payload,
+		    uint32_t plen);
+/* ctx->lock held: the openers of qp that are gone no longer keep it open. */
+void sv_xrc_openers_prune(struct sv_qp *qp);
 
 /* qp->lock held: an answer of the SRQ's process to packets qp relayed,
  * on conn (responder.c). */

@@ -107,7 +107,9 @@ static bool frame_is_relay(const struct sv_frames *f, int k)
 {
 	int flags = frame_byte(f, k, SV_FRAME_HEAD + 1);
 
-	return frame_byte(f, k, SV_FRAME_HEAD) == SV_OP_XRC_RELAY ||
+	int opcode = frame_byte(f, k, SV_FRAME_HEAD);
+
+	return opcode == SV_OP_XRC_RELAY || opcode == SV_OP_XRC_CTRL ||
 	       (flags >= 0 && (flags & SV_BTH_RELAYED));
 }
 

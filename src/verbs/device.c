@@ -350,6 +350,9 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 	ctx->owner = getpid();
 	sv_list_init(&ctx->xrcds);
 	sv_list_init(&ctx->xrc_proxies);
+	sv_list_init(&ctx->xrc_calls);
+	pthread_mutex_init(&ctx->xrc_call_lock, NULL);
+	pthread_cond_init(&ctx->xrc_call_cond, NULL);
 	pthread_mutex_init(&ctx->srqt_lock, NULL);
 	pthread_mutex_init(&ctx->lock, NULL);
 	pthread_mutex_init(&ctx->mcast.lock, NULL);

@@ -377,6 +377,8 @@ int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 
 	if (!attr)
 		return EINVAL;
+	if (ibqp->handle == SV_QP_HANDLE_OPENED && qp->xrc->remote)
+		return sv_xrc_remote_modify(qp, attr, mask); /* another process's */
 	if ((mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_ERR)
 		settle_sends(qp);
 	pthread_mutex_lock(&qp->lock);
@@ -484,6 +486,8 @@ int ibv_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int attr_mask,
 	(void)attr_mask; /* everything is cheap to report */
 	if (!attr || !init_attr)
 		return EINVAL;
+	if (ibqp->handle == SV_QP_HANDLE_OPENED && qp->xrc->remote)
+		return sv_xrc_remote_query(qp, attr, init_attr); /* another process's */
 	pthread_mutex_lock(&qp->lock);
 	*attr = qp->attr;
 	attr->qp_state = qp->state;

@@ -49,6 +49,8 @@ int sv_rq_post(struct sv_rq *rq, const struct ibv_recv_wr *wr);     /* 0, EINVAL
  * not fit) or ENOMEM (the ring is unchanged). */
 int sv_rq_resize(struct sv_rq *rq, uint32_t max_wr);
 
+/* ibv_qp.handle of an ibv_open_qp handle (a QP's is its slot in ctx->qpt) */
+#define SV_QP_HANDLE_OPENED UINT32_MAX
 /* verbs/xrcd.c: the QP a handle names (an ibv_open_qp handle's XRC
  * receive QP; any other QP itself) */
 struct sv_qp *sv_qp_named(struct sv_qp *qp);
@@ -56,5 +58,10 @@ struct sv_qp *sv_qp_named(struct sv_qp *qp);
  * has others (*handled); returns the QP to destroy now that its last
  * handle went, or NULL */
 struct sv_qp *sv_xrc_qp_close(struct sv_qp *qp, bool *handled);
+/* verbs/xrcd.c: ibv_modify_qp and ibv_query_qp of a handle of another
+ * process's XRC receive QP (qp->xrc->remote), asked of that process */
+int sv_xrc_remote_modify(struct sv_qp *h, struct ibv_qp_attr *attr, int mask);
+int sv_xrc_remote_query(struct sv_qp *h, struct ibv_qp_attr *attr,
+			struct ibv_qp_init_attr *init_attr);
 
 #endif

@@ -83,11 +83,58 @@ struct ibv_xrcd *sv_open_xrcd(struct ibv_context *context, struct ibv_xrcd_init_
 	return &x->ibx;
 }
 
+/*
+ * The receive QPs of x whose own handles are all destroyed and which other
+ * processes kept open, processes that have gone since without closing
+ * them: they go now, as the kernel lets such a QP go with its last opener.
+ */
+static void reap_orphans(struct sv_context *ctx, struct sv_xrcd *x)
+{
+	struct sv_qp **held;
+	uint32_t n = 0;
+
+	/* (ctx->lock and a QP's lock are never held together) */
+	pthread_mutex_lock(&ctx->lock);
+	held = calloc(ctx->nqp ? ctx->nqp : 1, sizeof(*held));
+	for (uint32_t i = 0; held && i < ctx->qpt_size; i++) {
+		struct sv_qp *qp = ctx->qpt[i];
+
+		if (qp && qp->xrcd == x && qp->ti->receives) {
+			sv_qp_get(qp);
+			held[n++] = qp;
+		}
+	}
+	pthread_mutex_unlock(&ctx->lock);
+	for (uint32_t i = 0; i < n; i++) {
+		struct sv_qp *qp = held[i];
+		struct sv_xrc_qp *xq;
+		bool orphan = false;
+
+		pthread_mutex_lock(&qp->lock);
+		xq = qp->xrc;
+		pthread_mutex_unlock(&qp->lock);
+		if (xq) {
+			pthread_mutex_lock(&ctx->lock);
+			if (xq->creator_closed && xq->opens) {
+				sv_xrc_openers_prune(qp);
+				orphan = !xq->opens;
+			}
+			pthread_mutex_unlock(&ctx->lock);
+		}
+		sv_qp_put(qp);
+		if (orphan)
+			ibv_destroy_qp(&qp->ex.qp_base);
+	}
+	free(held);
+}
+
 int sv_close_xrcd(struct ibv_xrcd *ibx)
 {
 	struct sv_xrcd *x = to_sv_xrcd(ibx);
 	struct sv_context *ctx = x->ctx;
 
+	if (x->opens == 1 && x->by_inode && sv_ref_count(&x->users))
+		reap_orphans(ctx, x);
 	pthread_mutex_lock(&ctx->lock);
 	/* the last close of a domain still in use by its QPs or SRQs: refused */
 	if (x->opens == 1 && sv_ref_count(&x->users)) {
@@ -101,6 +148,101 @@ int sv_close_xrcd(struct ibv_xrcd *ibx)
 	sv_list_del(&x->link);
 	pthread_mutex_unlock(&ctx->lock);
 	free(x);
+	return 0;
+}
+
+/* A handle: an sv_qp that takes no work of its own (verbs/xrcd.c). */
+static struct sv_qp *handle_new(struct sv_context *ctx, struct ibv_qp_open_attr *attr)
+{
+	struct sv_qp *h = calloc(1, sv_qp_size(1));
+
+	if (h && !(h->xrc = calloc(1, sizeof(*h->xrc)))) {
+		free(h);
+		h = NULL;
+	}
+	if (!h)
+		return NULL;
+	h->ctx = ctx;
+	h->ti = sv_qp_type_info(IBV_QPT_XRC_RECV);
+	h->state = IBV_QPS_RESET; /* it takes no work of its own */
+	h->xrcd = to_sv_xrcd(attr->xrcd);
+	pthread_mutex_init(&h->lock, NULL);
+	sv_ref_init(&h->ref, 1);
+	h->ex.qp_base.context = &ctx->vctx.context;
+	h->ex.qp_base.qp_context = attr->qp_context;
+	h->ex.qp_base.qp_num = attr->qp_num;
+	h->ex.qp_base.qp_type = IBV_QPT_XRC_RECV;
+	h->ex.qp_base.state = IBV_QPS_UNKNOWN; /* as rdma-core leaves an opened QP */
+	h->ex.qp_base.handle = SV_QP_HANDLE_OPENED; /* no slot of the QP table */
+	pthread_mutex_init(&h->ex.qp_base.mutex, NULL);
+	pthread_cond_init(&h->ex.qp_base.cond, NULL);
+	return h;
+}
+
+static void handle_free(struct sv_qp *h)
+{
+	pthread_mutex_destroy(&h->ex.qp_base.mutex);
+	pthread_cond_destroy(&h->ex.qp_base.cond);
+	pthread_mutex_destroy(&h->lock);
+	if (h->xrc->remote)
+		sv_conn_put(h->xrc->remote);
+	free(h->xrc);
+	free(h);
+}
+
+/*
+ * A receive QP of another process of the domain's file (its number is of
+ * that process's block): that process opens it for us over shm, and
+ * answers for it after (sv_xrc_ctrl_call).  No shm path to it (another
+ * transport): EOPNOTSUPP; no such QP there: EINVAL.
+ */
+static struct ibv_qp *open_remote(struct sv_context *ctx, struct ibv_qp_open_attr *attr,
+				  struct sv_xrcd *x)
+{
+	struct sv_conn *c = sv_xrc_conn_to(ctx, attr->qp_num);
+	struct sv_qp *h;
+	int err;
+
+	if (!c) {
+		errno = EOPNOTSUPP;
+		return NULL;
+	}
+	err = sv_xrc_ctrl_call(ctx, c, SV_XRC_CTRL_OPEN, attr->qp_num, x, 0, NULL);
+	if (!err && !(h = handle_new(ctx, attr)))
+		err = ENOMEM;
+	if (err) {
+		if (err == ENOMEM && !sv_xrc_ctrl_call(ctx, c, SV_XRC_CTRL_CLOSE, attr->qp_num, x,
+						       0, NULL))
+			err = ENOMEM; /* (opened, and closed again) */
+		sv_conn_put(c);
+		errno = err;
+		return NULL;
+	}
+	h->xrc->remote = c;
+	return &h->ex.qp_base;
+}
+
+int sv_xrc_remote_modify(struct sv_qp *h, struct ibv_qp_attr *attr, int mask)
+{
+	int err = sv_xrc_ctrl_call(h->ctx, h->xrc->remote, SV_XRC_CTRL_MODIFY,
+				   h->ex.qp_base.qp_num, h->xrcd, mask, attr);
+
+	if (!err && (mask & IBV_QP_STATE))
+		h->ex.qp_base.state = attr->qp_state;
+	return err;
+}
+
+int sv_xrc_remote_query(struct sv_qp *h, struct ibv_qp_attr *attr,
+			struct ibv_qp_init_attr *init_attr)
+{
+	int err = sv_xrc_ctrl_call(h->ctx, h->xrc->remote, SV_XRC_CTRL_QUERY,
+				   h->ex.qp_base.qp_num, h->xrcd, 0, attr);
+
+	if (err)
+		return err;
+	memset(init_attr, 0, sizeof(*init_attr));
+	init_attr->qp_context = h->ex.qp_base.qp_context;
+	init_attr->qp_type = IBV_QPT_XRC_RECV;
 	return 0;
 }
 
@@ -134,50 +276,30 @@ struct ibv_qp *sv_open_qp(struct ibv_context *context, struct ibv_qp_open_attr *
 		return NULL;
 	}
 	x = to_sv_xrcd(attr->xrcd);
+	if (x->by_inode && (attr->qp_num < ctx->qpn_base ||
+			    attr->qp_num - ctx->qpn_base >= SV_QPN_BLOCK))
+		return open_remote(ctx, attr, x);
 	real = sv_qp_lookup(ctx, attr->qp_num);
 	if (!real || !real->ti->xrc || !real->ti->receives || real->xrcd != x ||
 	    (real->xrc && real->xrc->alias_of)) {
 		if (real)
 			sv_qp_put(real);
-		/* a QP is memory and threads of the process that made it: one
-		 * of another process (of this domain's file, maybe) cannot be
-		 * opened here (docs/COMPATIBILITY.md §1.7a); none at all of
-		 * that number in the domain: EINVAL, as the kernel says */
-		errno = x->by_inode && (attr->qp_num < ctx->qpn_base ||
-					attr->qp_num - ctx->qpn_base >= SV_QPN_BLOCK)
-				? EOPNOTSUPP
-				: EINVAL;
+		errno = EINVAL; /* no XRC receive QP of that number in the domain */
 		return NULL;
 	}
-	h = calloc(1, sv_qp_size(1));
-	if (h)
-		h->xrc = calloc(1, sizeof(*h->xrc));
+	h = handle_new(ctx, attr);
 	pthread_mutex_lock(&real->lock);
 	if (!real->xrc)
 		real->xrc = calloc(1, sizeof(*real->xrc));
 	pthread_mutex_unlock(&real->lock);
-	if (!h || !h->xrc || !real->xrc) {
+	if (!h || !real->xrc) {
 		if (h)
-			free(h->xrc);
-		free(h);
+			handle_free(h);
 		sv_qp_put(real);
 		errno = ENOMEM;
 		return NULL;
 	}
-	h->ctx = ctx;
-	h->ti = real->ti;
-	h->state = IBV_QPS_RESET; /* it takes no work of its own */
-	pthread_mutex_init(&h->lock, NULL);
-	sv_ref_init(&h->ref, 1);
 	h->xrc->alias_of = real;
-	h->ex.qp_base.context = context;
-	h->ex.qp_base.qp_context = attr->qp_context;
-	h->ex.qp_base.qp_num = real->ex.qp_base.qp_num;
-	h->ex.qp_base.qp_type = IBV_QPT_XRC_RECV;
-	h->ex.qp_base.state = IBV_QPS_UNKNOWN; /* as rdma-core leaves an opened QP */
-	h->ex.qp_base.handle = UINT32_MAX;     /* no slot of the QP table */
-	pthread_mutex_init(&h->ex.qp_base.mutex, NULL);
-	pthread_cond_init(&h->ex.qp_base.cond, NULL);
 	pthread_mutex_lock(&ctx->lock);
 	real->xrc->opens++;
 	pthread_mutex_unlock(&ctx->lock);
@@ -187,7 +309,10 @@ struct ibv_qp *sv_open_qp(struct ibv_context *context, struct ibv_qp_open_attr *
 
 struct sv_qp *sv_qp_named(struct sv_qp *qp)
 {
-	return qp->xrc && qp->xrc->alias_of ? qp->xrc->alias_of : qp;
+	/* (a QP's own xrc the responder may be making: not looked at) */
+	return qp->ex.qp_base.handle == SV_QP_HANDLE_OPENED && qp->xrc->alias_of
+		       ? qp->xrc->alias_of
+		       : qp;
 }
 
 struct sv_qp *sv_xrc_qp_close(struct sv_qp *qp, bool *handled)
@@ -203,7 +328,16 @@ struct sv_qp *sv_xrc_qp_close(struct sv_qp *qp, bool *handled)
 	pthread_mutex_unlock(&qp->lock);
 	if (!x)
 		return NULL;
+	if (x->remote) {
+		/* another process's QP: it closes its open of it */
+		sv_xrc_ctrl_call(ctx, x->remote, SV_XRC_CTRL_CLOSE, qp->ex.qp_base.qp_num, qp->xrcd, 0,
+				 NULL);
+		handle_free(qp);
+		*handled = true;
+		return NULL;
+	}
 	pthread_mutex_lock(&ctx->lock);
+	sv_xrc_openers_prune(qp); /* other processes' handles, of processes gone */
 	if (x->alias_of) {
 		real = x->alias_of;
 		if (--real->xrc->opens || !real->xrc->creator_closed)
@@ -214,12 +348,7 @@ struct sv_qp *sv_xrc_qp_close(struct sv_qp *qp, bool *handled)
 		*handled = true;
 	}
 	pthread_mutex_unlock(&ctx->lock);
-	if (x->alias_of) {
-		pthread_mutex_destroy(&qp->ex.qp_base.mutex);
-		pthread_cond_destroy(&qp->ex.qp_base.cond);
-		pthread_mutex_destroy(&qp->lock);
-		free(qp->xrc);
-		free(qp);
-	}
+	if (x->alias_of)
+		handle_free(qp);
 	return real;
 }

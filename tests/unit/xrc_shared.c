@@ -20,7 +20,12 @@
  *   - a SEND longer than the child's receive buffer: the child's WQE
  *     completes with IBV_WC_LOC_LEN_ERR, the parent's with
  *     IBV_WC_REM_INV_REQ_ERR
- *   - ibv_open_qp in the child of the parent's receive QP: EOPNOTSUPP
+ *   - ibv_open_qp in the child of the parent's receive QP: a handle through
+ *     which the child queries it (RTR, then ERR after step 4's NAK) and
+ *     modifies it (to RESET); the QP outlives the parent's own handle,
+ *     destroyed when the parent reconnects, and goes with the child's
+ *     (the parent's domain then closes); the parent's send QP's number:
+ *     EINVAL (no XRC receive QP); over tcp, EOPNOTSUPP
  * Under SOFTVERBS_TRANSPORT=tcp (unit_xrc_shared.tcp) a domain is not
  * shared between processes: the first SEND naming the child's SRQ fails
  * with IBV_WC_REM_INV_REQ_ERR, and nothing lands.  Under SOFTVERBS_FAULTS
@@ -118,6 +123,7 @@ static int srq_owner(int rfd, int wfd, int argc, char **argv)
 	struct ibv_wc wc;
 	struct msg m = { 0 };
 	uint32_t tgt = 0, src = 0;
+	struct ibv_qp *h = NULL;
 	uint8_t *buf;
 	int fd;
 
@@ -138,13 +144,27 @@ static int srq_owner(int rfd, int wfd, int argc, char **argv)
 	svt_chan_read(rfd, &tgt, sizeof(tgt), 0);
 	svt_chan_read(rfd, &src, sizeof(src), 0);
 	{
-		/* the parent's receive QP cannot be opened here: it is memory
-		 * of the parent (docs/COMPATIBILITY.md §1.7a) */
+		/* the parent's receive QP, opened here (its process answers
+		 * for it); over tcp there is no way to ask it */
 		struct ibv_qp_open_attr oa = {
-			.comp_mask = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD | IBV_QP_OPEN_ATTR_TYPE,
-			.qp_num = tgt, .xrcd = x, .qp_type = IBV_QPT_XRC_RECV };
+			.comp_mask = IBV_QP_OPEN_ATTR_NUM | IBV_QP_OPEN_ATTR_XRCD | IBV_QP_OPEN_ATTR_TYPE |
+				     IBV_QP_OPEN_ATTR_CONTEXT,
+			.qp_num = tgt, .xrcd = x, .qp_type = IBV_QPT_XRC_RECV, .qp_context = &m };
+		struct ibv_qp_attr at;
+		struct ibv_qp_init_attr ia;
 
-		SVT_CHECK_NULL_ERRNO(ibv_open_qp(d.ctx, &oa), EOPNOTSUPP);
+		if (tcp_forced()) {
+			SVT_CHECK_NULL_ERRNO(ibv_open_qp(d.ctx, &oa), EOPNOTSUPP);
+		} else {
+			h = ibv_open_qp(d.ctx, &oa);
+			SVT_CHECK_PTR(h);
+			SVT_CHECK(h->qp_num == tgt && h->qp_context == &m);
+			SVT_CHECK_OK(ibv_query_qp(h, &at, IBV_QP_STATE, &ia));
+			SVT_CHECK_EQ(at.qp_state, IBV_QPS_RTR);
+			SVT_CHECK(ia.qp_context == &m && ia.qp_type == IBV_QPT_XRC_RECV);
+			oa.qp_num = src; /* the parent's XRC send QP: no receive QP */
+			SVT_CHECK_NULL_ERRNO(ibv_open_qp(d.ctx, &oa), EINVAL);
+		}
 	}
 	if (tcp_forced()) {
 		/* nothing may land; the parent saw the refusal */
@@ -205,9 +225,21 @@ static int srq_owner(int rfd, int wfd, int argc, char **argv)
 	wc = svt_poll_one(cq);
 	SVT_CHECK_WC_STATUS(wc, IBV_WC_LOC_LEN_ERR);
 	SVT_CHECK_EQ(wc.wr_id, 40u);
-	/* done when the parent is */
+	/* done when the parent is; its first receive QP, whose own handle it
+	 * destroyed meanwhile, is still there through ours */
 	svt_chan_read(rfd, &m, sizeof(m), 0);
 	svt_expect_no_wc(cq, 100);
+	{
+		struct ibv_qp_attr at;
+		struct ibv_qp_init_attr ia;
+
+		SVT_CHECK_OK(ibv_query_qp(h, &at, IBV_QP_STATE, &ia));
+		SVT_CHECK_EQ(at.qp_state, IBV_QPS_ERR); /* step 4's NAK */
+		SVT_CHECK_OK(svt_qp_to_state(h, IBV_QPS_RESET));
+		SVT_CHECK_OK(ibv_query_qp(h, &at, IBV_QP_STATE, &ia));
+		SVT_CHECK_EQ(at.qp_state, IBV_QPS_RESET);
+		SVT_CHECK_OK(ibv_destroy_qp(h)); /* the last handle: it goes */
+	}
 	m.step = 99;
 	svt_chan_write(wfd, &m, sizeof(m));
 out:
