@@ -8,6 +8,7 @@
 #include "engine/gpu.h"
 #include "engine/stats.h"
 #include "engine/mem_export.h"
+#include "engine/xrc_relay.h"
 
 #include <stdlib.h>
 
@@ -101,7 +102,9 @@ void sv_qp_enter_error(struct sv_qp *qp)
 	atomic_store_explicit(&qp->rnr_until, 0, memory_order_relaxed);
 	atomic_store_explicit(&qp->ack_deadline, 0, memory_order_relaxed);
 	sv_engine_timer_update(qp->ctx->eng, qp);
-	if (!was_err && qp->srq)
+	/* (not for an XRC receive QP whose creator's handle is gone: an
+	 * event names it by that handle) */
+	if (!was_err && qp->srq && !(qp->xrc && qp->xrc->no_events))
 		sv_async_event(qp->ctx, IBV_EVENT_QP_LAST_WQE_REACHED, qp, &qp->async, 0);
 }
 

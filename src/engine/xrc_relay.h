@@ -20,6 +20,9 @@ struct sv_xrc_qp {
 	 * under ctx->lock */
 	uint32_t opens;
 	bool creator_closed;
+	/* under the QP's lock: its creator's handle is gone, and no async
+	 * event names it any more (an event names a QP by that handle) */
+	bool no_events;
 	/* the QP: the processes whose handles are among those opens, one
 	 * entry per handle (under ctx->lock) */
 	pid_t *openers;

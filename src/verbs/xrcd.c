@@ -348,6 +348,14 @@ struct sv_qp *sv_xrc_qp_close(struct sv_qp *qp, bool *handled)
 		*handled = true;
 	}
 	pthread_mutex_unlock(&ctx->lock);
+	if (*handled && !x->alias_of) {
+		/* events name a QP by its creator's handle, which is gone */
+		pthread_mutex_lock(&qp->lock);
+		x->no_events = true;
+		qp->comm_est_sent = true;
+		pthread_mutex_unlock(&qp->lock);
+		sv_async_forget(ctx, &qp->async);
+	}
 	if (x->alias_of)
 		handle_free(qp);
 	return real;
