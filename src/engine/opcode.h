@@ -48,7 +48,7 @@ enum sv_opcode {
 	SV_OP_CNP = 0x81,
 
 	/* softverbs' own, in IBA's manufacturer-specific range (0xc0-0xff),
-	 * between two processes of one host over the shm transport only
+	 * between two processes of one host (shm, or tcp with the secret)
 	 * (xrc_relay.c): an XRC receive QP hands a request packet to the
 	 * process whose XRC SRQ it names, which answers it in its name */
 	SV_OP_XRC_RELAY = 0xc0,

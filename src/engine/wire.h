@@ -34,7 +34,7 @@ struct sv_bth {
  * datagram flips after its ICRC is computed (rocev2.c); never on a wire */
 #define SV_BTH_CORRUPT 0x08
 /* An answer to a relayed XRC request, from the SRQ's process to the receive
- * QP's (engine/xrc_relay.c; shm only): no fault is injected into it, nor
+ * QP's (engine/xrc_relay.c; shm or tcp): no fault is injected into it, nor
  * into the relay, which are no network's packets */
 #define SV_BTH_RELAYED 0x04
 
@@ -110,8 +110,8 @@ struct sv_gpu_ref {
 } __attribute__((packed));
 
 /*
- * XRC relay (softverbs' own, between two processes of one host over the shm
- * transport; xrc_relay.c).  An XRC receive QP whose request names an XRC
+ * XRC relay (softverbs' own, between two processes of one host, over shm
+ * or tcp; xrc_relay.c).  An XRC receive QP whose request names an XRC
  * SRQ of another process of its domain hands the packet on: BTH (opcode
  * SV_OP_XRC_RELAY, dqpn = the SRQ's number, the request's PSN), this
  * header, then the request packet itself, BTH to payload.  The SRQ's
@@ -135,7 +135,7 @@ struct sv_xrc_relay {
 #define SV_RELAY_WINDOW 0x01 /* the first packet since every earlier one was answered */
 
 /*
- * XRC control (softverbs' own, shm only): another process's ibv_open_qp
+ * XRC control (softverbs' own, between processes of a host): another process's ibv_open_qp
  * handle of an XRC receive QP asks the QP's process to open, query, modify
  * or close it, and is answered with the same header (reply 1, status an
  * errno).  MODIFY carries, and a QUERY's answer returns, a struct

@@ -25,9 +25,10 @@
  * process's) and its duplicates: the requester sends them again, and order
  * between SRQs holds.
  *
- * The relay runs only over the shm transport, whose connections are
- * between processes of one user of this host (SO_PEERCRED), so a relay
- * comes from a process that could open the domain's file: B checks the
+ * The relay runs over shm, whose connections are between processes of one
+ * user of this host (SO_PEERCRED), or over tcp from a peer at this host's
+ * address that proved the job's secret (sv_xrc_peer_id); never over
+ * rocev2, whose datagrams say nothing of who sent them.  B checks the
  * domain's inode against its SRQ's.
  *
  * B's proxies are sv_qps outside the QP table, keyed by (process, receive
@@ -52,11 +53,35 @@ bool sv_xrc_relay_possible(const struct sv_qp *qp, uint32_t srqn)
 {
 	const struct sv_engine *eng = qp->ctx->eng;
 
-	/* a domain of a file, an SRQ number outside our own block, and the
-	 * shm transport to reach its owner */
+	/* a domain of a file, an SRQ number outside our own block, and a
+	 * transport that says who its peer is to reach its owner (shm, tcp) */
 	return qp->xrcd && qp->xrcd->by_inode && sv_qpn_port(srqn) &&
 	       (srqn < qp->ctx->qpn_base || srqn - qp->ctx->qpn_base >= SV_QPN_BLOCK) &&
-	       (eng->mode == SV_TRANSPORT_AUTO || eng->mode == SV_TRANSPORT_SHM);
+	       eng->mode != SV_TRANSPORT_ROCEV2;
+}
+
+/* Marks a peer named by its endpoint port (tcp), not by its pid (shm). */
+#define PORT_ID 0x40000000 /* above any pid Linux gives (2^22 at most) */
+
+int32_t sv_xrc_peer_id(const struct sv_conn *conn)
+{
+	struct in6_addr own = sv_ip_from_v4(conn->eng->ctx->dev->ip);
+
+	if (conn->peer_pid)
+		return conn->peer_pid; /* shm: a process of this host and user */
+	/* tcp: a peer that proved the job's secret (or that we dialled and
+	 * that proved it to us), at this host's address; a datagram says
+	 * nothing of who sent it */
+	if (conn->ops->datagram || !conn->peer.port || !sv_ip_eq(&conn->peer.ip, &own) ||
+	    (!conn->outgoing && !atomic_load(&conn->peer_authed)))
+		return 0;
+	return PORT_ID | conn->peer.port;
+}
+
+/* Is the process id names still there?  (A port's owner is taken to be.) */
+static bool id_alive(int32_t id)
+{
+	return (id & PORT_ID) || !kill(id, 0) || errno != ESRCH;
 }
 
 struct sv_conn *sv_xrc_conn_to(struct sv_context *ctx, uint32_t number)
@@ -64,11 +89,12 @@ struct sv_conn *sv_xrc_conn_to(struct sv_context *ctx, uint32_t number)
 	struct sv_endpoint_addr to = { sv_ip_from_v4(ctx->dev->ip), sv_qpn_port(number) };
 	struct sv_conn *c;
 
-	if (!to.port || (ctx->eng->mode != SV_TRANSPORT_AUTO && ctx->eng->mode != SV_TRANSPORT_SHM))
+	if (!to.port || ctx->eng->mode == SV_TRANSPORT_ROCEV2)
 		return NULL;
 	c = sv_engine_conn_to(ctx->eng, &to);
-	if (c && (atomic_load(&c->state) == SV_CONN_DEAD || !c->peer_pid)) {
-		sv_conn_put(c); /* not there, or not a process of this host and user */
+	if (c && (atomic_load(&c->state) == SV_CONN_DEAD || c->ops->datagram ||
+		  !sv_xrc_peer_id(c))) {
+		sv_conn_put(c); /* not there, or not a process of this host */
 		c = NULL;
 	}
 	return c;
@@ -210,7 +236,7 @@ static struct sv_xrc_proxy *proxy_of(struct sv_context *ctx, pid_t pid, uint32_t
 
 			nx = l->next;
 			x = SV_CONTAINER_OF(l, struct sv_xrc_proxy, link);
-			if (!kill(x->pid, 0) || errno != ESRCH)
+			if (id_alive(x->pid))
 				continue;
 			/* (a proxy's READ never waits for its connection: no
 			 * engine list holds it) */
@@ -265,11 +291,12 @@ void sv_xrc_relay_rx(struct sv_conn *conn, const uint8_t *pkt, const uint8_t *or
 	uint32_t slot = srqn - ctx->qpn_base;
 	struct sv_xrc_proxy *px;
 	struct sv_srq *srq = NULL;
+	int32_t who = sv_xrc_peer_id(conn);
 	struct sv_qp *q;
 
-	if (!conn->peer_pid) {
-		/* only processes of this host and user relay (shm) */
-		sv_warn_limited("an XRC relay on a connection not from this host's shm; dropped");
+	if (!who) {
+		/* only processes of this host relay (shm, or tcp with the secret) */
+		sv_warn_limited("an XRC relay not from a process of this host; dropped");
 		return;
 	}
 	/* the request inside: an XRC request, whole, of a valid path MTU */
@@ -278,14 +305,14 @@ void sv_xrc_relay_rx(struct sv_conn *conn, const uint8_t *pkt, const uint8_t *or
 	    len < op->hdr_len || (obth->flags & SV_BTH_GPUREF) || mtu < 256 || mtu > 4096 ||
 	    (mtu & (mtu - 1)) || (ntohl(obth->dqpn) & SV_PSN_MASK) != tgt ||
 	    (ntohl(*(const uint32_t *)(orig + op->off_xrceth)) & SV_PSN_MASK) != srqn) {
-		sv_warn_limited("malformed XRC relay from pid %d; closing connection",
-				(int)conn->peer_pid);
+		sv_warn_limited("malformed XRC relay (from %s %d); closing connection",
+				who & PORT_ID ? "port" : "pid", (int)(who & ~PORT_ID));
 		sv_engine_conn_fail(conn);
 		return;
 	}
 	psn = ntohl(obth->psn) & SV_PSN_MASK;
 	pthread_mutex_lock(&ctx->srqt_lock);
-	px = proxy_of(ctx, conn->peer_pid, tgt);
+	px = proxy_of(ctx, who, tgt);
 	if (px)
 		px->users++;
 	pthread_mutex_unlock(&ctx->srqt_lock);
@@ -440,7 +467,7 @@ void sv_xrc_openers_prune(struct sv_qp *qp)
 	struct sv_xrc_qp *x = qp->xrc;
 
 	for (uint32_t i = 0; x && i < x->nopeners;) {
-		if (kill(x->openers[i], 0) && errno == ESRCH) {
+		if (!id_alive(x->openers[i])) {
 			x->openers[i] = x->openers[--x->nopeners];
 			x->opens--;
 		} else {
@@ -467,6 +494,7 @@ static bool opener(struct sv_qp *qp, pid_t pid, bool take)
 
 struct ctrl_job {
 	struct sv_conn *conn; /* a reference */
+	int32_t who;	      /* the asker (sv_xrc_peer_id) */
 	struct sv_xrc_ctrl q;
 	struct ibv_qp_attr attr;
 };
@@ -505,13 +533,13 @@ static void *ctrl_job_run(void *arg)
 
 			if (o) {
 				qp->xrc->openers = o;
-				o[qp->xrc->nopeners++] = j->conn->peer_pid;
+				o[qp->xrc->nopeners++] = j->who;
 				qp->xrc->opens++;
 			} else {
 				a.status = ENOMEM;
 			}
 		} else {
-			ok = opener(qp, j->conn->peer_pid, j->q.op == SV_XRC_CTRL_CLOSE);
+			ok = opener(qp, j->who, j->q.op == SV_XRC_CTRL_CLOSE);
 			if (!ok)
 				a.status = EINVAL;
 			if (ok && j->q.op == SV_XRC_CTRL_CLOSE && !qp->xrc->opens &&
@@ -546,9 +574,10 @@ void sv_xrc_ctrl_rx(struct sv_conn *conn, const uint8_t *pkt, const uint8_t *pay
 	pthread_t t;
 
 	memcpy(&q, pkt + sizeof(struct sv_bth), sizeof(q));
-	if (!conn->peer_pid || (plen && plen != sizeof(struct ibv_qp_attr)) ||
+	if (!sv_xrc_peer_id(conn) || (plen && plen != sizeof(struct ibv_qp_attr)) ||
 	    (q.op == SV_XRC_CTRL_MODIFY && !q.reply && !plen)) {
-		sv_warn_limited("an XRC control packet not from this host's shm, or malformed; dropped");
+		sv_warn_limited("an XRC control packet not from a process of this host, or malformed; "
+				"dropped");
 		return;
 	}
 	if (q.reply) {
@@ -573,6 +602,7 @@ void sv_xrc_ctrl_rx(struct sv_conn *conn, const uint8_t *pkt, const uint8_t *pay
 		return;
 	sv_conn_get(conn);
 	j->conn = conn;
+	j->who = sv_xrc_peer_id(conn);
 	j->q = q;
 	if (plen)
 		memcpy(&j->attr, payload, plen);

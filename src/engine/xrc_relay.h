@@ -77,9 +77,13 @@ void sv_xrc_proxies_detach(struct sv_context *ctx, struct sv_srq *srq);
 /* The context closes (its engine stopped). */
 void sv_xrc_proxies_free(struct sv_context *ctx);
 
+/* Who is at the other end of conn, as relays and handles name it: the
+ * process (shm), or its endpoint port (tcp, a peer of this host's address
+ * that proved the secret); 0 when the transport cannot say (rocev2). */
+int32_t sv_xrc_peer_id(const struct sv_conn *conn);
 /* The connection to the process whose block holds number (a QP's or an
- * SRQ's) over shm, with a reference; NULL when there is none (another
- * transport, or nobody there). */
+ * SRQ's), over shm or tcp, with a reference; NULL when there is none
+ * (rocev2, or nobody there). */
 struct sv_conn *sv_xrc_conn_to(struct sv_context *ctx, uint32_t number);
 /* Ask the process at conn to do op (SV_XRC_CTRL_*) on its XRC receive QP
  * qpn of domain x (MODIFY: attr and mask; QUERY: *attr answered); its

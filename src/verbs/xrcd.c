@@ -192,9 +192,10 @@ static void handle_free(struct sv_qp *h)
 
 /*
  * A receive QP of another process of the domain's file (its number is of
- * that process's block): that process opens it for us over shm, and
- * answers for it after (sv_xrc_ctrl_call).  No shm path to it (another
- * transport): EOPNOTSUPP; no such QP there: EINVAL.
+ * that process's block): that process opens it for us (over shm or tcp),
+ * and answers for it after (sv_xrc_ctrl_call).  No way to ask it (rocev2,
+ * whose datagrams say nothing of who sent them): EOPNOTSUPP; no such QP
+ * there: EINVAL.
  */
 static struct ibv_qp *open_remote(struct sv_context *ctx, struct ibv_qp_open_attr *attr,
 				  struct sv_xrcd *x)
