@@ -992,6 +992,14 @@ void sv_responder_relayed_answer(struct sv_qp *qp, struct sv_conn *conn,
 	sv_conn_put(reply);
 }
 
+void sv_responder_abort_recv(struct sv_qp *qp)
+{
+	if (qp->resp_have_rwqe)
+		complete_recv(qp, IBV_WC_REM_ABORT_ERR, IBV_WC_RECV, 0, NULL, src_qpn(qp), 0, 0,
+			      false);
+	qp->resp_in_msg = false;
+}
+
 /*
  * The checks of an RDMA WRITE packet, without side effects: the message
  * (its start from the RETH, or the one open), the QP's access, the

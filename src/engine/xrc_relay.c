@@ -304,7 +304,8 @@ void sv_xrc_relay_rx(struct sv_conn *conn, const uint8_t *pkt, const uint8_t *or
 	    (obth->opcode & 0xe0) != SV_OP_XRC || !(op->mask & SV_OPF_REQUEST) ||
 	    len < op->hdr_len || (obth->flags & SV_BTH_GPUREF) || mtu < 256 || mtu > 4096 ||
 	    (mtu & (mtu - 1)) || (ntohl(obth->dqpn) & SV_PSN_MASK) != tgt ||
-	    (ntohl(*(const uint32_t *)(orig + op->off_xrceth)) & SV_PSN_MASK) != srqn) {
+	    (ntohl(((const struct sv_xrceth *)(orig + op->off_xrceth))->srqn) & SV_PSN_MASK) !=
+		    srqn) {
 		sv_warn_limited("malformed XRC relay (from %s %d); closing connection",
 				who & PORT_ID ? "port" : "pid", (int)(who & ~PORT_ID));
 		sv_engine_conn_fail(conn);
@@ -331,10 +332,16 @@ void sv_xrc_relay_rx(struct sv_conn *conn, const uint8_t *pkt, const uint8_t *or
 		srq = ctx->srqt[slot];
 	pthread_mutex_unlock(&ctx->srqt_lock);
 	if ((x->flags & SV_RELAY_WINDOW) && (op->mask & SV_OPF_FIRST)) {
-		/* a new window: whatever was refused before is behind */
+		/* a new window: whatever was refused before is behind.  A
+		 * message left half placed starts again in its receive WQE
+		 * if this one is for the same SRQ (as a NIC's would); else
+		 * that WQE completes as aborted by its requester */
 		px->dropping = false;
 		q->state = IBV_QPS_RTS;
-		q->resp_in_msg = false;
+		if (q->resp_have_rwqe && q->srq == srq)
+			q->resp_in_msg = false;
+		else
+			sv_responder_abort_recv(q);
 	}
 	if (px->dropping)
 		goto out;

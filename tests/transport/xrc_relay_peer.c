@@ -17,6 +17,11 @@
  *   - malformed relays (the request inside cut short, not an XRC request,
  *     an MTU no path has, another receive QP or SRQ inside than outside):
  *     the device closes the connection, and nothing lands
+ *   - then thousands of relays with random fields (every XRC request
+ *     opcode, PSNs, windows, SRQ and receive QP numbers, MTUs, addresses,
+ *     keys, lengths, payloads, cut headers), into a second SRQ of the
+ *     domain (SVT_RELAY_FUZZ_SEED replays a run, SVT_RELAY_FUZZ_N sets how
+ *     many)
  *   - through all of it the device's memory outside the MR is untouched,
  *     and a last valid relay is still executed.
  */
@@ -29,6 +34,7 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -44,8 +50,9 @@ struct victim {
 	struct stat st;
 	struct ibv_xrcd *x;
 	struct ibv_cq *cq;
-	struct ibv_srq *srq;
-	uint32_t srqn;
+	struct ibv_srq *srq, *srq2; /* srq2: the random relays' */
+	struct ibv_cq *cq2;
+	uint32_t srqn, srqn2;
 	uint8_t *mem; /* canary page, the MR's page, canary page */
 	struct ibv_mr *mr;
 };
@@ -75,6 +82,11 @@ static void victim_make(struct victim *v)
 	v->srq = ibv_create_srq_ex(v->d.ctx, &sa);
 	SVT_CHECK_PTR(v->srq);
 	SVT_CHECK_OK(ibv_get_srq_num(v->srq, &v->srqn));
+	v->cq2 = svt_create_cq(v->d.ctx, 256, NULL);
+	sa.cq = v->cq2;
+	v->srq2 = ibv_create_srq_ex(v->d.ctx, &sa);
+	SVT_CHECK_PTR(v->srq2);
+	SVT_CHECK_OK(ibv_get_srq_num(v->srq2, &v->srqn2));
 	v->mem = svt_alloc(3 * PAGE);
 	memset(v->mem, 0xc5, 3 * PAGE);
 	v->mr = svt_reg_mr(v->d.pd, v->mem + PAGE, PAGE, SVT_ACCESS_ALL);
@@ -98,7 +110,7 @@ struct relay_opts {
 	uint32_t inner_tgt;
 	uint16_t mtu;
 	bool other_inode;
-	uint64_t va;	  /* WRITE, READ */
+	uint64_t va;	  /* WRITE, READ, atomics */
 	uint32_t rkey, dma_len;
 	const void *payload;
 	uint32_t plen;
@@ -148,6 +160,11 @@ static bool send_relay(int fd, const struct victim *v, const struct relay_opts *
 		struct sv_reth r = { htobe64(o->va), htonl(o->rkey), htonl(o->dma_len) };
 
 		memcpy(in + op->off_reth, &r, sizeof(r));
+	}
+	if (op && op->off_atmeth) {
+		struct sv_atmeth a = { htobe64(o->va), htonl(o->rkey), htobe64(o->dma_len), 0 };
+
+		memcpy(in + op->off_atmeth, &a, sizeof(a));
 	}
 	n += (op ? op->hdr_len : 12) - (size_t)o->cut;
 	if (o->plen && !o->cut) {
@@ -332,6 +349,88 @@ static void scenario(struct victim *v)
 	close(fd);
 }
 
+static uint64_t rng;
+
+static uint32_t rnd(void)
+{
+	rng ^= rng << 13;
+	rng ^= rng >> 7;
+	rng ^= rng << 17;
+	return (uint32_t)(rng >> 16);
+}
+
+/* Relays with random fields into srq2; the device must take or refuse
+ * each, or close the connection, and nothing else. */
+static void random_relays(struct victim *v)
+{
+	static const uint8_t ops[] = {
+		SV_OP_SEND_FIRST,	 SV_OP_SEND_MIDDLE,	SV_OP_SEND_LAST,     SV_OP_SEND_LAST_IMM,
+		SV_OP_SEND_ONLY,	 SV_OP_SEND_ONLY_IMM,	SV_OP_WRITE_FIRST,   SV_OP_WRITE_MIDDLE,
+		SV_OP_WRITE_LAST,	 SV_OP_WRITE_LAST_IMM,	SV_OP_WRITE_ONLY,    SV_OP_WRITE_ONLY_IMM,
+		SV_OP_READ_REQUEST,	 SV_OP_CMP_SWAP,	SV_OP_FETCH_ADD,     SV_OP_SEND_LAST_INV,
+		SV_OP_SEND_ONLY_INV,	 SV_OP_ATOMIC_WRITE,
+	};
+	static const uint16_t mtus[] = { 256, 512, 1024, 2048, 4096, 1000 };
+	const char *s = getenv("SVT_RELAY_FUZZ_SEED"), *ns = getenv("SVT_RELAY_FUZZ_N");
+	long n = ns ? atol(ns) : 3000, reconnects = 0, taken = 0;
+	uint8_t payload[4096], sink[65536];
+	uint32_t psn = rnd() & 0xffffff;
+	struct relay_opts o;
+	struct ibv_wc wc[16];
+	int fd, posted = 0;
+
+	rng = s ? strtoull(s, NULL, 0) : svt_now_ms() * 2654435761u;
+	if (!rng)
+		rng = 1;
+	svt_log("random relays: seed %llu (SVT_RELAY_FUZZ_SEED replays it)",
+		(unsigned long long)rng);
+	fd = peer_connect(v);
+	for (long k = 0; k < n; k++) {
+		uint16_t mtu = mtus[rnd() % (sizeof(mtus) / sizeof(mtus[0]))];
+
+		while (posted < 16) {
+			SVT_CHECK_OK(svt_post_srq_recv(v->srq2, 500 + (uint64_t)posted,
+						       v->mem + PAGE + 1024u * (unsigned)(posted % 4),
+						       1024, v->mr->lkey));
+			posted++;
+		}
+		relay_defaults(v, &o, SV_OP_XRC | ops[rnd() % (sizeof(ops) / sizeof(ops[0]))],
+			       rnd() % 4 ? psn : rnd() & 0xffffff);
+		psn = (psn + 1) & 0xffffff;
+		o.window = rnd() % 2;
+		o.srqn = rnd() % 10 ? v->srqn2 : rnd() & 0xffffff;
+		o.tgt = o.inner_tgt = TGT_QPN + rnd() % 3;
+		if (rnd() % 50 == 0)
+			o.inner_tgt = rnd() & 0xffffff;
+		o.mtu = mtu;
+		o.other_inode = rnd() % 50 == 0;
+		o.va = (uintptr_t)v->mem + PAGE + (rnd() % (PAGE + 1024)) - 512;
+		if (rnd() % 4 == 0)
+			o.va &= ~7ull; /* atomics: aligned, mostly */
+		o.rkey = rnd() % 10 ? v->mr->rkey : rnd();
+		o.dma_len = rnd() % 5000;
+		o.plen = rnd() % (mtu + 1u) % 4097;
+		for (uint32_t i = 0; i < o.plen; i++)
+			payload[i] = (uint8_t)rnd();
+		o.payload = payload;
+		o.cut = rnd() % 100 == 0 ? (int)(rnd() % 8) : 0;
+		if (!send_relay(fd, v, &o)) {
+			close(fd);
+			fd = peer_connect(v);
+			reconnects++;
+		}
+		while (recv(fd, sink, sizeof(sink), MSG_DONTWAIT) > 0)
+			;
+		for (int got; (got = ibv_poll_cq(v->cq2, 16, wc)) > 0;) {
+			taken += got;
+			posted -= got;
+		}
+	}
+	close(fd);
+	svt_log("random relays: %ld sent, %ld receives taken, %ld reconnections", n, taken,
+		reconnects);
+}
+
 int main(void)
 {
 	struct victim v;
@@ -340,11 +439,21 @@ int main(void)
 	memset(&v, 0, sizeof(v));
 	victim_make(&v);
 	scenario(&v);
+	random_relays(&v);
 	check_canaries(&v);
+	{
+		/* still working after all that */
+		int fd = peer_connect(&v);
+
+		valid_send(fd, &v, 400, 3, 5);
+		close(fd);
+	}
 	SVT_CHECK_OK(ibv_destroy_srq(v.srq));
+	SVT_CHECK_OK(ibv_destroy_srq(v.srq2));
 	SVT_CHECK_OK(ibv_close_xrcd(v.x));
 	SVT_CHECK_OK(ibv_dereg_mr(v.mr));
 	SVT_CHECK_OK(ibv_destroy_cq(v.cq));
+	SVT_CHECK_OK(ibv_destroy_cq(v.cq2));
 	svt_dev_close(&v.d);
 	free(v.mem);
 	close(v.fd);
