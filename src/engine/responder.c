@@ -299,6 +299,16 @@ static enum resp_result check_transport(const struct resp_pkt *p)
 	return (p->hdr[0] & 0xe0) == p->qp->ti->wire_class ? RESP_OK : RESP_DROP;
 }
 
+/* XRC: what was relayed from psn on (MSN msn before it) is not taken in
+ * after all; the requester sends it again, and no answer is awaited. */
+static void relay_rewind(struct sv_qp *qp, uint32_t psn, uint32_t msn)
+{
+	qp->epsn = psn;
+	qp->msn = msn;
+	qp->resp_in_msg = false;
+	sv_xrc_relay_idle(qp);
+}
+
 /*
  * Step (XRC receive QPs): the XRC SRQ the request names (XRCETH), which
  * must be of the QP's domain, is the QP's for this request: its PD is the
@@ -323,10 +333,7 @@ static enum resp_result check_xrc(struct resp_pkt *p)
 	if (busy && (!qp->xrc->conn || atomic_load(&qp->xrc->conn->state) == SV_CONN_DEAD)) {
 		/* the SRQ's process is gone, or its connection: what waited for
 		 * its answers is sent again from the oldest such message */
-		qp->epsn = qp->xrc->first_psn;
-		qp->msn = qp->xrc->first_msn;
-		qp->resp_in_msg = false;
-		sv_xrc_relay_idle(qp);
+		relay_rewind(qp, qp->xrc->first_psn, qp->xrc->first_msn);
 		busy = false;
 	}
 	in_seq = p->psn == qp->epsn;
@@ -454,6 +461,12 @@ static enum resp_result check_recv(struct sv_qp *qp)
 	return qp->resp_have_rwqe || sv_qp_take_recv(qp) ? RESP_OK : RESP_NO_RECV;
 }
 
+/* The response packets of a READ of dma_len bytes (one for none). */
+static inline uint32_t read_npkts(const struct sv_qp *qp, uint32_t dma_len)
+{
+	return dma_len ? (dma_len + qp->mtu - 1) / qp->mtu : 1;
+}
+
 /* Bytes from off of a READ from GPU memory at mem, staged (up to the MTU). */
 static uint8_t *stage_read(struct sv_qp *qp, struct sv_txbatch *b, sv_cu_ctx gpu, uint32_t psn,
 			   const uint8_t *mem, uint32_t off, uint32_t dma_len)
@@ -485,7 +498,7 @@ static uint8_t *stage_read(struct sv_qp *qp, struct sv_txbatch *b, sv_cu_ctx gpu
 static enum resp_result do_read(struct sv_qp *qp, struct sv_conn *conn, uint32_t psn,
 				uint64_t va, uint32_t rkey, uint32_t dma_len, uint32_t from)
 {
-	uint32_t npkts = dma_len ? (dma_len + qp->mtu - 1) / qp->mtu : 1;
+	uint32_t npkts = read_npkts(qp, dma_len);
 	uint8_t *mem = NULL;
 	sv_cu_ctx gpu = NULL;
 	struct resp_pkt p = { .qp = qp };
@@ -690,6 +703,20 @@ static enum resp_result exec_atomic_write(const struct resp_pkt *p)
 	return RESP_DONE;
 }
 
+/* An atomic's result at psn, kept for its duplicates (false: no memory
+ * for the replay cache, which the first atomic a QP takes allocates). */
+static bool keep_atomic(struct sv_qp *qp, uint32_t psn, uint64_t orig)
+{
+	if (!qp->atomic_cache &&
+	    !(qp->atomic_cache = calloc(SV_MAX_QP_RD_ATOM, sizeof(*qp->atomic_cache))))
+		return false;
+	qp->atomic_cache[qp->atomic_cache_next].psn = psn;
+	qp->atomic_cache[qp->atomic_cache_next].orig = orig;
+	qp->atomic_cache[qp->atomic_cache_next].valid = true;
+	qp->atomic_cache_next = (qp->atomic_cache_next + 1) % SV_MAX_QP_RD_ATOM;
+	return true;
+}
+
 /* Atomic request: executed once, its result kept for duplicates. */
 static enum resp_result exec_atomic(const struct resp_pkt *p)
 {
@@ -730,10 +757,7 @@ static enum resp_result exec_atomic(const struct resp_pkt *p)
 		return RESP_ERR_RKEY; /* registered, but unmapped by the application */
 	}
 	sv_mr_read_unlock(qp->ctx);
-	qp->atomic_cache[qp->atomic_cache_next].psn = p->psn;
-	qp->atomic_cache[qp->atomic_cache_next].orig = orig;
-	qp->atomic_cache[qp->atomic_cache_next].valid = true;
-	qp->atomic_cache_next = (qp->atomic_cache_next + 1) % SV_MAX_QP_RD_ATOM;
+	keep_atomic(qp, p->psn, orig); /* (the cache was made above) */
 	qp->epsn = sv_psn_add(p->psn, 1);
 	qp->msn++;
 	send_atomic_ack(qp, p->conn, p->psn, orig);
@@ -746,7 +770,7 @@ static enum resp_result exec_read(const struct resp_pkt *p)
 	struct sv_qp *qp = p->qp;
 	const struct sv_reth *r = (const void *)(p->hdr + p->op->off_reth);
 	uint32_t dma_len = ntohl(r->dma_len);
-	uint32_t npkts = dma_len ? (dma_len + qp->mtu - 1) / qp->mtu : 1;
+	uint32_t npkts = read_npkts(qp, dma_len);
 
 	qp->epsn = sv_psn_add(p->psn, npkts);
 	qp->msn++;
@@ -887,9 +911,8 @@ static enum resp_result exec_relay(struct resp_pkt *p)
 		return r;
 	if (op->mask & SV_OPF_READ) {
 		const struct sv_reth *reth = (const void *)(p->hdr + op->off_reth);
-		uint32_t dma_len = ntohl(reth->dma_len);
 
-		npkts = dma_len ? (dma_len + qp->mtu - 1) / qp->mtu : 1;
+		npkts = read_npkts(qp, ntohl(reth->dma_len));
 	}
 	if (!qp->xrc && !(qp->xrc = calloc(1, sizeof(*qp->xrc))))
 		return RESP_NO_RECV; /* no memory now: RNR NAK, it comes again */
@@ -902,11 +925,9 @@ static enum resp_result exec_relay(struct resp_pkt *p)
 				 (op->mask & SV_OPF_LAST) || p->ackreq)) {
 		/* the SRQ's process cannot be reached now: the requester
 		 * sends again, from the oldest message still unanswered */
-		qp->epsn = window ? (first ? p->psn : qp->msg_first_psn) : x->first_psn;
-		qp->msn = window ? x->msg_msn : x->first_msn;
-		qp->resp_in_msg = false;
+		relay_rewind(qp, window ? (first ? p->psn : qp->msg_first_psn) : x->first_psn,
+			     window ? x->msg_msn : x->first_msn);
 		send_ack(qp, p->conn, qp->epsn, SV_AETH_RNR_NAK | (qp->attr.min_rnr_timer & 0x1f));
-		sv_xrc_relay_idle(qp);
 		return RESP_DONE;
 	}
 	if (window) {
@@ -967,21 +988,13 @@ void sv_responder_relayed_answer(struct sv_qp *qp, struct sv_conn *conn,
 	} else if ((syn & SV_AETH_TYPE_MASK) == SV_AETH_RNR_NAK) {
 		/* that message starts again; what was relayed after it the
 		 * SRQ's process drops, until the next window */
-		qp->epsn = psn;
-		qp->msn = ntohl(((const struct sv_aeth *)(pkt + op->off_aeth))->syn_msn) & SV_PSN_MASK;
-		qp->resp_in_msg = false;
-		sv_xrc_relay_idle(qp);
+		relay_rewind(qp, psn,
+			     ntohl(((const struct sv_aeth *)(pkt + op->off_aeth))->syn_msn) &
+				     SV_PSN_MASK);
 	} else {
-		if (op->off_atmack && (qp->atomic_cache ||
-				       (qp->atomic_cache = calloc(SV_MAX_QP_RD_ATOM,
-								  sizeof(*qp->atomic_cache))))) {
-			const struct sv_atmack *a = (const void *)(pkt + op->off_atmack);
-
-			qp->atomic_cache[qp->atomic_cache_next].psn = psn;
-			qp->atomic_cache[qp->atomic_cache_next].orig = be64toh(a->orig);
-			qp->atomic_cache[qp->atomic_cache_next].valid = true;
-			qp->atomic_cache_next = (qp->atomic_cache_next + 1) % SV_MAX_QP_RD_ATOM;
-		}
+		if (op->off_atmack)
+			keep_atomic(qp, psn,
+				    be64toh(((const struct sv_atmack *)(pkt + op->off_atmack))->orig));
 		if (final) {
 			if (sv_psn_cmp(psn, x->done_psn) > 0)
 				x->done_psn = psn;

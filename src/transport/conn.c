@@ -105,9 +105,7 @@ static int frame_byte(const struct sv_frames *f, int k, size_t off)
  * fault is injected into it. */
 static bool frame_is_relay(const struct sv_frames *f, int k)
 {
-	int flags = frame_byte(f, k, SV_FRAME_HEAD + 1);
-
-	int opcode = frame_byte(f, k, SV_FRAME_HEAD);
+	int opcode = frame_byte(f, k, SV_FRAME_HEAD), flags = frame_byte(f, k, SV_FRAME_HEAD + 1);
 
 	return opcode == SV_OP_XRC_RELAY || opcode == SV_OP_XRC_CTRL ||
 	       (flags >= 0 && (flags & SV_BTH_RELAYED));

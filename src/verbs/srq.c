@@ -162,21 +162,9 @@ struct sv_srq *sv_xrc_srq_lookup(struct sv_context *ctx, struct sv_xrcd *xrcd, u
  */
 static void xrc_srq_detach(struct sv_srq *srq)
 {
-	struct sv_context *ctx = srq->ctx;
-	struct sv_qp **held = NULL;
-	uint32_t n = 0;
+	uint32_t n;
+	struct sv_qp **held = sv_xrcd_hold_qps(srq->ctx, srq->xrcd, &n);
 
-	pthread_mutex_lock(&ctx->lock);
-	held = calloc(ctx->nqp ? ctx->nqp : 1, sizeof(*held));
-	for (uint32_t i = 0; held && i < ctx->qpt_size; i++) {
-		struct sv_qp *qp = ctx->qpt[i];
-
-		if (qp && qp->xrcd == srq->xrcd) {
-			sv_qp_get(qp);
-			held[n++] = qp;
-		}
-	}
-	pthread_mutex_unlock(&ctx->lock);
 	for (uint32_t i = 0; i < n; i++) {
 		struct sv_qp *qp = held[i];
 

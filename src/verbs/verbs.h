@@ -51,6 +51,10 @@ int sv_rq_resize(struct sv_rq *rq, uint32_t max_wr);
 
 /* ibv_qp.handle of an ibv_open_qp handle (a QP's is its slot in ctx->qpt) */
 #define SV_QP_HANDLE_OPENED UINT32_MAX
+/* verbs/xrcd.c: the XRC receive QPs of x, each with a reference (*n of
+ * them; free the array).  Taken under ctx->lock, which the caller must
+ * not hold, and let go before any QP's lock is taken (the lock order). */
+struct sv_qp **sv_xrcd_hold_qps(struct sv_context *ctx, struct sv_xrcd *x, uint32_t *n);
 /* verbs/xrcd.c: the QP a handle names (an ibv_open_qp handle's XRC
  * receive QP; any other QP itself) */
 struct sv_qp *sv_qp_named(struct sv_qp *qp);

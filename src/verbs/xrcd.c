@@ -88,23 +88,30 @@ struct ibv_xrcd *sv_open_xrcd(struct ibv_context *context, struct ibv_xrcd_init_
  * processes kept open, processes that have gone since without closing
  * them: they go now, as the kernel lets such a QP go with its last opener.
  */
-static void reap_orphans(struct sv_context *ctx, struct sv_xrcd *x)
+struct sv_qp **sv_xrcd_hold_qps(struct sv_context *ctx, struct sv_xrcd *x, uint32_t *n)
 {
 	struct sv_qp **held;
-	uint32_t n = 0;
 
-	/* (ctx->lock and a QP's lock are never held together) */
+	*n = 0;
 	pthread_mutex_lock(&ctx->lock);
 	held = calloc(ctx->nqp ? ctx->nqp : 1, sizeof(*held));
 	for (uint32_t i = 0; held && i < ctx->qpt_size; i++) {
 		struct sv_qp *qp = ctx->qpt[i];
 
-		if (qp && qp->xrcd == x && qp->ti->receives) {
+		if (qp && qp->xrcd == x) {
 			sv_qp_get(qp);
-			held[n++] = qp;
+			held[(*n)++] = qp;
 		}
 	}
 	pthread_mutex_unlock(&ctx->lock);
+	return held;
+}
+
+static void reap_orphans(struct sv_context *ctx, struct sv_xrcd *x)
+{
+	uint32_t n;
+	struct sv_qp **held = sv_xrcd_hold_qps(ctx, x, &n);
+
 	for (uint32_t i = 0; i < n; i++) {
 		struct sv_qp *qp = held[i];
 		struct sv_xrc_qp *xq;
