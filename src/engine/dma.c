@@ -46,17 +46,26 @@ uint64_t sv_sgl_len(const struct ibv_sge *sge, uint32_t nsge)
 	return t;
 }
 
-enum sv_mem_err sv_sgl_check(struct sv_context *ctx, struct sv_pd *pd, const struct ibv_sge *sge,
-			     uint32_t nsge, unsigned int access)
+enum sv_mem_err sv_sgl_check_locked(struct sv_context *ctx, struct sv_pd *pd,
+				    const struct ibv_sge *sge, uint32_t nsge, unsigned int access)
 {
 	enum sv_mem_err e = SV_MEM_OK;
 	uint8_t *p;
 
-	sv_mr_read_lock(ctx);
 	for (uint32_t i = 0; i < nsge && e == SV_MEM_OK; i++)
 		if (sge[i].length)
 			e = sv_mr_translate(ctx, sge[i].lkey, pd, sge[i].addr, sge[i].length,
 					    access, &p, NULL);
+	return e;
+}
+
+enum sv_mem_err sv_sgl_check(struct sv_context *ctx, struct sv_pd *pd, const struct ibv_sge *sge,
+			     uint32_t nsge, unsigned int access)
+{
+	enum sv_mem_err e;
+
+	sv_mr_read_lock(ctx);
+	e = sv_sgl_check_locked(ctx, pd, sge, nsge, access);
 	sv_mr_read_unlock(ctx);
 	return e;
 }

@@ -15,6 +15,9 @@ enum ibv_wc_status sv_mem_err_to_local_status(enum sv_mem_err e);
 /* Check every SGE of a list (key, PD, bounds, access) without moving data. */
 enum sv_mem_err sv_sgl_check(struct sv_context *ctx, struct sv_pd *pd, const struct ibv_sge *sge,
 			     uint32_t nsge, unsigned int access);
+/* The same, the MR read lock held. */
+enum sv_mem_err sv_sgl_check_locked(struct sv_context *ctx, struct sv_pd *pd,
+				    const struct ibv_sge *sge, uint32_t nsge, unsigned int access);
 
 /*
  * Describe bytes [off, off+len) of an SGE list as iovecs into local memory

@@ -336,11 +336,18 @@ void sv_engine_timer_update(struct sv_engine *eng, struct sv_qp *qp)
 	uint64_t d = (r && (!a || r < a)) ? r : a;
 	bool kick = false;
 
+	/* the common case of a post whose WQEs all completed at once (executed
+	 * on a peer's memory): no engine lock, which the engine thread shares */
+	if (!d && !atomic_load_explicit(&qp->timer_linked, memory_order_relaxed))
+		return;
 	pthread_mutex_lock(&eng->lock);
-	if (d && !sv_list_linked(&qp->timer_link) && !qp->destroyed)
+	if (d && !sv_list_linked(&qp->timer_link) && !qp->destroyed) {
 		sv_list_add_tail(&eng->timer_qps, &qp->timer_link);
-	else if (!d && sv_list_linked(&qp->timer_link))
+		atomic_store_explicit(&qp->timer_linked, true, memory_order_relaxed);
+	} else if (!d && sv_list_linked(&qp->timer_link)) {
 		sv_list_del(&qp->timer_link);
+		atomic_store_explicit(&qp->timer_linked, false, memory_order_relaxed);
+	}
 	/* wake the engine only if it would otherwise sleep past this deadline */
 	if (d && d < eng->sleep_until) {
 		eng->sleep_until = d;
@@ -354,8 +361,10 @@ void sv_engine_timer_update(struct sv_engine *eng, struct sv_qp *qp)
 void sv_engine_forget_qp(struct sv_engine *eng, struct sv_qp *qp)
 {
 	pthread_mutex_lock(&eng->lock);
-	if (sv_list_linked(&qp->timer_link))
+	if (sv_list_linked(&qp->timer_link)) {
 		sv_list_del(&qp->timer_link);
+		atomic_store_explicit(&qp->timer_linked, false, memory_order_relaxed);
+	}
 	if (sv_list_linked(&qp->run_link)) {
 		sv_list_del(&qp->run_link);
 		sv_qp_put(qp);
@@ -1364,6 +1373,31 @@ void sv_engine_settle(struct sv_engine *eng)
 	pthread_mutex_unlock(&eng->progress_lock);
 }
 
+void sv_engine_hold_alive(struct sv_engine *eng, pthread_mutex_t *m)
+{
+	atomic_store_explicit(&eng->alive_give, m, memory_order_release);
+	wake(eng);
+}
+
+/* The engine thread: take the mutex handed over, and hold it (it is robust:
+ * EOWNERDEAD, from a process before an exec, is made consistent). */
+static void take_alive(struct sv_engine *eng)
+{
+	pthread_mutex_t *m;
+	int e;
+
+	if (!atomic_load_explicit(&eng->alive_give, memory_order_relaxed))
+		return;
+	m = atomic_exchange_explicit(&eng->alive_give, NULL, memory_order_acquire);
+	if (!m || eng->alive_held)
+		return;
+	e = pthread_mutex_lock(m);
+	if (e == EOWNERDEAD)
+		e = pthread_mutex_consistent(m);
+	if (!e)
+		eng->alive_held = m;
+}
+
 static void *engine_main(void *arg)
 {
 	struct sv_engine *eng = arg;
@@ -1377,6 +1411,7 @@ static void *engine_main(void *arg)
 	while (!atomic_load(&eng->stop)) {
 		int n;
 
+		take_alive(eng);
 		pthread_mutex_lock(&eng->progress_lock);
 		bury_dead(eng);
 		pthread_mutex_unlock(&eng->progress_lock);
@@ -1410,6 +1445,10 @@ static void *engine_main(void *arg)
 			timeout = 0;
 		pthread_mutex_unlock(&eng->progress_lock);
 	}
+	/* before the table goes (sv_export_close): glibc keeps a held robust
+	 * mutex in the thread's list, which must not point at unmapped memory */
+	if (eng->alive_held)
+		pthread_mutex_unlock(eng->alive_held);
 	return NULL;
 }
 

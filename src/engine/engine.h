@@ -91,6 +91,10 @@ struct sv_engine {
 	 * the engine thread), and until when the engine ticks fast for them */
 	atomic_bool one_sided_seen;
 	uint64_t one_sided_until;
+	/* the export table's liveness mutex (mem_export.h): handed over by
+	 * sv_engine_hold_alive, held by the engine thread until it ends */
+	_Atomic(pthread_mutex_t *) alive_give;
+	pthread_mutex_t *alive_held;
 };
 
 /* The responder executes a WRITE, READ or atomic that came by the wire: an
@@ -104,6 +108,9 @@ static inline void sv_engine_saw_one_sided(struct sv_engine *eng)
 int sv_engine_start(struct sv_context *ctx, struct in_addr ip);
 void sv_engine_stop(struct sv_engine *eng);
 void sv_engine_halt(struct sv_engine *eng); /* stop the thread only (library unload) */
+/* The engine thread takes m at its next pass and holds it until it ends, so
+ * that the kernel marks it when the thread, or the process, is gone. */
+void sv_engine_hold_alive(struct sv_engine *eng, pthread_mutex_t *m);
 /* Wait, until deadline_ns at most, for connections being set up and queued
  * output to go out; the engine keeps running (used at process exit). */
 void sv_engine_quiesce(struct sv_engine *eng, uint64_t deadline_ns);

@@ -23,6 +23,7 @@
 
 bool sv_export_open(struct sv_context *ctx)
 {
+	pthread_mutexattr_t ma;
 	struct sv_xseg *x;
 	struct stat st;
 	int fd;
@@ -42,6 +43,13 @@ bool sv_export_open(struct sv_context *ctx)
 	x->magic = SV_XSEG_MAGIC;
 	x->version = SV_XSEG_VERSION;
 	x->qpn_base = ctx->qpn_base;
+	if (!pthread_mutexattr_init(&ma)) {
+		if (!pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED) &&
+		    !pthread_mutexattr_setrobust(&ma, PTHREAD_MUTEX_ROBUST) &&
+		    !pthread_mutex_init(&x->alive.m, &ma))
+			sv_engine_hold_alive(ctx->eng, &x->alive.m); /* taken at its next pass */
+		pthread_mutexattr_destroy(&ma);
+	}
 	ctx->xseg = x;
 	ctx->xfd = fd;
 	sv_qpn_publish_export(&ctx->eng->qpns, fd, (uint64_t)st.st_ino);

@@ -18,13 +18,14 @@
 
 #include "transport/registry.h"
 
+#include <pthread.h>
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
 #define SV_XSEG_MAGIC 0x53565845u /* "SVXE" */
-#define SV_XSEG_VERSION 1u
+#define SV_XSEG_VERSION 2u
 #define SV_XMR_SLOTS 4096 /* MRs a context exports; more go through its engine */
 
 /* A QP, at index qpn - qpn_base. */
@@ -56,6 +57,19 @@ struct sv_xseg {
 	uint32_t qpn_base;
 	_Atomic uint32_t nmr; /* slots in use or used: peers search [0, nmr) */
 	uint32_t pad[12];
+	/*
+	 * A robust, process-shared mutex that the owner's engine thread holds
+	 * for as long as it runs.  When that thread ends (the process exits,
+	 * is killed or execs) the kernel marks the lock word FUTEX_OWNER_DIED
+	 * before the process can be reaped, so a peer learns that the owner
+	 * is alive from one load, without a system call or a clock read
+	 * (peer_mem.c).  Alone on its cache line: nobody writes it while it
+	 * is held.
+	 */
+	union {
+		pthread_mutex_t m;
+		uint8_t line[64];
+	} alive;
 	struct sv_xqp qp[SV_QPN_BLOCK];
 	struct sv_xmr mr[SV_XMR_SLOTS];
 };
@@ -67,6 +81,7 @@ struct sv_qp;
 /* The context's table, made at open and published in the registry; false
  * when it cannot be (peers then use the engine). */
 bool sv_export_open(struct sv_context *ctx);
+/* After the engine thread has ended (it held the table's liveness mutex). */
 void sv_export_close(struct sv_context *ctx);
 /*
  * The extent an MR of [addr, addr+len) with these access flags lies in, its

@@ -438,6 +438,9 @@ struct sv_qp {
 	_Atomic uint64_t ack_deadline; /* oldest unacked WQE times out */
 	uint32_t retries_left, rnr_retries_left;
 	struct sv_list timer_link;  /* engine->timer_qps */
+	/* linked there: read without eng->lock by sv_engine_timer_update, which
+	 * has nothing to do for a QP with no deadline that is not linked */
+	atomic_bool timer_linked;
 	struct sv_list run_link;    /* engine->run_qps: requester has work */
 	struct sv_list txwait_link; /* sv_conn_waiters(conn) */
 	/* the connection whose tx_waiters holds txwait_link, with a reference;

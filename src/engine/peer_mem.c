@@ -29,6 +29,7 @@
 #include "common/fault_guard.h"
 
 #include <errno.h>
+#include <linux/futex.h>
 #include <poll.h>
 #include <pthread.h>
 #include <stdlib.h>
@@ -130,17 +131,37 @@ static void pm_setup(struct sv_peer_mem *pm, struct sv_conn *conn, uint32_t qpn)
  * A dead peer's QPs are gone, as the kernel destroys a process's QPs as it
  * exits: its memory must not take a WRITE and report success.  Its
  * connection breaks only once the engine has read the end of its socket, so
- * the process itself is asked (its pidfd turns readable when it exits), at
- * most every SV_PEER_ALIVE_NS: an operation posted once the peer has been
- * reaped finds it dead and goes by the wire, which fails.
+ * an operation posted once the peer has been reaped must find it dead and go
+ * by the wire, which fails.  Its engine thread's liveness mutex says so at
+ * the cost of a load; while that is not held, the process itself is asked
+ * (its pidfd turns readable when it exits), at most every SV_PEER_ALIVE_NS.
  */
 #define SV_PEER_ALIVE_NS 50000ull
 
+/* The peer's engine thread holds the table's liveness mutex, and has not
+ * ended (mem_export.h): one load of a line nobody writes.  glibc's mutex
+ * keeps its futex word, the owner's TID, in __data.__lock. */
+static bool owner_holds(const struct sv_xseg *x)
+{
+#ifdef __GLIBC__
+	int w = __atomic_load_n(&x->alive.m.__data.__lock, __ATOMIC_ACQUIRE);
+
+	return (w & FUTEX_TID_MASK) && !(w & FUTEX_OWNER_DIED);
+#else
+	(void)x;
+	return false;
+#endif
+}
+
 static bool peer_alive(struct sv_peer_mem *pm)
 {
-	uint64_t now = sv_now_ns();
+	uint64_t now;
 	struct pollfd p = { .fd = pm->pidfd, .events = POLLIN };
 
+	if (owner_holds(pm->x))
+		return true;
+	/* not held (yet, or any more: its context is closing): ask the process */
+	now = sv_now_ns();
 	if (now - atomic_load_explicit(&pm->alive_at, memory_order_relaxed) < SV_PEER_ALIVE_NS)
 		return true;
 	if (poll(&p, 1, 0) != 0) {
@@ -381,6 +402,7 @@ enum sv_direct sv_peer_direct(struct sv_qp *qp, struct sv_conn *conn, struct sv_
 	enum ibv_wc_status st = IBV_WC_SUCCESS;
 	uint8_t *base;
 	enum sv_direct r = SV_DIRECT_WIRE;
+	bool local;
 	int slot;
 
 	switch (w->wr.opcode) {
@@ -415,8 +437,24 @@ enum sv_direct sv_peer_direct(struct sv_qp *qp, struct sv_conn *conn, struct sv_
 	q = &pm->x->qp[dq - pm->x->qpn_base];
 	/* our own MR table first: a deregistration here that revokes an
 	 * export waits for busy counts with that lock held (a peer of this
-	 * very process may be the one counted) */
-	sv_mr_read_lock(qp->ctx);
+	 * very process may be the one counted).  Inline data (a WRITE's,
+	 * copied at the post) reaches no local MR: then no MR lock at all */
+	local = !w->inline_buf;
+	if (local)
+		sv_mr_read_lock(qp->ctx);
+	/* the local buffers first, as the requester would (it leaves them to
+	 * us, under the lock taken here anyway): a failure there completes
+	 * the WQE without the peer's memory being looked at */
+	if (local) {
+		enum sv_mem_err e = sv_sgl_check_locked(qp->ctx, qp->pd, w->sge, w->num_sge,
+							 w->op->local_access);
+
+		if (e != SV_MEM_OK) {
+			sv_mr_read_unlock(qp->ctx);
+			w->status = sv_mem_err_to_local_status(e);
+			return SV_DIRECT_DONE;
+		}
+	}
 	atomic_fetch_add(&q->busy, 1); /* before anything is checked (mem_export.h) */
 	if (!atomic_load(&q->open) || atomic_load(&q->dest_qpn) != qp->ex.qp_base.qp_num ||
 	    !(atomic_load(&q->access) & need) || (slot = find_slot(qp, pm->x, rkey)) < 0 ||
@@ -446,7 +484,8 @@ enum sv_direct sv_peer_direct(struct sv_qp *qp, struct sv_conn *conn, struct sv_
 	pthread_rwlock_unlock(&pm->lock);
 out:
 	atomic_fetch_sub(&q->busy, 1);
-	sv_mr_read_unlock(qp->ctx);
+	if (local)
+		sv_mr_read_unlock(qp->ctx);
 	if (r == SV_DIRECT_DONE)
 		w->status = st;
 	/* what the wire serves, the wire keeps serving: no waiting for it to

@@ -26,12 +26,6 @@ enum sv_direct {
 #define SV_DIRECT_RETRY_NS 1000000ull
 
 /*
- * qp->lock held; w is an RC WQE about to start, every WQE before it
- * complete, its local buffers checked; conn the QP's connection (made by
- * an earlier WQE: until it is up, with the peer proved, everything goes by
- * the wire).
- */
-/*
  * w, an RC WQE behind WQEs still on the wire, would probably be executed
  * here once they complete (a one-sided operation to a peer of this host
  * whose key has not failed before): the requester waits for them rather
@@ -39,6 +33,14 @@ enum sv_direct {
  */
 bool sv_peer_direct_soon(struct sv_qp *qp, struct sv_conn *conn, const struct sv_send_wqe *w);
 
+/*
+ * qp->lock held; w is an RC WQE about to start, every WQE before it
+ * complete, its length checked; conn the QP's connection (made by an
+ * earlier WQE: until it is up, with the peer proved, everything goes by the
+ * wire).  Before it looks at the peer, it checks w's local buffers as the
+ * requester would: DONE with a local error status if they fail.  WIRE: the
+ * requester checks them itself.
+ */
 enum sv_direct sv_peer_direct(struct sv_qp *qp, struct sv_conn *conn, struct sv_send_wqe *w,
 			      bool may_defer);
 

@@ -96,12 +96,21 @@ static struct sv_conn *ah_conn(struct sv_qp *qp, struct sv_ah *ah, uint32_t remo
 }
 
 /* Validate a WQE's local buffers before its first packet. */
-static enum ibv_wc_status check_local(struct sv_qp *qp, struct sv_send_wqe *w)
+static enum ibv_wc_status check_len(const struct sv_send_wqe *w)
 {
 	if (w->inline_buf)
 		return IBV_WC_SUCCESS;
 	if (w->length > SV_MAX_MSG_SIZE || w->length < w->op->min_len)
 		return IBV_WC_LOC_LEN_ERR;
+	return IBV_WC_SUCCESS;
+}
+
+static enum ibv_wc_status check_local(struct sv_qp *qp, struct sv_send_wqe *w)
+{
+	enum ibv_wc_status st = check_len(w);
+
+	if (w->inline_buf || st != IBV_WC_SUCCESS)
+		return st;
 	/* READ and atomic responses are written into the local buffers */
 	return sv_mem_err_to_local_status(
 		sv_sgl_check(qp->ctx, qp->pd, w->sge, w->num_sge, w->op->local_access));
@@ -422,6 +431,8 @@ void sv_requester_run(struct sv_qp *qp)
 		struct sv_conn *conn;
 		uint32_t k, plen;
 		enum ibv_wc_status st;
+		enum sv_direct d;
+		bool direct;
 
 		if (!sq->seg_off && w->state == SV_WQE_PENDING && !w->npkts) {
 			/* starting this WQE */
@@ -442,32 +453,36 @@ void sv_requester_run(struct sv_qp *qp)
 					break; /* retire() moves the QP to ERR */
 				continue;
 			}
-			st = check_local(qp, w);
+			direct = !w->wired && ti->reliable && ti->connected && qp->conn;
+			d = SV_DIRECT_WIRE;
+			st = check_len(w);
+			/* executed on the peer's memory, it has its local buffers
+			 * checked there, under the MR lock that takes anyway */
+			if (st == IBV_WC_SUCCESS && direct && !on_wire)
+				d = sv_peer_direct(qp, qp->conn, w, posting);
+			if (d == SV_DIRECT_WIRE && st == IBV_WC_SUCCESS)
+				st = check_local(qp, w);
 			if (st != IBV_WC_SUCCESS) {
 				w->status = st;
 				w->state = SV_WQE_DONE;
 				sq->next++;
 				break; /* retire() moves the QP to ERR */
 			}
-			if (!w->wired && ti->reliable && ti->connected && qp->conn) {
-				enum sv_direct d;
-
-				if (on_wire) {
-					if (sv_peer_direct_soon(qp, qp->conn, w))
-						break; /* its completion runs us again (completer.c) */
-				} else if ((d = sv_peer_direct(qp, qp->conn, w, posting)) ==
-					   SV_DIRECT_DEFER) {
-					sv_engine_schedule(qp->ctx->eng, qp);
-					break;
-				} else if (d == SV_DIRECT_DONE) {
-					/* executed on the peer's memory, by this thread */
-					w->state = SV_WQE_DONE;
-					sq->next++;
-					if (w->status != IBV_WC_SUCCESS)
-						break;
-					continue;
-				}
+			if (d == SV_DIRECT_DEFER) {
+				sv_engine_schedule(qp->ctx->eng, qp);
+				break;
 			}
+			if (d == SV_DIRECT_DONE) {
+				/* executed on the peer's memory, by this thread (or
+				 * refused for its local buffers: w->status) */
+				w->state = SV_WQE_DONE;
+				sq->next++;
+				if (w->status != IBV_WC_SUCCESS)
+					break; /* retire() moves the QP to ERR */
+				continue;
+			}
+			if (direct && on_wire && sv_peer_direct_soon(qp, qp->conn, w))
+				break; /* its completion runs us again (completer.c) */
 			w->first_psn = sq->psn;
 			w->npkts = wqe_npkts(qp, w);
 			w->last_psn = sv_psn_add(w->first_psn, w->npkts - 1);
