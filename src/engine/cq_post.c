@@ -21,6 +21,7 @@ bool sv_cq_push(struct sv_cq *cq, const struct ibv_wc *wc, bool solicited)
 	} else {
 		cq->ring[(cq->head + cq->count) % cq->size] = *wc;
 		cq->count++;
+		sv_cq_count_changed(cq);
 		stored = true;
 		if (cq->armed && (!cq->solicited_only || solicited || wc->status != IBV_WC_SUCCESS)) {
 			cq->armed = false;

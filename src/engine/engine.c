@@ -120,10 +120,17 @@ static int conn_arm(struct sv_conn *c, bool out)
 	return epoll_ctl(c->eng->epfd, EPOLL_CTL_MOD, c->fd, &ev);
 }
 
+/* eng->lock held: conns changed (scan_in_memory's copy is out of date). */
+static void conns_changed(struct sv_engine *eng)
+{
+	atomic_fetch_add_explicit(&eng->conns_gen, 1, memory_order_release);
+}
+
 /* eng->lock held: take c off the connection list (and the epoll count). */
 static void conn_unlist(struct sv_engine *eng, struct sv_conn *c)
 {
 	sv_list_del(&c->link);
+	conns_changed(eng);
 	if (!c->ops->rx_pending)
 		eng->nconns_polled--;
 }
@@ -170,6 +177,7 @@ static int conn_register(struct sv_engine *eng, struct sv_conn *c)
 		c->registered = true;
 		pthread_mutex_lock(&eng->lock);
 		sv_list_add_tail(&eng->conns, &c->link);
+		conns_changed(eng);
 		pthread_mutex_unlock(&eng->lock);
 		return 0;
 	}
@@ -187,6 +195,7 @@ static int conn_register(struct sv_engine *eng, struct sv_conn *c)
 	 * the list, not join it afterwards */
 	pthread_mutex_lock(&eng->lock);
 	sv_list_add_tail(&eng->conns, &c->link);
+	conns_changed(eng);
 	if (!c->ops->rx_pending)
 		eng->nconns_polled++;
 	/* its handshake has eng->handshake_ns; the engine looks in time */
@@ -281,6 +290,7 @@ struct sv_conn *sv_engine_conn_mcast(struct sv_engine *eng, const union ibv_gid 
 	atomic_store(&c->peer_authed, true);
 	c->registered = true;
 	sv_list_add_tail(&eng->conns, &c->link);
+	conns_changed(eng);
 	eng->nconns_polled++;
 	sv_conn_get(c); /* the caller's, beside the list's */
 	pthread_mutex_unlock(&eng->lock);
@@ -323,6 +333,7 @@ void sv_engine_schedule(struct sv_engine *eng, struct sv_qp *qp)
 	if (!sv_list_linked(&qp->run_link) && !qp->destroyed) {
 		sv_qp_get(qp);
 		sv_list_add_tail(&eng->run_qps, &qp->run_link);
+		atomic_fetch_add_explicit(&eng->nrun, 1, memory_order_relaxed);
 		kick = true;
 	}
 	pthread_mutex_unlock(&eng->lock);
@@ -367,6 +378,7 @@ void sv_engine_forget_qp(struct sv_engine *eng, struct sv_qp *qp)
 	}
 	if (sv_list_linked(&qp->run_link)) {
 		sv_list_del(&qp->run_link);
+		atomic_fetch_sub_explicit(&eng->nrun, 1, memory_order_relaxed);
 		sv_qp_put(qp);
 	}
 	pthread_mutex_unlock(&eng->lock);
@@ -864,6 +876,53 @@ static const struct sv_conn_host engine_host = {
 	.fault_timer = fault_timer,
 };
 
+static bool conn_in_memory(struct sv_conn *c);
+
+/*
+ * Progress holder, about to take in requests from an in-memory connection
+ * we accepted: first what the connections we opened hold, which is answers
+ * to our requests.  A peer sends its requests on the connection it opened
+ * and its answers (ACKs) on the one we opened, two rings; a NIC sends both
+ * on one link, so an ACK it sent before its next request is taken in
+ * before that request.  So it is here: the ACK was in its ring before the
+ * request was in the other (the peer's application posts the request after
+ * the completion that came after the ACK), so a look at the answer rings
+ * after the request was seen finds it.  Programs count on that order: old
+ * perftest (one completion channel for both CQs, one event per completion)
+ * miscounts when a request's completion comes before the ACK's.
+ */
+static void answers_first(struct sv_engine *eng)
+{
+	struct sv_conn *ready[32];
+	int n = 0;
+
+	if (eng->scan_built && eng->nscan >= 0 &&
+	    atomic_load_explicit(&eng->conns_gen, memory_order_acquire) == eng->scan_gen) {
+		/* scan_in_memory's copy, not rebuilt here: it may be walking it */
+		for (int i = 0; i < eng->nscan; i++) {
+			struct sv_conn *o = eng->scan[i];
+
+			if (o->outgoing && conn_in_memory(o) && o->ops->rx_pending(o))
+				conn_event(o, EPOLLIN);
+		}
+		return;
+	}
+	pthread_mutex_lock(&eng->lock);
+	for (struct sv_list *l = eng->conns.next; l != &eng->conns && n < 32; l = l->next) {
+		struct sv_conn *o = SV_CONTAINER_OF(l, struct sv_conn, link);
+
+		if (o->outgoing && conn_in_memory(o) && o->ops->rx_pending(o)) {
+			sv_conn_get(o);
+			ready[n++] = o;
+		}
+	}
+	pthread_mutex_unlock(&eng->lock);
+	for (int i = 0; i < n; i++) {
+		conn_event(ready[i], EPOLLIN);
+		sv_conn_put(ready[i]);
+	}
+}
+
 static void conn_event(struct sv_conn *c, uint32_t events)
 {
 	if (atomic_load(&c->state) == SV_CONN_DEAD)
@@ -891,6 +950,8 @@ static void conn_event(struct sv_conn *c, uint32_t events)
 		return;
 	}
 	if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
+		if (!c->outgoing && c->ops->rx_pending)
+			answers_first(c->eng);
 		pthread_mutex_lock(&c->tx_lock);
 		atomic_store_explicit(&c->tx_corked, true, memory_order_relaxed);
 		pthread_mutex_unlock(&c->tx_lock);
@@ -1137,11 +1198,64 @@ static bool conn_in_memory(struct sv_conn *c)
  * at their rings directly (no epoll, no system call) and handles those that
  * have something.  Holder of progress_lock only.
  */
+/* Progress holder: the references of scan_in_memory's copy go. */
+static void scan_drop(struct sv_engine *eng)
+{
+	for (int i = 0; i < eng->nscan; i++)
+		sv_conn_put(eng->scan[i]);
+	eng->nscan = 0;
+	eng->scan_built = false;
+}
+
+/* Progress holder: copy the in-memory connections of conns, as of gen. */
+static void scan_build(struct sv_engine *eng, unsigned gen)
+{
+	struct sv_conn *old[SV_ARRAY_SIZE(eng->scan)];
+	int nold = SV_MAX(eng->nscan, 0), n = 0;
+
+	memcpy(old, eng->scan, sizeof(old[0]) * (size_t)nold);
+	pthread_mutex_lock(&eng->lock);
+	for (struct sv_list *l = eng->conns.next; l != &eng->conns; l = l->next) {
+		struct sv_conn *c = SV_CONTAINER_OF(l, struct sv_conn, link);
+
+		if (!c->ops->rx_pending)
+			continue;
+		if (n == (int)SV_ARRAY_SIZE(eng->scan)) {
+			n = -1;
+			break;
+		}
+		eng->scan[n++] = c;
+	}
+	for (int i = 0; i < n; i++)
+		sv_conn_get(eng->scan[i]);
+	/* the generation read before the walk: a change after it is seen next time */
+	eng->scan_gen = gen;
+	eng->nscan = n;
+	eng->scan_built = true;
+	pthread_mutex_unlock(&eng->lock);
+	/* after the lock: a last reference frees its connection */
+	for (int i = 0; i < nold; i++)
+		sv_conn_put(old[i]);
+}
+
 static void scan_in_memory(struct sv_engine *eng)
 {
 	struct sv_conn *ready[32];
+	unsigned gen = atomic_load_explicit(&eng->conns_gen, memory_order_acquire);
 	int n = 0;
 
+	if (!eng->scan_built || gen != eng->scan_gen)
+		scan_build(eng, gen);
+	if (eng->nscan >= 0) {
+		/* the copy holds its references: no lock, no reference taken */
+		for (int i = 0; i < eng->nscan; i++) {
+			struct sv_conn *c = eng->scan[i];
+
+			if (conn_in_memory(c) && c->ops->rx_pending(c))
+				conn_event(c, EPOLLIN);
+		}
+		return;
+	}
 	pthread_mutex_lock(&eng->lock);
 	for (struct sv_list *l = eng->conns.next; l != &eng->conns && n < 32; l = l->next) {
 		struct sv_conn *c = SV_CONTAINER_OF(l, struct sv_conn, link);
@@ -1200,6 +1314,10 @@ static void run_deferred(struct sv_engine *eng)
 	for (;;) {
 		struct sv_qp *qp;
 
+		/* one scheduled by another thread after this look rings the
+		 * doorbell (sv_engine_schedule): the engine thread runs it */
+		if (!atomic_load_explicit(&eng->nrun, memory_order_relaxed))
+			return;
 		pthread_mutex_lock(&eng->lock);
 		if (sv_list_empty(&eng->run_qps)) {
 			pthread_mutex_unlock(&eng->lock);
@@ -1207,6 +1325,7 @@ static void run_deferred(struct sv_engine *eng)
 		}
 		qp = SV_CONTAINER_OF(eng->run_qps.next, struct sv_qp, run_link);
 		sv_list_del(&qp->run_link);
+		atomic_fetch_sub_explicit(&eng->nrun, 1, memory_order_relaxed);
 		pthread_mutex_unlock(&eng->lock);
 		pthread_mutex_lock(&qp->lock);
 		if (!qp->destroyed) {
@@ -1277,11 +1396,32 @@ static int run_timers(struct sv_engine *eng)
 	return (int)((next - now) / 1000000u) + 1;
 }
 
+static bool is_conn_event(struct sv_engine *eng, const void *p)
+{
+	return p != &tag_wake &&
+	       !(p >= (void *)eng->listeners && p < (void *)(eng->listeners + eng->nlisteners));
+}
+
 static void handle_events(struct sv_engine *eng, struct epoll_event *evs, int n, bool engine_thread)
 {
+	/* the connections we opened first: what they bring is answers, which
+	 * the peer sent before the requests that came with them on the ones
+	 * it opened (answers_first, for rings; here for sockets) */
+	for (int i = 0; i < n; i++) {
+		struct sv_conn *c = evs[i].data.ptr;
+
+		if (is_conn_event(eng, c) && c->outgoing) {
+			sv_conn_get(c);
+			conn_event(c, evs[i].events);
+			sv_conn_put(c);
+			evs[i].data.ptr = NULL;
+		}
+	}
 	for (int i = 0; i < n; i++) {
 		void *p = evs[i].data.ptr;
 
+		if (!p)
+			continue; /* taken above */
 		if (p == &tag_wake) {
 			/* the doorbell is the engine thread's: it must see it to
 			 * recompute its timers, so other threads leave it set */
@@ -1346,15 +1486,26 @@ static void progress_locked(struct sv_engine *eng, uint64_t now)
  * it does the engine's work itself instead of waiting for the engine thread
  * to be scheduled, which on a busy machine is what latency is made of.
  */
+/*
+ * A thread that polls in a loop reads the clock every SV_POLLS_PER_CLOCK
+ * polls, not every time (a clock read costs a fifth of an empty poll): the
+ * poll lease (arm_in_memory) and the due timers below are looked at against
+ * a time that many polls old.  A thread that polls seldom thus refreshes the
+ * lease seldom; the engine thread then arms the bells, as for one that does
+ * not poll, and runs the timers itself.
+ */
+#define SV_POLLS_PER_CLOCK 8u
+
 void sv_engine_progress(struct sv_engine *eng)
 {
-	uint64_t now;
-
 	if (pthread_mutex_trylock(&eng->progress_lock))
 		return; /* someone is already making progress */
-	now = sv_now_ns();
-	atomic_store_explicit(&eng->last_poll_ns, now, memory_order_relaxed);
-	progress_locked(eng, now);
+	if (++eng->polls_unclocked >= SV_POLLS_PER_CLOCK || !eng->poll_now) {
+		eng->polls_unclocked = 0;
+		eng->poll_now = sv_now_ns();
+		atomic_store_explicit(&eng->last_poll_ns, eng->poll_now, memory_order_relaxed);
+	}
+	progress_locked(eng, eng->poll_now);
 	pthread_mutex_unlock(&eng->progress_lock);
 }
 
@@ -1699,6 +1850,7 @@ void sv_engine_stop(struct sv_engine *eng)
 		sv_list_del(&ec->held_link);
 		sv_conn_put(&ec->c);
 	}
+	scan_drop(eng);
 	bury_dead(eng);
 	for (int i = 0; i < eng->nlisteners; i++)
 		if (eng->listeners[i].fd >= 0)

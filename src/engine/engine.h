@@ -77,6 +77,21 @@ struct sv_engine {
 	struct sv_list timer_qps;
 	struct sv_list run_qps;
 	struct sv_list held_conns; /* progress holder: connections whose input waits */
+	/* QPs on run_qps (written under lock): a pass finds the list empty
+	 * without taking the lock */
+	atomic_uint nrun;
+	/* moves whenever conns changes (written under lock) */
+	atomic_uint conns_gen;
+	/* progress holder: the in-memory connections of conns at generation
+	 * scan_gen, each with a reference, so that a polling thread looks at
+	 * their rings without the lock (nscan < 0: too many, the list is walked) */
+	unsigned scan_gen;
+	bool scan_built;
+	int nscan;
+	struct sv_conn *scan[32];
+	/* progress holder: polls since the clock was last read */
+	unsigned polls_unclocked;
+	uint64_t poll_now;
 	/* when the engine thread next wakes by itself (written under lock;
 	 * polling threads read it without, engine.c progress_locked) */
 	_Atomic uint64_t sleep_until;

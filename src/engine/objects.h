@@ -231,6 +231,9 @@ struct sv_cq {
 	struct ibv_wc *ring;
 	uint32_t size; /* slots = cqe + 1 */
 	uint32_t head, count;
+	/* count, as of the last change (each made under lock): a poll finds
+	 * an empty CQ without taking the lock */
+	atomic_uint avail;
 	bool armed, solicited_only;
 	bool overrun; /* reported once via IBV_EVENT_CQ_ERR */
 	struct sv_ref users; /* QPs using it: destroy fails with EBUSY */
@@ -241,6 +244,11 @@ struct sv_cq {
 	struct ibv_wc cur;
 	bool polling;
 };
+/* lock held: cq->count changed */
+static inline void sv_cq_count_changed(struct sv_cq *cq)
+{
+	atomic_store_explicit(&cq->avail, cq->count, memory_order_relaxed);
+}
 static inline struct sv_cq *to_sv_cq(struct ibv_cq *c)
 {
 	return SV_CONTAINER_OF((struct ibv_cq_ex *)c, struct sv_cq, ex);

@@ -418,6 +418,7 @@ void sv_requester_run(struct sv_qp *qp)
 	/* a WQE before this one is still on the wire: what follows it goes
 	 * there too (peer_mem.h) */
 	bool on_wire = sq->head != sq->next || sq->seg_off;
+	bool arm = false; /* an RC WQE went out whole */
 
 	if (qp->state != IBV_QPS_RTS || qp->rnr_until)
 		goto retire;
@@ -556,14 +557,17 @@ void sv_requester_run(struct sv_qp *qp)
 			w->state = SV_WQE_SENT;
 			if (sv_wr_rd_atomic(w->op))
 				sq->rd_atomic_inflight++;
-			if (!qp->ack_deadline)
-				sv_requester_arm_ack_timer(qp);
+			arm = true;
 		} else {
 			w->state = SV_WQE_DONE; /* UC/UD: complete once handed to the wire */
 			w->status = IBV_WC_SUCCESS;
 		}
 	}
 	pass_flush(qp, &pass);
+	/* after the flush: the clock read is not between the post and the wire
+	 * (the QP's lock is held: no ACK is taken in before the timer runs) */
+	if (arm && !qp->ack_deadline)
+		sv_requester_arm_ack_timer(qp);
 	sv_engine_timer_update(qp->ctx->eng, qp);
 retire:
 	sv_requester_retire(qp);

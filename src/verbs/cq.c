@@ -218,12 +218,17 @@ static int cq_drain(struct sv_cq *cq, int num, struct ibv_wc *wc)
 {
 	int n = 0;
 
+	/* one pushed meanwhile is found by the next poll, as it would be had
+	 * it come a moment later */
+	if (!atomic_load_explicit(&cq->avail, memory_order_relaxed))
+		return 0;
 	pthread_mutex_lock(&cq->lock);
 	while (n < num && cq->count) {
 		wc[n++] = cq->ring[cq->head];
 		cq->head = (cq->head + 1) % cq->size;
 		cq->count--;
 	}
+	sv_cq_count_changed(cq);
 	pthread_mutex_unlock(&cq->lock);
 	return n;
 }
@@ -279,6 +284,7 @@ void sv_cq_clean(struct sv_cq *cq, uint32_t qpn)
 			cq->ring[(cq->head + kept++) % cq->size] = *wc;
 	}
 	cq->count = kept;
+	sv_cq_count_changed(cq);
 	pthread_mutex_unlock(&cq->lock);
 }
 

@@ -20,6 +20,7 @@ static int pop_current(struct sv_cq *cq)
 	cq->cur = cq->ring[cq->head];
 	cq->head = (cq->head + 1) % cq->size;
 	cq->count--;
+	sv_cq_count_changed(cq);
 	cq->ex.wr_id = cq->cur.wr_id;
 	cq->ex.status = cq->cur.status;
 	return 0;

@@ -94,8 +94,8 @@ struct ring_at {
 	size_t data;
 };
 static const struct ring_at ring_at[2] = {
-	{ 64, 72, 80, 128, 136, 144, 4096 },
-	{ 192, 200, 208, 256, 264, 272, 4096 + SVT_SHM_RING_BYTES },
+	{ 64, 72, 80, 128, 136, 192, 4096 },
+	{ 256, 264, 272, 320, 328, 384, 4096 + SVT_SHM_RING_BYTES },
 };
 
 struct bridge {

@@ -13,7 +13,7 @@
 #include <stdint.h>
 
 #define SVT_SHM_MAGIC 0x5356534du
-#define SVT_SHM_VERSION 2u
+#define SVT_SHM_VERSION 3u
 #define SVT_SHM_RING_BYTES (2u << 20)
 #define SVT_SHM_MAP_LEN (4096u + 2u * SVT_SHM_RING_BYTES)
 /* the connector's ring: its tail, its head, its data */
