@@ -32,17 +32,7 @@
  * producer that finds it set clears it and writes one byte to the socket.  A
  * consumer that polls (the engine thread while busy, or an application
  * thread in ibv_poll_cq) never sets it, so a busy pair exchanges messages
- * through memory alone.  Each side stores, then loads what the other
- * stores (the producer its tail then `bell`, the consumer `bell` then the
- * tail), so that either the consumer sees the data or the producer sees the
- * bell.  Where the kernel has membarrier(2), that order costs the producer
- * nothing: it stores its tail without a fence, and a consumer about to sleep
- * has every registered process's CPUs pass a barrier between its store and
- * its load (MEMBARRIER_CMD_GLOBAL_EXPEDITED), which is as good as a fence in
- * the producer at that point.  The producer's fence waited for its stores to
- * reach a cache line the polling consumer reads, on every message (an ACK's
- * among them); the consumer's barrier costs microseconds, but only when it
- * goes to sleep.  A producer that finds the ring full sets `room`, and
+ * through memory alone.  A producer that finds the ring full sets `room`, and
  * the consumer rings back once it has made space.  The death of the peer
  * closes the socket, which the engine sees as end of stream once the ring is
  * drained.
@@ -60,12 +50,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <arpa/inet.h>
-#include <linux/membarrier.h>
-#include <pthread.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -100,9 +87,6 @@ struct shm_ring {
 	_Atomic uint64_t head_logical;
 	_Alignas(64) _Atomic uint32_t bell;     /* consumer sleeps: ring the doorbell */
 	_Atomic uint32_t cma_ok;                /* consumer may read the producer's memory */
-	/* the consumer's process is registered for membarrier's global
-	 * barriers, and passes one when it arms `bell` (asym_barrier) */
-	_Atomic uint32_t asym;
 };
 
 struct shm_area {
@@ -146,56 +130,10 @@ struct sv_shm {
 	bool rec_indirect;
 	bool eof;          /* the socket ended: the peer is gone */
 	bool cma_tested;
-	/* this process is registered for membarrier's global barriers (set at
-	 * attach; cleared by the consumer if its barrier ever fails) */
-	atomic_bool asym;
 	/* the rings are mapped; until then (an accepted peer whose setup has
 	 * not come yet) nothing looks at them.  Set once, with release order */
 	atomic_bool ready;
 };
-
-/*
- * This process takes part in the asymmetric fence of the bell (above):
- * registered for MEMBARRIER_CMD_GLOBAL_EXPEDITED, which it may also issue.
- * Registration is the process's (its mm): a child of fork() registers again.
- */
-static atomic_int asym_state; /* 0: not asked yet, 1: yes, -1: no */
-
-static void asym_forget(void)
-{
-	atomic_store(&asym_state, 0);
-}
-
-static void asym_atfork(void)
-{
-	(void)pthread_atfork(NULL, NULL, asym_forget);
-}
-
-static bool asym_ok(void)
-{
-	static pthread_once_t once = PTHREAD_ONCE_INIT;
-	int st = atomic_load_explicit(&asym_state, memory_order_relaxed), q;
-
-	if (getenv("SVX_NOASYM")) return false;
-	if (st)
-		return st > 0;
-	(void)pthread_once(&once, asym_atfork);
-	q = (int)syscall(SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
-	st = q >= 0 && (q & MEMBARRIER_CMD_GLOBAL_EXPEDITED) &&
-			     (q & MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED) &&
-			     !syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0, 0)
-		     ? 1
-		     : -1;
-	atomic_store(&asym_state, st);
-	return st > 0;
-}
-
-/* A consumer that has just armed its bell: every registered producer's CPU
- * passes a barrier now.  False if it could not be done. */
-static bool asym_barrier(void)
-{
-	return !syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0);
-}
 
 static inline struct sv_shm *to_shm(struct sv_conn *c)
 {
@@ -231,8 +169,6 @@ static void shm_attach(struct sv_shm *s, void *map, int side, pid_t peer)
 	s->rxdata = (uint8_t *)map + SHM_DATA_OFF(1 - side);
 	/* a child forked later must not share the rings */
 	madvise(map, SHM_MAP_LEN, MADV_DONTFORK);
-	atomic_store_explicit(&s->asym, asym_ok(), memory_order_relaxed);
-	atomic_store_explicit(&s->rx->asym, asym_ok(), memory_order_release);
 	atomic_store_explicit(&s->area->base[side], (uint64_t)(uintptr_t)map, memory_order_release);
 	atomic_store_explicit(&s->ready, true, memory_order_release);
 }
@@ -575,14 +511,6 @@ static inline uint64_t round8(uint64_t v)
 	return (v + 7) & ~7ull;
 }
 
-/* Both processes take part in the asymmetric fence of the bell (see the top
- * of this file): the producer's tail needs no fence of its own. */
-static inline bool asym_fenced(const struct sv_shm *s)
-{
-	return atomic_load_explicit(&s->asym, memory_order_relaxed) &&
-	       atomic_load_explicit(&s->tx->asym, memory_order_relaxed);
-}
-
 /* Producer: put as much of iov in the ring as fits; returns stream bytes. */
 static ssize_t ring_put(struct sv_conn *c, const struct iovec *iov, int iovcnt, bool indirect_ok)
 {
@@ -661,11 +589,9 @@ static ssize_t ring_put(struct sv_conn *c, const struct iovec *iov, int iovcnt, 
 	self_copy_flush(&sc);
 	if (wpos != start) {
 		/* tail before tail_logical: what readable() counts is readable.
-		 * Before the load of `bell` that follows: seq_cst, unless the
-		 * consumer's barrier orders them (asym_fenced) */
+		 * seq_cst: ordered before the load of `bell` that follows */
 		atomic_store_explicit(&s->wpos, wpos, memory_order_release);
-		atomic_store_explicit(&s->tx->tail, wpos,
-				      asym_fenced(s) ? memory_order_release : memory_order_seq_cst);
+		atomic_store_explicit(&s->tx->tail, wpos, memory_order_seq_cst);
 		s->tx_logical += taken;
 		atomic_store_explicit(&s->tx->tail_logical, s->tx_logical, memory_order_release);
 	}
@@ -724,8 +650,6 @@ static ssize_t shm_writev(struct sv_conn *c, const struct iovec *iov, int iovcnt
 	if (taken && atomic_load_explicit(&s->tx->bell, memory_order_seq_cst) &&
 	    atomic_exchange_explicit(&s->tx->bell, 0, memory_order_seq_cst))
 		ring_bell(c);
-	/* (with asym_fenced, that load may come before the tail's store is
-	 * seen: the consumer's barrier in shm_arm makes up for it) */
 	return (ssize_t)taken;
 }
 
@@ -897,24 +821,9 @@ static bool shm_rx_pending(struct sv_conn *c)
 
 static bool shm_arm(struct sv_conn *c)
 {
-	struct sv_shm *s = to_shm(c);
-
-	if (!shm_ready(s))
-		return s->eof; /* the socket wakes us with the setup */
-	/* newly armed, opposite a producer that stores its tail without a
-	 * fence: its CPU passes a barrier before the tail is looked at, so
-	 * either it sees the bell or its tail is seen.  Already armed: that
-	 * was done when it was set, and the producer has not cleared it */
-	if (!atomic_exchange_explicit(&s->rx->bell, 1, memory_order_seq_cst) && asym_fenced(s) &&
-	    !asym_barrier()) {
-		/* not expected once registered: if it happens, the peer goes
-		 * back to fenced stores, and this sleep is skipped (the next
-		 * arming, without the barrier, is then as good) */
-		atomic_store_explicit(&s->asym, false, memory_order_seq_cst);
-		atomic_store_explicit(&s->rx->asym, 0, memory_order_seq_cst);
-		atomic_store_explicit(&s->rx->bell, 0, memory_order_seq_cst);
-		return true;
-	}
+	if (!shm_ready(to_shm(c)))
+		return to_shm(c)->eof; /* the socket wakes us with the setup */
+	atomic_store_explicit(&to_shm(c)->rx->bell, 1, memory_order_seq_cst);
 	return shm_rx_pending(c);
 }
 
