@@ -878,6 +878,30 @@ static const struct sv_conn_host engine_host = {
 
 static bool conn_in_memory(struct sv_conn *c);
 
+/* Progress holder: take in what the in-memory connections of eng->conns
+ * hold (only those we opened: opened_only), walking the list itself (up to
+ * 32 a pass), for when scan_in_memory's copy cannot be used. */
+static void take_in_ready(struct sv_engine *eng, bool opened_only)
+{
+	struct sv_conn *ready[32];
+	int n = 0;
+
+	pthread_mutex_lock(&eng->lock);
+	for (struct sv_list *l = eng->conns.next; l != &eng->conns && n < 32; l = l->next) {
+		struct sv_conn *c = SV_CONTAINER_OF(l, struct sv_conn, link);
+
+		if ((c->outgoing || !opened_only) && conn_in_memory(c) && c->ops->rx_pending(c)) {
+			sv_conn_get(c);
+			ready[n++] = c;
+		}
+	}
+	pthread_mutex_unlock(&eng->lock);
+	for (int i = 0; i < n; i++) {
+		conn_event(ready[i], EPOLLIN);
+		sv_conn_put(ready[i]);
+	}
+}
+
 /*
  * Progress holder, about to take in requests from an in-memory connection
  * we accepted: first what the connections we opened hold, which is answers
@@ -893,9 +917,6 @@ static bool conn_in_memory(struct sv_conn *c);
  */
 static void answers_first(struct sv_engine *eng)
 {
-	struct sv_conn *ready[32];
-	int n = 0;
-
 	if (eng->scan_built && eng->nscan >= 0 &&
 	    atomic_load_explicit(&eng->conns_gen, memory_order_acquire) == eng->scan_gen) {
 		/* scan_in_memory's copy, not rebuilt here: it may be walking it */
@@ -907,20 +928,7 @@ static void answers_first(struct sv_engine *eng)
 		}
 		return;
 	}
-	pthread_mutex_lock(&eng->lock);
-	for (struct sv_list *l = eng->conns.next; l != &eng->conns && n < 32; l = l->next) {
-		struct sv_conn *o = SV_CONTAINER_OF(l, struct sv_conn, link);
-
-		if (o->outgoing && conn_in_memory(o) && o->ops->rx_pending(o)) {
-			sv_conn_get(o);
-			ready[n++] = o;
-		}
-	}
-	pthread_mutex_unlock(&eng->lock);
-	for (int i = 0; i < n; i++) {
-		conn_event(ready[i], EPOLLIN);
-		sv_conn_put(ready[i]);
-	}
+	take_in_ready(eng, true);
 }
 
 static void conn_event(struct sv_conn *c, uint32_t events)
@@ -1240,9 +1248,7 @@ static void scan_build(struct sv_engine *eng, unsigned gen)
 
 static void scan_in_memory(struct sv_engine *eng)
 {
-	struct sv_conn *ready[32];
 	unsigned gen = atomic_load_explicit(&eng->conns_gen, memory_order_acquire);
-	int n = 0;
 
 	if (!eng->scan_built || gen != eng->scan_gen)
 		scan_build(eng, gen);
@@ -1256,20 +1262,7 @@ static void scan_in_memory(struct sv_engine *eng)
 		}
 		return;
 	}
-	pthread_mutex_lock(&eng->lock);
-	for (struct sv_list *l = eng->conns.next; l != &eng->conns && n < 32; l = l->next) {
-		struct sv_conn *c = SV_CONTAINER_OF(l, struct sv_conn, link);
-
-		if (conn_in_memory(c) && c->ops->rx_pending(c)) {
-			sv_conn_get(c);
-			ready[n++] = c;
-		}
-	}
-	pthread_mutex_unlock(&eng->lock);
-	for (int i = 0; i < n; i++) {
-		conn_event(ready[i], EPOLLIN);
-		sv_conn_put(ready[i]);
-	}
+	take_in_ready(eng, false);
 }
 
 /*
