@@ -1556,9 +1556,6 @@ static void *engine_main(void *arg)
 		int n;
 
 		take_alive(eng);
-		pthread_mutex_lock(&eng->progress_lock);
-		bury_dead(eng);
-		pthread_mutex_unlock(&eng->progress_lock);
 		if (tick && timeout != 0) {
 			/* a timer due before the tick ends it early */
 			uint64_t ns = timeout > 0 ? SV_MIN(tick, (uint64_t)timeout * 1000000u) : tick;
@@ -1575,6 +1572,13 @@ static void *engine_main(void *arg)
 		 * or a probe or ack timeout fires with its answer unread */
 		if (n < 0 && errno == EINTR)
 			n = epoll_wait(eng->epfd, evs, 64, 0);
+		/* a tick, and an application thread has polled since the last
+		 * one: it makes the progress (due timers included), and this
+		 * thread would only wait for its lock (a futex wake-up in its
+		 * next unlock) and take a CPU from it */
+		if (n == 0 && tick && timeout != 0 &&
+		    sv_now_ns() - atomic_load_explicit(&eng->last_poll_ns, memory_order_relaxed) < tick)
+			continue;
 		pthread_mutex_lock(&eng->progress_lock);
 		tls_progress = eng;
 		if (n > 0)
@@ -1587,6 +1591,9 @@ static void *engine_main(void *arg)
 		timeout = run_timers(eng);
 		if (arm_in_memory(eng, &tick) || held_ready(eng))
 			timeout = 0;
+		/* the connections failed in this pass or a polling thread's: no
+		 * event of the wait before can name them any more */
+		bury_dead(eng);
 		pthread_mutex_unlock(&eng->progress_lock);
 	}
 	/* before the table goes (sv_export_close): glibc keeps a held robust
