@@ -11,11 +11,19 @@
  *   - pages replaced at registration lose no store of another thread
  *     writing into them meanwhile, and a forked child gets a copy of
  *     registered memory, not the parent's pages
+ *   - revocation under fire: a thread WRITEs into an MR as fast as it can
+ *     (inline in half of the rounds: then the initiator takes no MR lock)
+ *     while the target, a context of the same process, deregisters it;
+ *     nothing lands once ibv_dereg_mr has returned, and the writer ends with
+ *     a remote access error.  (It cannot show the busy count's fence at
+ *     work: a store missed by it would have to come after the whole
+ *     deregistration, microseconds, not the nanoseconds the fence covers.)
  */
 #include "sv_test.h"
 
 #include <pthread.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -344,6 +352,82 @@ static void test_fork_copy(struct svt_pair *p)
 	free(buf);
 }
 
+#define RACE_ROUNDS 40
+#define RACE_LEN 4096
+
+struct racer {
+	struct svt_pair *p;
+	uint64_t rkey, addr;
+	bool inl;
+	_Atomic uint64_t posted;
+	enum ibv_wc_status last; /* read after the join */
+};
+
+/* WRITE 8 bytes after 8 bytes, each completion awaited, until one fails. */
+static void *race_writer(void *arg)
+{
+	struct racer *r = arg;
+	uint64_t *src = r->p->a.buf;
+	struct ibv_wc wc;
+
+	for (uint64_t i = 0; i < 20000000; i++) {
+		*src = i + 1;
+		SVT_CHECK_OK(svt_post_send(r->p->a.qp, i, IBV_WR_RDMA_WRITE,
+					   IBV_SEND_SIGNALED | (r->inl ? IBV_SEND_INLINE : 0), src, 8,
+					   r->p->a.mr->lkey, r->addr + (i % (RACE_LEN / 8)) * 8,
+					   (uint32_t)r->rkey, 0));
+		wc = svt_poll_one(r->p->a.send_cq);
+		atomic_store(&r->posted, i + 1);
+		if (wc.status != IBV_WC_SUCCESS) {
+			r->last = wc.status;
+			return NULL;
+		}
+	}
+	r->last = IBV_WC_SUCCESS;
+	return NULL;
+}
+
+static void test_revoke_race(void)
+{
+	uint8_t *tgt = svt_alloc(RACE_LEN), *seen = svt_alloc(RACE_LEN);
+	int changed = 0;
+
+	for (int round = 0; round < RACE_ROUNDS; round++) {
+		struct svt_pair p;
+		struct racer r = { .p = &p, .inl = round & 1 };
+		struct ibv_mr *mr;
+		pthread_t t;
+
+		struct ibv_wc wc;
+
+		/* a's WRITE connects it: b's MRs share their pages from then on
+		 * (p's buffers may reuse pages an earlier pair shared) */
+		svt_pair_create(&p, IBV_QPT_RC, NULL);
+		SVT_CHECK_OK(svt_post_send(p.a.qp, 1, IBV_WR_RDMA_WRITE, IBV_SEND_SIGNALED, p.a.buf,
+					   64, p.a.mr->lkey, (uintptr_t)p.b.buf, p.b.mr->rkey, 0));
+		svt_poll_ok(p.a.send_cq, 1, &wc, 0);
+		memset(tgt, 0, RACE_LEN);
+		mr = svt_reg_mr(p.b.pd, tgt, RACE_LEN, SVT_ACCESS_ALL);
+		SVT_CHECK(svt_shared_pages(tgt));
+		r.rkey = mr->rkey;
+		r.addr = (uintptr_t)tgt;
+		SVT_CHECK_OK(pthread_create(&t, NULL, race_writer, &r));
+		while (atomic_load(&r.posted) < 2000 + (uint64_t)round * 37)
+			;
+		SVT_CHECK_OK(ibv_dereg_mr(mr));
+		memcpy(seen, tgt, RACE_LEN); /* what is there once it is revoked */
+		SVT_CHECK_OK(pthread_join(t, NULL));
+		SVT_CHECK_EQ((int)r.last, (int)IBV_WC_REM_ACCESS_ERR);
+		if (memcmp(seen, tgt, RACE_LEN))
+			changed++;
+		svt_pair_destroy(&p);
+	}
+	SVT_CHECK_EQ(changed, 0);
+	svt_log("%d rounds of WRITEs racing deregistration: none landed after it", RACE_ROUNDS);
+	free(tgt);
+	free(seen);
+}
+
 static const struct svt_child_role roles[] = {
 	{ "target", target },
 	{ NULL, NULL },
@@ -399,6 +483,7 @@ int main(int argc, char **argv)
 	test_no_store_lost(&p);
 	test_fork_copy(&p);
 	svt_pair_destroy(&p);
+	test_revoke_race();
 	hugepages_reserve();
 	test_stopped_target();
 	return 0;
