@@ -7,7 +7,6 @@
 #include "engine/engine.h"
 #include "engine/mem_share.h"
 #include "engine/objects.h"
-#include "common/membarrier.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -44,7 +43,6 @@ bool sv_export_open(struct sv_context *ctx)
 	x->magic = SV_XSEG_MAGIC;
 	x->version = SV_XSEG_VERSION;
 	x->qpn_base = ctx->qpn_base;
-	x->flags = sv_membarrier_available() ? SV_XSEG_MEMBARRIER : 0;
 	if (!pthread_mutexattr_init(&ma)) {
 		if (!pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED) &&
 		    !pthread_mutexattr_setrobust(&ma, PTHREAD_MUTEX_ROBUST) &&
@@ -81,12 +79,6 @@ static void wait_quiet(struct sv_context *ctx, struct sv_xqp *only)
 	struct sv_xqp *q = only ? only : ctx->xseg->qp;
 
 	atomic_thread_fence(memory_order_seq_cst);
-	/* peers that raise busy with a plain store (mem_export.h): their CPUs
-	 * pass a barrier now, so either their busy is seen below or what they
-	 * check after it is the change.  Should the call fail, store buffers
-	 * drain in far less than the millisecond waited instead */
-	if ((ctx->xseg->flags & SV_XSEG_MEMBARRIER) && !sv_membarrier_global())
-		usleep(1000);
 	for (uint32_t i = 0; i < n; i++) {
 		while (atomic_load(&q[i].busy)) {
 			if (sv_now_ns() > deadline) {

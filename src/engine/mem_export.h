@@ -11,10 +11,7 @@
  * publishes the change, fences, then waits until every QP's busy count is
  * 0; a peer raises busy (a sequentially consistent RMW), then reads what it
  * checks.  Either the peer sees the change, or the owner sees it busy and
- * waits until its access is over.  Where the owner can issue membarrier(2)'s
- * global barrier (SV_XSEG_MEMBARRIER), the fence is asymmetric: the owner
- * issues that barrier instead of its fence, and a peer registered for it
- * raises busy with a plain store, no locked instruction on every access.
+ * waits until its access is over.
  */
 #ifndef SV_MEM_EXPORT_H
 #define SV_MEM_EXPORT_H
@@ -30,9 +27,6 @@
 #define SV_XSEG_MAGIC 0x53565845u /* "SVXE" */
 #define SV_XSEG_VERSION 2u
 #define SV_XMR_SLOTS 4096 /* MRs a context exports; more go through its engine */
-/* The owner's revocations issue MEMBARRIER_CMD_GLOBAL_EXPEDITED before they
- * look at busy counts */
-#define SV_XSEG_MEMBARRIER 0x1u
 
 /* A QP, at index qpn - qpn_base. */
 struct sv_xqp {
@@ -62,8 +56,7 @@ struct sv_xseg {
 	uint32_t magic, version;
 	uint32_t qpn_base;
 	_Atomic uint32_t nmr; /* slots in use or used: peers search [0, nmr) */
-	uint32_t flags;       /* SV_XSEG_*, set before the table is published */
-	uint32_t pad[11];
+	uint32_t pad[12];
 	/*
 	 * A robust, process-shared mutex that the owner's engine thread holds
 	 * for as long as it runs.  When that thread ends (the process exits,

@@ -27,7 +27,6 @@
 #include "engine/mem_export.h"
 #include "engine/objects.h"
 #include "common/fault_guard.h"
-#include "common/membarrier.h"
 
 #include <errno.h>
 #include <linux/futex.h>
@@ -64,9 +63,6 @@ struct sv_peer_mem {
 	struct pm_map map[PM_MAPS];
 	int nmap;
 	_Atomic uint32_t epoch; /* moves when a mapping goes: QP caches are stale */
-	/* busy raised with a plain store: the owner's revocations issue the
-	 * global barrier, and this process is registered for it (set once) */
-	bool plain_busy;
 };
 
 static void pm_free(void *p)
@@ -126,7 +122,6 @@ static void pm_setup(struct sv_peer_mem *pm, struct sv_conn *conn, uint32_t qpn)
 	if (pm->x->magic != SV_XSEG_MAGIC || pm->x->version != SV_XSEG_VERSION ||
 	    pm->x->qpn_base != (qpn & ~(SV_QPN_BLOCK - 1)))
 		return;
-	pm->plain_busy = (pm->x->flags & SV_XSEG_MEMBARRIER) && sv_membarrier_registered();
 	atomic_store(&pm->usable, true);
 	atomic_store(&pm->alive_at, sv_now_ns());
 	sv_dbg("peer memory: one-sided operations to pid %d run here", (int)conn->peer_pid);
@@ -407,8 +402,7 @@ enum sv_direct sv_peer_direct(struct sv_qp *qp, struct sv_conn *conn, struct sv_
 	enum ibv_wc_status st = IBV_WC_SUCCESS;
 	uint8_t *base;
 	enum sv_direct r = SV_DIRECT_WIRE;
-	bool local, plain;
-	uint32_t busy = 0;
+	bool local;
 	int slot;
 
 	switch (w->wr.opcode) {
@@ -461,17 +455,7 @@ enum sv_direct sv_peer_direct(struct sv_qp *qp, struct sv_conn *conn, struct sv_
 			return SV_DIRECT_DONE;
 		}
 	}
-	/* before anything is checked (mem_export.h); with a plain store where
-	 * the owner's barrier stands in for our fence.  One QP is connected to
-	 * it (RC): the count has no other writer that plays by the rules */
-	plain = pm->plain_busy;
-	if (plain) {
-		busy = atomic_load_explicit(&q->busy, memory_order_relaxed);
-		atomic_store_explicit(&q->busy, busy + 1, memory_order_relaxed);
-		atomic_signal_fence(memory_order_seq_cst);
-	} else {
-		atomic_fetch_add(&q->busy, 1);
-	}
+	atomic_fetch_add(&q->busy, 1); /* before anything is checked (mem_export.h) */
 	if (!atomic_load(&q->open) || atomic_load(&q->dest_qpn) != qp->ex.qp_base.qp_num ||
 	    !(atomic_load(&q->access) & need) || (slot = find_slot(qp, pm->x, rkey)) < 0 ||
 	    !read_slot(&pm->x->mr[slot], rkey, &m) || atomic_load(&m.pd) != atomic_load(&q->pd) ||
@@ -499,10 +483,7 @@ enum sv_direct sv_peer_direct(struct sv_qp *qp, struct sv_conn *conn, struct sv_
 		r = SV_DIRECT_DONE;
 	pthread_rwlock_unlock(&pm->lock);
 out:
-	if (plain)
-		atomic_store_explicit(&q->busy, busy, memory_order_release);
-	else
-		atomic_fetch_sub(&q->busy, 1);
+	atomic_fetch_sub(&q->busy, 1);
 	if (local)
 		sv_mr_read_unlock(qp->ctx);
 	if (r == SV_DIRECT_DONE)
