@@ -1592,8 +1592,13 @@ static void *engine_main(void *arg)
 		if (arm_in_memory(eng, &tick) || held_ready(eng))
 			timeout = 0;
 		/* the connections failed in this pass or a polling thread's: no
-		 * event of the wait before can name them any more */
+		 * event of the wait before can name them any more; nor does the
+		 * copy of scan_in_memory keep them (and their rings) while this
+		 * thread sleeps */
 		bury_dead(eng);
+		if (eng->scan_built &&
+		    atomic_load_explicit(&eng->conns_gen, memory_order_acquire) != eng->scan_gen)
+			scan_build(eng, atomic_load_explicit(&eng->conns_gen, memory_order_acquire));
 		pthread_mutex_unlock(&eng->progress_lock);
 	}
 	/* before the table goes (sv_export_close): glibc keeps a held robust
