@@ -902,6 +902,18 @@ static void take_in_ready(struct sv_engine *eng, bool opened_only)
 	}
 }
 
+/* Progress holder: the same from scan_in_memory's copy (nscan >= 0), whose
+ * references keep its connections: no lock, no reference taken. */
+static void take_in_copy(struct sv_engine *eng, bool opened_only)
+{
+	for (int i = 0; i < eng->nscan; i++) {
+		struct sv_conn *c = eng->scan[i];
+
+		if ((c->outgoing || !opened_only) && conn_in_memory(c) && c->ops->rx_pending(c))
+			conn_event(c, EPOLLIN);
+	}
+}
+
 /*
  * Progress holder, about to take in requests from an in-memory connection
  * we accepted: first what the connections we opened hold, which is answers
@@ -917,18 +929,12 @@ static void take_in_ready(struct sv_engine *eng, bool opened_only)
  */
 static void answers_first(struct sv_engine *eng)
 {
+	/* scan_in_memory's copy, not rebuilt here: it may be walking it */
 	if (eng->scan_built && eng->nscan >= 0 &&
-	    atomic_load_explicit(&eng->conns_gen, memory_order_acquire) == eng->scan_gen) {
-		/* scan_in_memory's copy, not rebuilt here: it may be walking it */
-		for (int i = 0; i < eng->nscan; i++) {
-			struct sv_conn *o = eng->scan[i];
-
-			if (o->outgoing && conn_in_memory(o) && o->ops->rx_pending(o))
-				conn_event(o, EPOLLIN);
-		}
-		return;
-	}
-	take_in_ready(eng, true);
+	    atomic_load_explicit(&eng->conns_gen, memory_order_acquire) == eng->scan_gen)
+		take_in_copy(eng, true);
+	else
+		take_in_ready(eng, true);
 }
 
 static void conn_event(struct sv_conn *c, uint32_t events)
@@ -1252,17 +1258,10 @@ static void scan_in_memory(struct sv_engine *eng)
 
 	if (!eng->scan_built || gen != eng->scan_gen)
 		scan_build(eng, gen);
-	if (eng->nscan >= 0) {
-		/* the copy holds its references: no lock, no reference taken */
-		for (int i = 0; i < eng->nscan; i++) {
-			struct sv_conn *c = eng->scan[i];
-
-			if (conn_in_memory(c) && c->ops->rx_pending(c))
-				conn_event(c, EPOLLIN);
-		}
-		return;
-	}
-	take_in_ready(eng, false);
+	if (eng->nscan >= 0)
+		take_in_copy(eng, false);
+	else
+		take_in_ready(eng, false);
 }
 
 /*
@@ -1553,6 +1552,7 @@ static void *engine_main(void *arg)
 	/* the ticks below are tens of microseconds: no 50 us default slack */
 	prctl(PR_SET_TIMERSLACK, 1000UL, 0, 0, 0);
 	while (!atomic_load(&eng->stop)) {
+		unsigned gen;
 		int n;
 
 		take_alive(eng);
@@ -1596,9 +1596,9 @@ static void *engine_main(void *arg)
 		 * copy of scan_in_memory keep them (and their rings) while this
 		 * thread sleeps */
 		bury_dead(eng);
-		if (eng->scan_built &&
-		    atomic_load_explicit(&eng->conns_gen, memory_order_acquire) != eng->scan_gen)
-			scan_build(eng, atomic_load_explicit(&eng->conns_gen, memory_order_acquire));
+		gen = atomic_load_explicit(&eng->conns_gen, memory_order_acquire);
+		if (eng->scan_built && gen != eng->scan_gen)
+			scan_build(eng, gen);
 		pthread_mutex_unlock(&eng->progress_lock);
 	}
 	/* before the table goes (sv_export_close): glibc keeps a held robust

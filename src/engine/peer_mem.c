@@ -440,14 +440,14 @@ enum sv_direct sv_peer_direct(struct sv_qp *qp, struct sv_conn *conn, struct sv_
 	 * very process may be the one counted).  Inline data (a WRITE's,
 	 * copied at the post) reaches no local MR: then no MR lock at all */
 	local = !w->inline_buf;
-	if (local)
-		sv_mr_read_lock(qp->ctx);
-	/* the local buffers first, as the requester would (it leaves them to
-	 * us, under the lock taken here anyway): a failure there completes
-	 * the WQE without the peer's memory being looked at */
 	if (local) {
-		enum sv_mem_err e = sv_sgl_check_locked(qp->ctx, qp->pd, w->sge, w->num_sge,
-							 w->op->local_access);
+		/* the local buffers first, as the requester would (it leaves
+		 * them to us, under the lock taken here anyway): a failure there
+		 * completes the WQE without the peer's memory being looked at */
+		enum sv_mem_err e;
+
+		sv_mr_read_lock(qp->ctx);
+		e = sv_sgl_check_locked(qp->ctx, qp->pd, w->sge, w->num_sge, w->op->local_access);
 
 		if (e != SV_MEM_OK) {
 			sv_mr_read_unlock(qp->ctx);

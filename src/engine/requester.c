@@ -95,7 +95,7 @@ static struct sv_conn *ah_conn(struct sv_qp *qp, struct sv_ah *ah, uint32_t remo
 	return c;
 }
 
-/* Validate a WQE's local buffers before its first packet. */
+/* Validate a WQE's local buffers before its first packet: its length, */
 static enum ibv_wc_status check_len(const struct sv_send_wqe *w)
 {
 	if (w->inline_buf)
@@ -105,12 +105,11 @@ static enum ibv_wc_status check_len(const struct sv_send_wqe *w)
 	return IBV_WC_SUCCESS;
 }
 
-static enum ibv_wc_status check_local(struct sv_qp *qp, struct sv_send_wqe *w)
+/* then its SGEs (inline data was copied at the post: none to check) */
+static enum ibv_wc_status check_sgl(struct sv_qp *qp, struct sv_send_wqe *w)
 {
-	enum ibv_wc_status st = check_len(w);
-
-	if (w->inline_buf || st != IBV_WC_SUCCESS)
-		return st;
+	if (w->inline_buf)
+		return IBV_WC_SUCCESS;
 	/* READ and atomic responses are written into the local buffers */
 	return sv_mem_err_to_local_status(
 		sv_sgl_check(qp->ctx, qp->pd, w->sge, w->num_sge, w->op->local_access));
@@ -462,7 +461,7 @@ void sv_requester_run(struct sv_qp *qp)
 			if (st == IBV_WC_SUCCESS && direct && !on_wire)
 				d = sv_peer_direct(qp, qp->conn, w, posting);
 			if (d == SV_DIRECT_WIRE && st == IBV_WC_SUCCESS)
-				st = check_local(qp, w);
+				st = check_sgl(qp, w);
 			if (st != IBV_WC_SUCCESS) {
 				w->status = st;
 				w->state = SV_WQE_DONE;
