@@ -91,10 +91,11 @@
 #   the driver saw completed, the host's tap had received exactly what the
 #   driver saw completed, and nothing more left the guest, TCP included
 #   (rxe's requester waits for its sent packets to be freed, so it stopped
-#   too, and ibv_rc_pingpong spun for ever). It struck one run in three to
-#   five of interop.rxe's 20 RC pingpongs with the host's two cores busy,
-#   and once in CI. The e1000 has not (--nic virtio-net-pci still boots the
-#   old card, to look again).
+#   too, and ibv_rc_pingpong spun for ever). It struck 5 of 13 runs of
+#   interop.rxe's 20 RC pingpongs with one or two busy loops beside them,
+#   and by its signs once in CI; with the e1000, 0 of 10 runs beside two
+#   busy loops (--nic virtio-net-pci still boots the old card, to look
+#   again).
 set -euo pipefail
 
 prog=rxe-guest
