@@ -382,8 +382,8 @@ cmd_run() {
 	if [ $# -lt 6 ] || [ "$5" != -- ]; then
 		die "usage: $0 run [OPTIONS] DIR NETNS HOST_IP GUEST_IP -- COMMAND [ARG...]"
 	fi
-	nic_module "$nic" >/dev/null # dies for a model it does not know
-	local dir=$1 host_ip=$3 guest_ip=$4
+	local nic_mod dir=$1 host_ip=$3 guest_ip=$4
+	nic_mod=$(nic_module "$nic") # set -e: a model it does not know ends here
 	ns=$2
 	shift 5
 	[ "$(id -u)" -eq 0 ] || die "run needs root (network namespace, tap device)"
@@ -413,7 +413,7 @@ cmd_run() {
 		printf 'SV_GUEST_IP6=%q\n' "$(ipv6_of "$guest_ip")"
 		printf 'SV_GUEST_GID6=%q\n' "$(ipv6_of "$guest_ip" full)"
 		printf 'SV_PREFIX=%q\n' "$prefix"
-		printf 'SV_NIC_MODULE=%q\n' "$(nic_module "$nic")"
+		printf 'SV_NIC_MODULE=%q\n' "$nic_mod"
 	} >"$pl/params.sh"
 	printf '%q ' "$@" >"$pl/cmd.sh"
 	echo >>"$pl/cmd.sh"

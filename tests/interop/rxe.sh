@@ -71,21 +71,23 @@ SV_PGIDS+=("$guest")
 	sv_fail "the guest did not get ready"
 sv_log "guest up in $((SECONDS - t1)) s: $(cat "$SV_WORK/ready")"
 
-# softverbs' side: its device on the tap, GID index 3 (::ffff:HOST_IP, RoCE
-# v2), then index 5 (the tap's IPv6 address, RoCE v2)
-ip netns exec "$ns" env SOFTVERBS_TRANSPORT=rocev2 SV_OUT="$scen" \
-	bash "$here/side.sh" host sv_svtrxe 3 "$guest_ip" "$port" "$SV_TOOL" run -- \
-	>"$SV_WORK/host.log" 2>&1
-hrc=$? # 3: the two sides lost each other (side.sh); the next runs would wait in vain
-[ "$hrc" = 3 ] || ip netns exec "$ns" env SOFTVERBS_TRANSPORT=rocev2 SV_OUT="$scen" \
-	SV_SCENARIOS="$here/scenarios6.sh" \
-	bash "$here/side.sh" host sv_svtrxe 5 "$guest_ip" "$port6" "$SV_TOOL" run -- \
-	>>"$SV_WORK/host.log" 2>&1 || hrc=$?
-# and back on index 3 while the guest's netem spoils what rxe sends
-[ "$hrc" = 3 ] || ip netns exec "$ns" env SOFTVERBS_TRANSPORT=rocev2 SV_OUT="$scen" \
-	SV_SCENARIOS="$here/scenarios-netem.sh" \
-	bash "$here/side.sh" host sv_svtrxe 3 "$guest_ip" "$portn" "$SV_TOOL" run -- \
-	>>"$SV_WORK/host.log" 2>&1
+# softverbs' side of one scenario set: host_side GID_INDEX PORT SCENARIOS,
+# its device on the tap; none once the two sides lost each other (side.sh's
+# status 3, left in hrc): it would only wait in vain
+hrc=0
+: >"$SV_WORK/host.log"
+host_side() {
+	[ "$hrc" = 3 ] && return
+	ip netns exec "$ns" env SOFTVERBS_TRANSPORT=rocev2 SV_OUT="$scen" SV_SCENARIOS="$3" \
+		bash "$here/side.sh" host sv_svtrxe "$1" "$guest_ip" "$2" "$SV_TOOL" run -- \
+		>>"$SV_WORK/host.log" 2>&1 || hrc=$?
+}
+# GID index 3 (::ffff:HOST_IP, RoCE v2), then index 5 (the tap's IPv6
+# address, RoCE v2), then index 3 again while the guest's netem spoils what
+# rxe sends
+host_side 3 "$port" "$here/scenarios.sh"
+host_side 5 "$port6" "$here/scenarios6.sh"
+host_side 3 "$portn" "$here/scenarios-netem.sh"
 grc=0
 wait "$guest" || grc=$?
 sv_log "both sides done in $((SECONDS - t1)) s (guest exit $grc)"
