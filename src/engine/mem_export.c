@@ -111,7 +111,7 @@ void sv_export_share_all(struct sv_context *ctx)
 	/* the table's write lock: no MR goes or changes meanwhile, and no
 	 * access of this context is in progress (each copy is the only one
 	 * these pages will ever need) */
-	pthread_rwlock_wrlock(&t->lock);
+	sv_arwlock_wrlock(&t->lock);
 	for (uint32_t i = 0; i < t->size; i++) {
 		struct sv_mr *mr = t->tab[i];
 
@@ -120,7 +120,7 @@ void sv_export_share_all(struct sv_context *ctx)
 		mr->ext = sv_export_share(ctx, mr->vaddr, mr->len, mr->access, mr->gpu);
 		sv_export_mr(ctx, mr);
 	}
-	pthread_rwlock_unlock(&t->lock);
+	sv_arwlock_wrunlock(&t->lock);
 }
 
 void sv_export_mr(struct sv_context *ctx, struct sv_mr *mr)

@@ -12,16 +12,6 @@
 
 #include <stdlib.h>
 
-void sv_mr_read_lock(struct sv_context *ctx)
-{
-	pthread_rwlock_rdlock(&ctx->mrs.lock);
-}
-
-void sv_mr_read_unlock(struct sv_context *ctx)
-{
-	pthread_rwlock_unlock(&ctx->mrs.lock);
-}
-
 static uint32_t key_hi(const struct sv_mr *e)
 {
 	return e->ibmr.lkey >> 8;
@@ -181,7 +171,7 @@ enum ibv_wc_status sv_mw_bind(struct sv_qp *qp, struct sv_send_wqe *w)
 	struct sv_mr *mw = w->bind_mw, *mr = NULL;
 	bool zero = acc & IBV_ACCESS_ZERO_BASED, ok;
 
-	pthread_rwlock_wrlock(&ctx->mrs.lock);
+	sv_arwlock_wrlock(&ctx->mrs.lock);
 	/* the window may have been deallocated since the post */
 	ok = sv_key_find_hi(ctx, w->bind_hi) == mw && (new_key >> 8) == w->bind_hi;
 	if (ok && w->bind_lkey) {
@@ -213,7 +203,7 @@ enum ibv_wc_status sv_mw_bind(struct sv_qp *qp, struct sv_send_wqe *w)
 		}
 		mw->ibmr.lkey = mw->ibmr.rkey = new_key;
 	}
-	pthread_rwlock_unlock(&ctx->mrs.lock);
+	sv_arwlock_wrunlock(&ctx->mrs.lock);
 	return ok ? IBV_WC_SUCCESS : IBV_WC_MW_BIND_ERR;
 }
 
@@ -224,12 +214,12 @@ enum ibv_wc_status sv_mw_local_inv(struct sv_qp *qp, uint32_t rkey)
 	struct sv_mr *e;
 	bool ok;
 
-	pthread_rwlock_wrlock(&ctx->mrs.lock);
+	sv_arwlock_wrlock(&ctx->mrs.lock);
 	e = sv_key_entry(ctx, rkey);
 	ok = e && e->kind == SV_KEY_MW && e->ibmw->type == IBV_MW_TYPE_2 && e->mw_mr &&
 	     e->mw_qpn == qp->ex.qp_base.qp_num;
 	if (ok)
 		mw_unbind(e);
-	pthread_rwlock_unlock(&ctx->mrs.lock);
+	sv_arwlock_wrunlock(&ctx->mrs.lock);
 	return ok ? IBV_WC_SUCCESS : IBV_WC_LOC_QP_OP_ERR;
 }

@@ -17,6 +17,7 @@
 
 #include "common/util.h"
 #include "common/ref.h"
+#include "common/arwlock.h"
 #include "common/cuda.h"
 #include "transport/transport.h"
 #include "engine/wr_opcode.h"
@@ -77,7 +78,7 @@ struct sv_device {
  * is open addressing on those random bits, linear probing.
  */
 struct sv_mr_table {
-	pthread_rwlock_t lock;
+	struct sv_arwlock lock; /* read: a key's memory in use (arwlock.h) */
 	struct sv_mr **tab;
 	uint32_t size; /* a power of two, at least twice count (0: none yet) */
 	uint32_t count;
@@ -603,8 +604,16 @@ enum sv_mem_err sv_key_translate_remote(struct sv_context *ctx, uint32_t key, st
  * BIND_MW and LOCAL_INV take effect; the completion status. */
 enum ibv_wc_status sv_mw_bind(struct sv_qp *qp, struct sv_send_wqe *w);
 enum ibv_wc_status sv_mw_local_inv(struct sv_qp *qp, uint32_t rkey);
-void sv_mr_read_lock(struct sv_context *ctx);
-void sv_mr_read_unlock(struct sv_context *ctx);
+
+static inline void sv_mr_read_lock(struct sv_context *ctx)
+{
+	sv_arwlock_rdlock(&ctx->mrs.lock);
+}
+
+static inline void sv_mr_read_unlock(struct sv_context *ctx)
+{
+	sv_arwlock_rdunlock(&ctx->mrs.lock);
+}
 
 /* Pop one receive WQE from the SRQ or the QP's RQ into qp->rwqe. */
 bool sv_qp_take_recv(struct sv_qp *qp);

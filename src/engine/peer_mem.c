@@ -55,7 +55,7 @@ struct pm_map {
 };
 
 struct sv_peer_mem {
-	pthread_rwlock_t lock; /* write: maps change; read: a mapping is in use */
+	struct sv_arwlock lock; /* write: maps change; read: a mapping is in use */
 	atomic_bool usable;    /* cleared for good when the peer is found dead */
 	_Atomic uint64_t alive_at; /* when the peer was last seen alive (ns) */
 	int pidfd;
@@ -75,7 +75,7 @@ static void pm_free(void *p)
 		munmap(pm->x, sizeof(*pm->x));
 	if (pm->pidfd >= 0)
 		close(pm->pidfd);
-	pthread_rwlock_destroy(&pm->lock);
+	sv_arwlock_destroy(&pm->lock);
 	free(pm);
 }
 
@@ -187,7 +187,7 @@ static struct sv_peer_mem *peer_mem(struct sv_conn *conn, uint32_t qpn)
 	pm = calloc(1, sizeof(*pm));
 	if (!pm)
 		return NULL;
-	pthread_rwlock_init(&pm->lock, NULL);
+	sv_arwlock_init(&pm->lock);
 	pm->pidfd = -1;
 	pm_setup(pm, conn, qpn);
 	cur = NULL;
@@ -402,7 +402,7 @@ enum sv_direct sv_peer_direct(struct sv_qp *qp, struct sv_conn *conn, struct sv_
 	enum ibv_wc_status st = IBV_WC_SUCCESS;
 	uint8_t *base;
 	enum sv_direct r = SV_DIRECT_WIRE;
-	bool local;
+	bool local, mapped;
 	int slot;
 
 	switch (w->wr.opcode) {
@@ -469,11 +469,12 @@ enum sv_direct sv_peer_direct(struct sv_qp *qp, struct sv_conn *conn, struct sv_
 		r = SV_DIRECT_DEFER;
 		goto out;
 	}
-	pthread_rwlock_rdlock(&pm->lock);
+	sv_arwlock_rdlock(&pm->lock);
 	base = qp->xcache.base;
-	if (!base || qp->xcache.ino != m.ino || qp->xcache.epoch != atomic_load(&pm->epoch)) {
-		pthread_rwlock_unlock(&pm->lock);
-		pthread_rwlock_wrlock(&pm->lock);
+	mapped = !base || qp->xcache.ino != m.ino || qp->xcache.epoch != atomic_load(&pm->epoch);
+	if (mapped) {
+		sv_arwlock_rdunlock(&pm->lock);
+		sv_arwlock_wrlock(&pm->lock);
 		base = map_extent(pm, m.fd, m.ino, m.size);
 		qp->xcache.base = base;
 		qp->xcache.ino = m.ino;
@@ -481,7 +482,10 @@ enum sv_direct sv_peer_direct(struct sv_qp *qp, struct sv_conn *conn, struct sv_
 	}
 	if (base && execute(qp, w, base + at_off, &st))
 		r = SV_DIRECT_DONE;
-	pthread_rwlock_unlock(&pm->lock);
+	if (mapped)
+		sv_arwlock_wrunlock(&pm->lock);
+	else
+		sv_arwlock_rdunlock(&pm->lock);
 out:
 	atomic_fetch_sub(&q->busy, 1);
 	if (local)

@@ -356,7 +356,7 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 	pthread_mutex_init(&ctx->srqt_lock, NULL);
 	pthread_mutex_init(&ctx->lock, NULL);
 	pthread_mutex_init(&ctx->mcast.lock, NULL);
-	pthread_rwlock_init(&ctx->mrs.lock, NULL);
+	sv_arwlock_init(&ctx->mrs.lock);
 	if (pipe2(pfd, O_CLOEXEC)) {
 		err = errno;
 		goto fail;
@@ -402,7 +402,7 @@ fail_pipe:
 	close(pfd[1]);
 	sv_async_fini(ctx);
 fail:
-	pthread_rwlock_destroy(&ctx->mrs.lock);
+	sv_arwlock_destroy(&ctx->mrs.lock);
 	pthread_mutex_destroy(&ctx->lock);
 	free(ctx);
 	errno = err;
@@ -428,7 +428,7 @@ int ibv_close_device(struct ibv_context *context)
 	free(ctx->qpt);
 	free(ctx->srqt);
 	free(ctx->mrs.tab);
-	pthread_rwlock_destroy(&ctx->mrs.lock);
+	sv_arwlock_destroy(&ctx->mrs.lock);
 	pthread_mutex_destroy(&ctx->lock);
 	free(ctx);
 	return 0;

@@ -194,9 +194,9 @@ static struct sv_mr *mr_create(struct ibv_pd *ibpd, void *addr, size_t length, u
 	mr->ext = implicit_range(addr, length) ? NULL
 						: sv_export_share(ctx, addr, length, access, gpu.ctx);
 
-	pthread_rwlock_wrlock(&ctx->mrs.lock);
+	sv_arwlock_wrlock(&ctx->mrs.lock);
 	if (sv_key_insert(&ctx->mrs, mr)) {
-		pthread_rwlock_unlock(&ctx->mrs.lock);
+		sv_arwlock_wrunlock(&ctx->mrs.lock);
 		sv_share_put(mr->ext);
 		free(mr->gx);
 		free(mr);
@@ -213,7 +213,7 @@ static struct sv_mr *mr_create(struct ibv_pd *ibpd, void *addr, size_t length, u
 	if (!mr->ext && !implicit_range(addr, length))
 		mr->ext = sv_export_share(ctx, addr, length, access, gpu.ctx);
 	sv_export_mr(ctx, mr);
-	pthread_rwlock_unlock(&ctx->mrs.lock);
+	sv_arwlock_wrunlock(&ctx->mrs.lock);
 	sv_ref_get(&mr->pd->users);
 	return mr;
 }
@@ -310,15 +310,15 @@ int ibv_dereg_mr(struct ibv_mr *ibmr)
 	mr = to_sv_mr(ibmr);
 	ctx = to_sv_ctx(ibmr->context);
 	/* the write lock waits out any engine access in progress */
-	pthread_rwlock_wrlock(&ctx->mrs.lock);
+	sv_arwlock_wrlock(&ctx->mrs.lock);
 	if (mr->nmw) {
 		/* memory windows are bound to it (ibv_dereg_mr(3)) */
-		pthread_rwlock_unlock(&ctx->mrs.lock);
+		sv_arwlock_wrunlock(&ctx->mrs.lock);
 		return EBUSY;
 	}
 	sv_export_mr_revoke(ctx, mr); /* peers first: they check no key table of ours */
 	sv_key_remove(&ctx->mrs, mr);
-	pthread_rwlock_unlock(&ctx->mrs.lock);
+	sv_arwlock_wrunlock(&ctx->mrs.lock);
 	sv_ref_put(&mr->pd->users);
 	sv_share_put(mr->ext);
 	free(mr->gx);
@@ -381,10 +381,10 @@ int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd, void *addr, 
 	/* the new range's pages are shared before the table changes (the
 	 * copy may take a while, and stores into the range wait for it) */
 	next = implicit_range(naddr, nlen) ? NULL : sv_export_share(ctx, naddr, nlen, nacc, gpu.ctx);
-	pthread_rwlock_wrlock(&ctx->mrs.lock);
+	sv_arwlock_wrlock(&ctx->mrs.lock);
 	if (mr->nmw) {
 		/* windows bound to it name its old range and PD (rxe refuses too) */
-		pthread_rwlock_unlock(&ctx->mrs.lock);
+		sv_arwlock_wrunlock(&ctx->mrs.lock);
 		sv_share_put(next);
 		errno = EBUSY;
 		return IBV_REREG_MR_ERR_CMD;
@@ -410,7 +410,7 @@ int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd, void *addr, 
 		ibmr->length = nlen;
 	}
 	sv_export_mr(ctx, mr);
-	pthread_rwlock_unlock(&ctx->mrs.lock);
+	sv_arwlock_wrunlock(&ctx->mrs.lock);
 	sv_share_put(prev);
 	return 0;
 }
@@ -436,7 +436,7 @@ int sv_advise_mr(struct ibv_pd *ibpd, enum ibv_advise_mr_advice advice, uint32_t
 		return EOPNOTSUPP;
 	ctx = to_sv_ctx(ibpd->context);
 	/* held until the pages are populated: no MR can go meanwhile */
-	pthread_rwlock_rdlock(&ctx->mrs.lock);
+	sv_mr_read_lock(ctx);
 	for (uint32_t i = 0; i < nsge && !err; i++) {
 		struct sv_mr *mr = sv_key_entry(ctx, sg[i].lkey);
 		uint8_t *p;
@@ -462,7 +462,7 @@ int sv_advise_mr(struct ibv_pd *ibpd, enum ibv_advise_mr_advice advice, uint32_t
 			      need ? MADV_POPULATE_WRITE : MADV_POPULATE_READ);
 	}
 #endif
-	pthread_rwlock_unlock(&ctx->mrs.lock);
+	sv_mr_read_unlock(ctx);
 	return err;
 }
 
@@ -490,14 +490,14 @@ struct ibv_mw *sv_alloc_mw(struct ibv_pd *ibpd, enum ibv_mw_type type)
 	mw->key.kind = SV_KEY_MW;
 	mw->key.pd = to_sv_pd(ibpd);
 	mw->key.ibmw = &mw->ibmw;
-	pthread_rwlock_wrlock(&ctx->mrs.lock);
+	sv_arwlock_wrlock(&ctx->mrs.lock);
 	if (sv_key_insert(&ctx->mrs, &mw->key)) {
-		pthread_rwlock_unlock(&ctx->mrs.lock);
+		sv_arwlock_wrunlock(&ctx->mrs.lock);
 		free(mw);
 		errno = ENOMEM;
 		return NULL;
 	}
-	pthread_rwlock_unlock(&ctx->mrs.lock);
+	sv_arwlock_wrunlock(&ctx->mrs.lock);
 	mw->ibmw.context = ibpd->context;
 	mw->ibmw.pd = ibpd;
 	mw->ibmw.rkey = mw->key.ibmr.rkey;
@@ -513,11 +513,11 @@ int sv_dealloc_mw(struct ibv_mw *ibmw)
 	struct sv_mw *mw = SV_CONTAINER_OF(ibmw, struct sv_mw, ibmw);
 	struct sv_context *ctx = to_sv_ctx(ibmw->context);
 
-	pthread_rwlock_wrlock(&ctx->mrs.lock);
+	sv_arwlock_wrlock(&ctx->mrs.lock);
 	if (mw->key.mw_mr)
 		mw->key.mw_mr->nmw--;
 	sv_key_remove(&ctx->mrs, &mw->key);
-	pthread_rwlock_unlock(&ctx->mrs.lock);
+	sv_arwlock_wrunlock(&ctx->mrs.lock);
 	sv_ref_put(&mw->key.pd->users);
 	free(mw);
 	return 0;

@@ -14,13 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define CHECK(c)                                                                     \
-	do {                                                                         \
-		if (!(c)) {                                                          \
-			fprintf(stderr, "%s:%d: check failed: %s\n", __FILE__, __LINE__, #c); \
-			exit(1);                                                     \
-		}                                                                    \
-	} while (0)
+#include "check.h"
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static uint32_t rnd(void)

@@ -1,0 +1,217 @@
+/* The asymmetric reader-writer lock; see arwlock.h. */
+#include "common/arwlock.h"
+#include "common/util.h"
+
+#include <errno.h>
+#include <linux/membarrier.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+#if defined(__SANITIZE_THREAD__)
+#define SV_ARW_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SV_ARW_TSAN 1
+#endif
+#endif
+
+__thread struct sv_arw_reader *sv_arw_me __attribute__((tls_model("initial-exec")));
+bool sv_arw_fast;
+
+static _Atomic(struct sv_arw_reader *) readers; /* pushed at the head */
+static pthread_key_t reader_key;
+static pthread_once_t once = PTHREAD_ONCE_INIT;
+
+static int membarrier(int cmd)
+{
+	return (int)syscall(SYS_membarrier, cmd, 0, 0);
+}
+
+/* A thread ends: its slot is free for the next thread. */
+static void reader_release(void *p)
+{
+	struct sv_arw_reader *r = p;
+
+	for (int i = 0; i < SV_ARW_NEST; i++)
+		atomic_store(&r->held[i], 0);
+	r->n = 0;
+	if (sv_arw_me == r)
+		sv_arw_me = NULL;
+	atomic_store(&r->in_use, false);
+}
+
+/* The child of a fork has one thread, this one: the other slots describe
+ * threads it does not have, and would hold its writers forever. */
+static void after_fork_child(void)
+{
+	for (struct sv_arw_reader *r = atomic_load(&readers); r; r = r->next) {
+		if (r == sv_arw_me)
+			continue;
+		for (int i = 0; i < SV_ARW_NEST; i++)
+			atomic_store(&r->held[i], 0);
+		r->n = 0;
+		atomic_store(&r->in_use, false);
+	}
+}
+
+static void init_once(void)
+{
+	if (pthread_key_create(&reader_key, reader_release) != 0)
+		return;
+	pthread_atfork(NULL, NULL, after_fork_child);
+#ifndef SV_ARW_TSAN
+	{
+		int q = membarrier(MEMBARRIER_CMD_QUERY);
+
+		/* registration is the process's (its mm's), kept across fork */
+		sv_arw_fast = q > 0 && (q & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
+			      membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED) == 0;
+		if (!sv_arw_fast)
+			sv_dbg("membarrier(2) unavailable: MR and peer-memory readers take the rwlock");
+	}
+#endif
+}
+
+int sv_arwlock_init(struct sv_arwlock *l)
+{
+	pthread_once(&once, init_once);
+	atomic_init(&l->writing, 0);
+	return pthread_rwlock_init(&l->rw, NULL);
+}
+
+void sv_arwlock_destroy(struct sv_arwlock *l)
+{
+	pthread_rwlock_destroy(&l->rw);
+}
+
+/* This thread's slot, claimed at its first read lock; NULL without memory
+ * (then it reads through rw alone). */
+static struct sv_arw_reader *reader_claim(void)
+{
+	struct sv_arw_reader *r;
+
+	for (r = atomic_load(&readers); r; r = r->next) {
+		bool free_slot = false;
+
+		if (!atomic_load_explicit(&r->in_use, memory_order_relaxed) &&
+		    atomic_compare_exchange_strong(&r->in_use, &free_slot, true))
+			goto claimed;
+	}
+	r = calloc(1, sizeof(*r));
+	if (!r)
+		return NULL;
+	atomic_init(&r->in_use, true);
+	r->next = atomic_load(&readers);
+	while (!atomic_compare_exchange_weak(&readers, &r->next, r))
+		;
+claimed:
+	sv_arw_me = r;
+	pthread_setspecific(reader_key, r); /* reader_release at the thread's end */
+	return r;
+}
+
+void sv_arwlock_rdlock_slow(struct sv_arwlock *l)
+{
+	struct sv_arw_reader *r = sv_arw_me ? sv_arw_me : reader_claim();
+	bool nested = false;
+	int i, slot = -1;
+
+	if (!r) {
+		pthread_rwlock_rdlock(&l->rw);
+		return;
+	}
+	for (i = 0; i < SV_ARW_NEST; i++) {
+		uintptr_t v = atomic_load_explicit(&r->held[i], memory_order_relaxed);
+
+		if (v == (uintptr_t)l)
+			nested = true;
+		else if (!v && slot < 0)
+			slot = i;
+	}
+	if (slot < 0) {
+		/* more nested read locks than any path of softverbs takes */
+		sv_err("arwlock: more than %d read locks held by one thread", SV_ARW_NEST);
+		abort();
+	}
+	if (sv_arw_fast) {
+		atomic_store_explicit(&r->held[slot], (uintptr_t)l, memory_order_relaxed);
+		atomic_signal_fence(memory_order_seq_cst);
+		/* held already: a writer waits for this thread anyway, and must
+		 * not find it blocked on rw behind itself */
+		if (nested || !atomic_load_explicit(&l->writing, memory_order_acquire)) {
+			r->n++;
+			return;
+		}
+		atomic_store_explicit(&r->held[slot], 0, memory_order_relaxed);
+	}
+	pthread_rwlock_rdlock(&l->rw);
+	atomic_store_explicit(&r->held[slot], (uintptr_t)l | 1, memory_order_relaxed);
+	r->n++;
+}
+
+void sv_arwlock_rdunlock_slow(struct sv_arwlock *l)
+{
+	struct sv_arw_reader *r = sv_arw_me;
+	uintptr_t v = 0;
+	int i;
+
+	for (i = SV_ARW_NEST - 1; r && i >= 0; i--) {
+		v = atomic_load_explicit(&r->held[i], memory_order_relaxed);
+		if ((v & ~(uintptr_t)1) == (uintptr_t)l)
+			break;
+	}
+	if (!r || i < 0) { /* taken without a slot */
+		pthread_rwlock_unlock(&l->rw);
+		return;
+	}
+	r->n--;
+	atomic_store_explicit(&r->held[i], 0, memory_order_release);
+	if (v & 1)
+		pthread_rwlock_unlock(&l->rw);
+}
+
+/* Every thread of the process runs a full memory barrier. */
+static void barrier_all(void)
+{
+	if (membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED) == 0)
+		return;
+	/* registered at the first lock, kept across fork: not expected.  A
+	 * store waits in a store buffer for nanoseconds, not a millisecond */
+	sv_warn_limited("arwlock: membarrier failed: %s", strerror(errno));
+	usleep(1000);
+}
+
+void sv_arwlock_wrlock(struct sv_arwlock *l)
+{
+	unsigned int spins = 0;
+
+	pthread_rwlock_wrlock(&l->rw);
+	if (!sv_arw_fast)
+		return;
+	atomic_store(&l->writing, 1);
+	barrier_all();
+	for (struct sv_arw_reader *r = atomic_load(&readers); r; r = r->next)
+		for (int i = 0; i < SV_ARW_NEST; i++)
+			while (atomic_load_explicit(&r->held[i], memory_order_acquire) ==
+			       (uintptr_t)l) {
+				/* a reader is a copy at most: yield, then sleep */
+				if (++spins < 64) {
+					sched_yield();
+				} else {
+					struct timespec ts = { 0, 50000 };
+
+					nanosleep(&ts, NULL);
+				}
+			}
+}
+
+void sv_arwlock_wrunlock(struct sv_arwlock *l)
+{
+	if (sv_arw_fast)
+		atomic_store_explicit(&l->writing, 0, memory_order_release);
+	pthread_rwlock_unlock(&l->rw);
+}
