@@ -118,58 +118,56 @@ void sv_arwlock_rdlock_slow(struct sv_arwlock *l)
 {
 	struct sv_arw_reader *r = sv_arw_me ? sv_arw_me : reader_claim();
 	bool nested = false;
-	int i, slot = -1;
+	unsigned int slot;
 
 	if (!r) {
 		pthread_rwlock_rdlock(&l->rw);
 		return;
 	}
-	for (i = 0; i < SV_ARW_NEST; i++) {
-		uintptr_t v = atomic_load_explicit(&r->held[i], memory_order_relaxed);
-
-		if (v == (uintptr_t)l)
-			nested = true;
-		else if (!v && slot < 0)
-			slot = i;
-	}
-	if (slot < 0) {
+	if (r->n == SV_ARW_NEST) {
 		/* more nested read locks than any path of softverbs takes */
 		sv_err("arwlock: more than %d read locks held by one thread", SV_ARW_NEST);
 		abort();
 	}
+	slot = r->n;
+	for (unsigned int i = 0; i < slot; i++)
+		if (atomic_load_explicit(&r->held[i], memory_order_relaxed) == (uintptr_t)l)
+			nested = true;
 	if (sv_arw_fast) {
 		atomic_store_explicit(&r->held[slot], (uintptr_t)l, memory_order_relaxed);
 		atomic_signal_fence(memory_order_seq_cst);
 		/* held already: a writer waits for this thread anyway, and must
 		 * not find it blocked on rw behind itself */
 		if (nested || !atomic_load_explicit(&l->writing, memory_order_acquire)) {
-			r->n++;
+			r->n = slot + 1;
 			return;
 		}
 		atomic_store_explicit(&r->held[slot], 0, memory_order_relaxed);
 	}
 	pthread_rwlock_rdlock(&l->rw);
 	atomic_store_explicit(&r->held[slot], (uintptr_t)l | 1, memory_order_relaxed);
-	r->n++;
+	r->n = slot + 1;
 }
 
 void sv_arwlock_rdunlock_slow(struct sv_arwlock *l)
 {
 	struct sv_arw_reader *r = sv_arw_me;
 	uintptr_t v = 0;
-	int i;
+	int i = -1;
 
-	for (i = SV_ARW_NEST - 1; r && i >= 0; i--) {
-		v = atomic_load_explicit(&r->held[i], memory_order_relaxed);
-		if ((v & ~(uintptr_t)1) == (uintptr_t)l)
-			break;
-	}
-	if (!r || i < 0) { /* taken without a slot */
+	if (r)
+		for (i = (int)r->n - 1; i >= 0; i--) {
+			v = atomic_load_explicit(&r->held[i], memory_order_relaxed);
+			if ((v & ~(uintptr_t)1) == (uintptr_t)l)
+				break;
+		}
+	if (i < 0) { /* taken without a slot */
 		pthread_rwlock_unlock(&l->rw);
 		return;
 	}
-	r->n--;
 	atomic_store_explicit(&r->held[i], 0, memory_order_release);
+	while (r->n && !atomic_load_explicit(&r->held[r->n - 1], memory_order_relaxed))
+		r->n--;
 	if (v & 1)
 		pthread_rwlock_unlock(&l->rw);
 }

@@ -45,10 +45,11 @@ struct sv_arwlock {
 };
 
 /* A thread's slot: what it holds, the lock's address (| 1 when held
- * through rw).  Only its thread writes it; writers read it. */
+ * through rw), stacked: held[n] and above are free.  Only its thread
+ * writes it; writers read it. */
 struct sv_arw_reader {
 	_Atomic(uintptr_t) held[SV_ARW_NEST];
-	unsigned int n; /* entries in use (its thread's alone) */
+	unsigned int n; /* the first free entry above the last held (its thread's) */
 	atomic_bool in_use;
 	struct sv_arw_reader *next; /* every slot ever made, never freed */
 };
@@ -67,17 +68,19 @@ static inline void sv_arwlock_rdlock(struct sv_arwlock *l)
 {
 	struct sv_arw_reader *r = sv_arw_me;
 
-	/* the common case: a thread that holds nothing, no writer about */
-	if (r && r->n == 0 && sv_arw_fast) {
-		atomic_store_explicit(&r->held[0], (uintptr_t)l, memory_order_relaxed);
+	/* the common case: a slot, room in it, no writer about */
+	if (r && r->n < SV_ARW_NEST && sv_arw_fast) {
+		unsigned int i = r->n;
+
+		atomic_store_explicit(&r->held[i], (uintptr_t)l, memory_order_relaxed);
 		/* no fence: the writer's membarrier orders this store before its
 		 * scan, or its `writing` before this load */
 		atomic_signal_fence(memory_order_seq_cst);
 		if (!atomic_load_explicit(&l->writing, memory_order_acquire)) {
-			r->n = 1;
+			r->n = i + 1;
 			return;
 		}
-		atomic_store_explicit(&r->held[0], 0, memory_order_relaxed);
+		atomic_store_explicit(&r->held[i], 0, memory_order_relaxed);
 	}
 	sv_arwlock_rdlock_slow(l);
 }
@@ -86,10 +89,12 @@ static inline void sv_arwlock_rdunlock(struct sv_arwlock *l)
 {
 	struct sv_arw_reader *r = sv_arw_me;
 
-	if (r && r->n == 1 &&
-	    atomic_load_explicit(&r->held[0], memory_order_relaxed) == (uintptr_t)l) {
-		r->n = 0;
-		atomic_store_explicit(&r->held[0], 0, memory_order_release);
+	/* the common case: the last one taken, taken without rw */
+	if (r && r->n &&
+	    atomic_load_explicit(&r->held[r->n - 1], memory_order_relaxed) == (uintptr_t)l) {
+		atomic_store_explicit(&r->held[--r->n], 0, memory_order_release);
+		while (r->n && !atomic_load_explicit(&r->held[r->n - 1], memory_order_relaxed))
+			r->n--; /* holes of locks released out of order */
 		return;
 	}
 	sv_arwlock_rdunlock_slow(l);

@@ -311,31 +311,28 @@ static bool local_iov(struct sv_qp *qp, struct sv_send_wqe *w, uint32_t len, uns
 }
 
 /* Move the bytes: the checks have passed, and `at` is the target's memory
- * (the MR read lock held, for the local SGEs). */
-static bool execute(struct sv_qp *qp, struct sv_send_wqe *w, uint8_t *at,
-		    enum ibv_wc_status *st)
+ * (the MR read lock held, for the local SGEs: a WRITE's or READ's are iov,
+ * n of them, translated already). */
+static bool execute(struct sv_qp *qp, struct sv_send_wqe *w, uint8_t *at, struct iovec *iov,
+		    int n, enum ibv_wc_status *st)
 {
-	struct iovec iov[SV_MAX_SGE];
 	uint64_t orig;
 	size_t off = 0;
 	bool ok = true;
-	int n;
 
+	*st = IBV_WC_SUCCESS;
 	if (w->wr.opcode == IBV_WR_RDMA_WRITE && w->inline_buf) {
 		memcpy(at, w->inline_buf, w->length);
-		*st = IBV_WC_SUCCESS;
 		return true;
 	}
 	switch (w->wr.opcode) {
 	case IBV_WR_RDMA_WRITE:
-		ok = local_iov(qp, w, w->length, 0, iov, &n, st);
-		for (int i = 0; ok && *st == IBV_WC_SUCCESS && i < n; off += iov[i++].iov_len)
+		for (int i = 0; *st == IBV_WC_SUCCESS && i < n; off += iov[i++].iov_len)
 			if (!sv_copy_guarded(at + off, iov[i].iov_base, iov[i].iov_len))
 				*st = IBV_WC_LOC_PROT_ERR;
 		break;
 	case IBV_WR_RDMA_READ:
-		ok = local_iov(qp, w, w->length, IBV_ACCESS_LOCAL_WRITE, iov, &n, st);
-		for (int i = 0; ok && *st == IBV_WC_SUCCESS && i < n; off += iov[i++].iov_len)
+		for (int i = 0; *st == IBV_WC_SUCCESS && i < n; off += iov[i++].iov_len)
 			if (!sv_copy_guarded(iov[i].iov_base, at + off, iov[i].iov_len))
 				*st = IBV_WC_LOC_PROT_ERR;
 		break;
@@ -395,6 +392,8 @@ enum sv_direct sv_peer_direct(struct sv_qp *qp, struct sv_conn *conn, struct sv_
 			      bool may_defer)
 {
 	uint32_t dq = qp->attr.dest_qp_num, rkey, need;
+	struct iovec iov[SV_MAX_SGE];
+	int niov = 0;
 	struct sv_peer_mem *pm;
 	struct sv_xqp *q;
 	struct sv_xmr m;
@@ -443,15 +442,23 @@ enum sv_direct sv_peer_direct(struct sv_qp *qp, struct sv_conn *conn, struct sv_
 	if (local) {
 		/* the local buffers first, as the requester would (it leaves
 		 * them to us, under the lock taken here anyway): a failure there
-		 * completes the WQE without the peer's memory being looked at */
-		enum sv_mem_err e;
+		 * completes the WQE without the peer's memory being looked at.
+		 * A WRITE's or READ's are translated here once, for the copy */
+		enum sv_mem_err e = SV_MEM_OK;
 
 		sv_mr_read_lock(qp->ctx);
-		e = sv_sgl_check_locked(qp->ctx, qp->pd, w->sge, w->num_sge, w->op->local_access);
-
-		if (e != SV_MEM_OK) {
+		if (need == IBV_ACCESS_REMOTE_ATOMIC) {
+			e = sv_sgl_check_locked(qp->ctx, qp->pd, w->sge, w->num_sge,
+						w->op->local_access);
+			if (e != SV_MEM_OK)
+				st = sv_mem_err_to_local_status(e);
+		} else if (!local_iov(qp, w, w->length, w->op->local_access, iov, &niov, &st)) {
 			sv_mr_read_unlock(qp->ctx);
-			w->status = sv_mem_err_to_local_status(e);
+			return SV_DIRECT_WIRE; /* GPU memory */
+		}
+		if (st != IBV_WC_SUCCESS) {
+			sv_mr_read_unlock(qp->ctx);
+			w->status = st;
 			return SV_DIRECT_DONE;
 		}
 	}
@@ -480,7 +487,7 @@ enum sv_direct sv_peer_direct(struct sv_qp *qp, struct sv_conn *conn, struct sv_
 		qp->xcache.ino = m.ino;
 		qp->xcache.epoch = atomic_load(&pm->epoch);
 	}
-	if (base && execute(qp, w, base + at_off, &st))
+	if (base && execute(qp, w, base + at_off, iov, niov, &st))
 		r = SV_DIRECT_DONE;
 	if (mapped)
 		sv_arwlock_wrunlock(&pm->lock);
