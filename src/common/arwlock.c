@@ -24,6 +24,7 @@ bool sv_arw_fast;
 
 static _Atomic(struct sv_arw_reader *) readers; /* pushed at the head */
 static pthread_key_t reader_key;
+static bool key_made;
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 
 static int membarrier(int cmd)
@@ -62,6 +63,7 @@ static void init_once(void)
 {
 	if (pthread_key_create(&reader_key, reader_release) != 0)
 		return;
+	key_made = true;
 	pthread_atfork(NULL, NULL, after_fork_child);
 #ifndef SV_ARW_TSAN
 	{
@@ -74,6 +76,15 @@ static void init_once(void)
 			sv_dbg("membarrier(2) unavailable: MR and peer-memory readers take the rwlock");
 	}
 #endif
+}
+
+/* The library is unloaded (dlclose), or the process exits: a thread that
+ * ends after this must not be sent to reader_release, whose code may be
+ * gone.  (Its slot then stays taken: a writer finds it empty.) */
+__attribute__((destructor)) static void arw_unload(void)
+{
+	if (key_made)
+		pthread_key_delete(reader_key);
 }
 
 int sv_arwlock_init(struct sv_arwlock *l)
