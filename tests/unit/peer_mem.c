@@ -18,6 +18,13 @@
  *     a remote access error.  (It cannot show the busy count's fence at
  *     work: a store missed by it would have to come after the whole
  *     deregistration, microseconds, not the nanoseconds the fence covers.)
+ *   - mappings replaced all along: a thread WRITEs into 79 MRs of the peer
+ *     in turn, more than an initiator keeps mapped at once (64), so that
+ *     every WRITE unmaps a mapping and makes one; every one lands, and so
+ *     do the 256 KiB WRITEs another thread makes meanwhile into one more MR
+ *     through a QP of its own.  (That QP may have a connection, and so
+ *     mappings, of its own: unit_arwlock shows a reader holding off a
+ *     writer.)
  */
 #include "sv_test.h"
 
@@ -428,6 +435,122 @@ static void test_revoke_race(void)
 	free(seen);
 }
 
+#define CHURN_MRS 80 /* more extents than a peer's mappings kept at once (64) */
+#define CHURN_ROUNDS 25
+#define CHURN_LEN (256u << 10) /* the long copy that a munmap must not cut */
+
+/* The long WRITEs' QP and CQ, and when they stop. */
+struct churn {
+	struct ibv_qp *qp;
+	struct ibv_cq *cq;
+	atomic_bool stop;
+};
+
+struct churner {
+	struct churn *c;
+	uint64_t *src; /* CHURN_LEN bytes, registered as lkey */
+	uint32_t lkey, rkey;
+	volatile uint64_t *dst; /* the target MR, in this very process */
+	uint64_t n, bad;
+};
+
+/* WRITEs of CHURN_LEN into one MR, each checked in place once completed
+ * (its first and last words). */
+static void *churn_writer(void *arg)
+{
+	struct churner *t = arg;
+	const size_t last = CHURN_LEN / 8 - 1;
+
+	while (!atomic_load(&t->c->stop)) {
+		t->src[0] = t->src[last] = ++t->n;
+		struct ibv_wc wc;
+
+		SVT_CHECK_OK(svt_post_send(t->c->qp, t->n, IBV_WR_RDMA_WRITE, IBV_SEND_SIGNALED,
+					   t->src, CHURN_LEN, t->lkey, (uintptr_t)t->dst, t->rkey, 0));
+		wc = svt_poll_one(t->c->cq);
+		if (wc.status != IBV_WC_SUCCESS || t->dst[0] != t->n || t->dst[last] != t->n)
+			t->bad++;
+	}
+	return NULL;
+}
+
+static void test_mapping_churn(void)
+{
+	struct svt_pair p;
+	struct churn c = { 0 };
+	struct churner t = { .c = &c };
+	struct ibv_mr *mr[CHURN_MRS], *src_mr;
+	struct ibv_qp_init_attr qa = { 0 };
+	struct ibv_qp *qpb;
+	uint8_t *page[CHURN_MRS];
+	size_t len[CHURN_MRS];
+	uint64_t *src;
+	struct ibv_wc wc;
+	pthread_t th;
+	long pg = sysconf(_SC_PAGESIZE);
+
+	svt_pair_create(&p, IBV_QPT_RC, NULL);
+	src = (uint64_t *)p.a.buf;
+	/* the long WRITEs' QP pair, on the same two contexts */
+	c.cq = svt_create_cq(p.a.ctx, 16, NULL);
+	qa.send_cq = qa.recv_cq = c.cq;
+	qa.qp_type = IBV_QPT_RC;
+	qa.cap.max_send_wr = qa.cap.max_recv_wr = 16;
+	qa.cap.max_send_sge = qa.cap.max_recv_sge = 1;
+	c.qp = ibv_create_qp(p.a.pd, &qa);
+	SVT_CHECK(c.qp);
+	qa.send_cq = qa.recv_cq = p.b.send_cq;
+	qpb = ibv_create_qp(p.b.pd, &qa);
+	SVT_CHECK(qpb);
+	svt_qp_link(c.qp, &p.a.gid, qpb, &p.b.gid, NULL);
+	/* each MR in a mapping of its own, between two unregistered pages:
+	 * an extent of its own; the first is the long WRITEs' */
+	for (int i = 0; i < CHURN_MRS; i++) {
+		uint8_t *m;
+
+		len[i] = i ? (size_t)pg : CHURN_LEN;
+		m = mmap(NULL, len[i] + 2 * (size_t)pg, PROT_READ | PROT_WRITE,
+			 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		SVT_CHECK(m != MAP_FAILED);
+		page[i] = m + pg;
+		memset(page[i], 0, len[i]);
+		mr[i] = svt_reg_mr(p.b.pd, page[i], len[i], SVT_ACCESS_ALL);
+	}
+	t.src = svt_alloc(CHURN_LEN);
+	src_mr = svt_reg_mr(p.a.pd, t.src, CHURN_LEN, SVT_ACCESS_ALL);
+	t.lkey = src_mr->lkey;
+	t.rkey = mr[0]->rkey;
+	t.dst = (volatile uint64_t *)page[0];
+	SVT_CHECK_OK(pthread_create(&th, NULL, churn_writer, &t));
+	for (int round = 0; round < CHURN_ROUNDS; round++)
+		for (int i = 1; i < CHURN_MRS; i++) {
+			uint64_t v = ((uint64_t)round << 32) | (uint64_t)i;
+
+			*src = v;
+			SVT_CHECK_OK(svt_post_send(p.a.qp, v, IBV_WR_RDMA_WRITE, IBV_SEND_SIGNALED,
+						   src, 8, p.a.mr->lkey, (uintptr_t)page[i] + 8 * round,
+						   mr[i]->rkey, 0));
+			svt_poll_ok(p.a.send_cq, 1, &wc, 0);
+			SVT_CHECK_EQ(*(volatile uint64_t *)(page[i] + 8 * round), v);
+		}
+	atomic_store(&c.stop, true);
+	SVT_CHECK_OK(pthread_join(th, NULL));
+	SVT_CHECK_EQ(t.bad, 0);
+	SVT_CHECK(t.n > 0);
+	svt_log("%d WRITEs into %d MRs in turn beside %llu of 256 KiB into one: all in place",
+		CHURN_ROUNDS * (CHURN_MRS - 1), CHURN_MRS - 1, (unsigned long long)t.n);
+	SVT_CHECK_OK(ibv_destroy_qp(c.qp));
+	SVT_CHECK_OK(ibv_destroy_qp(qpb));
+	SVT_CHECK_OK(ibv_destroy_cq(c.cq));
+	SVT_CHECK_OK(ibv_dereg_mr(src_mr));
+	free(t.src);
+	for (int i = 0; i < CHURN_MRS; i++) {
+		SVT_CHECK_OK(ibv_dereg_mr(mr[i]));
+		munmap(page[i] - pg, len[i] + 2 * (size_t)pg);
+	}
+	svt_pair_destroy(&p);
+}
+
 static const struct svt_child_role roles[] = {
 	{ "target", target },
 	{ NULL, NULL },
@@ -484,6 +607,7 @@ int main(int argc, char **argv)
 	test_fork_copy(&p);
 	svt_pair_destroy(&p);
 	test_revoke_race();
+	test_mapping_churn();
 	hugepages_reserve();
 	test_stopped_target();
 	return 0;
