@@ -122,6 +122,9 @@ static struct sv_arw_reader *reader_claim(void)
 claimed:
 	sv_arw_me = r;
 	pthread_setspecific(reader_key, r); /* reader_release at the thread's end */
+	/* the claim before this thread's first look at a lock's `writing`: a
+	 * writer that did not see the slot taken (others_read) has set it */
+	atomic_thread_fence(memory_order_seq_cst);
 	return r;
 }
 
@@ -194,6 +197,17 @@ static void barrier_all(void)
 	usleep(1000);
 }
 
+/* Another thread has a slot: it may be inside a read lock, or entering one
+ * without a fence.  A thread with none has yet to claim one, and sees
+ * `writing` once it has (reader_claim). */
+static bool others_read(void)
+{
+	for (struct sv_arw_reader *r = atomic_load(&readers); r; r = r->next)
+		if (r != sv_arw_me && atomic_load(&r->in_use))
+			return true;
+	return false;
+}
+
 void sv_arwlock_wrlock(struct sv_arwlock *l)
 {
 	unsigned int spins = 0;
@@ -202,6 +216,10 @@ void sv_arwlock_wrlock(struct sv_arwlock *l)
 	if (!sv_arw_fast)
 		return;
 	atomic_store(&l->writing, 1);
+	/* the barrier interrupts every CPU that runs a thread of the process
+	 * (8-10 us here when one is busy): only when a reader may be about */
+	if (!others_read())
+		return;
 	barrier_all();
 	for (struct sv_arw_reader *r = atomic_load(&readers); r; r = r->next)
 		for (int i = 0; i < SV_ARW_NEST; i++)

@@ -20,9 +20,11 @@
  * slot's store visible (and the writer waits until it clears it) or will
  * see `writing` set and wait on the rwlock instead.  This is the pairing
  * liburcu's "memb" flavour uses.  A writer costs a membarrier, about
- * 0.4-12 us on this VM depending on where the other threads run: MR
- * registration, deregistration, memory-window binds and a peer mapping's
- * replacement pay it.
+ * 0.4-12 us on this VM depending on where the other threads run, when
+ * another thread of the process has ever read through such a lock (none
+ * has: the writer's `writing` is seen by any that comes, reader_claim):
+ * MR registration, deregistration, memory-window binds and a peer
+ * mapping's replacement pay it.
  *
  * Without membarrier (an old kernel, a seccomp filter that refuses it) and
  * under ThreadSanitizer (which does not model it), every reader takes the
