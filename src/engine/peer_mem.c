@@ -211,16 +211,25 @@ static bool still_exported(const struct sv_xseg *x, uint64_t ino)
 	return false;
 }
 
+/* A lock held: the extent's mapping, if it is mapped already. */
+static uint8_t *mapped_extent(const struct sv_peer_mem *pm, uint64_t ino, uint64_t size)
+{
+	for (int i = 0; i < pm->nmap; i++)
+		if (pm->map[i].ino == ino && pm->map[i].size >= size)
+			return pm->map[i].base;
+	return NULL;
+}
+
 /* Write lock held: the mapping of the extent; NULL if it cannot be had. */
 static uint8_t *map_extent(struct sv_peer_mem *pm, int fd, uint64_t ino, uint64_t size)
 {
 	struct pm_map *m;
-	void *base;
+	uint8_t *base;
 	int f;
 
-	for (int i = 0; i < pm->nmap; i++)
-		if (pm->map[i].ino == ino && pm->map[i].size >= size)
-			return pm->map[i].base;
+	base = mapped_extent(pm, ino, size);
+	if (base)
+		return base;
 	if (pm->nmap == PM_MAPS) {
 		/* make room: the extents the peer no longer exports go first,
 		 * else the oldest */
@@ -245,7 +254,7 @@ static uint8_t *map_extent(struct sv_peer_mem *pm, int fd, uint64_t ino, uint64_
 		return NULL;
 	base = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_SHARED, f, 0);
 	close(f);
-	if (base == MAP_FAILED)
+	if (base == (uint8_t *)MAP_FAILED)
 		return NULL;
 	m = &pm->map[pm->nmap++];
 	m->ino = ino;
@@ -478,11 +487,17 @@ enum sv_direct sv_peer_direct(struct sv_qp *qp, struct sv_conn *conn, struct sv_
 	}
 	sv_arwlock_rdlock(&pm->lock);
 	base = qp->xcache.base;
-	mapped = !base || qp->xcache.ino != m.ino || qp->xcache.epoch != atomic_load(&pm->epoch);
-	if (mapped) {
-		sv_arwlock_rdunlock(&pm->lock);
-		sv_arwlock_wrlock(&pm->lock);
-		base = map_extent(pm, m.fd, m.ino, m.size);
+	mapped = false;
+	if (!base || qp->xcache.ino != m.ino || qp->xcache.epoch != atomic_load(&pm->epoch)) {
+		/* mapped already, by another QP or before the epoch moved: found
+		 * under the read lock (a writer costs a membarrier, arwlock.h) */
+		base = mapped_extent(pm, m.ino, m.size);
+		if (!base) {
+			sv_arwlock_rdunlock(&pm->lock);
+			sv_arwlock_wrlock(&pm->lock);
+			mapped = true;
+			base = map_extent(pm, m.fd, m.ino, m.size);
+		}
 		qp->xcache.base = base;
 		qp->xcache.ino = m.ino;
 		qp->xcache.epoch = atomic_load(&pm->epoch);
