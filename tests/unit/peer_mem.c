@@ -18,6 +18,12 @@
  *     a remote access error.  (It cannot show the busy count's fence at
  *     work: a store missed by it would have to come after the whole
  *     deregistration, microseconds, not the nanoseconds the fence covers.)
+ *   - the local side of the same: a thread WRITEs 1 MiB at a time from a
+ *     buffer of its own MR, each executed in its post, while the main
+ *     thread deregisters that MR and then fills the buffer with a poison
+ *     pattern; no WRITE copies a poisoned byte (a copy in progress holds
+ *     the deregistration off: without the MR read lock, this fails), and
+ *     the writer ends with a local protection error
  *   - mappings replaced all along: a thread WRITEs into 79 MRs of the peer
  *     in turn, more than an initiator keeps mapped at once (64), so that
  *     every WRITE unmaps a mapping and makes one; every one lands, and so
@@ -435,6 +441,102 @@ static void test_revoke_race(void)
 	free(seen);
 }
 
+#define LOCAL_ROUNDS 30
+#define LOCAL_LEN (1u << 20)
+#define POISON 0xa5
+
+struct local_racer {
+	struct svt_pair *p;
+	uint8_t *src;
+	uint32_t lkey, rkey;
+	uint8_t *dst;
+	_Atomic uint64_t done;
+	uint64_t poisoned, wired;
+	enum ibv_wc_status last;
+};
+
+/* WRITEs of the whole buffer, each completion awaited, until one fails;
+ * a successful one executed in its post (its first byte, a mark that is
+ * never the poison, there on return) must have copied no poisoned byte. */
+static void *local_writer(void *arg)
+{
+	struct local_racer *r = arg;
+	struct ibv_wc wc;
+
+	for (uint64_t i = 0; i < 1000000; i++) {
+		uint8_t mark = (uint8_t)(1 + i % 100);
+		bool direct;
+
+		r->src[0] = mark;
+		SVT_CHECK_OK(svt_post_send(r->p->a.qp, i, IBV_WR_RDMA_WRITE, IBV_SEND_SIGNALED,
+					   r->src, LOCAL_LEN, r->lkey, (uintptr_t)r->dst, r->rkey,
+					   0));
+		direct = r->dst[0] == mark;
+		wc = svt_poll_one(r->p->a.send_cq);
+		if (wc.status != IBV_WC_SUCCESS) {
+			r->last = wc.status;
+			return NULL;
+		}
+		if (!direct)
+			r->wired++;
+		else if (memchr(r->dst, POISON, LOCAL_LEN))
+			r->poisoned++;
+		atomic_store(&r->done, i + 1);
+	}
+	r->last = IBV_WC_SUCCESS;
+	return NULL;
+}
+
+static void test_local_revoke_race(void)
+{
+	uint64_t wired = 0, n = 0;
+
+	for (int round = 0; round < LOCAL_ROUNDS; round++) {
+		struct svt_pair p;
+		struct local_racer r = { .p = &p };
+		struct ibv_mr *smr, *dmr;
+		struct ibv_wc wc;
+		pthread_t t;
+
+		/* connected first, so that the target's MR is exported from its
+		 * registration: the WRITEs run on the direct path, where the copy
+		 * is made in the post, under the MR read lock.  (By the wire, a
+		 * payload may travel by reference and be read after the post: as
+		 * on a NIC, deregistering a WQE's MR before it completes leaves
+		 * what it carries undefined.) */
+		svt_pair_create(&p, IBV_QPT_RC, NULL);
+		SVT_CHECK_OK(svt_post_send(p.a.qp, 1, IBV_WR_RDMA_WRITE, IBV_SEND_SIGNALED, p.a.buf,
+					   64, p.a.mr->lkey, (uintptr_t)p.b.buf, p.b.mr->rkey, 0));
+		svt_poll_ok(p.a.send_cq, 1, &wc, 0);
+		r.src = svt_alloc(LOCAL_LEN);
+		r.dst = svt_alloc(LOCAL_LEN);
+		memset(r.src, 0x11, LOCAL_LEN);
+		smr = svt_reg_mr(p.a.pd, r.src, LOCAL_LEN, SVT_ACCESS_ALL);
+		dmr = svt_reg_mr(p.b.pd, r.dst, LOCAL_LEN, SVT_ACCESS_ALL);
+		SVT_CHECK(svt_shared_pages(r.dst)); /* exported */
+		r.lkey = smr->lkey;
+		r.rkey = dmr->rkey;
+		SVT_CHECK_OK(pthread_create(&t, NULL, local_writer, &r));
+		while (atomic_load(&r.done) < 50 + (uint64_t)round * 7)
+			;
+		SVT_CHECK_OK(ibv_dereg_mr(smr));
+		memset(r.src, POISON, LOCAL_LEN); /* no longer the HCA's to read */
+		SVT_CHECK_OK(pthread_join(t, NULL));
+		SVT_CHECK_EQ((int)r.last, (int)IBV_WC_LOC_PROT_ERR);
+		SVT_CHECK_EQ(r.poisoned, 0);
+		wired += r.wired;
+		n += atomic_load(&r.done);
+		SVT_CHECK_OK(ibv_dereg_mr(dmr));
+		svt_pair_destroy(&p);
+		free(r.src);
+		free(r.dst);
+	}
+	svt_log("%d rounds of 1 MiB WRITEs racing their source's deregistration: none copied "
+		"after it (%llu WRITEs, %llu of them not executed in their post)",
+		LOCAL_ROUNDS, (unsigned long long)n, (unsigned long long)wired);
+	SVT_CHECK(wired < n / 2); /* the direct path is what is shown */
+}
+
 #define CHURN_MRS 80 /* more extents than a peer's mappings kept at once (64) */
 #define CHURN_ROUNDS 25
 #define CHURN_LEN (256u << 10) /* the long copy that a munmap must not cut */
@@ -607,6 +709,7 @@ int main(int argc, char **argv)
 	test_fork_copy(&p);
 	svt_pair_destroy(&p);
 	test_revoke_race();
+	test_local_revoke_race();
 	test_mapping_churn();
 	hugepages_reserve();
 	test_stopped_target();
