@@ -242,6 +242,9 @@ bool sv_responder_direct(struct sv_qp *qp, const struct sv_opcode_info *op, cons
  * error). */
 void sv_responder_resume(struct sv_qp *qp);
 void sv_responder_cancel(struct sv_qp *qp);
+/* qp->lock held, the QP being destroyed: the ACK of what arrived, again,
+ * where packets may be lost (responder.c) */
+void sv_responder_farewell(struct sv_qp *qp);
 /* UD requests name no QP context on the connection beyond dqpn. */
 /* engine thread, qp->lock held: an incoming response packet */
 void sv_completer_rx(struct sv_qp *qp, const struct sv_opcode_info *op, uint8_t *pkt,

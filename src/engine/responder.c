@@ -636,6 +636,37 @@ void sv_responder_cancel(struct sv_qp *qp)
 		read_left_end(qp);
 }
 
+/*
+ * The QP is being destroyed.  On a path that loses packets, the ACK of the
+ * last requests that arrived may have been lost, and nothing will answer
+ * their resends: a peer whose last SEND arrived here then ends in
+ * IBV_WC_RETRY_EXC_ERR, although its message was delivered.  That is how
+ * ibv_rc_pingpong ends (each side exits once it has its own completions),
+ * and a NIC meets it too.  The ACK of what arrived goes again, twice, on
+ * the way out; a peer that had it takes it as a duplicate.  Not over shm or
+ * tcp, which lose nothing (unless SOFTVERBS_FAULTS makes them), and not by
+ * a QP that has sent nothing (it has no connection of its own to send it
+ * on; ibv_rc_pingpong's server answers every message).
+ */
+void sv_responder_farewell(struct sv_qp *qp)
+{
+	struct sv_conn *conn;
+
+	if (!qp->ti->reliable || !qp->ti->connected || qp->xrc ||
+	    (qp->state != IBV_QPS_RTR && qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_SQD) ||
+	    qp->epsn == qp->attr.rq_psn /* nothing arrived */)
+		return;
+	/* the QP's own connection to the peer, made by its first request: a
+	 * QP that never sent one has none, and none is made now (over tcp
+	 * that would be a new connection, on the way out) */
+	conn = qp->conn;
+	if (!conn || !(conn->ops->datagram || sv_faults_enabled) ||
+	    atomic_load(&conn->state) != SV_CONN_UP)
+		return;
+	for (int i = 0; i < 2; i++)
+		send_ack(qp, conn, sv_psn_add(qp->epsn, SV_PSN_MASK), SV_AETH_ACK | 0x1f);
+}
+
 static void send_atomic_ack(struct sv_qp *qp, struct sv_conn *conn, uint32_t psn, uint64_t orig)
 {
 	struct {

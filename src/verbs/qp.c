@@ -541,6 +541,7 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 	ctx->nqp--;
 	pthread_mutex_unlock(&ctx->lock);
 	pthread_mutex_lock(&qp->lock);
+	sv_responder_farewell(qp); /* before it stops answering */
 	qp->destroyed = true;
 	sv_export_qp(qp); /* destroyed: no peer reaches memory through it any more */
 	sv_responder_cancel(qp);
