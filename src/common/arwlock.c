@@ -32,31 +32,30 @@ static int membarrier(int cmd)
 	return (int)syscall(SYS_membarrier, cmd, 0, 0);
 }
 
-/* A thread ends: its slot is free for the next thread. */
-static void reader_release(void *p)
+/* The slot holds nothing, and is free for the next thread to claim. */
+static void slot_free(struct sv_arw_reader *r)
 {
-	struct sv_arw_reader *r = p;
-
 	for (int i = 0; i < SV_ARW_NEST; i++)
 		atomic_store(&r->held[i], 0);
 	r->n = 0;
-	if (sv_arw_me == r)
-		sv_arw_me = NULL;
 	atomic_store(&r->in_use, false);
+}
+
+/* A thread ends: its slot is free for the next thread. */
+static void reader_release(void *p)
+{
+	if (sv_arw_me == p)
+		sv_arw_me = NULL;
+	slot_free(p);
 }
 
 /* The child of a fork has one thread, this one: the other slots describe
  * threads it does not have, and would hold its writers forever. */
 static void after_fork_child(void)
 {
-	for (struct sv_arw_reader *r = atomic_load(&readers); r; r = r->next) {
-		if (r == sv_arw_me)
-			continue;
-		for (int i = 0; i < SV_ARW_NEST; i++)
-			atomic_store(&r->held[i], 0);
-		r->n = 0;
-		atomic_store(&r->in_use, false);
-	}
+	for (struct sv_arw_reader *r = atomic_load(&readers); r; r = r->next)
+		if (r != sv_arw_me)
+			slot_free(r);
 }
 
 static void init_once(void)

@@ -410,7 +410,7 @@ enum sv_direct sv_peer_direct(struct sv_qp *qp, struct sv_conn *conn, struct sv_
 	enum ibv_wc_status st = IBV_WC_SUCCESS;
 	uint8_t *base;
 	enum sv_direct r = SV_DIRECT_WIRE;
-	bool local, mapped;
+	bool local, wrlocked;
 	int slot;
 
 	switch (w->wr.opcode) {
@@ -487,7 +487,7 @@ enum sv_direct sv_peer_direct(struct sv_qp *qp, struct sv_conn *conn, struct sv_
 	}
 	sv_arwlock_rdlock(&pm->lock);
 	base = qp->xcache.base;
-	mapped = false;
+	wrlocked = false;
 	if (!base || qp->xcache.ino != m.ino || qp->xcache.epoch != atomic_load(&pm->epoch)) {
 		/* mapped already, by another QP or before the epoch moved: found
 		 * under the read lock (a writer costs a membarrier, arwlock.h) */
@@ -495,7 +495,7 @@ enum sv_direct sv_peer_direct(struct sv_qp *qp, struct sv_conn *conn, struct sv_
 		if (!base) {
 			sv_arwlock_rdunlock(&pm->lock);
 			sv_arwlock_wrlock(&pm->lock);
-			mapped = true;
+			wrlocked = true;
 			base = map_extent(pm, m.fd, m.ino, m.size);
 		}
 		qp->xcache.base = base;
@@ -504,7 +504,7 @@ enum sv_direct sv_peer_direct(struct sv_qp *qp, struct sv_conn *conn, struct sv_
 	}
 	if (base && execute(qp, w, base + at_off, iov, niov, &st))
 		r = SV_DIRECT_DONE;
-	if (mapped)
+	if (wrlocked)
 		sv_arwlock_wrunlock(&pm->lock);
 	else
 		sv_arwlock_rdunlock(&pm->lock);

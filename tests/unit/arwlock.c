@@ -79,23 +79,23 @@ static void *reader(void *arg)
 	return NULL;
 }
 
-static void *writer_once(void *arg)
+/* Takes the lock once, for writing when `write` is not NULL, and says so. */
+static void *take_once(void *write)
 {
-	(void)arg;
-	sv_arwlock_wrlock(&lock);
+	if (write)
+		sv_arwlock_wrlock(&lock);
+	else
+		sv_arwlock_rdlock(&lock);
 	atomic_store(&flag, true);
-	sv_arwlock_wrunlock(&lock);
+	if (write)
+		sv_arwlock_wrunlock(&lock);
+	else
+		sv_arwlock_rdunlock(&lock);
 	return NULL;
 }
 
-static void *reader_once(void *arg)
-{
-	(void)arg;
-	sv_arwlock_rdlock(&lock);
-	atomic_store(&flag, true);
-	sv_arwlock_rdunlock(&lock);
-	return NULL;
-}
+#define WRITER ((void *)1) /* take_once's argument */
+#define READER NULL
 
 static void *hold_read(void *arg)
 {
@@ -108,16 +108,16 @@ static void *hold_read(void *arg)
 	return NULL;
 }
 
-/* The other side (a thread running `other_side`) waits while this thread
- * holds the lock as `take` takes it. */
+/* The other side (a thread taking the lock once, as `other` says) waits
+ * while this thread holds it as `take` takes it. */
 static void check_waits(void (*take)(struct sv_arwlock *), void (*give)(struct sv_arwlock *),
-			void *(*other_side)(void *))
+			void *other)
 {
 	pthread_t t;
 
 	atomic_store(&flag, false);
 	take(&lock);
-	CHECK(pthread_create(&t, NULL, other_side, NULL) == 0);
+	CHECK(pthread_create(&t, NULL, take_once, other) == 0);
 	sleep_ms(50);
 	CHECK(!atomic_load(&flag));
 	give(&lock);
@@ -129,14 +129,14 @@ static void test_exclusion(void)
 {
 	pthread_t t;
 
-	check_waits(sv_arwlock_rdlock, sv_arwlock_rdunlock, writer_once);
-	check_waits(sv_arwlock_wrlock, sv_arwlock_wrunlock, reader_once);
+	check_waits(sv_arwlock_rdlock, sv_arwlock_rdunlock, WRITER);
+	check_waits(sv_arwlock_wrlock, sv_arwlock_wrunlock, READER);
 
 	/* nesting while a writer waits: the second read lock must not queue
 	 * behind the writer that waits for the first */
 	atomic_store(&flag, false);
 	sv_arwlock_rdlock(&lock);
-	CHECK(pthread_create(&t, NULL, writer_once, NULL) == 0);
+	CHECK(pthread_create(&t, NULL, take_once, WRITER) == 0);
 	sleep_ms(20);
 	sv_arwlock_rdlock(&lock);
 	sv_arwlock_rdlock(&other);
