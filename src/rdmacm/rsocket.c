@@ -1847,7 +1847,14 @@ static short rs_revents(struct rsock *rs, short events)
 			r |= POLLERR;
 		break;
 	case RS_DISCONNECTED:
-		r |= POLLIN | POLLHUP | (rs->err ? POLLERR : 0);
+		/* as a TCP socket whose peer closed: what it sent before is
+		 * read first (POLLIN), and only then is the socket hung up.
+		 * The peer's close waits for its last data to be acknowledged,
+		 * not read, so the disconnect often comes while some is left:
+		 * a program that stops at POLLHUP (rstream) would lose it */
+		r |= POLLIN;
+		if (!rs->rx_cnt || rs->err)
+			r |= POLLHUP | (rs->err ? POLLERR : 0);
 		break;
 	case RS_FAILED:
 		r |= POLLOUT | POLLERR | POLLHUP;

@@ -16,6 +16,9 @@
  *   - partial reads, MSG_PEEK, rselect
  *   - SHUT_WR: the peer reads all data, then 0; the half-closed side still
  *     reads; after the peer's rclose writes fail with EPIPE or ECONNRESET
+ *   - data, then the peer's rclose: rpoll says POLLIN and not POLLHUP for
+ *     as long as any of it is left to read (a program that stops at
+ *     POLLHUP, as rstream -T a does, would lose it), then POLLHUP and EOF
  *   - non-blocking rconnect: EINPROGRESS (or 0), completion via rpoll
  *     POLLOUT, SO_ERROR 0
  *   - SOCK_DGRAM (UD): the child echoes datagrams of 1 B .. 4000 B off
@@ -47,6 +50,7 @@
 #define PORT_DG 20582
 #define BIG (4u << 20)
 #define DUPLEX (8u << 20) /* more than both sides' buffers together */
+#define LEFT_OVER 200000u /* less than a receiver's buffers (1 MiB) */
 
 static int to_child[2], to_parent[2];
 
@@ -368,6 +372,28 @@ static int client(void)
 	SVT_CHECK_EQ(rread(s, in, 10), 0);
 	RS_OK(rclose(s));
 
+	/* the server writes LEFT_OVER bytes and closes; its close waits for
+	 * them to be acknowledged, not read, so the disconnect is taken in
+	 * here while they are all still to be read */
+	s = rsocket(AF_INET, SOCK_STREAM, 0);
+	RS_OK(s);
+	SVT_CHECK_CM(rconnect(s, (struct sockaddr *)&sin, sizeof(sin)));
+	sig_wait(to_child[0], 'D');
+	struct pollfd p = {.fd = s, .events = POLLIN};
+	for (uint64_t until = svt_now_ms() + 300; svt_now_ms() < until;) {
+		p.revents = 0;
+		SVT_CHECK_EQ(rpoll(&p, 1, 10), 1);
+		SVT_CHECK_EQ(p.revents & (POLLIN | POLLHUP | POLLERR), POLLIN);
+	}
+	memset(in, 0, LEFT_OVER);
+	read_full(s, in, LEFT_OVER);
+	SVT_CHECK_FILL(in, LEFT_OVER, 31);
+	p.revents = 0;
+	SVT_CHECK_EQ(rpoll(&p, 1, 5000), 1);
+	SVT_CHECK(p.revents & POLLHUP);
+	SVT_CHECK_EQ(rread(s, in, 10), 0);
+	RS_OK(rclose(s));
+
 	/* non-blocking connect, completed through rpoll POLLOUT */
 	s = rsocket(AF_INET, SOCK_STREAM, 0);
 	RS_OK(s);
@@ -376,7 +402,7 @@ static int client(void)
 	errno = 0;
 	int rc = rconnect(s, (struct sockaddr *)&sin, sizeof(sin));
 	SVT_CHECK_MSG(rc == 0 || errno == EINPROGRESS, "rconnect: %d errno %d", rc, errno);
-	struct pollfd p = {.fd = s, .events = POLLOUT};
+	p = (struct pollfd){.fd = s, .events = POLLOUT};
 	SVT_CHECK_EQ(rpoll(&p, 1, 5000), 1);
 	SVT_CHECK_EQ(p.revents & (POLLOUT | POLLERR), POLLOUT);
 	vl = sizeof(v);
@@ -543,6 +569,14 @@ static void server(void)
 	RS_OK(s);
 	RS_OK(rclose(s));
 	sig_send(to_child[1], 'C');
+
+	/* data the client reads after this end closed */
+	s = raccept(ls, NULL, NULL);
+	RS_OK(s);
+	svt_fill(buf, LEFT_OVER, 31);
+	write_full(s, buf, LEFT_OVER);
+	RS_OK(rclose(s));
+	sig_send(to_child[1], 'D');
 
 	/* non-blocking connect from the client */
 	s = raccept(ls, NULL, NULL);
