@@ -344,8 +344,10 @@ static enum resp_result check_xrc(struct resp_pkt *p)
 		if (in_seq && qp->resp_in_msg &&
 		    (qp->srq || !qp->xrc || p->srqn != qp->xrc->msg_srqn))
 			return RESP_ERR_XRC_SRQ;
-		if (busy && qp->xrc->port != sv_qpn_port(p->srqn))
+		if (busy && qp->xrc->port != sv_qpn_port(p->srqn)) {
+			qp->xrc->dropped = true;
 			return RESP_DROP;
+		}
 		p->relay = true;
 		if (in_seq) {
 			qp->srq = NULL;
@@ -360,8 +362,10 @@ static enum resp_result check_xrc(struct resp_pkt *p)
 	}
 	if (!srq || (qp->resp_in_msg && srq != qp->srq))
 		return RESP_ERR_XRC_SRQ;
-	if (busy)
+	if (busy) {
+		qp->xrc->dropped = true;
 		return RESP_DROP; /* after the relayed packets' answers */
+	}
 	qp->srq = srq;
 	qp->pd = srq->pd;
 	qp->rcq = srq->cq;
@@ -1029,8 +1033,12 @@ void sv_responder_relayed_answer(struct sv_qp *qp, struct sv_conn *conn,
 		if (final) {
 			if (sv_psn_cmp(psn, x->done_psn) > 0)
 				x->done_psn = psn;
-			if (!--x->pending)
+			if (!--x->pending) {
+				/* everything before epsn is answered now */
+				if (x->dropped)
+					send_ack(qp, reply, qp->epsn, SV_AETH_NAK | SV_NAK_PSN_SEQ);
 				sv_xrc_relay_idle(qp);
+			}
 		}
 	}
 	sv_conn_put(reply);

@@ -170,6 +170,7 @@ void sv_xrc_relay_idle(struct sv_qp *qp)
 	if (!r)
 		return;
 	r->pending = 0;
+	r->dropped = false;
 	if (r->reply) {
 		sv_conn_put(r->reply);
 		r->reply = NULL;

@@ -43,6 +43,10 @@ struct sv_xrc_qp {
 	 * while there are any */
 	uint32_t pending;
 	uint32_t done_psn; /* the last PSN of an answer handed on (in this window) */
+	/* a request came while busy and was dropped: once the window's
+	 * answers are in, a sequence NAK has the requester send it again at
+	 * once rather than at its ack timeout */
+	bool dropped;
 	/* where the requester resends from if the SRQ's process is lost: the
 	 * oldest message unanswered, and the MSN before it */
 	uint32_t first_psn, first_msn;

@@ -14,28 +14,10 @@
  * them.
  */
 #include "sv_test.h"
-#include "stats/reader.h"
+#include "svt_counters.h"
 
 #include <inttypes.h>
 #include <unistd.h>
-
-/* A counter of this process's QP qpn connected to dest_qpn; -1 if it is
- * not listed. */
-static int64_t qp_counter(uint32_t qpn, uint32_t dest_qpn, enum sv_stat_qp_counter c)
-{
-	struct sv_stat_ctx_view *all;
-	size_t n;
-	int64_t v = -1;
-
-	SVT_CHECK_OK(sv_stat_collect(SV_STAT_QPS, &all, &n));
-	for (size_t i = 0; i < n; i++)
-		if (all[i].pid == getpid())
-			for (size_t k = 0; k < all[i].nqp; k++)
-				if (all[i].qp[k].qpn == qpn && all[i].qp[k].dest_qpn == dest_qpn)
-					v = (int64_t)all[i].qp[k].c[c];
-	sv_stat_views_free(all, n);
-	return v;
-}
 
 /* Wait until a's QP (connected to b's, bqpn) has received n packets; then
  * no more may come. */
@@ -44,11 +26,11 @@ static void expect_rx(struct svt_pair *p, uint32_t bqpn, uint64_t n, const char 
 	uint64_t t0 = svt_now_ms();
 	int64_t got;
 
-	while ((got = qp_counter(p->a.qp->qp_num, bqpn, SV_QPC_RX_PKTS)) < (int64_t)n &&
+	while ((got = svt_qp_counter(p->a.qp->qp_num, bqpn, SV_QPC_RX_PKTS)) < (int64_t)n &&
 	       svt_now_ms() - t0 < SVT_TIMEOUT_MS)
 		svt_sleep_ms(1);
 	svt_sleep_ms(100);
-	got = qp_counter(p->a.qp->qp_num, bqpn, SV_QPC_RX_PKTS);
+	got = svt_qp_counter(p->a.qp->qp_num, bqpn, SV_QPC_RX_PKTS);
 	if (got != (int64_t)n)
 		SVT_FAIL("%s: a's QP received %" PRId64 " packets, expected %" PRIu64, what, got,
 			 n);
@@ -82,7 +64,7 @@ int main(void)
 	SVT_CHECK_OK(ibv_destroy_qp(p.b.qp));
 	p.b.qp = NULL;
 	expect_rx(&p, bqpn, 4, "b's QP destroyed");
-	SVT_CHECK_EQ(qp_counter(p.a.qp->qp_num, bqpn, SV_QPC_RETRANS), 0);
+	SVT_CHECK_EQ(svt_qp_counter(p.a.qp->qp_num, bqpn, SV_QPC_RETRANS), 0);
 	svt_log("a SEND acknowledged, then its receiver destroyed: its ACK came twice more");
 	svt_pair_destroy(&p);
 
