@@ -1851,9 +1851,10 @@ static short rs_revents(struct rsock *rs, short events)
 		 * read first (POLLIN), and only then is the socket hung up.
 		 * The peer's close waits for its last data to be acknowledged,
 		 * not read, so the disconnect often comes while some is left:
-		 * a program that stops at POLLHUP (rstream) would lose it */
+		 * a program that stops at POLLHUP (rstream) would lose it.
+		 * After SHUT_RD nothing is read any more */
 		r |= POLLIN;
-		if (!rs->rx_cnt || rs->err)
+		if (!rs->rx_cnt || rs->rd_shut || rs->err)
 			r |= POLLHUP | (rs->err ? POLLERR : 0);
 		break;
 	case RS_FAILED:

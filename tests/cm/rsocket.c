@@ -18,7 +18,8 @@
  *     reads; after the peer's rclose writes fail with EPIPE or ECONNRESET
  *   - data, then the peer's rclose: rpoll says POLLIN and not POLLHUP for
  *     as long as any of it is left to read (a program that stops at
- *     POLLHUP, as rstream -T a does, would lose it), then POLLHUP and EOF
+ *     POLLHUP, as rstream -T a does, would lose it), then POLLHUP and EOF;
+ *     after rshutdown(SHUT_RD), which reads nothing more, POLLHUP at once
  *   - non-blocking rconnect: EINPROGRESS (or 0), completion via rpoll
  *     POLLOUT, SO_ERROR 0
  *   - SOCK_DGRAM (UD): the child echoes datagrams of 1 B .. 4000 B off
@@ -394,6 +395,23 @@ static int client(void)
 	SVT_CHECK_EQ(rread(s, in, 10), 0);
 	RS_OK(rclose(s));
 
+	/* the same, but this end will read none of it: SHUT_RD once the
+	 * data is here (rpoll took it in: POLLIN) */
+	s = rsocket(AF_INET, SOCK_STREAM, 0);
+	RS_OK(s);
+	SVT_CHECK_CM(rconnect(s, (struct sockaddr *)&sin, sizeof(sin)));
+	sig_wait(to_child[0], 'E');
+	p = (struct pollfd){.fd = s, .events = POLLIN};
+	SVT_CHECK_EQ(rpoll(&p, 1, 5000), 1);
+	SVT_CHECK(p.revents & POLLIN);
+	SVT_CHECK_CM(rshutdown(s, SHUT_RD));
+	p.revents = 0;
+	for (uint64_t until = svt_now_ms() + 5000; !(p.revents & POLLHUP) && svt_now_ms() < until;)
+		SVT_CHECK_EQ(rpoll(&p, 1, 10) >= 0, 1);
+	SVT_CHECK(p.revents & POLLHUP);
+	SVT_CHECK_EQ(rread(s, in, 10), 0);
+	RS_OK(rclose(s));
+
 	/* non-blocking connect, completed through rpoll POLLOUT */
 	s = rsocket(AF_INET, SOCK_STREAM, 0);
 	RS_OK(s);
@@ -577,6 +595,11 @@ static void server(void)
 	write_full(s, buf, LEFT_OVER);
 	RS_OK(rclose(s));
 	sig_send(to_child[1], 'D');
+	s = raccept(ls, NULL, NULL);
+	RS_OK(s);
+	write_full(s, buf, LEFT_OVER);
+	RS_OK(rclose(s));
+	sig_send(to_child[1], 'E');
 
 	/* non-blocking connect from the client */
 	s = raccept(ls, NULL, NULL);
