@@ -213,26 +213,30 @@ static int conn_register(struct sv_engine *eng, struct sv_conn *c)
 	return 0;
 }
 
-struct sv_conn *sv_engine_conn_to(struct sv_engine *eng, const struct sv_endpoint_addr *to)
+/* A live connection we opened to peer, with a reference, or NULL. */
+static struct sv_conn *find_outgoing(struct sv_engine *eng, const struct sv_endpoint_addr *peer)
 {
-	struct sv_endpoint_addr at = { to->ip, sv_transport_peer_port(eng->mode, to->port) };
-	const struct sv_endpoint_addr *peer = &at;
-	struct sv_conn *c;
-	struct sv_list *l;
+	struct sv_conn *c, *found = NULL;
 
 	pthread_mutex_lock(&eng->lock);
-	for (l = eng->conns.next; l != &eng->conns; l = l->next) {
+	for (struct sv_list *l = eng->conns.next; l != &eng->conns && !found; l = l->next) {
 		c = SV_CONTAINER_OF(l, struct sv_conn, link);
 		if (c->outgoing && atomic_load(&c->state) != SV_CONN_DEAD && !atomic_load(&c->abandoned) &&
 		    sv_ip_eq(&c->peer.ip, &peer->ip) && c->peer.port == peer->port) {
 			sv_conn_get(c);
-			pthread_mutex_unlock(&eng->lock);
-			return c;
+			found = c;
 		}
 	}
 	pthread_mutex_unlock(&eng->lock);
+	return found;
+}
 
-	c = conn_new(eng, -1, true, NULL);
+/* connect_lock held: a new connection to peer, with the caller's reference
+ * (a dead one if it could not be made), or NULL (no memory). */
+static struct sv_conn *conn_make(struct sv_engine *eng, const struct sv_endpoint_addr *peer)
+{
+	struct sv_conn *c = conn_new(eng, -1, true, NULL);
+
 	if (!c)
 		return NULL;
 	c->peer = *peer;
@@ -250,6 +254,25 @@ struct sv_conn *sv_engine_conn_to(struct sv_engine *eng, const struct sv_endpoin
 		return c;
 	}
 	return c; /* the caller's reference, beside the engine list's */
+}
+
+struct sv_conn *sv_engine_conn_to(struct sv_engine *eng, const struct sv_endpoint_addr *to)
+{
+	struct sv_endpoint_addr at = { to->ip, sv_transport_peer_port(eng->mode, to->port) };
+	const struct sv_endpoint_addr *peer = &at;
+	struct sv_conn *c = find_outgoing(eng, peer);
+
+	if (c)
+		return c;
+	/* none yet: make it, one thread at a time, and look again first, as
+	 * another thread may have made it meanwhile (two QPs' first requests
+	 * to one peer would otherwise make two connections) */
+	pthread_mutex_lock(&eng->connect_lock);
+	c = find_outgoing(eng, peer);
+	if (!c)
+		c = conn_make(eng, peer);
+	pthread_mutex_unlock(&eng->connect_lock);
+	return c;
 }
 
 struct sv_conn *sv_engine_conn_mcast(struct sv_engine *eng, const union ibv_gid *mgid, int *err)
@@ -1681,6 +1704,7 @@ int sv_engine_start(struct sv_context *ctx, struct in_addr ip)
 			    1000000ull;
 	pthread_mutex_init(&eng->lock, NULL);
 	pthread_mutex_init(&eng->progress_lock, NULL);
+	pthread_mutex_init(&eng->connect_lock, NULL);
 	sv_list_init(&eng->conns);
 	sv_list_init(&eng->graveyard);
 	sv_list_init(&eng->timer_qps);
@@ -1867,6 +1891,7 @@ void sv_engine_stop(struct sv_engine *eng)
 		close(eng->epfd);
 	pthread_mutex_destroy(&eng->lock);
 	pthread_mutex_destroy(&eng->progress_lock);
+	pthread_mutex_destroy(&eng->connect_lock);
 	free(eng->dgram_buf);
 	free(eng);
 }

@@ -72,6 +72,9 @@ struct sv_engine {
 
 	pthread_mutex_t lock;      /* conns, graveyard, timer_qps, run_qps */
 	pthread_mutex_t progress_lock; /* whoever processes events holds it */
+	/* a thread making a connection (sv_engine_conn_to): one at a time,
+	 * so that two first requests to one peer make one connection */
+	pthread_mutex_t connect_lock;
 	struct sv_list conns;
 	struct sv_list graveyard;  /* failed conns, released by the engine thread */
 	struct sv_list timer_qps;

@@ -22,12 +22,18 @@
  *      FETCH_AND_ADD 1 and then CAS-increment one word of ours concurrently;
  *      the final value is exact and the old values returned are all
  *      distinct (no lost or doubled update), every completion a success.
+ *   5. First requests at once: between two fresh contexts, six threads
+ *      post the first WRITE of six QP pairs together (a barrier); all land,
+ *      and they made one connection (two mappings of one ring area, ours
+ *      and the peer context's), not one per thread that found none.  Ten
+ *      rounds.
  * Where seccomp filters cannot be installed, the seccomp part of 3 is left
  * out and the test ends as skipped (77) once everything else has passed.
  */
 #include "sv_test.h"
 
 #include <dirent.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stddef.h>
 #include <sys/prctl.h>
@@ -1245,6 +1251,80 @@ static void timed(const char *name, void (*fn)(void))
 	svt_log("%s: ok in %llu ms", name, (unsigned long long)(svt_now_ms() - t0));
 }
 
+/* ------------------------------------------------------------------------- */
+/* 5. First requests at once                                                  */
+/* ------------------------------------------------------------------------- */
+
+#define RACERS 6
+#define RACE_ROUNDS 10
+
+struct racer {
+	struct ibv_qp *qp;
+	struct svt_pair *p;
+	int i;
+	pthread_barrier_t *go;
+};
+
+static void *race_write(void *arg)
+{
+	struct racer *r = arg;
+	uint8_t *src = (uint8_t *)r->p->a.buf + r->i * 64;
+	uint64_t dst = (uintptr_t)r->p->b.buf + (uint64_t)r->i * 64;
+
+	svt_fill(src, 64, 40 + (uint32_t)r->i);
+	pthread_barrier_wait(r->go);
+	SVT_CHECK_OK(svt_post_send(r->qp, (uint64_t)r->i, IBV_WR_RDMA_WRITE, IBV_SEND_SIGNALED, src,
+				   64, r->p->a.mr->lkey, dst, r->p->b.mr->rkey, 0));
+	return NULL;
+}
+
+static void test_first_requests(void)
+{
+	for (int round = 0; round < RACE_ROUNDS; round++) {
+		struct svt_pair p;
+		struct ibv_qp *qa[RACERS], *qb[RACERS];
+		struct racer r[RACERS];
+		pthread_t th[RACERS];
+		pthread_barrier_t go;
+		struct svt_qp_init qi;
+		struct ibv_wc wc[RACERS];
+		int n;
+
+		svt_pair_create(&p, IBV_QPT_RC, NULL);
+		svt_qp_init_default(&qi, IBV_QPT_RC);
+		for (int i = 0; i < RACERS; i++) {
+			qa[i] = svt_create_qp(p.a.pd, p.a.send_cq, p.a.recv_cq, &qi);
+			qb[i] = svt_create_qp(p.b.pd, p.b.send_cq, p.b.recv_cq, &qi);
+			svt_qp_link(qa[i], &p.a.gid, qb[i], &p.b.gid, NULL);
+		}
+		/* no request yet: no connection */
+		SVT_CHECK_EQ(shm_maps(NULL), 0);
+		SVT_CHECK_OK(pthread_barrier_init(&go, NULL, RACERS));
+		for (int i = 0; i < RACERS; i++) {
+			r[i] = (struct racer){ qa[i], &p, i, &go };
+			SVT_CHECK_OK(pthread_create(&th[i], NULL, race_write, &r[i]));
+		}
+		for (int i = 0; i < RACERS; i++)
+			SVT_CHECK_OK(pthread_join(th[i], NULL));
+		svt_poll_ok(p.a.send_cq, RACERS, wc, 0);
+		for (int i = 0; i < RACERS; i++)
+			SVT_CHECK_FILL((uint8_t *)p.b.buf + i * 64, 64, 40 + (uint32_t)i);
+		n = shm_maps(NULL);
+		if (over_tcp)
+			SVT_CHECK_EQ(n, 0);
+		else
+			SVT_CHECK_MSG(n == 2, "round %d: %d mappings of ring areas, expected 2 (one "
+				      "connection)", round, n);
+		for (int i = 0; i < RACERS; i++) {
+			SVT_CHECK_OK(ibv_destroy_qp(qa[i]));
+			SVT_CHECK_OK(ibv_destroy_qp(qb[i]));
+		}
+		SVT_CHECK_OK(pthread_barrier_destroy(&go));
+		svt_pair_destroy(&p);
+		SVT_CHECK_EQ(shm_maps_gone(2000), 0);
+	}
+}
+
 int main(int argc, char **argv)
 {
 	const char *tr = getenv("SOFTVERBS_TRANSPORT");
@@ -1262,6 +1342,7 @@ int main(int argc, char **argv)
 	timed("2 SIGKILL", test_sigkill);
 	timed("3 single copy refused", test_single_copy_refused);
 	timed("4 atomics", test_atomics);
+	timed("5 first requests at once", test_first_requests);
 
 	check_dev_shm_unchanged("at the end");
 	names_free(&dev_shm_before);
