@@ -656,8 +656,7 @@ void sv_responder_farewell(struct sv_qp *qp)
 {
 	struct sv_conn *conn;
 
-	if (!qp->ti->reliable || !qp->ti->connected || qp->xrc ||
-	    (qp->state != IBV_QPS_RTR && qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_SQD) ||
+	if (!qp->ti->reliable || !qp->ti->connected || qp->xrc || !sv_qp_state_receives(qp->state) ||
 	    qp->epsn == qp->attr.rq_psn /* nothing arrived */)
 		return;
 	/* the QP's own connection to the peer, made by its first request: a

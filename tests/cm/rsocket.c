@@ -99,6 +99,30 @@ static void read_full(int s, void *buf, size_t len)
 	}
 }
 
+/* A connected rsocket to sin, once the server has said `phase`. */
+static int dial_then_wait(const struct sockaddr_in *sin, char phase)
+{
+	int s = rsocket(AF_INET, SOCK_STREAM, 0);
+
+	RS_OK(s);
+	SVT_CHECK_CM(rconnect(s, (const struct sockaddr *)sin, sizeof(*sin)));
+	sig_wait(to_child[0], phase);
+	return s;
+}
+
+/* The next connection on ls gets LEFT_OVER bytes of pattern 31 and is closed
+ * at once; then the client is told `phase`. */
+static void write_left_over_and_close(int ls, uint8_t *buf, char phase)
+{
+	int s = raccept(ls, NULL, NULL);
+
+	RS_OK(s);
+	svt_fill(buf, LEFT_OVER, 31);
+	write_full(s, buf, LEFT_OVER);
+	RS_OK(rclose(s));
+	sig_send(to_child[1], phase);
+}
+
 static uint16_t port_of(int s, bool peer)
 {
 	struct sockaddr_in a;
@@ -358,10 +382,7 @@ static int client(void)
 
 	/* writes after the peer closed: EPIPE or ECONNRESET (and no SIGPIPE) */
 	sig_wait(to_child[0], 'A');
-	s = rsocket(AF_INET, SOCK_STREAM, 0);
-	RS_OK(s);
-	SVT_CHECK_CM(rconnect(s, (struct sockaddr *)&sin, sizeof(sin)));
-	sig_wait(to_child[0], 'C'); /* the server closed its end */
+	s = dial_then_wait(&sin, 'C'); /* the server closed its end */
 	uint64_t end = svt_now_ms() + 5000;
 	int err = 0;
 	while (!err && svt_now_ms() < end) {
@@ -376,10 +397,7 @@ static int client(void)
 	/* the server writes LEFT_OVER bytes and closes; its close waits for
 	 * them to be acknowledged, not read, so the disconnect is taken in
 	 * here while they are all still to be read */
-	s = rsocket(AF_INET, SOCK_STREAM, 0);
-	RS_OK(s);
-	SVT_CHECK_CM(rconnect(s, (struct sockaddr *)&sin, sizeof(sin)));
-	sig_wait(to_child[0], 'D');
+	s = dial_then_wait(&sin, 'D');
 	struct pollfd p = {.fd = s, .events = POLLIN};
 	for (uint64_t until = svt_now_ms() + 300; svt_now_ms() < until;) {
 		p.revents = 0;
@@ -397,10 +415,7 @@ static int client(void)
 
 	/* the same, but this end will read none of it: SHUT_RD once the
 	 * data is here (rpoll took it in: POLLIN) */
-	s = rsocket(AF_INET, SOCK_STREAM, 0);
-	RS_OK(s);
-	SVT_CHECK_CM(rconnect(s, (struct sockaddr *)&sin, sizeof(sin)));
-	sig_wait(to_child[0], 'E');
+	s = dial_then_wait(&sin, 'E');
 	p = (struct pollfd){.fd = s, .events = POLLIN};
 	SVT_CHECK_EQ(rpoll(&p, 1, 5000), 1);
 	SVT_CHECK(p.revents & POLLIN);
@@ -588,18 +603,10 @@ static void server(void)
 	RS_OK(rclose(s));
 	sig_send(to_child[1], 'C');
 
-	/* data the client reads after this end closed */
-	s = raccept(ls, NULL, NULL);
-	RS_OK(s);
-	svt_fill(buf, LEFT_OVER, 31);
-	write_full(s, buf, LEFT_OVER);
-	RS_OK(rclose(s));
-	sig_send(to_child[1], 'D');
-	s = raccept(ls, NULL, NULL);
-	RS_OK(s);
-	write_full(s, buf, LEFT_OVER);
-	RS_OK(rclose(s));
-	sig_send(to_child[1], 'E');
+	/* data the client reads after this end closed; then data it will not
+	 * read (SHUT_RD) */
+	write_left_over_and_close(ls, buf, 'D');
+	write_left_over_and_close(ls, buf, 'E');
 
 	/* non-blocking connect from the client */
 	s = raccept(ls, NULL, NULL);
