@@ -16,6 +16,9 @@
 # To bisect a slowdown, check the two commits out side by side
 # (git worktree add DIR COMMIT; make -C DIR) and run this on them.
 set -euo pipefail
+# the runs on one host use the loopback device, which a host with another
+# interface shows only when asked (src/verbs/device.c)
+export SOFTVERBS_LOOPBACK=${SOFTVERBS_LOOPBACK:-1}
 
 [ $# -ge 2 ] || { echo "usage: $0 BASE_TREE HEAD_TREE [ROUNDS]" >&2; exit 2; }
 BASE=$1 HEAD=$2 ROUNDS=${3:-8}

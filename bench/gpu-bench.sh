@@ -22,6 +22,9 @@
 # (build-gpu-perftest/perftest), SIZES (65536 1048576 8388608), RESULTS
 # (bench/results), PROGS (ib_write_bw ib_read_bw ib_send_bw).
 set -uo pipefail
+# the runs on one host use the loopback device, which a host with another
+# interface shows only when asked (src/verbs/device.c)
+export SOFTVERBS_LOOPBACK=${SOFTVERBS_LOOPBACK:-1}
 
 root=$(cd "$(dirname "$0")/.." && pwd)
 sv=${SV_BUILD:-$root/build-gpu}

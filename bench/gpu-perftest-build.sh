@@ -88,4 +88,4 @@ echo "== perftest $(sed -n 's/^#define PACKAGE_VERSION "\(.*\)"/\1/p' config.h),
 ldd "$out/perftest/${progs%% *}" | grep -E 'ibverbs|rdmacm|umad' || true
 echo "== binaries in $out/perftest:"
 for p in $progs; do echo "  $out/perftest/$p"; done
-echo "e.g. $sv/bin/softverbs run -- $out/perftest/ib_write_bw --use_cuda=0 -d sv_lo"
+echo "e.g. SOFTVERBS_LOOPBACK=1 $sv/bin/softverbs run -- $out/perftest/ib_write_bw --use_cuda=0 -d sv_lo"

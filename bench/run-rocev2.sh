@@ -23,6 +23,9 @@
 # Writes $RESULTS/rocev2.csv and table.txt (default bench/results/rocev2),
 # the programs' output under $RESULTS/logs.  Needs root (namespaces, netem).
 set -uo pipefail
+# the runs on one host use the loopback device, which a host with another
+# interface shows only when asked (src/verbs/device.c)
+export SOFTVERBS_LOOPBACK=${SOFTVERBS_LOOPBACK:-1}
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(dirname "$BENCH_DIR")

@@ -17,6 +17,9 @@
 # longer; bandwidth: what fraction).  Written to $RESULTS/ucx-table.txt
 # (default bench/results), raw outputs in $RESULTS/logs-ucx/.
 set -euo pipefail
+# the runs on one host use the loopback device, which a host with another
+# interface shows only when asked (src/verbs/device.c)
+export SOFTVERBS_LOOPBACK=${SOFTVERBS_LOOPBACK:-1}
 
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(dirname "$BENCH_DIR")

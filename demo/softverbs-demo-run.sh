@@ -2,13 +2,13 @@
 # softverbs-demo-run — what `make demo` shows.
 #
 # Starts `sv-demo server` in the background, then `sv-demo client` against it,
-# both on this host over the softverbs device (default sv_lo), and prints both
+# both on this host over a softverbs device (default: the first one), and prints both
 # reports merged in the order things happened (server lines prefixed
 # "[server]", client lines "[client]"), then a PASS/FAIL summary.  The exit
 # status is 0 only if both sides passed every check.  The server is cleaned up
 # on any exit.
 #
-# Environment: SV_DEMO_DEVICE (verbs device, default sv_lo), SV_DEMO_TIMEOUT
+# Environment: SV_DEMO_DEVICE (verbs device, default the first), SV_DEMO_TIMEOUT
 # (seconds per program, default 30), SV_DEMO_PORT (TCP control port, default 0
 # = any free port), SV_DEMO_BIN (the sv-demo binary, default next to this
 # script).
@@ -76,7 +76,7 @@ status_word() {
 cat <<EOF
 === softverbs demo ===
 Two processes on this host talk RDMA through softverbs, using only the verbs
-API (RC queue pairs on device ${SV_DEMO_DEVICE:-sv_lo}); a TCP socket on 127.0.0.1 carries just
+API (RC queue pairs on device ${SV_DEMO_DEVICE:-the first device}); a TCP socket on 127.0.0.1 carries just
 the QPN/PSN/GID/rkey/address exchange, as ibv_rc_pingpong does.
   (a)  SEND gathering 3 buffers -> 1 buffer; SEND_WITH_IMM 1 buffer -> 3 buffers
   (b)  RDMA WRITE (3-entry gather) and RDMA READ (3-entry scatter)

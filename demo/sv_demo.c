@@ -30,7 +30,7 @@
  * (ibv_req_notify_cq + ibv_get_cq_event + ibv_ack_cq_events); everything else
  * polls the CQ.  alarm() bounds the whole run, so nothing can hang.
  *
- * Environment: SV_DEMO_DEVICE (default "sv_lo"), SV_DEMO_TIMEOUT (seconds,
+ * Environment: SV_DEMO_DEVICE (default: the first device), SV_DEMO_TIMEOUT (seconds,
  * default 30), SV_DEMO_BIND (server's control-socket address, default
  * 127.0.0.1).
  */
@@ -55,7 +55,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#define DEFAULT_DEVICE  "sv_lo"
+/* no device named: the first of the list, what ibv_rc_pingpong takes without -d */
+#define DEFAULT_DEVICE  "the first device"
 #define DEFAULT_PORT    "18600"
 #define DEFAULT_TIMEOUT 30      /* seconds for the whole run (alarm) */
 #define CQ_WAIT_MS      10000   /* one completion must arrive within this */
@@ -439,8 +440,8 @@ static void open_device(struct demo *d)
 	Dl_info dli;
 	int n = 0, i, pick = -1;
 
-	if (!want || !*want)
-		want = DEFAULT_DEVICE;
+	if (want && !*want)
+		want = NULL;
 	if (dladdr((void *)ibv_get_device_list, &dli) && dli.dli_fname)
 		say("verbs library : %s", dli.dli_fname);
 
@@ -453,12 +454,13 @@ static void open_device(struct demo *d)
 			strcat(names, " ");
 			strcat(names, nm);
 		}
-		if (pick < 0 && strcmp(nm, want) == 0)
+		if (pick < 0 && (!want || strcmp(nm, want) == 0))
 			pick = i;
 	}
 	say("devices       :%s", n ? names : " (none)");
 	if (pick < 0) {
-		check(false, "device \"%s\" is in the list (set SV_DEMO_DEVICE to pick another)", want);
+		check(false, "device \"%s\" is in the list (set SV_DEMO_DEVICE to pick another)",
+		      want ? want : DEFAULT_DEVICE);
 		die("finding the device", ENODEV);
 	}
 	d->ctx = ibv_open_device(d->devs[pick]);

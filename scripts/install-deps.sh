@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
 # Install the Debian/Ubuntu packages softverbs needs to build, test and demo.
 #
-#   scripts/install-deps.sh [EXTRA_PACKAGE...]
+#   scripts/install-deps.sh [--all] [EXTRA_PACKAGE...]
+#
+# --all adds every package some test runs over softverbs or uses to check it
+# (the tests skip, naming the package, where one is missing): the sanitizer
+# compiler, UCX, Open MPI, MPICH, libfabric, DAPL, scapy, tcpdump, tshark,
+# and qemu with debootstrap for the Soft-RoCE guest.  CI (.ci/run) installs
+# these.
 #
 # Build: cmake, gcc, make, pkg-config and rdma-core's headers (libibverbs-dev,
 # librdmacm-dev: softverbs is built against them, they are the ABI contract);
@@ -15,12 +21,26 @@
 # Otherwise uses apt-get directly as root, or through sudo.
 set -euo pipefail
 
+test_packages=(
+	clang ucx-utils libucx-dev openmpi-bin libopenmpi-dev mpich libmpich-dev
+	libfabric-bin dapl2-utils python3-scapy tcpdump tshark
+	qemu-system-x86 debootstrap e2fsprogs
+)
+extra=()
+for a in "$@"; do
+	if [ "$a" = --all ]; then
+		extra+=("${test_packages[@]}")
+	else
+		extra+=("$a")
+	fi
+done
+
 packages=(
 	cmake gcc make pkg-config
 	libibverbs-dev librdmacm-dev libsodium-dev zlib1g-dev
 	ibverbs-utils rdmacm-utils perftest qperf
 	iproute2 iperf3
-	"$@"
+	${extra[@]+"${extra[@]}"}
 )
 
 if ! command -v dpkg-query >/dev/null 2>&1; then

@@ -85,6 +85,8 @@ static const char usage_text[] =
 	"Environment:\n"
 	"  SOFTVERBS_IFACES    comma-separated interface names that become devices\n"
 	"                      (default: every up interface with an IPv4 address)\n"
+	"  SOFTVERBS_LOOPBACK  1: lo becomes a device (sv_lo) beside the others; 0: never\n"
+	"                      (default auto: only when lo is the only interface)\n"
 	"  SOFTVERBS_PORT_MIN  lowest TCP port a device endpoint listens on\n"
 	"                      (default: an ephemeral port chosen by the kernel)\n"
 	"  SOFTVERBS_PORT_MAX  highest TCP port, used with SOFTVERBS_PORT_MIN\n"

@@ -72,6 +72,27 @@ static struct cm_device *device_by_ifname(const char *ifname)
 	return found;
 }
 
+/*
+ * The device a loopback address is served by when lo has none (the usual
+ * case, device.c in verbs/): the first device, as the kernel's CM binds a
+ * loopback id to the first active port it finds.  The QP then carries that
+ * device's GIDs, which reach this host's processes as well as any other.
+ */
+static struct cm_device *first_device(void)
+{
+	struct ibv_device **list;
+	struct cm_device *found = NULL;
+	int n;
+
+	list = ibv_get_device_list(&n);
+	if (!list)
+		return NULL;
+	if (n > 0)
+		found = device_open(list[0]);
+	ibv_free_device_list(list);
+	return found;
+}
+
 struct cm_device *cm_device_for_ip(struct in_addr ip)
 {
 	struct ifaddrs *ifa, *i;
@@ -89,6 +110,8 @@ struct cm_device *cm_device_for_ip(struct in_addr ip)
 			found = device_by_ifname(i->ifa_name);
 	}
 	freeifaddrs(ifa);
+	if (!found && (ntohl(ip.s_addr) >> 24) == IN_LOOPBACKNET)
+		found = first_device();
 	return found;
 }
 

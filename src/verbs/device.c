@@ -1,9 +1,18 @@
 /*
  * Devices and contexts.  A device is an up network interface with an IPv4
- * address (loopback included); opening it creates an endpoint: a listener on
- * that address and an engine thread.  GID index 0 names the endpoint
- * (src/transport/endpoint.c), so a peer given only (GID, QPN), which is
- * what verbs programs exchange, can reach it.
+ * address; opening it creates an endpoint: a listener on that address and
+ * an engine thread.  A QP is reached by (any GID of its device's port, QPN)
+ * (gid.c).
+ *
+ * The loopback interface gets a device (sv_lo) only when asked for
+ * (SOFTVERBS_LOOPBACK=1, or lo named in SOFTVERBS_IFACES) or when no other
+ * interface qualifies.  A real host has no RDMA device on lo, and middleware
+ * takes every device whose addresses look alike for a path to every other
+ * host: UCX pairs host A's sv_lo with host B's (both RoCE v2 IPv4 GIDs), and
+ * that QP then aims at 127.0.0.1 in the wrong host.  Same-host work needs no
+ * sv_lo: the device of any interface reaches the processes of this host
+ * (over shared memory), and the CM maps 127.0.0.1 to the first device, as
+ * the kernel's does.
  */
 #include "common/fault_guard.h"
 #include "verbs/verbs.h"
@@ -116,20 +125,53 @@ const struct sv_device *sv_device_by_mac(const uint8_t mac[6])
 	return NULL;
 }
 
+/* An interface that can become a device, leaving aside the loopback rule. */
+static bool iface_qualifies(const struct ifaddrs *i)
+{
+	const struct sockaddr *sa = i->ifa_addr;
+
+	return sa && sa->sa_family == AF_INET && (i->ifa_flags & IFF_UP) &&
+	       iface_selected(i->ifa_name) &&
+	       strlen(i->ifa_name) + 4 <= sizeof(((struct ibv_device *)0)->name);
+}
+
+/*
+ * Whether loopback interfaces become devices: SOFTVERBS_LOOPBACK=1 or 0
+ * says; unset (or auto), only when lo is named in SOFTVERBS_IFACES or no
+ * other interface qualifies (a container with no network but lo).
+ */
+static bool loopback_wanted(const struct ifaddrs *all)
+{
+	const char *v = sv_env_str("SOFTVERBS_LOOPBACK", "auto");
+
+	if (!strcmp(v, "1") || !strcmp(v, "yes") || !strcmp(v, "on"))
+		return true;
+	if (!strcmp(v, "0") || !strcmp(v, "no") || !strcmp(v, "off"))
+		return false;
+	if (strcmp(v, "auto"))
+		sv_warn("SOFTVERBS_LOOPBACK=%s: expected auto, 1 or 0; using auto", v);
+	if (sv_env_str("SOFTVERBS_IFACES", NULL))
+		return true; /* iface_selected decides: lo only if named */
+	for (const struct ifaddrs *i = all; i; i = i->ifa_next)
+		if (iface_qualifies(i) && !(i->ifa_flags & IFF_LOOPBACK))
+			return false;
+	return true;
+}
+
 static void scan_devices(void)
 {
 	struct ifaddrs *ifa, *i;
+	bool loopback;
 
 	if (getifaddrs(&ifa))
 		return;
+	loopback = loopback_wanted(ifa);
 	for (i = ifa; i; i = i->ifa_next) {
 		struct sockaddr_in *sin = (struct sockaddr_in *)i->ifa_addr;
 		struct sv_device *d, **nd;
 		bool known = false;
 
-		if (!sin || sin->sin_family != AF_INET || !(i->ifa_flags & IFF_UP))
-			continue;
-		if (!iface_selected(i->ifa_name) || strlen(i->ifa_name) + 4 > sizeof(d->ibdev.name))
+		if (!iface_qualifies(i) || ((i->ifa_flags & IFF_LOOPBACK) && !loopback))
 			continue;
 		for (int k = 0; k < ndevs; k++)
 			if (!strcmp(devs[k]->ifname, i->ifa_name))

@@ -72,10 +72,31 @@ trap 'exit 130' INT TERM HUP
 
 # sv_require PROGRAM...: the programs must exist (skip otherwise), and so must
 # the softverbs tool (fail otherwise: it is part of this build).
+# sv_package_of PROG: the Debian package that installs PROG.
+sv_package_of() {
+	case $1 in
+	ibv_*) echo ibverbs-utils ;;
+	ib_*) echo perftest ;;
+	rping | udaddy | ucmatose | rdma_server | rdma_client | rdma_xserver | rdma_xclient | \
+		cmtime | mckey | rstream | riostream | rcopy) echo rdmacm-utils ;;
+	ucx_*) echo ucx-utils ;;
+	mpirun | mpicc) echo "openmpi-bin libopenmpi-dev" ;;
+	mpiexec.mpich) echo mpich ;;
+	mpicc.mpich) echo mpich ;;
+	fi_*) echo libfabric-bin ;;
+	dtest | dapltest) echo dapl2-utils ;;
+	qemu-system-x86_64) echo qemu-system-x86 ;;
+	*) echo "$1" ;;
+	esac
+}
+
+# sv_require PROG...: skip (77) unless every PROG is installed, naming the
+# package that brings it and how to install it.
 sv_require() {
 	local p
 	for p in "$@"; do
-		command -v "$p" >/dev/null 2>&1 || sv_skip "$p not installed (Debian ibverbs-utils)"
+		command -v "$p" >/dev/null 2>&1 ||
+			sv_skip "$p not installed: Debian package $(sv_package_of "$p") (scripts/install-deps.sh --all installs every package the tests use)"
 	done
 	[ -n "$SV_TOOL" ] && [ -x "$SV_TOOL" ] ||
 		sv_fail "softverbs tool not found (SV_TOOL='$SV_TOOL'); run 'make' first"
@@ -266,18 +287,21 @@ sv_gid() {
 
 # sv_pingpong PROGRAM SIZE ITERS PORT SRV_NS SRV_DEV CLI_NS CLI_DEV SRV_HOST [ARGS...]
 # One pingpong: server and client as separate processes, each with
-# `-d DEV -g 0 -c -s SIZE -n ITERS -p PORT ARGS`; both must exit 0 and both
-# must report SIZE*ITERS*2 bytes moved with validated data.
+# `-d DEV -g 0 -c -s SIZE -n ITERS -p PORT ARGS` (no -d where DEV is ""); both
+# must exit 0 and both must report SIZE*ITERS*2 bytes moved with validated data.
 sv_pingpong() {
 	local prog=$1 size=$2 iters=$3 port=$4 sns=$5 sdev=$6 cns=$7 cdev=$8 host=$9
 	shift 9
 	local common=(-g 0 -c -s "$size" -n "$iters" "$@")
 	local srv_rc cli_rc spid listening=0
+	local sd=(-d "$sdev") cd=(-d "$cdev")
+	[ -n "$sdev" ] || sd=()
+	[ -n "$cdev" ] || cd=()
 
 	for _ in 1 2 3; do
 		port=$(sv_free_port "$sns" "$port")
 		sv_log "server: $prog -d $sdev ${common[*]} -p $port ${sns:+(netns $sns)}"
-		sv_run_bg server "$(sv_left)" "$sns" "$prog" -d "$sdev" -p "$port" "${common[@]}"
+		sv_run_bg server "$(sv_left)" "$sns" "$prog" ${sd[@]+"${sd[@]}"} -p "$port" "${common[@]}"
 		spid=$SV_PID
 		local w=0
 		sv_wait_listen "$sns" "$port" "$spid" || w=$?
@@ -299,7 +323,7 @@ sv_pingpong() {
 	for _ in 1 2 3; do
 		sv_log "client: $prog -d $cdev ${common[*]} -p $port $host ${cns:+(netns $cns)}"
 		cli_rc=0
-		sv_run client "$(($(sv_left) - 3))" "$cns" "$prog" -d "$cdev" -p "$port" \
+		sv_run client "$(($(sv_left) - 3))" "$cns" "$prog" ${cd[@]+"${cd[@]}"} -p "$port" \
 			"${common[@]}" "$host" || cli_rc=$?
 		if [ "$cli_rc" != 0 ] && grep -q "Couldn't connect to" "$SV_WORK/client.out" &&
 			kill -0 "$spid" 2>/dev/null; then

@@ -2,8 +2,10 @@
 # Middleware over softverbs: Debian's UCX, Open MPI, libfabric and qperf,
 # unmodified, under `softverbs run`, between two processes of this host
 # (MODE lo) or of two hosts (MODE netns: two network namespaces joined by a
-# veth pair, so the traffic crosses TCP).  Each case checks the data, not
-# only the exit status.
+# veth pair, so the traffic crosses TCP; MODE hosts: the same with
+# softverbs' and the middleware's default device settings, none given, and
+# distinct interface names, as two real hosts have).  Each case checks the
+# data, not only the exit status.
 #
 #   middleware.sh MODE CASE [ARGS...]
 #
@@ -13,6 +15,8 @@
 #                            client's final line must count every iteration
 #   ucx-check TLS            ucx_check (tests/middleware/ucx_check.c): UCP tag,
 #                            PUT/GET and atomics with every byte compared
+#   mpich                    mpi_check built with MPICH's mpicc under its
+#                            mpiexec (ch4:ucx), 2 ranks; as mpi ucx
 #   mpi PML                  mpi_check (ping-pong 1 B - 4 MiB, allreduce, bcast,
 #                            data compared) under mpirun, 2 ranks, PML ucx or
 #                            ofi (mtl ofi, verbs;ofi_rxm); the log must show the
@@ -31,7 +35,23 @@ shift 2
 SV_BIN=${SV_BIN:-}
 
 # Where the two sides run: namespaces, devices, the server's address.
-if [ "$MODE" = netns ]; then
+if [ "$MODE" = hosts ]; then
+	# Two hosts as a new user has them: no SOFTVERBS_LOOPBACK (the suite's
+	# default, svt_use_loopback_device), no UCX_NET_DEVICES, each NIC its
+	# own name.  Each side must see only its own interface's device: a
+	# device on lo looks to UCX like a path to the other host.
+	unset SOFTVERBS_LOOPBACK SOFTVERBS_IFACES
+	sv_netns_pair mwh "$((RANDOM % 200 + 20))"
+	SNS=$SV_NS_A CNS=$SV_NS_B SDEV=sv_sva CDEV=sv_svb
+	HOST=$(ip -n "$SNS" -4 -o addr show sva | awk '{print $4}' | cut -d/ -f1)
+	for side in "$SNS:$SDEV" "$CNS:$CDEV"; do
+		devs=$(ip netns exec "${side%%:*}" "$SV_TOOL" run -- ibv_devices 2>&1 |
+			awk '/^ +sv_/ { print $1 }' | tr '\n' ' ')
+		[ "$devs" = "${side#*:} " ] ||
+			sv_fail "namespace ${side%%:*}: devices '$devs', want only ${side#*:}"
+	done
+	sv_log "devices: $SDEV in $SNS, $CDEV in $CNS, no sv_lo"
+elif [ "$MODE" = netns ]; then
 	sv_netns_pair mw "$((RANDOM % 200 + 20))"
 	# Both ends of the veth pair get one name, as two hosts' NICs often
 	# share one: UCT-level ucx_perftest hands its device name to the server.
@@ -131,9 +151,21 @@ teardown_crash() {
 		grep -q '^/[^ ]*/libfabric\.so'
 }
 
-# UCX: only the softverbs device of each side, and only the transports asked.
+# UCX: only the softverbs device of each side, and only the transports
+# asked; between hosts with default settings, the transports alone.
 ucx_env() {
-	export UCX_TLS=$1 UCX_NET_DEVICES=$SDEV:1 UCX_WARN_UNUSED_ENV_VARS=n
+	export UCX_TLS=$1 UCX_WARN_UNUSED_ENV_VARS=n
+	[ "$MODE" = hosts ] || export UCX_NET_DEVICES=$SDEV:1
+}
+
+# mpi_lanes LOG: both ranks' UCX endpoints use the softverbs device of their
+# side (UCX's info log names each lane), and none a device on lo.
+mpi_lanes() {
+	local want="tag\\(rc_verbs/($SDEV|$CDEV):1\\)"
+	[ "$(grep -cE "$want" "$1")" -ge 2 ] ||
+		sv_fail "the log does not show both ranks on $SDEV/$CDEV ($want)"
+	[ "$SDEV" = sv_lo ] || ! grep -qE 'ep_cfg.*sv_lo:1' "$1" ||
+		sv_fail "a UCX lane uses sv_lo: $(grep -m1 'ep_cfg.*sv_lo:1' "$1")"
 }
 
 case $CASE in
@@ -189,25 +221,57 @@ mpi)
 		       --mca mtl_base_verbose 100)
 		want="mtl:ofi:provider: $SDEV"
 	fi
-	if [ "$MODE" = netns ]; then
+	if [ "$MODE" = netns ] || [ "$MODE" = hosts ]; then
 		# Two hosts: mpirun in the first namespace starts rank 0 there and,
 		# through netns-rsh.sh as its remote shell, a daemon and rank 1 in
 		# the second.  Its daemons talk over the veth pair.
 		args+=(--host "$(hostname):1,$CNS:1"
 		       --mca plm_rsh_agent "$(cd "$(dirname "$0")" && pwd)/netns-rsh.sh"
-		       --mca oob_tcp_if_include svm)
+		       --mca oob_tcp_if_include "${SDEV#sv_},${CDEV#sv_}")
 	fi
 	sv_run mpi 50 "$SNS" mpirun "${args[@]}" "$SV_BIN/mpi_check" || sv_fail "mpirun failed"
 	check_no_crash mpi
 	grep -q '^mpi_check: OK' "$SV_WORK/mpi.out" || sv_fail "mpi_check did not report OK"
 	# both ranks, over the softverbs device
-	[ "$(grep -cE "$want" "$SV_WORK/mpi.out")" -ge 2 ] ||
-		sv_fail "the log does not show both ranks on $SDEV ($want)"
-	if [ "$MODE" = netns ]; then
+	if [ "$pml" = ucx ]; then
+		mpi_lanes "$SV_WORK/mpi.out"
+	else
+		[ "$(grep -cE "$want" "$SV_WORK/mpi.out")" -ge 2 ] ||
+			sv_fail "the log does not show both ranks on $SDEV ($want)"
+	fi
+	if [ "$MODE" != lo ]; then
 		grep -q '^mpi_check: ranks in 2 network namespace' "$SV_WORK/mpi.out" ||
 			sv_fail "the two ranks did not run in the two namespaces"
 	fi
 	grep '^mpi_check: ' "$SV_WORK/mpi.out" | sed "s/^/   /"
+	;;
+mpich)
+	# MPICH (Debian's is ch4:ucx) between two hosts: mpi_check built with
+	# its own wrapper, rank 1 started in the second namespace by hydra
+	# through netns-rsh.sh as its remote shell.
+	sv_require mpiexec.mpich mpicc.mpich
+	echo '#include <mpi.h>' | mpicc.mpich -E -x c - >/dev/null 2>&1 ||
+		sv_skip "MPICH's mpi.h not installed: Debian package libmpich-dev (scripts/install-deps.sh --all installs every package the tests use)"
+	mpicc.mpich -O2 -o "$SV_WORK/mpi_check.mpich" "$(dirname "$0")/mpi_check.c" ||
+		sv_fail "mpicc.mpich could not build mpi_check"
+	ucx_env rc_verbs,ud_verbs,self
+	export UCX_LOG_LEVEL=info
+	args=(-np 2 -genvall)
+	if [ "$MODE" != lo ]; then
+		args=(-hosts "$(hostname),$CNS" -ppn 1 -genvall -launcher rsh
+		      -launcher-exec "$(cd "$(dirname "$0")" && pwd)/netns-rsh.sh"
+		      -iface "${SDEV#sv_}")
+	fi
+	sv_run mpich 50 "$SNS" mpiexec.mpich "${args[@]}" "$SV_WORK/mpi_check.mpich" ||
+		sv_fail "mpiexec.mpich failed"
+	check_no_crash mpich
+	grep -q '^mpi_check: OK' "$SV_WORK/mpich.out" || sv_fail "mpi_check did not report OK"
+	mpi_lanes "$SV_WORK/mpich.out"
+	if [ "$MODE" != lo ]; then
+		grep -q '^mpi_check: ranks in 2 network namespace' "$SV_WORK/mpich.out" ||
+			sv_fail "the two ranks did not run in the two namespaces"
+	fi
+	grep '^mpi_check: ' "$SV_WORK/mpich.out" | sed "s/^/   /"
 	;;
 fi-info)
 	sv_require fi_info

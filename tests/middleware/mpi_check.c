@@ -96,7 +96,9 @@ int main(int argc, char **argv)
 
 	if (l < 0)
 		strcpy(ns[0], "?");
-	MPI_Gather(ns[0], sizeof(ns[0]), MPI_CHAR, ns, sizeof(ns[0]), MPI_CHAR, 0, MPI_COMM_WORLD);
+	/* the root's own entry is already in place: MPICH refuses aliased buffers */
+	MPI_Gather(rank == 0 ? MPI_IN_PLACE : ns[0], sizeof(ns[0]), MPI_CHAR, ns, sizeof(ns[0]),
+		   MPI_CHAR, 0, MPI_COMM_WORLD);
 	MPI_Barrier(MPI_COMM_WORLD);
 	if (rank == 0) {
 		printf("mpi_check: ranks in %d network namespace(s): %s %s\n",
