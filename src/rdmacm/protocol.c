@@ -697,18 +697,18 @@ static void on_listener(struct cm_id *ls)
 		struct cm_id *c = d ? cm_id_alloc(ls->pub.channel, ls->pub.context, ls->pub.ps,
 						   ls->pub.qp_type) : NULL;
 
+		if (c && cm_id_set_device(c, d)) {
+			cm_id_free(c);
+			c = NULL;
+		}
 		if (!c) {
-			close(fd); /* no device serves the address it came in on */
+			close(fd); /* no device serves the address it came in on, or no memory */
 			continue;
 		}
 		c->sync = false;
 		c->sock = fd;
 		c->listener = ls;
 		c->state = CM_PENDING;
-		c->dev = d;
-		c->pub.verbs = d->verbs;
-		c->pub.port_num = 1;
-		c->mtu = d->mtu;
 		c->tos = ls->tos;
 		c->pub.route.addr.src_sin = local;
 		c->pub.route.addr.dst_sin = peer;
