@@ -48,6 +48,13 @@ struct cm_id *cm_id_alloc(struct rdma_event_channel *ch, void *context, enum rdm
 	id->pub.qp_type = qpt;
 	id->sock = -1;
 	id->state = CM_IDLE;
+	/*
+	 * This side's starting PSN, chosen now as the kernel's CM does for
+	 * each id (a request's id included): rdma_init_qp_attr(RTS) gives it
+	 * to a QP the program moves itself before rdma_connect/rdma_accept,
+	 * and the REQ/REP then carries the same PSN to the peer.
+	 */
+	id->local_psn = sv_random_u32() & SV_PSN_MASK;
 	id->serial = next_serial++;
 	sv_list_add_tail(&all_ids, &id->link);
 	return id;

@@ -371,6 +371,14 @@ static void on_req(struct cm_id *id, const struct cm_wire *m, bool ud)
 	learn_peer(id, m);
 	id->retry_count = m->retry_count;
 	id->rnr_retry = m->rnr_retry;    /* the REQ's count is for this side's QP */
+	/*
+	 * Until rdma_accept says otherwise, what the request offered (its
+	 * initiator depth is our responder resources, and the reverse), as the
+	 * kernel's CM has them from the REQ: a program that moves its own QP
+	 * with rdma_init_qp_attr before accepting gets them for RTR and RTS.
+	 */
+	id->resp_res = (uint8_t)SV_MIN(m->init_depth, id->dev->max_dest_rd_atomic);
+	id->init_depth = (uint8_t)SV_MIN(m->resp_res, id->dev->max_rd_atomic);
 	id->state = CM_REQ_RCVD;
 	if (ud) {
 		ev = cm_event_new(id, RDMA_CM_EVENT_CONNECT_REQUEST, 0);
