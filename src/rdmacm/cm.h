@@ -108,7 +108,8 @@ struct cm_event {
 /* One opened softverbs device, shared by every id on it (as librdmacm does). */
 struct cm_device {
 	struct ibv_context *verbs;
-	struct ibv_pd *pd;             /* the default PD for ids given none */
+	int refcnt;                    /* ids on it, and rdma_get_devices lists not yet freed */
+	struct ibv_pd *pd;             /* every id's id->pd while refcnt > 0 (cm_device_get) */
 	struct ibv_xrcd *xrcd;         /* the XRC domain of XRC ids (made on first use) */
 	struct in_addr ip;             /* the address its listener serves */
 	union ibv_gid gid;
@@ -207,8 +208,10 @@ void cm_channel_destroy(struct cm_channel *ch);
 struct cm_device *cm_device_for_ip(struct in_addr ip); /* cm_lock held; NULL: no device */
 int cm_route_source(struct in_addr dst, struct in_addr *src);
 void cm_fill_route(struct cm_id *id);              /* path record from what is known */
-struct ibv_pd *cm_device_pd(struct cm_device *d);
-struct ibv_xrcd *cm_device_xrcd(struct cm_device *d);  /* the device's default PD */
+struct ibv_pd *cm_device_pd(struct cm_device *d);     /* the device's default PD */
+struct ibv_xrcd *cm_device_xrcd(struct cm_device *d);
+int cm_device_get(struct cm_device *d);            /* a user more; its PD exists after (0 or errno) */
+void cm_device_put(struct cm_device *d);           /* a user less; the last releases the PD */
 
 /* id.c */
 struct cm_id *cm_id_alloc(struct rdma_event_channel *ch, void *context, enum rdma_port_space ps,
@@ -218,6 +221,7 @@ struct cm_id *cm_id_by_serial(uint64_t serial);     /* cm_lock held */
 struct sv_list *cm_all_ids(void);                  /* cm_lock held */
 bool cm_ps_is_ud(enum rdma_port_space ps);
 int cm_bind_socket(struct cm_id *id, const struct sockaddr_in *sin);
+int cm_id_set_device(struct cm_id *id, struct cm_device *d); /* id->dev, verbs, pd (0 or errno) */
 
 /* protocol.c */
 int cm_thread_start(void);                         /* cm_lock held */

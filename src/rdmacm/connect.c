@@ -90,7 +90,6 @@ static int connect_locked(struct cm_id *id, const struct rdma_conn_param *p)
 			return err;
 		id->retry_count = (uint8_t)SV_MIN(p->retry_count, 7);
 	}
-	id->local_psn = sv_random_u32() & SV_PSN_MASK;
 	take_pdata(id, p);
 
 	id->refused_until_ns = sv_now_ns() + cm_refused_grace_ns();
@@ -156,7 +155,6 @@ static int accept_locked(struct cm_id *id, const struct rdma_conn_param *p)
 	err = take_rd_atomic(id, p);
 	if (err)
 		return err;
-	id->local_psn = sv_random_u32() & SV_PSN_MASK;
 	if (id->pub.qp) {
 		err = cm_qp_to_rtr_rts(id, true);
 		if (err)

@@ -178,7 +178,8 @@ struct ibv_context **rdma_get_devices(int *num_devices)
 		for (int i = 0; i < n; i++) {
 			struct cm_device *d = device_open(list[i]);
 
-			if (d)
+			/* the list holds the device (and its PD) until rdma_free_devices */
+			if (d && cm_device_get(d) == 0)
 				out[k++] = d->verbs;
 		}
 	} else {
@@ -193,7 +194,17 @@ struct ibv_context **rdma_get_devices(int *num_devices)
 
 void rdma_free_devices(struct ibv_context **list)
 {
-	free(list); /* the contexts stay open: ids share them for the process's life */
+	if (!list)
+		return;
+	/* the contexts stay open (ids share them for the process's life); the
+	 * list's hold on each device's PD ends */
+	pthread_mutex_lock(&cm_lock);
+	for (int i = 0; list[i]; i++)
+		for (int k = 0; k < ndevices; k++)
+			if (devices[k].verbs == list[i] && devices[k].refcnt > 0)
+				cm_device_put(&devices[k]);
+	pthread_mutex_unlock(&cm_lock);
+	free(list);
 }
 
 /* The XRC domain of a device's XRC ids, as rdma-core's CM keeps one (cm_lock held). */
@@ -213,4 +224,33 @@ struct ibv_pd *cm_device_pd(struct cm_device *d)
 	if (!d->pd)
 		d->pd = ibv_alloc_pd(d->verbs);
 	return d->pd;
+}
+
+/*
+ * rdma-core's librdmacm gives every id that reaches a device that device's
+ * PD in id->pd (programs create their QPs, AHs and MRs on it), and counts
+ * the device's users so that the PD goes with the last of them.  A user is
+ * an id with the device, or an rdma_get_devices list not yet freed.
+ * cm_lock held.
+ */
+int cm_device_get(struct cm_device *d)
+{
+	if (!cm_device_pd(d))
+		return errno ? errno : ENOMEM;
+	d->refcnt++;
+	return 0;
+}
+
+void cm_device_put(struct cm_device *d)
+{
+	if (--d->refcnt > 0 || !d->pd)
+		return;
+	/*
+	 * Something the program made on the PD still lives (an MR it did not
+	 * deregister, a QP it did not destroy): ibv_dealloc_pd says EBUSY.
+	 * rdma-core forgets the PD then, and it leaks; keeping it instead
+	 * leaves those objects valid and gives it to the device's next user.
+	 */
+	if (ibv_dealloc_pd(d->pd) == 0)
+		d->pd = NULL;
 }

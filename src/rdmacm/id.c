@@ -48,6 +48,13 @@ struct cm_id *cm_id_alloc(struct rdma_event_channel *ch, void *context, enum rdm
 	id->pub.qp_type = qpt;
 	id->sock = -1;
 	id->state = CM_IDLE;
+	/*
+	 * This side's starting PSN, chosen now as the kernel's CM does for
+	 * each id (a request's id included): rdma_init_qp_attr(RTS) gives it
+	 * to a QP the program moves itself before rdma_connect/rdma_accept,
+	 * and the REQ/REP then carries the same PSN to the peer.
+	 */
+	id->local_psn = sv_random_u32() & SV_PSN_MASK;
 	id->serial = next_serial++;
 	sv_list_add_tail(&all_ids, &id->link);
 	return id;
@@ -85,6 +92,8 @@ void cm_id_free(struct cm_id *id)
 	cm_channel_forget(id);
 	cm_sock_close(id);
 	cm_mcast_free_all(id);
+	if (id->dev)
+		cm_device_put(id->dev);
 	sv_list_del(&id->link);
 	if (id->pub.event)
 		rdma_ack_cm_event(id->pub.event);
@@ -218,12 +227,30 @@ static int local_addr_known(struct in_addr ip)
 	return ok;
 }
 
-static void attach_device(struct cm_id *id, struct cm_device *d)
+/*
+ * The id reaches a device: as with rdma-core, on a bind to its address, on
+ * address resolution and for a connection request's id.  id->pd becomes the
+ * device's PD then; an id that had a device already keeps its own (it may
+ * have made its QP on another PD meanwhile, which rdma_create_qp puts there).
+ */
+int cm_id_set_device(struct cm_id *id, struct cm_device *d)
 {
+	if (d == id->dev)
+		return 0;
+	if (d) {
+		int err = cm_device_get(d);
+
+		if (err)
+			return err;
+	}
+	if (id->dev)
+		cm_device_put(id->dev);
 	id->dev = d;
 	id->pub.verbs = d ? d->verbs : NULL;
+	id->pub.pd = d ? d->pd : NULL;
 	id->pub.port_num = d ? 1 : 0;
 	id->mtu = d ? d->mtu : 0;
+	return 0;
 }
 
 static int bind_locked(struct cm_id *id, const struct sockaddr *addr)
@@ -250,10 +277,14 @@ static int bind_locked(struct cm_id *id, const struct sockaddr *addr)
 		if (!d)
 			return local_addr_known(sin.sin_addr) ? ENODEV : EADDRNOTAVAIL;
 	}
-	err = cm_bind_socket(id, &sin);
+	err = cm_id_set_device(id, d);
 	if (err)
 		return err;
-	attach_device(id, d);
+	err = cm_bind_socket(id, &sin);
+	if (err) {
+		cm_id_set_device(id, NULL);
+		return err;
+	}
 	id->state = CM_BOUND;
 	return 0;
 }
@@ -307,6 +338,11 @@ static int resolve_addr_locked(struct cm_id *id, struct sockaddr *src, struct so
 		cm_post_simple(id, RDMA_CM_EVENT_ADDR_ERROR, -ENODEV);
 		return 0;
 	}
+	err = cm_id_set_device(id, d);
+	if (err) {
+		cm_post_simple(id, RDMA_CM_EVENT_ADDR_ERROR, -err);
+		return 0;
+	}
 	if (id->state == CM_IDLE) {
 		ssin = (struct sockaddr_in){ .sin_family = AF_INET, .sin_addr = via };
 		err = cm_bind_socket(id, &ssin);
@@ -315,7 +351,6 @@ static int resolve_addr_locked(struct cm_id *id, struct sockaddr *src, struct so
 			return 0;
 		}
 	}
-	attach_device(id, d);
 	if (id->pub.route.addr.src_sin.sin_addr.s_addr == htonl(INADDR_ANY))
 		id->pub.route.addr.src_sin.sin_addr = via;
 	id->state = CM_ADDR_RESOLVED;

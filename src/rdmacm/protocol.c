@@ -371,6 +371,14 @@ static void on_req(struct cm_id *id, const struct cm_wire *m, bool ud)
 	learn_peer(id, m);
 	id->retry_count = m->retry_count;
 	id->rnr_retry = m->rnr_retry;    /* the REQ's count is for this side's QP */
+	/*
+	 * Until rdma_accept says otherwise, what the request offered (its
+	 * initiator depth is our responder resources, and the reverse), as the
+	 * kernel's CM has them from the REQ: a program that moves its own QP
+	 * with rdma_init_qp_attr before accepting gets them for RTR and RTS.
+	 */
+	id->resp_res = (uint8_t)SV_MIN(m->init_depth, id->dev->max_dest_rd_atomic);
+	id->init_depth = (uint8_t)SV_MIN(m->resp_res, id->dev->max_rd_atomic);
 	id->state = CM_REQ_RCVD;
 	if (ud) {
 		ev = cm_event_new(id, RDMA_CM_EVENT_CONNECT_REQUEST, 0);
@@ -697,18 +705,18 @@ static void on_listener(struct cm_id *ls)
 		struct cm_id *c = d ? cm_id_alloc(ls->pub.channel, ls->pub.context, ls->pub.ps,
 						   ls->pub.qp_type) : NULL;
 
+		if (c && cm_id_set_device(c, d)) {
+			cm_id_free(c);
+			c = NULL;
+		}
 		if (!c) {
-			close(fd); /* no device serves the address it came in on */
+			close(fd); /* no device serves the address it came in on, or no memory */
 			continue;
 		}
 		c->sync = false;
 		c->sock = fd;
 		c->listener = ls;
 		c->state = CM_PENDING;
-		c->dev = d;
-		c->pub.verbs = d->verbs;
-		c->pub.port_num = 1;
-		c->mtu = d->mtu;
 		c->tos = ls->tos;
 		c->pub.route.addr.src_sin = local;
 		c->pub.route.addr.dst_sin = peer;

@@ -446,6 +446,8 @@ int rdma_create_ep(struct rdma_cm_id **out, struct rdma_addrinfo *res, struct ib
 	if (res->ai_flags & RAI_PASSIVE) {
 		if (rdma_bind_addr(pub, res->ai_src_addr))
 			goto fail;
+		if (pd)
+			pub->pd = pd; /* as rdma-core: the listener's id->pd is the one given */
 		if (qp_init_attr) {
 			/* rdma_get_request makes each connection's QP from these */
 			id->ep_qp_attr = malloc(sizeof(*qp_init_attr));
