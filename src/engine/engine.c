@@ -91,6 +91,8 @@ static struct sv_conn *conn_new(struct sv_engine *eng, int fd, bool outgoing,
 	c->local_port = eng->port;
 	c->local_ip = eng->ctx->dev->ip;
 	c->local_ifindex = eng->ctx->dev->ifindex;
+	c->local_ip6 = eng->ctx->dev->ip6;
+	c->has_local_ip6 = eng->ctx->dev->has_ip6;
 	c->born_ns = sv_now_ns();
 	sv_ref_init(&c->ref, 1); /* the engine's list reference */
 	atomic_init(&c->state, outgoing ? SV_CONN_CONNECTING : SV_CONN_UP);

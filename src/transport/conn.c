@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <arpa/inet.h>
+#include <sys/socket.h>
 
 void sv_conn_get(struct sv_conn *conn)
 {
@@ -591,6 +592,22 @@ int sv_conn_start(struct sv_conn *conn)
 	return conn->hello_seen ? answer_hello(conn) : 0;
 }
 
+/*
+ * A peer that came over IPv6 is known by the address it came from: it
+ * connects from its GID's IPv6 address (tcp.c), which its QPs give ours as
+ * their destination, and which our QPs connected to it were given for it.
+ * (The HELLO's endpoint GID names the endpoint by its IPv4 address.)
+ */
+static void peer_from_ip6(struct sv_conn *conn)
+{
+	struct sockaddr_in6 sa;
+	socklen_t l = sizeof(sa);
+
+	if (conn->fd >= 0 && !getpeername(conn->fd, (struct sockaddr *)&sa, &l) &&
+	    sa.sin6_family == AF_INET6 && !IN6_IS_ADDR_V4MAPPED(&sa.sin6_addr))
+		conn->peer.ip = sa.sin6_addr;
+}
+
 bool sv_conn_take_hello(struct sv_conn *conn, const uint8_t *f, size_t len)
 {
 	const struct sv_hello *h = (const void *)f;
@@ -622,8 +639,10 @@ bool sv_conn_take_hello(struct sv_conn *conn, const uint8_t *f, size_t len)
 	atomic_store_explicit(&conn->peer_gpu, (ntohs(h->flags) & SV_HELLO_GPU) != 0,
 			      memory_order_relaxed);
 	/* an incoming connection learns here where its peer listens */
-	if (!conn->outgoing)
+	if (!conn->outgoing) {
 		sv_gid_decode(&gid, &conn->peer);
+		peer_from_ip6(conn);
+	}
 	conn->hello_seen = true;
 	return true;
 }

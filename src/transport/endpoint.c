@@ -13,6 +13,8 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <ifaddrs.h>
+#include <net/if.h>
 #include <stddef.h>
 #include <stdio.h>
 #include <string.h>
@@ -42,6 +44,32 @@ bool sv_gid_decode(const union ibv_gid *gid, struct sv_endpoint_addr *out)
 	memcpy(&v4.s_addr, &gid->raw[12], 4);
 	out->ip = sv_ip_from_v4(v4);
 	return out->port != 0;
+}
+
+bool sv_endpoint_ip6(struct in_addr ip, struct in6_addr *ip6, int *ifindex)
+{
+	struct ifaddrs *ifs;
+	const char *name = NULL;
+	bool found = false;
+
+	if (getifaddrs(&ifs))
+		return false;
+	for (const struct ifaddrs *i = ifs; i && !name; i = i->ifa_next)
+		if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
+		    ((const struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr == ip.s_addr)
+			name = i->ifa_name;
+	for (const struct ifaddrs *i = ifs; i && name && !found; i = i->ifa_next) {
+		const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)i->ifa_addr;
+
+		if (s6 && s6->sin6_family == AF_INET6 && !strcmp(i->ifa_name, name) &&
+		    !IN6_IS_ADDR_LINKLOCAL(&s6->sin6_addr) && !IN6_IS_ADDR_V4MAPPED(&s6->sin6_addr)) {
+			*ip6 = s6->sin6_addr;
+			*ifindex = (int)if_nametoindex(name);
+			found = true;
+		}
+	}
+	freeifaddrs(ifs);
+	return found;
 }
 
 const char *sv_ip_str(const struct in6_addr *a, char buf[SV_IP_STRLEN])

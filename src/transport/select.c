@@ -47,9 +47,11 @@ int sv_transports_listening(enum sv_transport_mode mode,
 	}
 	if (mode != SV_TRANSPORT_TCP)
 		out[n++] = &sv_shm_ops;
+	out[n++] = &sv_tcp6_ops; /* none where the interface has no IPv6 */
 	if (sv_tcp_shared_port()) {
 		out[n++] = &sv_tcp_handoff_ops;
 		out[n++] = &sv_tcp_shared_ops;
+		out[n++] = &sv_tcp_shared6_ops;
 	}
 	return n;
 }
@@ -65,7 +67,11 @@ int sv_transport_connect(struct sv_conn *c, enum sv_transport_mode mode)
 		c->ops = &sv_rocev2_ops;
 		return c->ops->connect(c);
 	}
-	if (mode != SV_TRANSPORT_TCP) {
+	/* shm names endpoints by IPv4 address: a peer of this host is one
+	 * (gid.c gives this host's IPv6 GIDs as its IPv4 address) */
+	if (mode == SV_TRANSPORT_SHM && !sv_ip_is_v4(&c->peer.ip))
+		return -EHOSTUNREACH;
+	if (mode != SV_TRANSPORT_TCP && sv_ip_is_v4(&c->peer.ip)) {
 		c->ops = &sv_shm_ops;
 		if (!c->ops->connect(c) && c->fd >= 0)
 			return 0;

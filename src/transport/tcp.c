@@ -33,24 +33,53 @@ static void tcp_tune(int fd)
  * numbers (registry.h), so that a peer that knows a QPN knows where to
  * connect.  -EADDRINUSE when another program holds that port.
  */
-static int tcp_listen(struct in_addr ip, uint16_t *port_out)
+static int listen_at(const struct sockaddr *sa, socklen_t len, bool shared)
 {
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr = ip,
-				  .sin_port = htons(*port_out) };
 	int fd, one = 1;
 
-	fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
 	/* connections of a previous owner of the port may linger in TIME_WAIT */
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || listen(fd, 512)) {
+	/* the shared port: every process of this user on this host listens
+	 * there; the kernel spreads connections over them, and each hands on
+	 * what is not its own */
+	if (shared)
+		setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+	if (sa->sa_family == AF_INET6)
+		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+	if (bind(fd, sa, len) || listen(fd, 512)) {
 		int e = -errno;
 
 		close(fd);
 		return e;
 	}
 	return fd;
+}
+
+static int tcp_listen(struct in_addr ip, uint16_t *port_out)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr = ip,
+				  .sin_port = htons(*port_out) };
+
+	return listen_at((struct sockaddr *)&sa, sizeof(sa), false);
+}
+
+/* (ip's interface's IPv6 address, port), or -ENOENT where it has none */
+static int listen6_at(struct in_addr ip, uint16_t port, bool shared)
+{
+	struct sockaddr_in6 sa = { .sin6_family = AF_INET6, .sin6_port = htons(port) };
+	int ifindex;
+
+	if (!sv_endpoint_ip6(ip, &sa.sin6_addr, &ifindex))
+		return -ENOENT;
+	return listen_at((struct sockaddr *)&sa, sizeof(sa), shared);
+}
+
+static int tcp_listen6(struct in_addr ip, uint16_t *port)
+{
+	return listen6_at(ip, *port, false);
 }
 
 static int tcp_accept(int lfd, struct sv_conn *conn)
@@ -62,6 +91,15 @@ static int tcp_accept(int lfd, struct sv_conn *conn)
 	tcp_tune(fd);
 	conn->fd = fd;
 	return 0;
+}
+
+static int tcp6_accept(int lfd, struct sv_conn *conn)
+{
+	int err = tcp_accept(lfd, conn);
+
+	if (!err)
+		conn->ops = &sv_tcp_ops;
+	return err;
 }
 
 /* The connect started by tcp_connect finished: did it succeed? */
@@ -141,19 +179,34 @@ uint16_t sv_tcp_shared_port(void)
 static int tcp_connect(struct sv_conn *conn)
 {
 	uint16_t shared = conn->direct ? 0 : sv_tcp_shared_port();
-	struct sockaddr_in sa = { .sin_family = AF_INET,
-				  .sin_addr = sv_ip_v4(&conn->peer.ip),
-				  .sin_port = htons(shared ? shared : conn->peer.port) };
+	uint16_t port = htons(shared ? shared : conn->peer.port);
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr = sv_ip_v4(&conn->peer.ip),
+				  .sin_port = port };
+	struct sockaddr_in6 sa6 = { .sin6_family = AF_INET6, .sin6_addr = conn->peer.ip,
+				    .sin6_port = port };
+	struct sockaddr_in6 me = { .sin6_family = AF_INET6, .sin6_addr = conn->local_ip6 };
+	bool v6 = !sv_ip_is_v4(&conn->peer.ip);
 	int fd;
 
-	if (!sv_ip_is_v4(&conn->peer.ip))
-		return -EAFNOSUPPORT; /* endpoints are IPv4 addresses */
-	fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-
+	if (v6 && IN6_IS_ADDR_LINKLOCAL(&conn->peer.ip)) {
+		/* a link-local peer is on our interface's link */
+		sa6.sin6_scope_id = (uint32_t)conn->local_ifindex;
+		me.sin6_scope_id = (uint32_t)conn->local_ifindex;
+	}
+	if (v6 && !conn->has_local_ip6)
+		return -EAFNOSUPPORT; /* our interface has no IPv6 address to come from */
+	fd = socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
 	tcp_tune(fd);
-	if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) && errno != EINPROGRESS) {
+	/* From our GID's IPv6 address: the peer takes a connection's source
+	 * for the endpoint it comes from (sv_conn_take_hello), and its QP,
+	 * given our IPv6 GID, hears only that address (as a RoCE QP checks a
+	 * packet's source GID). */
+	if ((v6 && bind(fd, (struct sockaddr *)&me, sizeof(me))) ||
+	    ((v6 ? connect(fd, (struct sockaddr *)&sa6, sizeof(sa6))
+		 : connect(fd, (struct sockaddr *)&sa, sizeof(sa))) &&
+	     errno != EINPROGRESS)) {
 		int e = -errno;
 
 		close(fd);
@@ -253,23 +306,15 @@ static int shared_listen(struct in_addr ip, uint16_t *port)
 {
 	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr = ip,
 				  .sin_port = htons(sv_tcp_shared_port()) };
-	int fd, one = 1;
 
 	(void)port;
-	fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0)
-		return -errno;
-	/* every process of this user on this host listens here; the kernel
-	 * spreads connections over them, and each hands on what is not its own */
-	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
-	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || listen(fd, 512)) {
-		int e = -errno;
+	return listen_at((struct sockaddr *)&sa, sizeof(sa), true);
+}
 
-		close(fd);
-		return e;
-	}
-	return fd;
+static int shared_listen6(struct in_addr ip, uint16_t *port)
+{
+	(void)port;
+	return listen6_at(ip, sv_tcp_shared_port(), true);
 }
 
 /* The abstract socket over which a connection is handed to an endpoint. */
@@ -317,8 +362,6 @@ static int shared_accept(int lfd, struct sv_conn *conn)
 static int tcp_handoff(struct sv_conn *conn, const uint8_t *hello, size_t len, uint16_t to_port)
 {
 	struct hello_frame f;
-	struct sockaddr_in me;
-	socklen_t ml = sizeof(me);
 	struct sockaddr_un sa;
 	socklen_t sl;
 	char cbuf[CMSG_SPACE(sizeof(int))] = { 0 };
@@ -328,7 +371,7 @@ static int tcp_handoff(struct sv_conn *conn, const uint8_t *hello, size_t len, u
 	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
 	int u, err = 0;
 
-	if (len != sizeof(f.h) || getsockname(conn->fd, (struct sockaddr *)&me, &ml))
+	if (len != sizeof(f.h))
 		return -EINVAL;
 	f.len = htonl((uint32_t)len);
 	memcpy(&f.h, hello, len);
@@ -336,7 +379,9 @@ static int tcp_handoff(struct sv_conn *conn, const uint8_t *hello, size_t len, u
 	cm->cmsg_type = SCM_RIGHTS;
 	cm->cmsg_len = CMSG_LEN(sizeof(int));
 	memcpy(CMSG_DATA(cm), &conn->fd, sizeof(int));
-	sv_endpoint_unix_name(&sa, &sl, "handoff", me.sin_addr, to_port);
+	/* the endpoints of this device are named by its IPv4 address, whichever
+	 * of its addresses the connection came to */
+	sv_endpoint_unix_name(&sa, &sl, "handoff", conn->local_ip, to_port);
 	u = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (u < 0 || connect(u, (struct sockaddr *)&sa, sl) ||
 	    sendmsg(u, &mh, MSG_NOSIGNAL) != (ssize_t)sizeof(f))
@@ -392,6 +437,20 @@ const struct sv_transport_ops sv_tcp_shared_ops = {
 	.listen = shared_listen,
 	.accept = shared_accept,
 	.close = tcp_close, /* a connection refused before it became a tcp one */
+};
+
+const struct sv_transport_ops sv_tcp_shared6_ops = {
+	.name = "tcp (shared port, IPv6)",
+	.listen = shared_listen6,
+	.accept = shared_accept,
+	.close = tcp_close,
+};
+
+const struct sv_transport_ops sv_tcp6_ops = {
+	.name = "tcp (IPv6)",
+	.listen = tcp_listen6,
+	.accept = tcp6_accept,
+	.close = tcp_close,
 };
 
 const struct sv_transport_ops sv_tcp_handoff_ops = {

@@ -30,8 +30,9 @@ struct sv_conn;
 
 /*
  * A host's address: IPv6, or IPv4 in its IPv4-mapped form ::ffff:a.b.c.d,
- * which is also how a RoCE GID carries one.  IPv6 proper is the rocev2
- * transport's only (tcp and shm endpoints are IPv4 addresses).
+ * which is also how a RoCE GID carries one.  An endpoint is named by its
+ * interface's IPv4 address (registry, shm and handoff names); tcp reaches
+ * it at its interface's IPv6 address too, and rocev2 sends IPv6 datagrams.
  */
 static inline bool sv_ip_is_v4(const struct in6_addr *a)
 {
@@ -81,6 +82,10 @@ void sv_endpoint_unix_name(struct sockaddr_un *sa, socklen_t *len, const char *k
 			   struct in_addr ip, uint16_t port);
 int sv_endpoint_unix_listen(const char *kind, struct in_addr ip, uint16_t port);
 bool sv_gid_decode(const union ibv_gid *gid, struct sv_endpoint_addr *out);
+/* The IPv6 address the device of the interface with IPv4 address ip shows
+ * in its GID table (its first that is neither link-local nor IPv4-mapped),
+ * and the interface's index: false when it has none. */
+bool sv_endpoint_ip6(struct in_addr ip, struct in6_addr *ip6, int *ifindex);
 
 enum sv_conn_state {
 	SV_CONN_CONNECTING,
@@ -216,6 +221,11 @@ struct sv_conn {
 	uint16_t local_port;   /* our endpoint's port (set by the engine) */
 	struct in_addr local_ip; /* our endpoint's address (set by the engine) */
 	int local_ifindex;     /* its interface (the scope of an IPv6 link-local peer) */
+	/* its interface's IPv6 address, the source of a tcp connection to an
+	 * IPv6 peer (which takes it for our identity, as RoCE takes a packet's
+	 * source GID) (set by the engine) */
+	struct in6_addr local_ip6;
+	bool has_local_ip6;
 	const union ibv_gid *hello_gid; /* what our HELLO says (the engine's endpoint) */
 	/* The host's shared port (tcp.c): a connection accepted there answers
 	 * only once the peer's HELLO says it is for us (else it is handed on,
@@ -424,6 +434,10 @@ extern const struct sv_transport_ops sv_tcp_ops;
  * process it is for (tcp.c). */
 extern const struct sv_transport_ops sv_tcp_shared_ops;
 extern const struct sv_transport_ops sv_tcp_handoff_ops;
+/* The same two TCP listeners at the interface's IPv6 address (none where it
+ * has none): peers that name the device by its IPv6 GID connect there. */
+extern const struct sv_transport_ops sv_tcp6_ops;
+extern const struct sv_transport_ops sv_tcp_shared6_ops;
 extern const struct sv_transport_ops sv_shm_ops;
 /* RoCEv2 (rocev2.c): a peer address's datagrams, and the listeners: the
  * host's UDP port 4791, and the socket other contexts pass on what arrived
@@ -460,7 +474,7 @@ enum sv_transport_mode {
 	SV_TRANSPORT_SHM,  /* shm only: a peer it cannot reach is unreachable */
 	SV_TRANSPORT_ROCEV2, /* RoCEv2 datagrams to every peer, this host's too */
 };
-#define SV_MAX_TRANSPORTS 4
+#define SV_MAX_TRANSPORTS 8
 /* The host's shared TCP port for endpoints (SOFTVERBS_PORT, default 4791; 0: none). */
 uint16_t sv_tcp_shared_port(void);
 /* The port a peer endpoint is reached at, given its own (its block's):

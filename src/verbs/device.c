@@ -117,6 +117,14 @@ static bool interface_ip6(const struct ifaddrs *all, const char *ifname, struct 
 	return false;
 }
 
+const struct sv_device *sv_device_by_ip6(const struct in6_addr *ip6)
+{
+	for (int k = 0; k < ndevs; k++)
+		if (devs[k]->has_ip6 && !memcmp(&devs[k]->ip6, ip6, sizeof(*ip6)))
+			return devs[k];
+	return NULL;
+}
+
 const struct sv_device *sv_device_by_mac(const uint8_t mac[6])
 {
 	for (int k = 0; k < ndevs; k++)

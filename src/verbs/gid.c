@@ -18,8 +18,10 @@
  * Indexes 0 to 3 reach the host's IPv4 address, whatever the transport:
  * the link-local GIDs are resolved to it (a host of ours, or a neighbour in
  * the ARP table), so that `-g 0` works on any link, lo included.  An IPv6
- * GID proper (index 4 and 5, or a peer's IPv6 address) is carried over IPv6
- * by the rocev2 transport alone: tcp and shm endpoints are IPv4 addresses.
+ * GID proper (index 4 and 5, or a peer's IPv6 address) is reached over
+ * IPv6: rocev2 sends IPv6 datagrams there, tcp connects there (from our own
+ * IPv6 GID's address, tcp.c); one of this host's own is its IPv4 address
+ * over tcp and shm, where endpoints are named by it.
  */
 #include "verbs/verbs.h"
 #include "engine/engine.h"
@@ -111,12 +113,24 @@ bool sv_gid_to_ip(const struct sv_context *ctx, const union ibv_gid *gid, struct
 		*ip = sv_ip_from_v4(v4);
 		return true;
 	}
-	/* an IPv6 unicast address: over RoCEv2 only, as it is (not ::, not
-	 * multicast, not an IPv4-mapped 0.0.0.0) */
+	/* an IPv6 unicast address (not ::, not multicast, not an IPv4-mapped
+	 * 0.0.0.0) */
 	memcpy(&a, gid->raw, 16);
-	if (ctx->eng->mode != SV_TRANSPORT_ROCEV2 || IN6_IS_ADDR_UNSPECIFIED(&a) ||
-	    IN6_IS_ADDR_MULTICAST(&a) || IN6_IS_ADDR_V4MAPPED(&a))
+	if (IN6_IS_ADDR_UNSPECIFIED(&a) || IN6_IS_ADDR_MULTICAST(&a) || IN6_IS_ADDR_V4MAPPED(&a))
 		return false;
+	/* One of this host's ports: over tcp and shm its endpoints are named
+	 * by their IPv4 address, so the processes of this host reach each
+	 * other by shared memory whichever GID they were given, and a packet
+	 * from the peer's endpoint is from the address the QP was given.
+	 * rocev2 sends the datagrams to the IPv6 address itself. */
+	if (ctx->eng->mode != SV_TRANSPORT_ROCEV2) {
+		const struct sv_device *d = sv_device_by_ip6(&a);
+
+		if (d) {
+			*ip = sv_ip_from_v4(d->ip);
+			return true;
+		}
+	}
 	*ip = a;
 	return true;
 }

@@ -27,6 +27,8 @@ void sv_port_gid(const struct sv_device *dev, uint32_t index, union ibv_gid *gid
 bool sv_gid_to_ip(const struct sv_context *ctx, const union ibv_gid *gid, struct in6_addr *ip);
 /* device.c: the device of the interface with this MAC, or NULL */
 const struct sv_device *sv_device_by_mac(const uint8_t mac[6]);
+/* The device of this host whose GID table shows IPv6 address ip6, if any. */
+const struct sv_device *sv_device_by_ip6(const struct in6_addr *ip6);
 
 /*
  * Per-context object counts enforce the device limits: reserve before

@@ -376,12 +376,13 @@ sv_perftest_server() {
 	sv_fail "server could not listen on a TCP port"
 }
 
-# sv_netns_pair TAG NET: two fresh namespaces $SV_NS_A / $SV_NS_B joined by a
+# sv_netns_pair TAG NET [ipv6]: two fresh namespaces $SV_NS_A / $SV_NS_B joined by a
 # veth pair sva (10.211.NET.1/24, in A) <-> svb (10.211.NET.2/24, in B), lo up
-# in both.  The addresses exist only inside these namespaces.  Skips (77)
-# when not root or when namespaces/veth cannot be made here.
+# in both; with "ipv6", dual-stack: fd00:211:NET::1/64 and ::2 too.  The
+# addresses exist only inside these namespaces.  Skips (77) when not root or
+# when namespaces/veth cannot be made here.
 sv_netns_pair() {
-	local tag=$1 net=$2
+	local tag=$1 net=$2 v6=${3:-}
 	[ "$(id -u)" = 0 ] || sv_skip "network namespaces need root"
 	command -v ip >/dev/null 2>&1 || sv_skip "ip(8) not installed"
 	SV_NS_A="svt-$tag-$$-a"
@@ -397,6 +398,12 @@ sv_netns_pair() {
 		ip -n "$SV_NS_A" link set lo up && ip -n "$SV_NS_B" link set lo up &&
 		ip -n "$SV_NS_A" link set sva up && ip -n "$SV_NS_B" link set svb up ||
 		sv_fail "configuring the veth pair"
+	if [ "$v6" = ipv6 ]; then
+		# nodad: usable at once, not after duplicate address detection
+		ip -n "$SV_NS_A" addr add "fd00:211:$net::1/64" dev sva nodad &&
+			ip -n "$SV_NS_B" addr add "fd00:211:$net::2/64" dev svb nodad ||
+			sv_skip "no IPv6 here (ip addr add fd00:211:$net::1/64 failed)"
+	fi
 	local deadline=$((SECONDS + 5))
 	until ip -n "$SV_NS_A" link show sva | grep -q LOWER_UP &&
 		ip -n "$SV_NS_B" link show svb | grep -q LOWER_UP; do

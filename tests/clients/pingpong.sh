@@ -14,12 +14,19 @@ mode=$1 prog=$2 size=$3 iters=$4 port=$5
 shift 5
 sv_require "$prog" ibv_devices
 
+# GID indexes 4 and 5 are the interface's IPv6 address: lo's ::1, or the
+# namespaces' (dual-stack then)
+v6=""
+case " $* " in *" -g 4 "* | *" -g 5 "*) v6=ipv6 ;; esac
+
 case $mode in
 lo)
+	[ -z "$v6" ] || ip -6 addr show dev lo 2>/dev/null | grep -q 'inet6 ::1/' ||
+		sv_skip "lo has no IPv6 address (::1) here"
 	sv_pingpong "$prog" "$size" "$iters" "$port" "" sv_lo "" sv_lo 127.0.0.1 "$@"
 	;;
 netns)
-	sv_netns_pair "${prog#ibv_}-$size" $((port % 250))
+	sv_netns_pair "${prog#ibv_}-$size" $((port % 250)) $v6
 	# Each namespace must show its veth end as a device before anything else.
 	sv_run devices-a 10 "$SV_NS_A" ibv_devices || sv_fail "ibv_devices in $SV_NS_A"
 	grep -qw sv_sva "$SV_WORK/devices-a.out" || sv_fail "no device sv_sva in $SV_NS_A"
