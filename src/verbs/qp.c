@@ -308,16 +308,18 @@ static void reset_qp(struct sv_qp *qp)
 static int check_attr_values(struct sv_qp *qp, struct ibv_qp_attr *a, int mask,
 			     struct sv_endpoint_addr *peer)
 {
-	const unsigned int qp_access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-				       IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
-
+	/*
+	 * qp_access_flags takes any bits, as Linux's uverbs and rxe do (they
+	 * store the word; mlx5 reads the remote bits and ignores the rest):
+	 * programs pass their MR access flags here, ON_DEMAND included.
+	 * Only the REMOTE_* bits gate anything (the responder's
+	 * check_qp_access); ibv_query_qp returns the word as it was set.
+	 */
 	if ((mask & IBV_QP_CUR_STATE) && a->cur_qp_state != qp->state)
 		return EINVAL;
 	if ((mask & IBV_QP_PORT) && a->port_num != 1)
 		return EINVAL;
 	if ((mask & IBV_QP_PKEY_INDEX) && a->pkey_index != 0)
-		return EINVAL;
-	if ((mask & IBV_QP_ACCESS_FLAGS) && (a->qp_access_flags & ~qp_access))
 		return EINVAL;
 	if ((mask & IBV_QP_PATH_MTU) && (a->path_mtu < IBV_MTU_256 || a->path_mtu > SV_PORT_MTU))
 		return EINVAL;
