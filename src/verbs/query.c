@@ -96,6 +96,9 @@ static int sv_query_device_ex(struct ibv_context *context,
 		IBV_ODP_SUPPORT_SRQ_RECV;
 	a.odp_caps.per_transport_caps.ud_odp_caps =
 		IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
+	/* XRC sends as RC does and receives through XRC SRQs only (no RECV) */
+	a.xrc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ |
+			 IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV;
 	a.max_dm_size = 0;
 	a.phys_port_cnt_ex = 1;
 	memcpy(attr, &a, SV_MIN(attr_size, sizeof(a)));
