@@ -341,12 +341,16 @@ static int check_attr_values(struct sv_qp *qp, struct ibv_qp_attr *a, int mask,
 		return EINVAL; /* no alternate paths on a software port */
 	if (mask & IBV_QP_AV) {
 		struct ibv_ah_attr *ah = &a->ah_attr;
+		struct ibv_gid_entry src;
 
 		/* RoCE addressing: a GRH with the peer's GID is mandatory; it
-		 * names the peer's host, any index of ours is a valid source */
-		if (!ah->is_global || ah->grh.sgid_index >= SV_GID_TBL_LEN ||
-		    (ah->port_num && ah->port_num != 1) || !sv_gid_to_ip(qp->ctx, &ah->grh.dgid, &peer->ip))
+		 * names the peer's host, any filled index of ours is a valid
+		 * source (an empty one ENODATA, past the table EINVAL, as
+		 * Linux's ib_modify_qp answers them) */
+		if (!ah->is_global || (ah->port_num && ah->port_num != 1) ||
+		    !sv_gid_to_ip(qp->ctx, &ah->grh.dgid, &peer->ip))
 			return EINVAL;
+		return sv_gid_entry(qp->ctx->dev, qp->ctx, ah->grh.sgid_index, &src);
 	}
 	return 0;
 }
@@ -386,11 +390,12 @@ int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 	pthread_mutex_lock(&qp->lock);
 	cur = qp->state;
 	next = (mask & IBV_QP_STATE) ? attr->qp_state : cur;
+	err = EINVAL; /* check_attr_values' own answer when it is the one that fails */
 	if (next > IBV_QPS_ERR ||
 	    !sv_qp_transition_ok(ibqp->qp_type, cur, next, mask) ||
 	    (err = check_attr_values(qp, attr, mask, &peer))) {
 		pthread_mutex_unlock(&qp->lock);
-		return EINVAL;
+		return err;
 	}
 	/* apply attributes */
 	if (mask & IBV_QP_PKEY_INDEX)

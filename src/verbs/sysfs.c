@@ -250,8 +250,17 @@ static void add_port(struct view *v, const struct sv_device *d, const char *devd
 		snprintf(path, sizeof(path), "%s/%s/%s", dir, group, name);
 		add(v, ENTRY_FILE, strdup(path), strdup(""));
 	}
+	/*
+	 * Every index of the table has its three files, as in the kernel's
+	 * sysfs.  An empty entry's GID reads as zeros; reading its type or
+	 * netdev fails there with EINVAL, which rdma-core's sysfs reader and
+	 * others take for "no entry".  A file cannot hold a read error, so the
+	 * view holds those two empty (a filled entry's never are) and the
+	 * preload library answers an open of an empty one with a descriptor
+	 * whose reads fail with EINVAL (src/preload/fsview.c).
+	 */
 	for (uint32_t i = 0; i < SV_GID_TBL_LEN; i++) {
-		char gid[40], name[16];
+		char gid[40], name[16], types[320], ndevs[320];
 		bool empty = sv_gid_entry(d, NULL, i, &ge) != 0;
 
 		if (empty)
@@ -260,8 +269,13 @@ static void add_port(struct view *v, const struct sv_device *d, const char *devd
 		snprintf(name, sizeof(name), "%u", i);
 		snprintf(sub, sizeof(sub), "%s/gids", dir);
 		add_attr(v, sub, name, "%s", gid);
-		if (empty)
-			continue; /* the kernel has no type or netdev for it either */
+		snprintf(types, sizeof(types), "%s/gid_attrs/types/%s", dir, name);
+		snprintf(ndevs, sizeof(ndevs), "%s/gid_attrs/ndevs/%s", dir, name);
+		if (empty) {
+			add(v, ENTRY_FILE, strdup(types), strdup(""));
+			add(v, ENTRY_FILE, strdup(ndevs), strdup(""));
+			continue;
+		}
 		snprintf(sub, sizeof(sub), "%s/gid_attrs/types", dir);
 		add_attr(v, sub, name, "%s",
 			 ge.gid_type == IBV_GID_TYPE_ROCE_V2 ? "RoCE v2" : "IB/RoCE v1");

@@ -3,7 +3,8 @@
 # run over softverbs.  CHECK is one of:
 #   devices      ibv_devices lists sv_lo with a node GUID
 #   devinfo      ibv_devinfo / -l / -d sv_lo: port 1 PORT_ACTIVE, Ethernet, MTU 4096
-#   devinfo-v    ibv_devinfo -v -d sv_lo: also a GID at index 0, ATOMIC_HCA
+#   devinfo-v    ibv_devinfo -v -d sv_lo: also a GID at index 0, ATOMIC_HCA, and
+#                a GID table longer than its filled entries
 #   ud-oversize  ibv_ud_pingpong -s 4097 is refused: larger than the port MTU
 . "$(dirname "$0")/lib.sh"
 
@@ -53,6 +54,14 @@ devinfo-v)
 	# (IBVERBS_PRIVATE_34) calls it RoCE v1 or v2.
 	expect lo-v '^[[:space:]]+GID\[ *0\]:[[:space:]]+[0-9a-f:.]+, RoCE v[12]$' "a GID at index 0"
 	grep -E 'GID\[' "$SV_WORK/lo-v.out"
+	# the table is longer than what fills it (a RoCE port's is): devinfo
+	# asks every index, and takes the empty ones (a zero GID, type 0 from
+	# ibv_query_gid_type) without printing them
+	tbl=$(sed -n 's/^[[:space:]]*gid_tbl_len:[[:space:]]*//p' "$SV_WORK/lo-v.out")
+	ngid=$(grep -c 'GID\[' "$SV_WORK/lo-v.out")
+	[[ $tbl =~ ^[0-9]+$ ]] && [ "$ngid" -ge 4 ] && [ "$tbl" -gt "$ngid" ] ||
+		sv_fail "gid_tbl_len '$tbl' with $ngid GIDs printed: expected empty entries past them"
+	! grep -q 'Failed to query' "$SV_WORK/lo-v.out" || sv_fail "ibv_devinfo -v: a query failed"
 	;;
 ud-oversize)
 	sv_require ibv_ud_pingpong
