@@ -8,7 +8,8 @@
  * process sees:
  *
  *   ROOT/sys/class/infiniband/sv_X              -> ../../devices/virtual/infiniband/sv_X
- *   ROOT/sys/devices/virtual/infiniband/sv_X/... node_type, node_guid, ports/1/...
+ *   ROOT/sys/devices/virtual/infiniband/sv_X/... node_type, node_guid, ports/1/...,
+ *                                               device/net/IFNAME -> /sys/class/net/IFNAME
  *   ROOT/sys/class/infiniband_verbs/uverbsN/... ibdev, abi_version, dev
  *   ROOT/dev/infiniband/uverbsN, rdma_cm        symlinks to /dev/null
  *
@@ -337,6 +338,18 @@ static void add_device(struct view *v, const struct sv_device *d, long ncpu)
 	add_attr(v, sub, "local_cpus", "%s", mask);
 	add_attr(v, sub, "vendor", "0x%04x", da.vendor_id);
 	add_attr(v, sub, "device", "0x%04x", da.vendor_part_id);
+	/*
+	 * The network interface, where frameworks look for it (rdma-core's
+	 * tests, pyverbs users: "ls <ibdev>/device/net/"): on a NIC, `device`
+	 * is the PCI function and net/<ifname> its netdev's directory.  Here
+	 * a link to the host's own /sys/class/net/<ifname>, which the preload
+	 * leaves alone, so its files (address, ifindex, mtu) are the real ones.
+	 */
+	snprintf(sub, sizeof(sub), "%s/device/net", dir);
+	add_dir(v, sub);
+	snprintf(sub, sizeof(sub), "%s/device/net/%s", dir, d->ifname);
+	snprintf(link, sizeof(link), "/sys/class/net/%s", d->ifname);
+	add_link(v, sub, link);
 	add_port(v, d, dir);
 
 	snprintf(dir, sizeof(dir), "sys/class/infiniband_verbs/%s", d->ibdev.dev_name);

@@ -11,7 +11,9 @@
 #     MTU, GID type); ndevs/N is the interface the device is named after; an
 #     empty entry (the table is longer than what fills it) has a zero GID,
 #     and its types/N and ndevs/N fail to read with EINVAL, as the kernel's;
-#     nothing else is listed there
+#     nothing else is listed there; DEV/device/net/ lists that interface
+#     (its files the host's: ifindex), as frameworks look for a device's
+#     netdev (rdma-core's tests skip rdma_cm tests without it)
 #   - every /sys/class/infiniband_verbs/uverbsN names one of those devices in
 #     ibdev, each device has one, and /dev/infiniband/uverbsN is a character
 #     device; /dev/infiniband/rdma_cm exists
@@ -151,6 +153,17 @@ inner() {
 		rd v "$base/ports/1/gid_attrs/ndevs/0"
 		[ "$v" = "${dev#sv_}" ] || bad "$base/ports/1/gid_attrs/ndevs/0 '$v', expected '${dev#sv_}'"
 
+		# the network interface, where frameworks find it (rdma-core's
+		# tests: "ls <ibdev>/device/net/", else "device doesn't have net
+		# interface"): the interface the device is named after, alone,
+		# with the host's own files (ifindex)
+		local ifn=${dev#sv_}
+		v=$(ls "$base/device/net/" 2>&1 | tr '\n' ' ')
+		[ "$v" = "$ifn " ] || bad "ls $base/device/net/: '$v', expected '$ifn'"
+		rd v "$base/device/net/$ifn/ifindex"
+		[ -n "$v" ] && [ "$v" = "$(cat "/sys/class/net/$ifn/ifindex" 2>&1)" ] ||
+			bad "$base/device/net/$ifn/ifindex '$v', /sys/class/net/$ifn/ifindex '$(cat "/sys/class/net/$ifn/ifindex" 2>&1)'"
+
 		# the usual tools on these paths
 		[ "$(stat -c %F "$base/node_guid")" = "regular file" ] ||
 			bad "stat $base/node_guid: '$(stat -c %F "$base/node_guid" 2>&1)'"
@@ -238,6 +251,10 @@ for dev, (guid, uv) in want.items():
         errs.append(f"os.stat /dev/infiniband/{uv}: not a character device")
     if not os.path.realpath(f"{base}/ports/1/state").startswith("/sys/"):
         errs.append(f"os.path.realpath {base}/ports/1/state: not a /sys path")
+    # the interface, as rdma-core's tests/base.py looks for it
+    net = f"{base}/device/net/"
+    if not os.path.exists(net) or os.listdir(net) != [dev[3:]]:
+        errs.append(f"os.listdir {net}: {os.listdir(net) if os.path.exists(net) else 'missing'}, expected {[dev[3:]]}")
     # the table's last entry is empty: its type opens, and reading fails
     # with EINVAL
     n = len(os.listdir(f"{base}/ports/1/gids")) - 1
