@@ -1,8 +1,9 @@
 /*
  * Devices and contexts.  A device is an up network interface with an IPv4
  * address (loopback included); opening it creates an endpoint: a listener on
- * that address and an engine thread.  GID index 0 names the endpoint
- * (src/transport/endpoint.c), so a peer given only (GID, QPN), which is
+ * that address and an engine thread.  The port's GIDs are the interface's
+ * addresses (verbs/gid.c), and a QP's number says which process's endpoint
+ * owns it (transport/registry.c), so a peer given only (GID, QPN), which is
  * what verbs programs exchange, can reach it.
  */
 #include "common/fault_guard.h"

@@ -6,6 +6,9 @@
 #   devinfo-v    ibv_devinfo -v -d sv_lo: also a GID at index 0, ATOMIC_HCA, and
 #                a GID table longer than its filled entries
 #   ud-oversize  ibv_ud_pingpong -s 4097 is refused: larger than the port MTU
+#   help         `softverbs help` describes the GIDs as they are: addresses of
+#                the port, any of which reaches a QP (not "GID index 0
+#                identifies the endpoint of the process", as it once said)
 . "$(dirname "$0")/lib.sh"
 
 # expect NAME ERE WHAT: NAME's output must have a line matching ERE.
@@ -70,8 +73,16 @@ ud-oversize)
 	[ "$rc" != 0 ] && [ "$rc" != 124 ] || sv_fail "ud_pingpong -s 4097 exited $rc, expected a refusal"
 	expect ud '^Requested size larger than port MTU \(4096\)$' "the MTU refusal"
 	;;
+help)
+	"$SV_TOOL" help >"$SV_WORK/help.out" 2>&1 || sv_fail "softverbs help exited $?"
+	cat "$SV_WORK/help.out"
+	expect help 'GIDs are addresses of the port' "the GIDs as addresses of the port"
+	expect help 'reached by any GID of its device' "any GID reaching a QP"
+	! grep -Eiq 'GID (index )?0 identifies|by GID index 0|GID 0,' "$SV_WORK/help.out" ||
+		sv_fail "softverbs help still says GID index 0 names the process's endpoint"
+	;;
 *)
-	sv_fail "usage: $0 devices|devinfo|devinfo-v|ud-oversize"
+	sv_fail "usage: $0 devices|devinfo|devinfo-v|ud-oversize|help"
 	;;
 esac
 echo "PASS: $1"
