@@ -62,7 +62,7 @@ static const char usage_text[] =
 	"                              LD_LIBRARY_PATH, preloads libsoftverbs-fsview.so,\n"
 	"                              then executes PROGRAM)\n"
 	"  devices                     list softverbs devices: node GUID, port state,\n"
-	"                              GID 0, MTU, link layer and device limits\n"
+	"                              GID table, MTU, link layer and device limits\n"
 	"  stat [--json] [--pid PID] [--device DEV]\n"
 	"                              the softverbs contexts (processes, devices, QPs) of\n"
 	"                              this host and their counters, per context, QP and\n"
@@ -78,9 +78,12 @@ static const char usage_text[] =
 	"\n"
 	"Devices: one per up network interface with an IPv4 address (loopback\n"
 	"included), named sv_<interface>, e.g. sv_lo. Each has one port, ACTIVE,\n"
-	"link layer Ethernet; GID index 0 identifies the endpoint of the process\n"
-	"that opened the device, so peers must address each other by GID index 0\n"
-	"(e.g. '-g 0' for the ibv_*_pingpong examples).\n"
+	"link layer Ethernet. Its GIDs are addresses of the port, the same in every\n"
+	"process, as a RoCE port shows them for its interface: link-local and\n"
+	"IPv4-mapped (and IPv6 where the interface has one), each as RoCE v1 and\n"
+	"v2. Any QP is reached by any GID of its device with its QP number, so a\n"
+	"peer may use any of them (e.g. '-g 0' or '-g 3' for the ibv_*_pingpong\n"
+	"examples); an IPv6 GID needs SOFTVERBS_TRANSPORT=rocev2.\n"
 	"\n"
 	"Environment:\n"
 	"  SOFTVERBS_IFACES    comma-separated interface names that become devices\n"
@@ -368,8 +371,11 @@ static int show_port(struct ibv_context *ctx, uint8_t port)
 
 	for (int i = 0; i < pa.gid_tbl_len; i++) {
 		struct ibv_gid_entry e;
+		int err = ibv_query_gid_ex(ctx, port, (uint32_t)i, &e, 0);
 
-		if (ibv_query_gid_ex(ctx, port, (uint32_t)i, &e, 0)) {
+		if (err == ENODATA)
+			continue; /* an empty entry: the table is longer than what fills it */
+		if (err) {
 			printf("    GID[%d]            (ibv_query_gid_ex failed)\n", i);
 			return -1;
 		}

@@ -16,7 +16,9 @@
  *
  * The counters files of a device's port (ports/1/counters, hw_counters)
  * are the exception to a view that never changes: opening one gives a new
- * file with the counter's value at that moment (counter_open).
+ * file with the counter's value at that moment (counter_open).  The type
+ * and netdev files of an empty GID entry read as the kernel's do: EINVAL
+ * (gid_attr_open).
  *
  * What is covered: open/openat (and their 64-bit and fortified forms),
  * fopen/freopen, stat/lstat/fstatat/statx (and the __xstat forms older
@@ -42,6 +44,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
@@ -170,6 +173,24 @@ static char *unmap_result(char *res)
 }
 
 /*
+ * ports/1/gid_attrs/types/N or ndevs/N of an empty GID entry, which the view
+ * holds empty (src/verbs/sysfs.c): the kernel's file opens, and each read
+ * fails with EINVAL.  An epoll descriptor does just that (it has no read),
+ * so the open gets one in place of the empty file.  A filled entry's file
+ * is opened as it is.
+ */
+static int gid_attr_open(const char *vpath, int flags)
+{
+	int fd = NEXT(int (*)(int, const char *, int, ...), openat)(AT_FDCWD, vpath, flags, 0);
+	struct stat st;
+
+	if (fd < 0 || fstat(fd, &st) || st.st_size > 0)
+		return fd;
+	close(fd);
+	return epoll_create1((flags & O_CLOEXEC) ? EPOLL_CLOEXEC : 0);
+}
+
+/*
  * A device's ports/1/counters/NAME or ports/1/hw_counters/NAME.  The view is
  * shared and never changes, so it holds these files empty; an open for
  * reading gets a new file holding the value now: the device's counter summed
@@ -177,7 +198,8 @@ static char *unmap_result(char *res)
  * counters segments (src/stats), as `softverbs stat` shows it on its
  * "device" line.  vpath is the path in the view.  Returns the descriptor, -1
  * with errno, or -2 when vpath is no counters file (or is opened to write,
- * which the view's read-only file refuses).
+ * which the view's read-only file refuses).  The GID attribute files of the
+ * same directory are answered here too (gid_attr_open).
  */
 static int counter_open(const char *vpath, int flags)
 {
@@ -206,6 +228,8 @@ static int counter_open(const char *vpath, int flags)
 	memcpy(dev, p, (size_t)(slash - p));
 	dev[slash - p] = '\0';
 	group = slash + 9;
+	if (!strncmp(group, "gid_attrs/types/", 16) || !strncmp(group, "gid_attrs/ndevs/", 16))
+		return gid_attr_open(vpath, flags);
 	if (!strncmp(group, "counters/", 9))
 		idx = sv_stat_sysfs_find("counters", group + 9);
 	else if (!strncmp(group, "hw_counters/", 12))

@@ -1,13 +1,15 @@
 /*
- * Endpoint addresses and the GIDs that carry them.  GID index 0 of an
- * opened device names its endpoint (where its transports listen):
+ * Endpoint addresses, and the GID-shaped form the HELLO carries them in.
+ * An opened device's endpoint (where its transports listen) is written
  *
  *   fe80:0000:0000:0000:5356:PPPP:AABB:CCDD
  *
  * a link-local-style prefix, the marker 0x5356 ("SV"), the listener's TCP
- * port PPPP and the IPv4 address AA.BB.CC.DD.  The codec lives with the
- * transports, which are what the address reaches; the verbs (address
- * vectors, AHs) and the engine (HELLO) use it from here.
+ * port PPPP and the IPv4 address AA.BB.CC.DD.  It is not a GID of the port
+ * (those are the interface's addresses, verbs/gid.c): it once was GID
+ * index 0, and the form stayed in the HELLO.  The codec lives with the
+ * transports, which are what the address reaches; the engine says it in
+ * its HELLO, and a connection learns its peer from it.
  */
 #include "transport/transport.h"
 

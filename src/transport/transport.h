@@ -73,7 +73,8 @@ struct sv_endpoint_addr {
 	uint16_t port; /* host order */
 };
 
-/* The GID that names an endpoint, and back (false: not a softverbs GID). */
+/* An endpoint in the HELLO's GID-shaped form (endpoint.c; not a GID of the
+ * port), and back (false: not that form). */
 void sv_gid_encode(union ibv_gid *gid, struct in_addr ip, uint16_t port);
 /* The abstract unix socket "softverbs-KIND/IP:PORT" of an endpoint (only
  * peers on this host, in this network namespace, reach it); listening on

@@ -10,19 +10,27 @@ struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 	struct sv_endpoint_addr peer;
 	struct sv_context *ctx;
 	struct sv_ah *ah;
+	struct ibv_gid_entry src;
 	bool mcast = attr && sv_gid_is_mcast(&attr->grh.dgid); /* a group (engine/mcast.c) */
+	int err;
 
-	/* RoCE addressing: the GID names the peer's host port, any index of
-	 * ours is a valid source; the QPN of each work request names the
-	 * process (its endpoint's port, transport/registry.h) */
+	/* RoCE addressing: the GID names the peer's host port, any filled
+	 * index of ours is a valid source; the QPN of each work request names
+	 * the process (its endpoint's port, transport/registry.h) */
 	memset(&peer, 0, sizeof(peer));
-	if (!pd || !attr || !attr->is_global || attr->grh.sgid_index >= SV_GID_TBL_LEN ||
-	    (attr->port_num && attr->port_num != 1) ||
+	if (!pd || !attr || !attr->is_global || (attr->port_num && attr->port_num != 1) ||
 	    (!mcast && !sv_gid_to_ip(to_sv_ctx(pd->context), &attr->grh.dgid, &peer.ip))) {
 		errno = EINVAL;
 		return NULL;
 	}
 	ctx = to_sv_ctx(pd->context);
+	/* an empty source entry is ENODATA, one past the table EINVAL, as
+	 * Linux's rdma_create_user_ah answers them */
+	err = sv_gid_entry(ctx->dev, ctx, attr->grh.sgid_index, &src);
+	if (err) {
+		errno = err;
+		return NULL;
+	}
 	if (!sv_ctx_reserve(ctx, &ctx->nah, SV_MAX_AH)) {
 		errno = ENOMEM;
 		return NULL;
@@ -59,7 +67,7 @@ int ibv_destroy_ah(struct ibv_ah *ibah)
 int ibv_init_ah_from_wc(struct ibv_context *context, uint8_t port_num, struct ibv_wc *wc,
 			struct ibv_grh *grh, struct ibv_ah_attr *ah_attr)
 {
-	static const uint32_t prefer[SV_GID_TBL_LEN] = { 3, 1, 5, 2, 0, 4 }; /* RoCE v2 first */
+	static const uint32_t prefer[SV_GID_FILLED] = { 3, 1, 5, 2, 0, 4 }; /* RoCE v2 first */
 	int sgid = -1;
 
 	if (!context || !wc || !grh || !ah_attr || port_num != 1)
@@ -72,7 +80,7 @@ int ibv_init_ah_from_wc(struct ibv_context *context, uint8_t port_num, struct ib
 	if (!(wc->wc_flags & IBV_WC_GRH))
 		return -1; /* RoCE-style addressing always needs the GRH */
 	/* our GID the packet was sent to: the GRH's destination, in our table */
-	for (uint32_t k = 0; k < SV_GID_TBL_LEN && sgid < 0; k++) {
+	for (uint32_t k = 0; k < SV_GID_FILLED && sgid < 0; k++) {
 		struct ibv_gid_entry e;
 
 		if (sv_gid_entry(to_sv_ctx(context)->dev, NULL, prefer[k], &e))

@@ -1,8 +1,10 @@
 /*
  * Devices and contexts.  A device is an up network interface with an IPv4
  * address; opening it creates an endpoint: a listener on that address and
- * an engine thread.  A QP is reached by (any GID of its device's port, QPN)
- * (gid.c).
+ * an engine thread.  The port's GIDs are the interface's addresses
+ * (verbs/gid.c), and a QP's number says which process's endpoint owns it
+ * (transport/registry.c), so a peer given only (GID, QPN), which is what
+ * verbs programs exchange, can reach it.
  *
  * The loopback interface gets a device (sv_lo) only when asked for
  * (SOFTVERBS_LOOPBACK=1, or lo named in SOFTVERBS_IFACES) or when no other

@@ -9,6 +9,8 @@
  *   index 3   ::ffff:IPv4               RoCE v2
  *   index 4   the interface's IPv6      RoCE v1   } empty when it has
  *   index 5   the interface's IPv6      RoCE v2   } none (device.c)
+ *   index 6 to SV_GID_TBL_LEN - 1       empty, as the unused part of a
+ *                                       RoCE port's table is (verbs.h)
  *
  * An interface without a MAC (lo) stands in with 00:00:00:00:00:00,
  * fe80::200:ff:fe00:0.  What a QP on this host is reached by is (any of

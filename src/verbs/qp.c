@@ -308,16 +308,18 @@ static void reset_qp(struct sv_qp *qp)
 static int check_attr_values(struct sv_qp *qp, struct ibv_qp_attr *a, int mask,
 			     struct sv_endpoint_addr *peer)
 {
-	const unsigned int qp_access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-				       IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
-
+	/*
+	 * qp_access_flags takes any bits, as Linux's uverbs and rxe do (they
+	 * store the word; mlx5 reads the remote bits and ignores the rest):
+	 * programs pass their MR access flags here, ON_DEMAND included.
+	 * Only the REMOTE_* bits gate anything (the responder's
+	 * check_qp_access); ibv_query_qp returns the word as it was set.
+	 */
 	if ((mask & IBV_QP_CUR_STATE) && a->cur_qp_state != qp->state)
 		return EINVAL;
 	if ((mask & IBV_QP_PORT) && a->port_num != 1)
 		return EINVAL;
 	if ((mask & IBV_QP_PKEY_INDEX) && a->pkey_index != 0)
-		return EINVAL;
-	if ((mask & IBV_QP_ACCESS_FLAGS) && (a->qp_access_flags & ~qp_access))
 		return EINVAL;
 	if ((mask & IBV_QP_PATH_MTU) && (a->path_mtu < IBV_MTU_256 || a->path_mtu > SV_PORT_MTU))
 		return EINVAL;
@@ -339,12 +341,16 @@ static int check_attr_values(struct sv_qp *qp, struct ibv_qp_attr *a, int mask,
 		return EINVAL; /* no alternate paths on a software port */
 	if (mask & IBV_QP_AV) {
 		struct ibv_ah_attr *ah = &a->ah_attr;
+		struct ibv_gid_entry src;
 
 		/* RoCE addressing: a GRH with the peer's GID is mandatory; it
-		 * names the peer's host, any index of ours is a valid source */
-		if (!ah->is_global || ah->grh.sgid_index >= SV_GID_TBL_LEN ||
-		    (ah->port_num && ah->port_num != 1) || !sv_gid_to_ip(qp->ctx, &ah->grh.dgid, &peer->ip))
+		 * names the peer's host, any filled index of ours is a valid
+		 * source (an empty one ENODATA, past the table EINVAL, as
+		 * Linux's ib_modify_qp answers them) */
+		if (!ah->is_global || (ah->port_num && ah->port_num != 1) ||
+		    !sv_gid_to_ip(qp->ctx, &ah->grh.dgid, &peer->ip))
 			return EINVAL;
+		return sv_gid_entry(qp->ctx->dev, qp->ctx, ah->grh.sgid_index, &src);
 	}
 	return 0;
 }
@@ -384,11 +390,12 @@ int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 	pthread_mutex_lock(&qp->lock);
 	cur = qp->state;
 	next = (mask & IBV_QP_STATE) ? attr->qp_state : cur;
+	err = EINVAL; /* check_attr_values' own answer when it is the one that fails */
 	if (next > IBV_QPS_ERR ||
 	    !sv_qp_transition_ok(ibqp->qp_type, cur, next, mask) ||
 	    (err = check_attr_values(qp, attr, mask, &peer))) {
 		pthread_mutex_unlock(&qp->lock);
-		return EINVAL;
+		return err;
 	}
 	/* apply attributes */
 	if (mask & IBV_QP_PKEY_INDEX)

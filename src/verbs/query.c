@@ -96,6 +96,9 @@ static int sv_query_device_ex(struct ibv_context *context,
 		IBV_ODP_SUPPORT_SRQ_RECV;
 	a.odp_caps.per_transport_caps.ud_odp_caps =
 		IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
+	/* XRC sends as RC does and receives through XRC SRQs only (no RECV) */
+	a.xrc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_READ |
+			 IBV_ODP_SUPPORT_ATOMIC | IBV_ODP_SUPPORT_SRQ_RECV;
 	a.max_dm_size = 0;
 	a.phys_port_cnt_ex = 1;
 	memcpy(attr, &a, SV_MIN(attr_size, sizeof(a)));
@@ -206,8 +209,10 @@ int sv_gid_entry(const struct sv_device *dev, const struct sv_context *ctx, uint
 	enum ibv_gid_type type;
 
 	(void)ctx;
-	if (index >= SV_GID_TBL_LEN || (index >= 4 && !dev->has_ip6))
-		return ENODATA; /* past the table, or an empty entry */
+	if (index >= SV_GID_TBL_LEN)
+		return EINVAL; /* past the table, as Linux's rdma_get_gid_attr */
+	if (index >= SV_GID_FILLED || (index >= 4 && !dev->has_ip6))
+		return ENODATA; /* an empty entry */
 	memset(e, 0, sizeof(*e));
 	sv_port_gid(dev, index, &e->gid, &type);
 	e->gid_index = index;
@@ -230,18 +235,27 @@ int ibv_query_gid(struct ibv_context *context, uint8_t port_num, int index, unio
 	return 0;
 }
 
-/* rdma-core private: *type uses the sysfs numbering (0 IB/RoCE v1, 1 RoCE v2). */
+/*
+ * rdma-core private: *type uses the sysfs numbering (0 IB/RoCE v1, 1 RoCE
+ * v2).  An empty entry is type 0 and no error, as rdma-core answers it
+ * (ibv_devinfo -v asks every index of the table); past the table -1.
+ */
 int ibv_query_gid_type(struct ibv_context *context, uint8_t port_num, unsigned int index,
 		       int *type)
 {
 	struct ibv_gid_entry e;
+	int err;
 
-	if (!context || !type || port_num != 1 ||
-	    sv_gid_entry(to_sv_ctx(context)->dev, to_sv_ctx(context), index, &e)) {
+	if (!context || !type || port_num != 1) {
 		errno = EINVAL;
 		return -1;
 	}
-	*type = e.gid_type == IBV_GID_TYPE_ROCE_V2 ? 1 : 0;
+	err = sv_gid_entry(to_sv_ctx(context)->dev, to_sv_ctx(context), index, &e);
+	if (err == EINVAL) {
+		errno = EINVAL;
+		return -1;
+	}
+	*type = !err && e.gid_type == IBV_GID_TYPE_ROCE_V2 ? 1 : 0;
 	return 0;
 }
 
@@ -252,10 +266,14 @@ int _ibv_query_gid_ex(struct ibv_context *context, uint32_t port_num, uint32_t g
 
 	if (!context || !entry || flags || entry_size < sizeof(e))
 		return EINVAL;
+	int err;
+
 	if (port_num != 1)
 		return EINVAL;
-	if (sv_gid_entry(to_sv_ctx(context)->dev, to_sv_ctx(context), gid_index, &e))
-		return ENODATA;
+	/* ENODATA for an empty entry, EINVAL past the table */
+	err = sv_gid_entry(to_sv_ctx(context)->dev, to_sv_ctx(context), gid_index, &e);
+	if (err)
+		return err;
 	memcpy(entry, &e, sizeof(e));
 	return 0;
 }

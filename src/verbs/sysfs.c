@@ -8,7 +8,8 @@
  * process sees:
  *
  *   ROOT/sys/class/infiniband/sv_X              -> ../../devices/virtual/infiniband/sv_X
- *   ROOT/sys/devices/virtual/infiniband/sv_X/... node_type, node_guid, ports/1/...
+ *   ROOT/sys/devices/virtual/infiniband/sv_X/... node_type, node_guid, ports/1/...,
+ *                                               device/net/IFNAME -> /sys/class/net/IFNAME
  *   ROOT/sys/class/infiniband_verbs/uverbsN/... ibdev, abi_version, dev
  *   ROOT/dev/infiniband/uverbsN, rdma_cm        symlinks to /dev/null
  *
@@ -250,8 +251,17 @@ static void add_port(struct view *v, const struct sv_device *d, const char *devd
 		snprintf(path, sizeof(path), "%s/%s/%s", dir, group, name);
 		add(v, ENTRY_FILE, strdup(path), strdup(""));
 	}
+	/*
+	 * Every index of the table has its three files, as in the kernel's
+	 * sysfs.  An empty entry's GID reads as zeros; reading its type or
+	 * netdev fails there with EINVAL, which rdma-core's sysfs reader and
+	 * others take for "no entry".  A file cannot hold a read error, so the
+	 * view holds those two empty (a filled entry's never are) and the
+	 * preload library answers an open of an empty one with a descriptor
+	 * whose reads fail with EINVAL (src/preload/fsview.c).
+	 */
 	for (uint32_t i = 0; i < SV_GID_TBL_LEN; i++) {
-		char gid[40], name[16];
+		char gid[40], name[16], types[320], ndevs[320];
 		bool empty = sv_gid_entry(d, NULL, i, &ge) != 0;
 
 		if (empty)
@@ -260,8 +270,13 @@ static void add_port(struct view *v, const struct sv_device *d, const char *devd
 		snprintf(name, sizeof(name), "%u", i);
 		snprintf(sub, sizeof(sub), "%s/gids", dir);
 		add_attr(v, sub, name, "%s", gid);
-		if (empty)
-			continue; /* the kernel has no type or netdev for it either */
+		snprintf(types, sizeof(types), "%s/gid_attrs/types/%s", dir, name);
+		snprintf(ndevs, sizeof(ndevs), "%s/gid_attrs/ndevs/%s", dir, name);
+		if (empty) {
+			add(v, ENTRY_FILE, strdup(types), strdup(""));
+			add(v, ENTRY_FILE, strdup(ndevs), strdup(""));
+			continue;
+		}
 		snprintf(sub, sizeof(sub), "%s/gid_attrs/types", dir);
 		add_attr(v, sub, name, "%s",
 			 ge.gid_type == IBV_GID_TYPE_ROCE_V2 ? "RoCE v2" : "IB/RoCE v1");
@@ -323,6 +338,18 @@ static void add_device(struct view *v, const struct sv_device *d, long ncpu)
 	add_attr(v, sub, "local_cpus", "%s", mask);
 	add_attr(v, sub, "vendor", "0x%04x", da.vendor_id);
 	add_attr(v, sub, "device", "0x%04x", da.vendor_part_id);
+	/*
+	 * The network interface, where frameworks look for it (rdma-core's
+	 * tests, pyverbs users: "ls <ibdev>/device/net/"): on a NIC, `device`
+	 * is the PCI function and net/<ifname> its netdev's directory.  Here
+	 * a link to the host's own /sys/class/net/<ifname>, which the preload
+	 * leaves alone, so its files (address, ifindex, mtu) are the real ones.
+	 */
+	snprintf(sub, sizeof(sub), "%s/device/net", dir);
+	add_dir(v, sub);
+	snprintf(sub, sizeof(sub), "%s/device/net/%s", dir, d->ifname);
+	snprintf(link, sizeof(link), "/sys/class/net/%s", d->ifname);
+	add_link(v, sub, link);
 	add_port(v, d, dir);
 
 	snprintf(dir, sizeof(dir), "sys/class/infiniband_verbs/%s", d->ibdev.dev_name);

@@ -14,11 +14,20 @@ const char *ibv_get_sysfs_path(void);
 void sv_device_attr(const struct sv_device *dev, struct ibv_device_attr *a);
 struct sv_device;
 void sv_port_attr(const struct sv_device *d, struct ibv_port_attr *p);
+/* ctx may be NULL; EINVAL past the table, ENODATA for an empty entry */
 int sv_gid_entry(const struct sv_device *dev, const struct sv_context *ctx, uint32_t index,
-		 struct ibv_gid_entry *e); /* ctx may be NULL; ENODATA past the table */
+		 struct ibv_gid_entry *e);
 
-/* gid.c: the port's GID table (the same in every process) and what a GID names */
-#define SV_GID_TBL_LEN 6
+/*
+ * gid.c: the port's GID table (the same in every process) and what a GID
+ * names.  The table is longer than what fills it, as a RoCE port's is
+ * (rxe's has 1024 entries): indexes SV_GID_FILLED and up are always empty,
+ * so a program looking for an unused index finds one.  16 keeps the sysfs
+ * view (three files an entry, sysfs.c) small, and sgid_index, 8 bits,
+ * can still name an index past the table.
+ */
+#define SV_GID_TBL_LEN 16
+#define SV_GID_FILLED 6
 void sv_port_gid(const struct sv_device *dev, uint32_t index, union ibv_gid *gid,
 		 enum ibv_gid_type *type);
 /* The address of the host port a GID names (ours or a neighbour's): IPv4

@@ -3,8 +3,12 @@
 # run over softverbs.  CHECK is one of:
 #   devices      ibv_devices lists sv_lo with a node GUID
 #   devinfo      ibv_devinfo / -l / -d sv_lo: port 1 PORT_ACTIVE, Ethernet, MTU 4096
-#   devinfo-v    ibv_devinfo -v -d sv_lo: also a GID at index 0, ATOMIC_HCA
+#   devinfo-v    ibv_devinfo -v -d sv_lo: also a GID at index 0, ATOMIC_HCA, and
+#                a GID table longer than its filled entries
 #   ud-oversize  ibv_ud_pingpong -s 4097 is refused: larger than the port MTU
+#   help         `softverbs help` describes the GIDs as they are: addresses of
+#                the port, any of which reaches a QP (not "GID index 0
+#                identifies the endpoint of the process", as it once said)
 . "$(dirname "$0")/lib.sh"
 
 # expect NAME ERE WHAT: NAME's output must have a line matching ERE.
@@ -53,6 +57,14 @@ devinfo-v)
 	# (IBVERBS_PRIVATE_34) calls it RoCE v1 or v2.
 	expect lo-v '^[[:space:]]+GID\[ *0\]:[[:space:]]+[0-9a-f:.]+, RoCE v[12]$' "a GID at index 0"
 	grep -E 'GID\[' "$SV_WORK/lo-v.out"
+	# the table is longer than what fills it (a RoCE port's is): devinfo
+	# asks every index, and takes the empty ones (a zero GID, type 0 from
+	# ibv_query_gid_type) without printing them
+	tbl=$(sed -n 's/^[[:space:]]*gid_tbl_len:[[:space:]]*//p' "$SV_WORK/lo-v.out")
+	ngid=$(grep -c 'GID\[' "$SV_WORK/lo-v.out")
+	[[ $tbl =~ ^[0-9]+$ ]] && [ "$ngid" -ge 4 ] && [ "$tbl" -gt "$ngid" ] ||
+		sv_fail "gid_tbl_len '$tbl' with $ngid GIDs printed: expected empty entries past them"
+	! grep -q 'Failed to query' "$SV_WORK/lo-v.out" || sv_fail "ibv_devinfo -v: a query failed"
 	;;
 ud-oversize)
 	sv_require ibv_ud_pingpong
@@ -61,8 +73,16 @@ ud-oversize)
 	[ "$rc" != 0 ] && [ "$rc" != 124 ] || sv_fail "ud_pingpong -s 4097 exited $rc, expected a refusal"
 	expect ud '^Requested size larger than port MTU \(4096\)$' "the MTU refusal"
 	;;
+help)
+	"$SV_TOOL" help >"$SV_WORK/help.out" 2>&1 || sv_fail "softverbs help exited $?"
+	cat "$SV_WORK/help.out"
+	expect help 'GIDs are addresses of the port' "the GIDs as addresses of the port"
+	expect help 'reached by any GID of its device' "any GID reaching a QP"
+	! grep -Eiq 'GID (index )?0 identifies|by GID index 0|GID 0,' "$SV_WORK/help.out" ||
+		sv_fail "softverbs help still says GID index 0 names the process's endpoint"
+	;;
 *)
-	sv_fail "usage: $0 devices|devinfo|devinfo-v|ud-oversize"
+	sv_fail "usage: $0 devices|devinfo|devinfo-v|ud-oversize|help"
 	;;
 esac
 echo "PASS: $1"

@@ -5,10 +5,15 @@
 # libibverbs, so under `softverbs run`:
 #   - every device ibv_devices lists has /sys/class/infiniband/DEV with
 #     node_type, node_guid, ports/1/{state,phys_state,link_layer,active_mtu},
-#     ports/1/gids/0, gid_attrs/{types,ndevs}/0, and the values agree with
-#     ibv_devices and ibv_devinfo -v -d DEV (node and system image GUID, port
-#     state, physical state, link layer, active MTU, GID type); ndevs/0 is the
-#     interface the device is named after; nothing else is listed there
+#     ports/1/gids/N, gid_attrs/{types,ndevs}/N for each N of the GID table,
+#     and the values agree with ibv_devices and ibv_devinfo -v -d DEV (node
+#     and system image GUID, port state, physical state, link layer, active
+#     MTU, GID type); ndevs/N is the interface the device is named after; an
+#     empty entry (the table is longer than what fills it) has a zero GID,
+#     and its types/N and ndevs/N fail to read with EINVAL, as the kernel's;
+#     nothing else is listed there; DEV/device/net/ lists that interface
+#     (its files the host's: ifindex), as frameworks look for a device's
+#     netdev (rdma-core's tests skip rdma_cm tests without it)
 #   - every /sys/class/infiniband_verbs/uverbsN names one of those devices in
 #     ibdev, each device has one, and /dev/infiniband/uverbsN is a character
 #     device; /dev/infiniband/rdma_cm exists
@@ -105,30 +110,59 @@ inner() {
 		rd v "$base/ports/1/active_mtu"
 		[ "$v" = "$(dv active_mtu | cut -d' ' -f1)" ] ||
 			bad "$base/ports/1/active_mtu '$v', ibv_devinfo '$(dv active_mtu)'"
-		# the GID table, 6 entries (link-local, IPv4-mapped and the
-		# interface's IPv6 address, RoCE v1 and v2 each): each type as
-		# devinfo names it ("GID[  1]: <gid>, RoCE v2"; the kernel's sysfs
-		# says "IB/RoCE v1" for "RoCE v1").  4 and 5 are empty (zeros, no
-		# type) on an interface without IPv6, as the kernel shows them
-		for g in 0 1 2 3 4 5; do
+		# the GID table, gid_tbl_len entries of which 6 are filled
+		# (link-local, IPv4-mapped and the interface's IPv6 address, RoCE
+		# v1 and v2 each): each type as devinfo names it ("GID[  1]: <gid>,
+		# RoCE v2"; the kernel's sysfs says "IB/RoCE v1" for "RoCE v1"),
+		# each netdev the interface.  The rest are empty, as on a kernel's
+		# RoCE port: the GID reads as zeros, the type and netdev files are
+		# there and a read of them fails with EINVAL (4 and 5 too on an
+		# interface without IPv6); at least one is, and none past the table
+		local tbl empty=0 err
+		tbl=$(dv gid_tbl_len)
+		[[ $tbl =~ ^[0-9]+$ ]] && [ "$tbl" -gt 6 ] ||
+			bad "ibv_devinfo gid_tbl_len '$tbl': expected more entries than the 6 filled"
+		for ((g = 0; g < ${tbl:-0}; g++)); do
 			rd v "$base/ports/1/gids/$g"
 			if [ "$g" -ge 4 ] && [ "$v" = "0000:0000:0000:0000:0000:0000:0000:0000" ]; then
-				[ ! -e "$base/ports/1/gid_attrs/types/$g" ] ||
-					bad "$base/ports/1/gid_attrs/types/$g exists for an empty entry"
+				empty=$((empty + 1))
+				for f in types ndevs; do
+					[ -f "$base/ports/1/gid_attrs/$f/$g" ] ||
+						bad "$base/ports/1/gid_attrs/$f/$g missing for an empty entry"
+					err=$(cat "$base/ports/1/gid_attrs/$f/$g" 2>&1) &&
+						bad "cat $base/ports/1/gid_attrs/$f/$g of an empty entry: '$err', expected a failure"
+					[[ $err == *"Invalid argument"* ]] ||
+						bad "cat $base/ports/1/gid_attrs/$f/$g of an empty entry: '$err', expected EINVAL"
+				done
 				continue
 			fi
+			[ "$g" -lt 6 ] || bad "$base/ports/1/gids/$g: '$v', expected an empty entry"
 			rd v "$base/ports/1/gid_attrs/types/$g"
 			ds=$(sed -n "s/^[[:space:]]*GID\\[ *$g\\]:.*, //p" <<<"$info" | head -n1)
 			[ -n "$v" ] && { [ "$v" = "$ds" ] || [ "$v" = "IB/$ds" ]; } ||
 				bad "$base/ports/1/gid_attrs/types/$g '$v', ibv_devinfo GID[$g] type '$ds'"
+			rd v "$base/ports/1/gid_attrs/ndevs/$g"
+			[ "$v" = "${dev#sv_}" ] || bad "$base/ports/1/gid_attrs/ndevs/$g '$v', expected '${dev#sv_}'"
 		done
-		[ ! -e "$base/ports/1/gids/6" ] || bad "$base/ports/1/gids/6 exists: the table has 6 entries"
+		[ "$empty" -gt 0 ] || bad "$base/ports/1/gids: no empty entry in $tbl"
+		[ ! -e "$base/ports/1/gids/$tbl" ] || bad "$base/ports/1/gids/$tbl exists: the table has $tbl entries"
 		rd v "$base/ports/1/gids/0"
 		[[ $v =~ ^([0-9a-f]{4}:){7}[0-9a-f]{4}$ ]] && [ "$v" != "0000:0000:0000:0000:0000:0000:0000:0000" ] ||
 			bad "$base/ports/1/gids/0: '$v', expected a non-zero GID in sysfs form"
 		# ndevs/0: the interface the device stands for (sv_IFNAME)
 		rd v "$base/ports/1/gid_attrs/ndevs/0"
 		[ "$v" = "${dev#sv_}" ] || bad "$base/ports/1/gid_attrs/ndevs/0 '$v', expected '${dev#sv_}'"
+
+		# the network interface, where frameworks find it (rdma-core's
+		# tests: "ls <ibdev>/device/net/", else "device doesn't have net
+		# interface"): the interface the device is named after, alone,
+		# with the host's own files (ifindex)
+		local ifn=${dev#sv_}
+		v=$(ls "$base/device/net/" 2>&1 | tr '\n' ' ')
+		[ "$v" = "$ifn " ] || bad "ls $base/device/net/: '$v', expected '$ifn'"
+		rd v "$base/device/net/$ifn/ifindex"
+		[ -n "$v" ] && [ "$v" = "$(cat "/sys/class/net/$ifn/ifindex" 2>&1)" ] ||
+			bad "$base/device/net/$ifn/ifindex '$v', /sys/class/net/$ifn/ifindex '$(cat "/sys/class/net/$ifn/ifindex" 2>&1)'"
 
 		# the usual tools on these paths
 		[ "$(stat -c %F "$base/node_guid")" = "regular file" ] ||
@@ -186,7 +220,7 @@ inner() {
 			pyargs+=("$dev=${guid_of[$dev]}=${uv_of[$dev]:-}")
 		done
 		"$PY" - "${pyargs[@]}" <<'EOF' || bad "python checks"
-import os, stat, sys
+import errno, os, stat, sys
 want = {}
 for a in sys.argv[1:]:
     dev, guid, uv = a.split("=")
@@ -217,6 +251,20 @@ for dev, (guid, uv) in want.items():
         errs.append(f"os.stat /dev/infiniband/{uv}: not a character device")
     if not os.path.realpath(f"{base}/ports/1/state").startswith("/sys/"):
         errs.append(f"os.path.realpath {base}/ports/1/state: not a /sys path")
+    # the interface, as rdma-core's tests/base.py looks for it
+    net = f"{base}/device/net/"
+    if not os.path.exists(net) or os.listdir(net) != [dev[3:]]:
+        errs.append(f"os.listdir {net}: {os.listdir(net) if os.path.exists(net) else 'missing'}, expected {[dev[3:]]}")
+    # the table's last entry is empty: its type opens, and reading fails
+    # with EINVAL
+    n = len(os.listdir(f"{base}/ports/1/gids")) - 1
+    try:
+        with open(f"{base}/ports/1/gid_attrs/types/{n}") as f:
+            t = f.read()
+        errs.append(f"read {base}/ports/1/gid_attrs/types/{n}: {t!r}, expected EINVAL")
+    except OSError as e:
+        if e.errno != errno.EINVAL:
+            errs.append(f"read {base}/ports/1/gid_attrs/types/{n}: {e}, expected EINVAL")
 os.close(root)
 for e in errs:
     print("python:", e)

@@ -93,7 +93,7 @@ def devinfo(path, ip4, ip6):
                      "but its link-local one")
     for i in gids:
         if i > 5:
-            fail(f"{path}: GID[{i}] shown; the table has 6 entries")
+            fail(f"{path}: GID[{i}] shown; only entries 0-5 are filled")
 
 
 # ---------------------------------------------------------------- gids ----

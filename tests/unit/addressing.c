@@ -9,7 +9,8 @@
  *   - the same through the ibv_qp_ex wr_* API and an ibv_cq_ex polled
  *     with start/next/end_poll (RC WRITE and SEND, every index)
  *   - two contexts of one process, dgid = the (same) port GID
- *   - an sgid_index past the table (4) is refused (EINVAL)
+ *   - an sgid_index of an empty entry (6) is refused with ENODATA, one
+ *     past the table with EINVAL, by ibv_modify_qp and ibv_create_ah
  */
 #include "sv_test.h"
 
@@ -303,13 +304,25 @@ static void test_bad_index(void)
 	svt_conn_default(&c, IBV_QPT_RC);
 	SVT_CHECK_OK(svt_qp_to_init(a.qp, &c));
 	SVT_CHECK_OK(ibv_query_gid(d.ctx, 1, 3, &gid));
-	c.sgid_index = 6; /* past the table (0-5) */
+	/* an empty entry (6 and up: the table is longer than what fills
+	 * it) names no source: ENODATA, as Linux answers it */
+	c.sgid_index = 6;
+	mask = svt_rtr_attr(IBV_QPT_RC, &c, &gid, a.qp->qp_num, &attr);
+	SVT_CHECK_EQ(ibv_modify_qp(a.qp, &attr, mask), ENODATA);
+	SVT_CHECK_EQ(svt_qp_state(a.qp), IBV_QPS_INIT);
+	svt_ah_attr(&aa, &gid, &c);
+	errno = 0;
+	SVT_CHECK(!ibv_create_ah(d.pd, &aa));
+	SVT_CHECK_EQ(errno, ENODATA);
+	/* past the table: EINVAL */
+	c.sgid_index = (uint8_t)d.port_attr.gid_tbl_len;
 	mask = svt_rtr_attr(IBV_QPT_RC, &c, &gid, a.qp->qp_num, &attr);
 	SVT_CHECK_EQ(ibv_modify_qp(a.qp, &attr, mask), EINVAL);
 	svt_ah_attr(&aa, &gid, &c);
 	errno = 0;
 	SVT_CHECK(!ibv_create_ah(d.pd, &aa));
 	SVT_CHECK_EQ(errno, EINVAL);
+	SVT_CHECK_EQ(svt_qp_state(a.qp), IBV_QPS_INIT);
 	end_free(&a);
 	svt_dev_close(&d);
 }

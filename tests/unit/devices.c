@@ -98,7 +98,7 @@ static void test_open_close(void)
 	struct ibv_port_attr pa;
 
 	SVT_CHECK_OK(ibv_query_port(c1, 1, &pa));
-	SVT_CHECK_EQ(pa.gid_tbl_len, 6);
+	SVT_CHECK_EQ(pa.gid_tbl_len, 16); /* 6 filled, the rest empty (below) */
 	for (int i = 0; i < 4; i++) {
 		struct ibv_gid_entry e;
 
@@ -137,7 +137,7 @@ static void test_open_close(void)
 			SVT_CHECK_MEM(g1.raw, zero, 16);
 		}
 	}
-	SVT_CHECK_EQ(ibv_query_gid(c1, 1, 6, &g1), -1);
+	SVT_CHECK_EQ(ibv_query_gid(c1, 1, pa.gid_tbl_len, &g1), -1);
 
 	SVT_CHECK_OK(ibv_close_device(c2));
 	SVT_CHECK_OK(ibv_close_device(c1));
@@ -224,6 +224,54 @@ static void test_query_port(struct ibv_context *ctx)
 	SVT_CHECK_RC(ibv_query_port(ctx, 255, &p), EINVAL);
 }
 
+/* rdma-core's (IBVERBS_PRIVATE_34, infiniband/driver.h, which Debian does not install) */
+int ibv_query_gid_type(struct ibv_context *context, uint8_t port_num, unsigned int index,
+		       int *type);
+
+/*
+ * The table is longer than what fills it, as a RoCE port's (issue 34):
+ * indexes 6 to gid_tbl_len - 1 are empty, as Linux answers an empty entry
+ * (ibv_query_gid: a zero GID and 0; ibv_query_gid_ex: ENODATA;
+ * ibv_query_gid_type: 0, type 0), and the index past the table is an error
+ * (-1, EINVAL, -1).  ibv_query_gid_table lists only the filled ones.
+ */
+static void test_empty_gids(struct ibv_context *ctx)
+{
+	static const uint8_t zero[16];
+	struct ibv_port_attr p;
+	struct ibv_gid_entry e, tab[64];
+	union ibv_gid gid;
+	ssize_t n;
+	int type;
+
+	SVT_CHECK_OK(ibv_query_port(ctx, 1, &p));
+	SVT_CHECK_GT(p.gid_tbl_len, 6);
+	SVT_CHECK_LE(p.gid_tbl_len, 64);
+	for (int i = 6; i < p.gid_tbl_len; i++) {
+		memset(&gid, 0xa5, sizeof(gid));
+		SVT_CHECK_OK(ibv_query_gid(ctx, 1, i, &gid));
+		SVT_CHECK_MEM(gid.raw, zero, 16);
+		SVT_CHECK_EQ(ibv_query_gid_ex(ctx, 1, (uint32_t)i, &e, 0), ENODATA);
+		type = -1;
+		SVT_CHECK_OK(ibv_query_gid_type(ctx, 1, (unsigned int)i, &type));
+		SVT_CHECK_EQ(type, 0);
+	}
+	SVT_CHECK_EQ(ibv_query_gid(ctx, 1, p.gid_tbl_len, &gid), -1);
+	SVT_CHECK_EQ(ibv_query_gid_ex(ctx, 1, (uint32_t)p.gid_tbl_len, &e, 0), EINVAL);
+	errno = 0;
+	SVT_CHECK_EQ(ibv_query_gid_type(ctx, 1, (unsigned int)p.gid_tbl_len, &type), -1);
+	SVT_CHECK_EQ(errno, EINVAL);
+	type = -1;
+	SVT_CHECK_OK(ibv_query_gid_type(ctx, 1, 3, &type));
+	SVT_CHECK_EQ(type, 1); /* IPv4-mapped, RoCE v2 */
+
+	n = ibv_query_gid_table(ctx, tab, 64, 0);
+	SVT_CHECK_GE(n, 4);
+	SVT_CHECK_LE(n, 6);
+	for (ssize_t i = 0; i < n; i++)
+		SVT_CHECK_LT(tab[i].gid_index, 6);
+}
+
 static void test_gids(struct ibv_context *ctx)
 {
 	struct ibv_port_attr p;
@@ -298,6 +346,7 @@ int main(void)
 	test_query_device(ctx);
 	test_query_port(ctx);
 	test_gids(ctx);
+	test_empty_gids(ctx);
 	test_pkeys(ctx);
 	SVT_CHECK_OK(ibv_close_device(ctx));
 	return 0;

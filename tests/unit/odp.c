@@ -1,7 +1,7 @@
 /*
  * unit_odp: on-demand paging, explicit and implicit.
  *   - ibv_query_device_ex reports IBV_ODP_SUPPORT and IMPLICIT, and the
- *     per-transport operations
+ *     per-transport operations, XRC's (xrc_odp_caps) included
  *   - an ON_DEMAND MR over memory never touched (mmap, no page populated)
  *     takes a peer's RDMA WRITE and serves its READ; its pages are faulted
  *     in as they are used
@@ -50,6 +50,10 @@ static void test_caps(void)
 	SVT_CHECK(ax.odp_caps.per_transport_caps.rc_odp_caps & IBV_ODP_SUPPORT_WRITE);
 	SVT_CHECK(ax.odp_caps.per_transport_caps.rc_odp_caps & IBV_ODP_SUPPORT_READ);
 	SVT_CHECK(ax.odp_caps.per_transport_caps.ud_odp_caps & IBV_ODP_SUPPORT_SEND);
+	/* XRC: what unit_xrc's test_odp does; no RECV (XRC receives through SRQs) */
+	SVT_CHECK_EQ(ax.xrc_odp_caps, IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_WRITE |
+					      IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC |
+					      IBV_ODP_SUPPORT_SRQ_RECV);
 	svt_dev_close(&d);
 }
 

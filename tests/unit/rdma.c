@@ -6,7 +6,7 @@
  *       ATOMIC_FETCH_AND_ADD (atomic across two QPs), IBV_SEND_FENCE after
  *       READ/atomic, many READs in flight with max_rd_atomic 1, WRITE then
  *       SEND ordering, zero-length READ; the responder QP's access flags
- *       are enforced.
+ *       are enforced, and any other bits in them are taken and kept.
  *   UC: RDMA_WRITE and WRITE_WITH_IMM work; READ and atomics are refused.
  */
 #include "sv_test.h"
@@ -428,6 +428,63 @@ static void test_qp_access_flags(void)
 	}
 }
 
+/*
+ * qp_access_flags takes the bits Linux stores (issue 34): the MR access
+ * flags programs pass there (ON_DEMAND, RELAXED_ORDERING, ...) and any
+ * other bit are accepted and returned by ibv_query_qp as set, at INIT and
+ * at RTS -> RTS; the remote bits among them still decide.
+ */
+static void test_qp_access_extra_bits(void)
+{
+	const unsigned int extra = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND |
+				   IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND |
+				   IBV_ACCESS_HUGETLB | IBV_ACCESS_RELAXED_ORDERING | (1u << 30);
+	struct svt_pair_opts o;
+	struct svt_pair p;
+	struct svt_conn cb;
+	struct ibv_qp_attr a;
+	struct ibv_qp_init_attr ia;
+	struct ibv_wc wc;
+
+	svt_pair_opts_default(&o, IBV_QPT_RC);
+	o.no_connect = true;
+	svt_pair_create(&p, IBV_QPT_RC, &o);
+	cb = o.conn;
+	cb.access = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | extra;
+	svt_qp_connect(p.a.qp, &o.conn, &p.b.gid, p.b.qp->qp_num);
+	svt_qp_connect(p.b.qp, &cb, &p.a.gid, p.a.qp->qp_num);
+	memset(&a, 0, sizeof(a));
+	SVT_CHECK_OK(ibv_query_qp(p.b.qp, &a, IBV_QP_ACCESS_FLAGS, &ia));
+	SVT_CHECK_EQ(a.qp_access_flags, cb.access);
+
+	svt_fill(p.a.buf, 64, 3);
+	SVT_CHECK_OK(svt_post_send(p.a.qp, 1, IBV_WR_RDMA_WRITE, IBV_SEND_SIGNALED, p.a.buf, 64,
+				   p.a.mr->lkey, (uintptr_t)p.b.buf, p.b.mr->rkey, 0));
+	SVT_CHECK_WC_OK(svt_poll_one(p.a.send_cq));
+	SVT_CHECK_FILL(p.b.buf, 64, 3);
+
+	/* RTS -> RTS: READ and the extra bits only; a WRITE is now refused */
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	a.qp_access_flags = IBV_ACCESS_REMOTE_READ | IBV_ACCESS_ON_DEMAND | (1u << 30);
+	SVT_CHECK_OK(ibv_modify_qp(p.b.qp, &a, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS));
+	memset(&a, 0, sizeof(a));
+	SVT_CHECK_OK(ibv_query_qp(p.b.qp, &a, IBV_QP_ACCESS_FLAGS, &ia));
+	SVT_CHECK_EQ(a.qp_access_flags, IBV_ACCESS_REMOTE_READ | IBV_ACCESS_ON_DEMAND | (1u << 30));
+	memset(p.a.buf, 0, 64);
+	SVT_CHECK_OK(svt_post_send(p.a.qp, 2, IBV_WR_RDMA_READ, IBV_SEND_SIGNALED, p.a.buf, 64,
+				   p.a.mr->lkey, (uintptr_t)p.b.buf, p.b.mr->rkey, 0));
+	SVT_CHECK_WC_OK(svt_poll_one(p.a.send_cq));
+	SVT_CHECK_FILL(p.a.buf, 64, 3);
+	svt_fill(p.a.buf, 64, 4);
+	SVT_CHECK_OK(svt_post_send(p.a.qp, 3, IBV_WR_RDMA_WRITE, IBV_SEND_SIGNALED, p.a.buf, 64,
+				   p.a.mr->lkey, (uintptr_t)p.b.buf, p.b.mr->rkey, 0));
+	wc = svt_poll_one(p.a.send_cq);
+	SVT_CHECK(wc.status == IBV_WC_REM_ACCESS_ERR || wc.status == IBV_WC_REM_INV_REQ_ERR);
+	SVT_CHECK_FILL(p.b.buf, 64, 3);
+	svt_pair_destroy(&p);
+}
+
 static void test_uc(void)
 {
 	struct svt_pair_opts o;
@@ -515,6 +572,7 @@ int main(void)
 
 	test_many_reads();
 	test_qp_access_flags();
+	test_qp_access_extra_bits();
 	test_uc();
 	return 0;
 }

@@ -13,6 +13,9 @@
  *     each SRQ's own CQ with the receive QP's number; through ibv_post_send
  *     and through the ibv_qp_ex wr_* API (wr_set_xrc_srqn); WRITE, READ and
  *     FETCH_ADD on memory of the SRQs' PD
+ *   - the same with on-demand MRs on both ends (ON_DEMAND, pages never
+ *     touched), as xrc_odp_caps says: SEND into an SRQ receive, WRITE,
+ *     READ, FETCH_ADD
  *   - neither XRC QP takes ibv_post_recv, the receive QP no ibv_post_send
  *   - a request naming an SRQ number that is not of the domain (a basic
  *     SRQ's, one destroyed) fails: the send QP's WQE completes with
@@ -29,6 +32,7 @@
 
 #include <fcntl.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #define LEN 4096
@@ -256,6 +260,78 @@ static void test_sends(struct xrc *x)
 	}
 }
 
+/* One XRC request on x->send naming SRQ n1; rkey/raddr for WRITE, READ and atomics. */
+static struct ibv_wc xrc_op(struct xrc *x, enum ibv_wr_opcode op, void *local, uint32_t len,
+			    uint32_t lkey, uint64_t raddr, uint32_t rkey)
+{
+	struct ibv_sge sge = { (uintptr_t)local, len, lkey };
+	struct ibv_send_wr wr = { .wr_id = op, .sg_list = &sge, .num_sge = 1, .opcode = op,
+				  .send_flags = IBV_SEND_SIGNALED }, *bad;
+
+	if (op == IBV_WR_ATOMIC_FETCH_AND_ADD) {
+		wr.wr.atomic.remote_addr = raddr;
+		wr.wr.atomic.rkey = rkey;
+		wr.wr.atomic.compare_add = 5;
+	} else {
+		wr.wr.rdma.remote_addr = raddr;
+		wr.wr.rdma.rkey = rkey;
+	}
+	wr.qp_type.xrc.remote_srqn = x->n1;
+	SVT_CHECK_OK(ibv_post_send(x->send, &wr, &bad));
+	return svt_poll_one(x->acq);
+}
+
+/*
+ * On-demand MRs on both ends of XRC, as xrc_odp_caps reports (unit_odp):
+ * a SEND gathered from one lands in an SRQ receive on another whose pages
+ * were never touched, and WRITE, READ and FETCH_ADD work between them.
+ */
+static void test_odp(struct xrc *x)
+{
+	const size_t len = 4 * 4096;
+	const int acc = IBV_ACCESS_ON_DEMAND | IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+			IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+	uint8_t *am = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	uint8_t *bm = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct ibv_mr *amr, *bmr;
+	struct ibv_wc wc;
+
+	SVT_CHECK(am != MAP_FAILED && bm != MAP_FAILED);
+	amr = ibv_reg_mr(x->a.pd, am, len, acc);
+	bmr = ibv_reg_mr(x->b.pd, bm, len, acc);
+	SVT_CHECK(amr && bmr);
+
+	/* SEND into an SRQ receive on an untouched page */
+	svt_fill(am, 300, 12);
+	SVT_CHECK_OK(svt_post_srq_recv(x->s1, 51, bm, 512, bmr->lkey));
+	wc = xrc_op(x, IBV_WR_SEND, am, 300, amr->lkey, 0, 0);
+	SVT_CHECK_WC_OK(wc);
+	wc = svt_poll_one(x->cq1);
+	SVT_CHECK_WC_OK(wc);
+	SVT_CHECK(wc.wr_id == 51 && wc.byte_len == 300);
+	SVT_CHECK_FILL(bm, 300, 12);
+
+	/* WRITE into an untouched page, READ it back into another */
+	svt_fill(am + 4096, 1000, 13);
+	SVT_CHECK_WC_OK(xrc_op(x, IBV_WR_RDMA_WRITE, am + 4096, 1000, amr->lkey,
+			       (uintptr_t)bm + 4096, bmr->rkey));
+	SVT_CHECK_FILL(bm + 4096, 1000, 13);
+	SVT_CHECK_WC_OK(xrc_op(x, IBV_WR_RDMA_READ, am + 8192, 1000, amr->lkey,
+			       (uintptr_t)bm + 4096, bmr->rkey));
+	SVT_CHECK_FILL(am + 8192, 1000, 13);
+
+	/* FETCH_ADD on an untouched word (0), the old value into another */
+	SVT_CHECK_WC_OK(xrc_op(x, IBV_WR_ATOMIC_FETCH_AND_ADD, am + 12288, 8, amr->lkey,
+			       (uintptr_t)bm + 12288, bmr->rkey));
+	SVT_CHECK_EQ(*(uint64_t *)(am + 12288), 0);
+	SVT_CHECK_EQ(*(uint64_t *)(bm + 12288), 5);
+
+	SVT_CHECK_OK(ibv_dereg_mr(amr));
+	SVT_CHECK_OK(ibv_dereg_mr(bmr));
+	munmap(am, len);
+	munmap(bm, len);
+}
+
 static void test_one_sided(struct xrc *x)
 {
 	struct ibv_send_wr wr, *bad;
@@ -469,6 +545,7 @@ int main(void)
 
 	setup(&x);
 	test_sends(&x);
+	test_odp(&x);
 	test_one_sided(&x);
 	test_atomic_and_bad_numbers(&x);
 	test_open_qp(&x);
