@@ -830,11 +830,46 @@ static int decode(struct sv_dgram *d, const uint8_t *raw, size_t n, uint16_t spo
 	return 1;
 }
 
+/* A connection to the forwarding listener of the context at (ip, port), on
+ * fwd_txs, or NULL: no context holds that port now (fwd_lock held). */
+static struct fwd_tx *fwd_connect(struct in_addr ip, uint16_t port)
+{
+	struct fwd_tx *t = calloc(1, sizeof(*t));
+	struct sockaddr_un sa;
+	socklen_t sl;
+
+	if (!t)
+		return NULL;
+	t->ip = ip;
+	t->port = port;
+	sv_endpoint_unix_name(&sa, &sl, "rocev2", ip, port);
+	/* blocking only for connect, which for a unix socket does not wait
+	 * for the peer to accept */
+	t->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+	if (t->fd < 0 || connect(t->fd, (struct sockaddr *)&sa, sl)) {
+		if (t->fd >= 0)
+			close(t->fd);
+		free(t);
+		return NULL;
+	}
+	bufsize(t->fd, SO_SNDBUFFORCE, SO_SNDBUF, SV_ROCEV2_SNDBUF);
+	t->next = fwd_txs;
+	fwd_txs = t;
+	return t;
+}
+
 /*
  * A datagram for another context of this host: to it, over this process's
  * connection to it.  Nobody there (the context is gone), or no room: the
  * datagram is dropped, as a NIC drops a packet for an unknown QP or one it
  * has no buffer for.
+ *
+ * A connection that fails otherwise led to a context that has ended since.
+ * Another may hold its port by now: a context opened after it claims the
+ * lowest free block of QP numbers, its block (any program that closes a
+ * device and opens it again).  The datagram may well be for that one, so
+ * it goes again over a new connection to whoever listens there now; only
+ * when nobody does is it dropped.
  */
 static void forward(const struct sv_dgram *d, uint16_t from_port, const uint8_t *raw, size_t n,
 		    uint16_t to_port, uint8_t tos)
@@ -845,46 +880,43 @@ static void forward(const struct sv_dgram *d, uint16_t from_port, const uint8_t 
 	struct iovec v[2] = { { &h, sizeof(h) }, { (void *)raw, n } };
 	struct msghdr mh = { .msg_iov = v, .msg_iovlen = 2 };
 	struct fwd_tx *t, **pp;
+	bool fresh = false;
 
 	memcpy(h.from, &d->from, 16);
 	memcpy(h.to, &d->to, 16);
 	pthread_mutex_lock(&fwd_lock);
-	for (pp = &fwd_txs; (t = *pp); pp = &t->next)
-		if (t->ip.s_addr == d->local_ip.s_addr && t->port == to_port)
-			break;
-	if (!t && (t = calloc(1, sizeof(*t)))) {
-		struct sockaddr_un sa;
-		socklen_t sl;
-
-		t->ip = d->local_ip;
-		t->port = to_port;
-		sv_endpoint_unix_name(&sa, &sl, "rocev2", d->local_ip, to_port);
-		/* blocking only for connect, which for a unix socket does not
-		 * wait for the peer to accept */
-		t->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-		if (t->fd < 0 || connect(t->fd, (struct sockaddr *)&sa, sl)) {
-			if (t->fd >= 0)
-				close(t->fd);
-			free(t);
-			t = NULL;
-		} else {
-			bufsize(t->fd, SO_SNDBUFFORCE, SO_SNDBUF, SV_ROCEV2_SNDBUF);
-			*pp = t;
+	for (;;) {
+		for (pp = &fwd_txs; (t = *pp); pp = &t->next)
+			if (t->ip.s_addr == d->local_ip.s_addr && t->port == to_port)
+				break;
+		if (!t) {
+			t = fwd_connect(d->local_ip, to_port);
+			fresh = true;
+			pp = &fwd_txs; /* fwd_connect put it first */
 		}
-	}
-	if (!t) {
-		sv_dbg("rocev2: no context of port %u here; a datagram for it dropped", to_port);
-	} else if (sendmsg(t->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
+		if (!t) {
+			sv_dbg("rocev2: no context of port %u here; a datagram for it dropped",
+			       to_port);
+			break;
+		}
+		if (sendmsg(t->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) >= 0)
+			break;
 		if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) {
 			sv_warn_limited("rocev2: the context of port %u takes no more now; "
 					"a datagram for it dropped",
 					to_port);
-		} else {
-			/* that context ended: the next datagram for its port
-			 * finds whoever holds it then */
-			*pp = t->next;
-			close(t->fd);
-			free(t);
+			break;
+		}
+		/* the context it led to ended: forget it, and send again to
+		 * whoever holds the port now (a new connection failing too
+		 * means its context ended as well: dropped) */
+		*pp = t->next;
+		close(t->fd);
+		free(t);
+		if (fresh) {
+			sv_dbg("rocev2: the context of port %u ended; a datagram for it dropped",
+			       to_port);
+			break;
 		}
 	}
 	pthread_mutex_unlock(&fwd_lock);
