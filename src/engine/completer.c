@@ -49,6 +49,57 @@ static struct sv_send_wqe *ack_before(struct sv_qp *qp, uint32_t psn, bool inclu
 	return NULL;
 }
 
+/*
+ * The WQEs from sq->next on that the requester is sending again: an ack
+ * timeout, a probe or a NAK sent it back (sv_requester_rewind), and they
+ * are PENDING once more, the one at sq->next perhaps partly resent, with
+ * the PSNs they had (the requester gives them the same ones again).  An
+ * ACK for psn that arrives meanwhile, the responder's answer to what they
+ * were before, acknowledges them as far as it reaches, as it does the SENT
+ * ones before them (ack_before): those it covers whole are done, and
+ * sending goes on after them.  Else an ACK covering a WQE being resent moved sq.una
+ * past it and left it unfinished: resent whole, it waited for an ACK the
+ * responder had sent already, and the ack timer went back to sq.una, past
+ * its last PSN, resent nothing and ended in RETRY_EXC_ERR.  (rxe too
+ * completes a WQE that an ACK beyond its last PSN covers.)  A READ or an
+ * atomic is finished by its own response only, and what follows it waits.
+ */
+static void ack_resending(struct sv_qp *qp, uint32_t psn)
+{
+	struct sv_sq *sq = &qp->sq;
+
+	while (sq->next != sq->tail) {
+		struct sv_send_wqe *w = &sq->wqe[sq->next & (sq->size - 1)];
+
+		if (w->state == SV_WQE_DONE && !sq->seg_off) {
+			sq->next++; /* a local operation (bind, invalidate), done */
+			continue;
+		}
+		/* sent before, and not started again (npkts 0) at the PSN it had */
+		if (w->state != SV_WQE_PENDING || !w->wired || sv_wr_rd_atomic(w->op) ||
+		    (!w->npkts && (sq->seg_off || w->first_psn != sq->psn)))
+			return;
+		if (sv_psn_cmp(w->last_psn, psn) <= 0) {
+			w->state = SV_WQE_DONE;
+			w->status = IBV_WC_SUCCESS;
+			sq->psn = sv_psn_add(w->last_psn, 1);
+			sq->seg_off = 0;
+			sq->next++;
+			continue;
+		}
+		/* covered in part, or not at all: sq.una, where a retry goes
+		 * back to, is inside it now, or before it */
+		return;
+	}
+}
+
+/* An ACK for psn: every SEND and WRITE it covers is done. */
+static void ack_upto(struct sv_qp *qp, uint32_t psn)
+{
+	if (!ack_before(qp, psn, true, false))
+		ack_resending(qp, psn);
+}
+
 static void progress_made(struct sv_qp *qp)
 {
 	struct sv_sq *sq = &qp->sq;
@@ -195,7 +246,7 @@ void sv_completer_rx(struct sv_qp *qp, const struct sv_opcode_info *op, uint8_t 
 		goto out;
 	}
 	if (low == SV_OP_ACK) {
-		ack_before(qp, psn, true, false);
+		ack_upto(qp, psn);
 		acked_to(qp, sv_psn_add(psn, 1));
 		progress_made(qp);
 		goto out;
@@ -250,7 +301,7 @@ void sv_completer_rx(struct sv_qp *qp, const struct sv_opcode_info *op, uint8_t 
 	 * now that it is (else they waited for an ACK never sent again,
 	 * resent from una, which is past them) */
 	if (w->state == SV_WQE_DONE)
-		ack_before(qp, sv_psn_add(qp->sq.una, SV_PSN_MASK), true, false);
+		ack_upto(qp, sv_psn_add(qp->sq.una, SV_PSN_MASK));
 	progress_made(qp);
 out:
 	sv_engine_timer_update(qp->ctx->eng, qp);
