@@ -76,8 +76,9 @@ static const char usage_text[] =
 	"  version                     print the softverbs version\n"
 	"  help                        print this help\n"
 	"\n"
-	"Devices: one per up network interface with an IPv4 address (loopback\n"
-	"included), named sv_<interface>, e.g. sv_lo. Each has one port, ACTIVE,\n"
+	"Devices: one per up network interface with an IPv4 or a global IPv6\n"
+	"address (lo only when alone or asked for: SOFTVERBS_LOOPBACK=1), named\n"
+	"sv_<interface>, e.g. sv_eth0. Each has one port, ACTIVE,\n"
 	"link layer Ethernet. Its GIDs are addresses of the port, the same in every\n"
 	"process, as a RoCE port shows them for its interface: link-local and\n"
 	"IPv4-mapped (and IPv6 where the interface has one), each as RoCE v1 and\n"
@@ -87,7 +88,7 @@ static const char usage_text[] =
 	"\n"
 	"Environment:\n"
 	"  SOFTVERBS_IFACES    comma-separated interface names that become devices\n"
-	"                      (default: every up interface with an IPv4 address)\n"
+	"                      (default: every up interface with an IPv4 or IPv6 address)\n"
 	"  SOFTVERBS_LOOPBACK  1: lo becomes a device (sv_lo) beside the others; 0: never\n"
 	"                      (default auto: only when lo is the only interface)\n"
 	"  SOFTVERBS_PORT_MIN  lowest TCP port a device endpoint listens on\n"
@@ -454,7 +455,7 @@ static int cmd_devices(int argc, char **argv)
 	if (num == 0) {
 		const char *ifaces = getenv("SOFTVERBS_IFACES");
 
-		fprintf(stderr, "softverbs: no devices (no up interface with an IPv4 address%s%s)\n",
+		fprintf(stderr, "softverbs: no devices (no up interface with an IPv4 or IPv6 address%s%s)\n",
 			ifaces ? " among SOFTVERBS_IFACES=" : "", ifaces ? ifaces : "");
 		ibv_free_device_list(list);
 		return 1;

@@ -89,7 +89,7 @@ static struct sv_conn *conn_new(struct sv_engine *eng, int fd, bool outgoing,
 	c->fd = fd;
 	c->outgoing = outgoing;
 	c->local_port = eng->port;
-	c->local_ip = eng->ctx->dev->ip;
+	c->local_ip = eng->ctx->dev->addr;
 	c->local_ifindex = eng->ctx->dev->ifindex;
 	c->local_ip6 = eng->ctx->dev->ip6;
 	c->has_local_ip6 = eng->ctx->dev->has_ip6;
@@ -1092,7 +1092,7 @@ static void conn_proven(struct sv_conn *c)
 /* A datagram to receive into the engine's buffer (progress_lock held). */
 static struct sv_dgram dgram_slot(struct sv_engine *eng)
 {
-	return (struct sv_dgram){ .local_ip = eng->ctx->dev->ip, .local_port = eng->port,
+	return (struct sv_dgram){ .local_ip = eng->ctx->dev->addr, .local_port = eng->port,
 				  .buf = eng->dgram_buf, .cap = SV_MAX_FRAME,
 				  .raw = eng->dgram_buf + SV_MAX_FRAME, .raw_cap = SV_DGRAM_RAW_MAX };
 }
@@ -1642,7 +1642,7 @@ static void listener_close(struct sv_listener *l)
 }
 
 /* Every transport listens at (ip, eng->port); 0 or an errno (all closed then). */
-static int listen_all(struct sv_engine *eng, struct in_addr ip,
+static int listen_all(struct sv_engine *eng, const struct in6_addr *ip,
 		      const struct sv_transport_ops *const *tps, int ntps)
 {
 	struct epoll_event ev = { .events = EPOLLIN };
@@ -1661,7 +1661,7 @@ static int listen_all(struct sv_engine *eng, struct in_addr ip,
 		if (fd == -ENOENT)
 			continue; /* nothing of this transport's here (no IPv6 address) */
 		if (fd < 0) {
-			sv_warn("no %s listener for %s:%u (%s)", tps[i]->name, inet_ntoa(ip),
+			sv_warn("no %s listener for %s:%u (%s)", tps[i]->name, SV_IP_STR(ip),
 				eng->port, strerror(-fd));
 			continue;
 		}
@@ -1670,7 +1670,7 @@ static int listen_all(struct sv_engine *eng, struct in_addr ip,
 		if (tps[i]->recv && !eng->dgram_buf &&
 		    !(eng->dgram_buf = malloc(SV_MAX_FRAME + SV_DGRAM_RAW_MAX))) {
 			listener_close(l);
-			sv_warn("no %s listener for %s: out of memory", tps[i]->name, inet_ntoa(ip));
+			sv_warn("no %s listener for %s: out of memory", tps[i]->name, SV_IP_STR(ip));
 			continue;
 		}
 		/* packets come through it: polling threads look at it too */
@@ -1690,7 +1690,7 @@ static int listen_all(struct sv_engine *eng, struct in_addr ip,
 	return 0;
 }
 
-int sv_engine_start(struct sv_context *ctx, struct in_addr ip)
+int sv_engine_start(struct sv_context *ctx, const struct in6_addr *ip)
 {
 	struct sv_engine *eng = calloc(1, sizeof(*eng));
 	struct epoll_event ev = { .events = EPOLLIN };
@@ -1726,7 +1726,7 @@ int sv_engine_start(struct sv_context *ctx, struct in_addr ip)
 	for (uint32_t from = 1;; from++) {
 		err = sv_qpn_claim(ip, from, &eng->qpns);
 		if (err) {
-			sv_err("no free block of QP numbers (and port) for %s", inet_ntoa(ip));
+			sv_err("no free block of QP numbers (and port) for %s", SV_IP_STR(ip));
 			goto fail;
 		}
 		from = eng->qpns.block;
@@ -1736,7 +1736,7 @@ int sv_engine_start(struct sv_context *ctx, struct in_addr ip)
 			break;
 		sv_qpn_release(&eng->qpns);
 		if (err != EADDRINUSE) {
-			sv_err("cannot listen on %s: %s", inet_ntoa(ip), strerror(err));
+			sv_err("cannot listen on %s: %s", SV_IP_STR(ip), strerror(err));
 			goto fail;
 		}
 	}

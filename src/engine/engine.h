@@ -123,7 +123,7 @@ static inline void sv_engine_saw_one_sided(struct sv_engine *eng)
 		atomic_store_explicit(&eng->one_sided_seen, true, memory_order_relaxed);
 }
 
-int sv_engine_start(struct sv_context *ctx, struct in_addr ip);
+int sv_engine_start(struct sv_context *ctx, const struct in6_addr *ip);
 void sv_engine_stop(struct sv_engine *eng);
 void sv_engine_halt(struct sv_engine *eng); /* stop the thread only (library unload) */
 /* The engine thread takes m at its next pass and holds it until it ends, so

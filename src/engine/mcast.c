@@ -137,7 +137,7 @@ void sv_mcast_deliver(struct sv_conn *conn, const struct sv_opcode_info *op, uin
 	/* each attached QP gets the datagram as if sent to it alone, but for
 	 * the sender itself when it asked not to (BLOCK_SELF_MCAST_LB) */
 	const struct sv_deth *deth = (const void *)(hdr + op->off_deth);
-	struct in6_addr own = sv_ip_from_v4(ctx->dev->ip);
+	struct in6_addr own = ctx->dev->addr;
 	bool ours = sv_ip_eq(&conn->peer.ip, &own);
 
 	for (int i = 0; i < n; i++) {

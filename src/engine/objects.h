@@ -58,9 +58,14 @@ struct sv_async_count {
 struct sv_device {
 	struct ibv_device ibdev;
 	char ifname[IF_NAMESIZE];
-	struct in_addr ip;
-	struct in6_addr ip6; /* GIDs 4 and 5, when has_ip6 (rocev2 only) */
+	struct in_addr ip;   /* GIDs 2 and 3, when has_ip4 */
+	bool has_ip4;
+	struct in6_addr ip6; /* GIDs 4 and 5, when has_ip6 */
 	bool has_ip6;
+	/* what names the device's endpoints (registry, shm and hand-off names,
+	 * the HELLO) and where they listen: the IPv4 address, mapped, or on an
+	 * interface with IPv6 only its IPv6 address */
+	struct in6_addr addr;
 	uint8_t mac[6]; /* all zeros for an interface without one (lo) */
 	int ifindex;
 	uint64_t guid; /* network order */

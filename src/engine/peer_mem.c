@@ -101,7 +101,7 @@ static void pm_setup(struct sv_peer_mem *pm, struct sv_conn *conn, uint32_t qpn)
 	int fd, f;
 	void *x;
 
-	if (!sv_qpn_export_of(sv_ip_v4(&conn->peer.ip), qpn, conn->peer_pid, &fd, &ino))
+	if (!sv_qpn_export_of(&conn->peer.ip, qpn, conn->peer_pid, &fd, &ino))
 		return;
 	pm->pidfd = (int)syscall(SYS_pidfd_open, conn->peer_pid, 0);
 	if (pm->pidfd < 0) {

@@ -156,9 +156,7 @@ static void ud_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opcode
 	if (sv_conn_is_mcast(conn)) {
 		memcpy(grh + 24, sv_mcast_mgid(conn)->raw, 16); /* sent to the group */
 	} else if (sv_ip_is_v4(&conn->peer.ip) || !qp->ctx->dev->has_ip6) {
-		struct in6_addr own = sv_ip_from_v4(qp->ctx->dev->ip);
-
-		memcpy(grh + 24, &own, 16);
+		memcpy(grh + 24, &qp->ctx->dev->addr, 16);
 	} else {
 		memcpy(grh + 24, &qp->ctx->dev->ip6, 16);
 	}

@@ -65,7 +65,7 @@ bool sv_xrc_relay_possible(const struct sv_qp *qp, uint32_t srqn)
 
 int32_t sv_xrc_peer_id(const struct sv_conn *conn)
 {
-	struct in6_addr own = sv_ip_from_v4(conn->eng->ctx->dev->ip);
+	struct in6_addr own = conn->eng->ctx->dev->addr;
 
 	if (conn->peer_pid)
 		return conn->peer_pid; /* shm: a process of this host and user */
@@ -86,7 +86,7 @@ static bool id_alive(int32_t id)
 
 struct sv_conn *sv_xrc_conn_to(struct sv_context *ctx, uint32_t number)
 {
-	struct sv_endpoint_addr to = { sv_ip_from_v4(ctx->dev->ip), sv_qpn_port(number) };
+	struct sv_endpoint_addr to = { ctx->dev->addr, sv_qpn_port(number) };
 	struct sv_conn *c;
 
 	if (!to.port || ctx->eng->mode == SV_TRANSPORT_ROCEV2)

@@ -558,6 +558,7 @@ static int send_hello(struct sv_conn *conn)
 	memcpy(h->gid, conn->hello_gid->raw, 16);
 	if (conn->outgoing)
 		h->to_port = htons(conn->peer.port);
+	h->from_port = htons(conn->local_port);
 	if (conn->peer_pid && sv_cuda_can_import() && !sv_cuda_peer_refused(conn->peer_pid))
 		h->flags = htons(SV_HELLO_GPU);
 	sv_auth_nonce(h->nonce);
@@ -640,7 +641,13 @@ bool sv_conn_take_hello(struct sv_conn *conn, const uint8_t *f, size_t len)
 			      memory_order_relaxed);
 	/* an incoming connection learns here where its peer listens */
 	if (!conn->outgoing) {
-		sv_gid_decode(&gid, &conn->peer);
+		if (!sv_gid_decode(&gid, &conn->peer)) {
+			/* an endpoint with IPv6 only: its address, and its port
+			 * beside it (the address is replaced below by the one it
+			 * came from) */
+			memcpy(&conn->peer.ip, h->gid, 16);
+			conn->peer.port = ntohs(h->from_port);
+		}
 		peer_from_ip6(conn);
 	}
 	conn->hello_seen = true;

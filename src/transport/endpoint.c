@@ -23,8 +23,16 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-void sv_gid_encode(union ibv_gid *gid, struct in_addr ip, uint16_t port)
+void sv_gid_encode(union ibv_gid *gid, const struct in6_addr *ip, uint16_t port)
 {
+	struct in_addr v4 = sv_ip_v4(ip);
+
+	if (!sv_ip_is_v4(ip)) {
+		/* an interface with IPv6 only: the address itself (the HELLO
+		 * carries the port beside it, from_port) */
+		memcpy(gid->raw, ip, 16);
+		return;
+	}
 	memset(gid, 0, sizeof(*gid));
 	gid->raw[0] = 0xfe;
 	gid->raw[1] = 0x80;
@@ -32,7 +40,7 @@ void sv_gid_encode(union ibv_gid *gid, struct in_addr ip, uint16_t port)
 	gid->raw[9] = 0x56;
 	gid->raw[10] = (uint8_t)(port >> 8);
 	gid->raw[11] = (uint8_t)port;
-	memcpy(&gid->raw[12], &ip.s_addr, 4);
+	memcpy(&gid->raw[12], &v4.s_addr, 4);
 }
 
 bool sv_gid_decode(const union ibv_gid *gid, struct sv_endpoint_addr *out)
@@ -48,28 +56,30 @@ bool sv_gid_decode(const union ibv_gid *gid, struct sv_endpoint_addr *out)
 	return out->port != 0;
 }
 
-bool sv_endpoint_ip6(struct in_addr ip, struct in6_addr *ip6, int *ifindex)
+bool sv_endpoint_ifname6(const struct in6_addr *ip, char ifname[IF_NAMESIZE])
 {
 	struct ifaddrs *ifs;
 	const char *name = NULL;
+	struct in_addr v4 = sv_ip_v4(ip);
 	bool found = false;
 
 	if (getifaddrs(&ifs))
 		return false;
-	for (const struct ifaddrs *i = ifs; i && !name; i = i->ifa_next)
-		if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
-		    ((const struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr == ip.s_addr)
-			name = i->ifa_name;
-	for (const struct ifaddrs *i = ifs; i && name && !found; i = i->ifa_next) {
-		const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)i->ifa_addr;
+	for (const struct ifaddrs *i = ifs; i && !name; i = i->ifa_next) {
+		const struct sockaddr *sa = i->ifa_addr;
 
-		if (s6 && s6->sin6_family == AF_INET6 && !strcmp(i->ifa_name, name) &&
-		    !IN6_IS_ADDR_LINKLOCAL(&s6->sin6_addr) && !IN6_IS_ADDR_V4MAPPED(&s6->sin6_addr)) {
-			*ip6 = s6->sin6_addr;
-			*ifindex = (int)if_nametoindex(name);
+		if (sa && sv_ip_is_v4(ip) && sa->sa_family == AF_INET &&
+		    ((const struct sockaddr_in *)sa)->sin_addr.s_addr == v4.s_addr)
+			name = i->ifa_name;
+		if (sa && !sv_ip_is_v4(ip) && sa->sa_family == AF_INET6 &&
+		    sv_ip_eq(&((const struct sockaddr_in6 *)sa)->sin6_addr, ip))
+			name = i->ifa_name;
+	}
+	for (const struct ifaddrs *i = ifs; i && name && !found; i = i->ifa_next)
+		if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET6 && !strcmp(i->ifa_name, name)) {
+			snprintf(ifname, IF_NAMESIZE, "%s", name);
 			found = true;
 		}
-	}
 	freeifaddrs(ifs);
 	return found;
 }
@@ -87,14 +97,14 @@ const char *sv_ip_str(const struct in6_addr *a, char buf[SV_IP_STRLEN])
 
 
 void sv_endpoint_unix_name(struct sockaddr_un *sa, socklen_t *len, const char *kind,
-			   struct in_addr ip, uint16_t port)
+			   const struct in6_addr *ip, uint16_t port)
 {
-	char ipbuf[INET_ADDRSTRLEN];
+	char ipbuf[SV_IP_STRLEN];
 	int n;
 
 	memset(sa, 0, sizeof(*sa));
 	sa->sun_family = AF_UNIX;
-	inet_ntop(AF_INET, &ip, ipbuf, sizeof(ipbuf));
+	sv_ip_str(ip, ipbuf);
 	/* sun_path[0] = 0: abstract namespace, scoped to the network namespace,
 	 * gone with the process */
 	n = snprintf(sa->sun_path + 1, sizeof(sa->sun_path) - 1, "softverbs-%s/%s:%u", kind, ipbuf,
@@ -102,7 +112,7 @@ void sv_endpoint_unix_name(struct sockaddr_un *sa, socklen_t *len, const char *k
 	*len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + (size_t)n);
 }
 
-int sv_endpoint_unix_listen(const char *kind, struct in_addr ip, uint16_t port)
+int sv_endpoint_unix_listen(const char *kind, const struct in6_addr *ip, uint16_t port)
 {
 	struct sockaddr_un sa;
 	socklen_t sl;

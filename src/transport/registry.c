@@ -1,5 +1,6 @@
 /* The host-wide QPN registry; see registry.h. */
 #include "transport/registry.h"
+#include "transport/transport.h"
 #include "common/util.h"
 #include "common/proc.h"
 
@@ -48,7 +49,7 @@ static bool abandoned(const struct sv_qpn_slot *s, uint64_t owner)
 	return st && now && now != st;
 }
 
-static struct sv_qpn_file *registry_map(struct in_addr ip)
+static struct sv_qpn_file *registry_map(const struct in6_addr *ip)
 {
 	char path[128];
 	struct stat ns, st;
@@ -59,8 +60,19 @@ static struct sv_qpn_file *registry_map(struct in_addr ip)
 	 * interface only within its namespace */
 	if (stat("/proc/self/ns/net", &ns))
 		ns.st_ino = 0;
-	snprintf(path, sizeof(path), "/dev/shm/softverbs-%u-%lu-%08x.qpn", (unsigned)getuid(),
-		 (unsigned long)ns.st_ino, (unsigned)ntohl(ip.s_addr));
+	if (sv_ip_is_v4(ip)) {
+		snprintf(path, sizeof(path), "/dev/shm/softverbs-%u-%lu-%08x.qpn",
+			 (unsigned)getuid(), (unsigned long)ns.st_ino,
+			 (unsigned)ntohl(sv_ip_v4(ip).s_addr));
+	} else {
+		/* an interface with IPv6 only: the whole address */
+		int n = snprintf(path, sizeof(path), "/dev/shm/softverbs-%u-%lu-",
+				 (unsigned)getuid(), (unsigned long)ns.st_ino);
+
+		for (int k = 0; k < 16; k++)
+			n += snprintf(path + n, sizeof(path) - (size_t)n, "%02x", ip->s6_addr[k]);
+		snprintf(path + n, sizeof(path) - (size_t)n, ".qpn");
+	}
 	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (fd < 0)
 		return NULL;
@@ -107,7 +119,7 @@ uint16_t sv_qpn_port(uint32_t qpn)
 	return sv_qpn_block_port((qpn & 0xffffffu) >> SV_QPN_BLOCK_SHIFT);
 }
 
-int sv_qpn_claim(struct in_addr ip, uint32_t from, struct sv_qpn_claim *c)
+int sv_qpn_claim(const struct in6_addr *ip, uint32_t from, struct sv_qpn_claim *c)
 {
 	static _Atomic uint32_t tags;
 	uint64_t me = (uint64_t)(uint32_t)getpid() | (uint64_t)(atomic_fetch_add(&tags, 1) + 1)
@@ -163,7 +175,7 @@ void sv_qpn_publish_export(struct sv_qpn_claim *c, int fd, uint64_t ino)
 	}
 }
 
-bool sv_qpn_export_of(struct in_addr ip, uint32_t qpn, pid_t pid, int *fd, uint64_t *ino)
+bool sv_qpn_export_of(const struct in6_addr *ip, uint32_t qpn, pid_t pid, int *fd, uint64_t *ino)
 {
 	struct sv_qpn_file *f = registry_map(ip);
 	uint32_t b = (qpn & 0xffffffu) >> SV_QPN_BLOCK_SHIFT;

@@ -41,7 +41,7 @@ struct sv_qpn_claim {
  * process (or has no port).  Without a usable registry file (no /dev/shm),
  * a random block is taken, unique with high probability only, and said once.
  */
-int sv_qpn_claim(struct in_addr ip, uint32_t from, struct sv_qpn_claim *c);
+int sv_qpn_claim(const struct in6_addr *ip, uint32_t from, struct sv_qpn_claim *c);
 /* The endpoint of the block listens now (its port is in the registry). */
 void sv_qpn_publish(struct sv_qpn_claim *c, uint16_t port);
 void sv_qpn_release(struct sv_qpn_claim *c);
@@ -50,7 +50,7 @@ void sv_qpn_release(struct sv_qpn_claim *c);
 void sv_qpn_publish_export(struct sv_qpn_claim *c, int fd, uint64_t ino);
 /* The export table of the block of qpn on the device at ip, if process pid
  * owns that block: its descriptor there and its inode. */
-bool sv_qpn_export_of(struct in_addr ip, uint32_t qpn, pid_t pid, int *fd, uint64_t *ino);
+bool sv_qpn_export_of(const struct in6_addr *ip, uint32_t qpn, pid_t pid, int *fd, uint64_t *ino);
 /* The TCP port of the endpoint that owns qpn (on any host); 0 for none. */
 uint16_t sv_qpn_port(uint32_t qpn_or_block_shifted);
 /* The port of block b. */

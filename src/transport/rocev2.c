@@ -238,9 +238,12 @@ static int ipv6_source(const struct in6_addr *peer, int ifindex, struct in6_addr
 
 static int rocev2_connect(struct sv_conn *c)
 {
-	struct in6_addr src = sv_ip_from_v4(c->local_ip);
+	struct in6_addr src = c->local_ip;
 	struct sv_rocev2_tx *t;
 	int scope = 0, err;
+
+	if (sv_ip_is_v4(&c->peer.ip) && !sv_ip_is_v4(&src))
+		return -EAFNOSUPPORT; /* an interface with IPv6 only reaches no IPv4 peer */
 
 	if (!sv_ip_is_v4(&c->peer.ip) &&
 	    (err = ipv6_source(&c->peer.ip, c->local_ifindex, &src, &scope))) {
@@ -414,10 +417,10 @@ const struct sv_transport_ops sv_rocev2_ops = {
  * interface (ifname), any of its addresses, each datagram saying which one
  * it was sent to (IPV6_PKTINFO), since the ICRC covers it.
  */
-static int listen_socket(bool v4, struct in_addr ip, const char *ifname)
+static int listen_socket(bool v4, const struct in6_addr *ip, const char *ifname)
 {
-	struct in6_addr any = IN6ADDR_ANY_INIT, v4ip = sv_ip_from_v4(ip);
-	struct addr sa = sockaddr_of(v4 ? &v4ip : &any, 0, SV_ROCE_UDP_PORT);
+	struct in6_addr any = IN6ADDR_ANY_INIT;
+	struct addr sa = sockaddr_of(v4 ? ip : &any, 0, SV_ROCE_UDP_PORT);
 	int one = 1, fd = socket(v4 ? AF_INET : AF_INET6, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 
 	if (fd < 0)
@@ -445,24 +448,34 @@ static int listen_socket(bool v4, struct in_addr ip, const char *ifname)
 	return fd;
 }
 
-static int rocev2_listen(struct in_addr ip, uint16_t *port)
+static int rocev2_listen(const struct in6_addr *ip, uint16_t *port)
 {
 	(void)port; /* every context of the address shares 4791 */
+	if (!sv_ip_is_v4(ip))
+		return -ENOENT; /* an interface with IPv6 only: rocev2_listen6 hears it */
 	return listen_socket(true, ip, NULL);
 }
 
 /* The name of the interface in ifs that has IPv4 address ip, or NULL. */
-static const char *ifname_of(const struct ifaddrs *ifs, struct in_addr ip)
+static const char *ifname_of(const struct ifaddrs *ifs, const struct in6_addr *ip)
 {
-	for (const struct ifaddrs *i = ifs; i; i = i->ifa_next)
-		if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET &&
-		    ((const struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr == ip.s_addr)
+	struct in_addr v4 = sv_ip_v4(ip);
+
+	for (const struct ifaddrs *i = ifs; i; i = i->ifa_next) {
+		if (!i->ifa_addr)
+			continue;
+		if (sv_ip_is_v4(ip) && i->ifa_addr->sa_family == AF_INET &&
+		    ((const struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr == v4.s_addr)
 			return i->ifa_name;
+		if (!sv_ip_is_v4(ip) && i->ifa_addr->sa_family == AF_INET6 &&
+		    sv_ip_eq(&((const struct sockaddr_in6 *)i->ifa_addr)->sin6_addr, ip))
+			return i->ifa_name;
+	}
 	return NULL;
 }
 
 /* The interface that has IPv4 address ip, if it has an IPv6 address too. */
-static bool interface_with_ipv6(struct in_addr ip, char ifname[IF_NAMESIZE])
+static bool interface_with_ipv6(const struct in6_addr *ip, char ifname[IF_NAMESIZE])
 {
 	struct ifaddrs *ifs;
 	const char *name;
@@ -479,7 +492,7 @@ static bool interface_with_ipv6(struct in_addr ip, char ifname[IF_NAMESIZE])
 	return v6;
 }
 
-static int rocev2_listen6(struct in_addr ip, uint16_t *port)
+static int rocev2_listen6(const struct in6_addr *ip, uint16_t *port)
 {
 	char ifname[IF_NAMESIZE];
 
@@ -507,7 +520,7 @@ struct fwd_rx {
 
 /* A connection this process passes datagrams on over. */
 struct fwd_tx {
-	struct in_addr ip;
+	struct in6_addr ip;
 	uint16_t port;
 	int fd;
 	struct fwd_tx *next;
@@ -517,7 +530,7 @@ static pthread_mutex_t fwd_lock = PTHREAD_MUTEX_INITIALIZER;
 static struct fwd_rx *fwd_rxs;
 static struct fwd_tx *fwd_txs;
 
-static int rocev2_fwd_listen(struct in_addr ip, uint16_t *port)
+static int rocev2_fwd_listen(const struct in6_addr *ip, uint16_t *port)
 {
 	struct epoll_event ev = { .events = EPOLLIN };
 	struct fwd_rx *r = calloc(1, sizeof(*r));
@@ -638,7 +651,7 @@ static struct range admit_env[ADMIT_MAX];
 static int admit_nenv = -1; /* -1: unset */
 /* the default: per device address, its interface's subnets */
 static struct {
-	struct in_addr ip;
+	struct in6_addr ip;
 	struct range r[8];
 	int n;
 } admit_dev[16];
@@ -727,25 +740,21 @@ static void admit_parse(void)
 }
 
 /* admit_lock held: the subnets of the interface that has address ip. */
-static int subnets_of(struct in_addr ip, const struct range **out)
+static int subnets_of(const struct in6_addr *ip, const struct range **out)
 {
 	struct ifaddrs *ifs;
 	int k;
 
 	for (k = 0; k < admit_ndev; k++)
-		if (admit_dev[k].ip.s_addr == ip.s_addr)
+		if (sv_ip_eq(&admit_dev[k].ip, ip))
 			goto found;
 	if (admit_ndev == (int)SV_ARRAY_SIZE(admit_dev))
 		k = 0; /* full: the first slot is recomputed */
 	else
 		k = admit_ndev++;
-	admit_dev[k].ip = ip;
+	admit_dev[k].ip = *ip;
 	admit_dev[k].n = 0;
-	{
-		struct in6_addr a = sv_ip_from_v4(ip);
-
-		admit_dev[k].r[admit_dev[k].n++] = range_of(&a, 128); /* at least itself */
-	}
+	admit_dev[k].r[admit_dev[k].n++] = range_of(ip, 128); /* at least itself */
 	if (!getifaddrs(&ifs)) {
 		const char *name = ifname_of(ifs, ip);
 
@@ -776,7 +785,7 @@ found:
 	return admit_dev[k].n;
 }
 
-static bool admitted(struct in_addr local, const struct in6_addr *from)
+static bool admitted(const struct in6_addr *local, const struct in6_addr *from)
 {
 	bool ok = false;
 
@@ -804,7 +813,7 @@ static int decode(struct sv_dgram *d, const uint8_t *raw, size_t n, uint16_t spo
 	struct sv_roce_path path = { .sport = sport, .dport = SV_ROCE_UDP_PORT };
 	int r;
 
-	if (!admitted(d->local_ip, &d->from)) {
+	if (!admitted(&d->local_ip, &d->from)) {
 		sv_warn_limited("a RoCEv2 datagram from %s, which SOFTVERBS_ROCEV2_PEERS does not "
 				"admit; dropped",
 				SV_IP_STR(&d->from));
@@ -832,7 +841,7 @@ static int decode(struct sv_dgram *d, const uint8_t *raw, size_t n, uint16_t spo
 
 /* A connection to the forwarding listener of the context at (ip, port), on
  * fwd_txs, or NULL: no context holds that port now (fwd_lock held). */
-static struct fwd_tx *fwd_connect(struct in_addr ip, uint16_t port)
+static struct fwd_tx *fwd_connect(const struct in6_addr *ip, uint16_t port)
 {
 	struct fwd_tx *t = calloc(1, sizeof(*t));
 	struct sockaddr_un sa;
@@ -840,7 +849,7 @@ static struct fwd_tx *fwd_connect(struct in_addr ip, uint16_t port)
 
 	if (!t)
 		return NULL;
-	t->ip = ip;
+	t->ip = *ip;
 	t->port = port;
 	sv_endpoint_unix_name(&sa, &sl, "rocev2", ip, port);
 	/* blocking only for connect, which for a unix socket does not wait
@@ -887,10 +896,10 @@ static void forward(const struct sv_dgram *d, uint16_t from_port, const uint8_t 
 	pthread_mutex_lock(&fwd_lock);
 	for (;;) {
 		for (pp = &fwd_txs; (t = *pp); pp = &t->next)
-			if (t->ip.s_addr == d->local_ip.s_addr && t->port == to_port)
+			if (sv_ip_eq(&t->ip, &d->local_ip) && t->port == to_port)
 				break;
 		if (!t) {
-			t = fwd_connect(d->local_ip, to_port);
+			t = fwd_connect(&d->local_ip, to_port);
 			fresh = true;
 			pp = &fwd_txs; /* fwd_connect put it first */
 		}
@@ -950,7 +959,7 @@ static int rocev2_recv(int lfd, struct sv_dgram *d)
 		return -1;
 	if (mh.msg_namelen == sizeof(from.v4) && from.sa.sa_family == AF_INET) {
 		d->from = sv_ip_from_v4(from.v4.sin_addr);
-		d->to = sv_ip_from_v4(d->local_ip); /* what the listener is bound to */
+		d->to = d->local_ip; /* what the listener is bound to */
 		sport = ntohs(from.v4.sin_port);
 		to_known = true;
 	} else if (mh.msg_namelen == sizeof(from.v6) && from.sa.sa_family == AF_INET6 &&

@@ -67,11 +67,9 @@ int sv_transport_connect(struct sv_conn *c, enum sv_transport_mode mode)
 		c->ops = &sv_rocev2_ops;
 		return c->ops->connect(c);
 	}
-	/* shm names endpoints by IPv4 address: a peer of this host is one
-	 * (gid.c gives this host's IPv6 GIDs as its IPv4 address) */
-	if (mode == SV_TRANSPORT_SHM && !sv_ip_is_v4(&c->peer.ip))
-		return -EHOSTUNREACH;
-	if (mode != SV_TRANSPORT_TCP && sv_ip_is_v4(&c->peer.ip)) {
+	/* shm names an endpoint by its address (gid.c gives a GID of this
+	 * host as that address): only a peer of this host answers there */
+	if (mode != SV_TRANSPORT_TCP) {
 		c->ops = &sv_shm_ops;
 		if (!c->ops->connect(c) && c->fd >= 0)
 			return 0;

@@ -142,7 +142,7 @@ static inline struct sv_shm *to_shm(struct sv_conn *c)
 
 /* Listen on the abstract unix name of the endpoint's tcp address and port:
  * only peers on this host and in this network namespace can reach it. */
-static int shm_listen(struct in_addr ip, uint16_t *port)
+static int shm_listen(const struct in6_addr *ip, uint16_t *port)
 {
 	return sv_endpoint_unix_listen("shm", ip, *port);
 }
@@ -327,11 +327,7 @@ static int shm_connect(struct sv_conn *c)
 	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
-	if (!sv_ip_is_v4(&c->peer.ip)) {
-		close(fd);
-		return -EAFNOSUPPORT; /* endpoints are IPv4 addresses */
-	}
-	sv_endpoint_unix_name(&sa, &sl, "shm", sv_ip_v4(&c->peer.ip), c->peer.port);
+	sv_endpoint_unix_name(&sa, &sl, "shm", &c->peer.ip, c->peer.port);
 	/* a unix connect to a listener completes at once (or fails: no such
 	 * endpoint here, or its backlog is full) */
 	if (connect(fd, (struct sockaddr *)&sa, sl) || !peer_is_us(fd, &pid)) {

@@ -33,7 +33,7 @@ static void tcp_tune(int fd)
  * numbers (registry.h), so that a peer that knows a QPN knows where to
  * connect.  -EADDRINUSE when another program holds that port.
  */
-static int listen_at(const struct sockaddr *sa, socklen_t len, bool shared)
+static int listen_at(const struct sockaddr *sa, socklen_t len, bool shared, const char *ifname)
 {
 	int fd, one = 1;
 
@@ -49,7 +49,9 @@ static int listen_at(const struct sockaddr *sa, socklen_t len, bool shared)
 		setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
 	if (sa->sa_family == AF_INET6)
 		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
-	if (bind(fd, sa, len) || listen(fd, 512)) {
+	if ((ifname && setsockopt(fd, SOL_SOCKET, SO_BINDTODEVICE, ifname,
+				  (socklen_t)strlen(ifname))) ||
+	    bind(fd, sa, len) || listen(fd, 512)) {
 		int e = -errno;
 
 		close(fd);
@@ -58,28 +60,44 @@ static int listen_at(const struct sockaddr *sa, socklen_t len, bool shared)
 	return fd;
 }
 
-static int tcp_listen(struct in_addr ip, uint16_t *port_out)
+/*
+ * The IPv6 side of an endpoint at ip: every IPv6 address of its interface
+ * (its GIDs' global and link-local ones), a socket bound to the interface
+ * (SO_BINDTODEVICE, unprivileged since Linux 5.7) at [::]; -ENOENT where
+ * the interface has no IPv6.
+ */
+static int listen6_at(const struct in6_addr *ip, uint16_t port, bool shared)
 {
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr = ip,
-				  .sin_port = htons(*port_out) };
+	struct sockaddr_in6 sa = { .sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT,
+				   .sin6_port = htons(port) };
+	char ifname[IF_NAMESIZE];
 
-	return listen_at((struct sockaddr *)&sa, sizeof(sa), false);
-}
-
-/* (ip's interface's IPv6 address, port), or -ENOENT where it has none */
-static int listen6_at(struct in_addr ip, uint16_t port, bool shared)
-{
-	struct sockaddr_in6 sa = { .sin6_family = AF_INET6, .sin6_port = htons(port) };
-	int ifindex;
-
-	if (!sv_endpoint_ip6(ip, &sa.sin6_addr, &ifindex))
+	if (!sv_endpoint_ifname6(ip, ifname))
 		return -ENOENT;
-	return listen_at((struct sockaddr *)&sa, sizeof(sa), shared);
+	return listen_at((struct sockaddr *)&sa, sizeof(sa), shared, ifname);
 }
 
-static int tcp_listen6(struct in_addr ip, uint16_t *port)
+/* The endpoint's own address: IPv4, or an interface with IPv6 only (all of
+ * its IPv6 addresses). */
+static int listen_ip(const struct in6_addr *ip, uint16_t port, bool shared)
 {
-	return listen6_at(ip, *port, false);
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr = sv_ip_v4(ip),
+				  .sin_port = htons(port) };
+
+	if (!sv_ip_is_v4(ip))
+		return listen6_at(ip, port, shared);
+	return listen_at((struct sockaddr *)&sa, sizeof(sa), shared, NULL);
+}
+
+static int tcp_listen(const struct in6_addr *ip, uint16_t *port_out)
+{
+	return listen_ip(ip, *port_out, false);
+}
+
+/* An IPv4 endpoint's interface's IPv6 addresses (an IPv6 one's are its own). */
+static int tcp_listen6(const struct in6_addr *ip, uint16_t *port)
+{
+	return sv_ip_is_v4(ip) ? listen6_at(ip, *port, false) : -ENOENT;
 }
 
 static int tcp_accept(int lfd, struct sv_conn *conn)
@@ -185,16 +203,18 @@ static int tcp_connect(struct sv_conn *conn)
 	struct sockaddr_in6 sa6 = { .sin6_family = AF_INET6, .sin6_addr = conn->peer.ip,
 				    .sin6_port = port };
 	struct sockaddr_in6 me = { .sin6_family = AF_INET6, .sin6_addr = conn->local_ip6 };
-	bool v6 = !sv_ip_is_v4(&conn->peer.ip);
+	bool v6 = !sv_ip_is_v4(&conn->peer.ip), from_gid = v6;
 	int fd;
 
 	if (v6 && IN6_IS_ADDR_LINKLOCAL(&conn->peer.ip)) {
-		/* a link-local peer is on our interface's link */
+		/* a link-local peer is on our interface's link, and the kernel
+		 * takes our link-local address there, which our GIDs 0 and 1
+		 * are (the EUI-64 of the MAC) */
 		sa6.sin6_scope_id = (uint32_t)conn->local_ifindex;
-		me.sin6_scope_id = (uint32_t)conn->local_ifindex;
-	}
-	if (v6 && !conn->has_local_ip6)
+		from_gid = false;
+	} else if (v6 && !conn->has_local_ip6) {
 		return -EAFNOSUPPORT; /* our interface has no IPv6 address to come from */
+	}
 	fd = socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return -errno;
@@ -203,7 +223,7 @@ static int tcp_connect(struct sv_conn *conn)
 	 * for the endpoint it comes from (sv_conn_take_hello), and its QP,
 	 * given our IPv6 GID, hears only that address (as a RoCE QP checks a
 	 * packet's source GID). */
-	if ((v6 && bind(fd, (struct sockaddr *)&me, sizeof(me))) ||
+	if ((from_gid && bind(fd, (struct sockaddr *)&me, sizeof(me))) ||
 	    ((v6 ? connect(fd, (struct sockaddr *)&sa6, sizeof(sa6))
 		 : connect(fd, (struct sockaddr *)&sa, sizeof(sa))) &&
 	     errno != EINPROGRESS)) {
@@ -302,23 +322,20 @@ struct hello_frame {
 	struct sv_hello h;
 } __attribute__((packed));
 
-static int shared_listen(struct in_addr ip, uint16_t *port)
+static int shared_listen(const struct in6_addr *ip, uint16_t *port)
 {
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr = ip,
-				  .sin_port = htons(sv_tcp_shared_port()) };
-
 	(void)port;
-	return listen_at((struct sockaddr *)&sa, sizeof(sa), true);
+	return listen_ip(ip, sv_tcp_shared_port(), true);
 }
 
-static int shared_listen6(struct in_addr ip, uint16_t *port)
+static int shared_listen6(const struct in6_addr *ip, uint16_t *port)
 {
 	(void)port;
-	return listen6_at(ip, sv_tcp_shared_port(), true);
+	return sv_ip_is_v4(ip) ? listen6_at(ip, sv_tcp_shared_port(), true) : -ENOENT;
 }
 
 /* The abstract socket over which a connection is handed to an endpoint. */
-static int handoff_listen(struct in_addr ip, uint16_t *port)
+static int handoff_listen(const struct in6_addr *ip, uint16_t *port)
 {
 	return sv_endpoint_unix_listen("handoff", ip, *port);
 }
@@ -381,7 +398,7 @@ static int tcp_handoff(struct sv_conn *conn, const uint8_t *hello, size_t len, u
 	memcpy(CMSG_DATA(cm), &conn->fd, sizeof(int));
 	/* the endpoints of this device are named by its IPv4 address, whichever
 	 * of its addresses the connection came to */
-	sv_endpoint_unix_name(&sa, &sl, "handoff", conn->local_ip, to_port);
+	sv_endpoint_unix_name(&sa, &sl, "handoff", &conn->local_ip, to_port);
 	u = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (u < 0 || connect(u, (struct sockaddr *)&sa, sl) ||
 	    sendmsg(u, &mh, MSG_NOSIGNAL) != (ssize_t)sizeof(f))

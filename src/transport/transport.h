@@ -13,6 +13,7 @@
 
 #include <infiniband/verbs.h>
 #include <errno.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <sys/un.h>
@@ -75,18 +76,17 @@ struct sv_endpoint_addr {
 
 /* An endpoint in the HELLO's GID-shaped form (endpoint.c; not a GID of the
  * port), and back (false: not that form). */
-void sv_gid_encode(union ibv_gid *gid, struct in_addr ip, uint16_t port);
+void sv_gid_encode(union ibv_gid *gid, const struct in6_addr *ip, uint16_t port);
 /* The abstract unix socket "softverbs-KIND/IP:PORT" of an endpoint (only
  * peers on this host, in this network namespace, reach it); listening on
  * it: the fd or -errno. */
 void sv_endpoint_unix_name(struct sockaddr_un *sa, socklen_t *len, const char *kind,
-			   struct in_addr ip, uint16_t port);
-int sv_endpoint_unix_listen(const char *kind, struct in_addr ip, uint16_t port);
+			   const struct in6_addr *ip, uint16_t port);
+int sv_endpoint_unix_listen(const char *kind, const struct in6_addr *ip, uint16_t port);
 bool sv_gid_decode(const union ibv_gid *gid, struct sv_endpoint_addr *out);
-/* The IPv6 address the device of the interface with IPv4 address ip shows
- * in its GID table (its first that is neither link-local nor IPv4-mapped),
- * and the interface's index: false when it has none. */
-bool sv_endpoint_ip6(struct in_addr ip, struct in6_addr *ip6, int *ifindex);
+/* The name of the interface that has endpoint address ip (IPv4 or IPv6),
+ * if it has any IPv6 address (link-local included): false otherwise. */
+bool sv_endpoint_ifname6(const struct in6_addr *ip, char ifname[IF_NAMESIZE]);
 
 enum sv_conn_state {
 	SV_CONN_CONNECTING,
@@ -192,7 +192,9 @@ struct sv_hello {
 	uint8_t gid[16]; /* the sending endpoint's GID (endpoint.c) */
 	uint16_t to_port; /* the endpoint it is for (its block's port, registry.h):
 			     a connection to the host's shared port is handed to it */
-	uint16_t pad;
+	uint16_t from_port; /* the sending endpoint's port: its GID carries it too,
+			       but for an endpoint with IPv6 only, whose GID is
+			       its address (endpoint.c) */
 	uint8_t nonce[16]; /* fresh for each connection (auth.h) */
 } __attribute__((packed));
 
@@ -220,7 +222,7 @@ struct sv_conn {
 	struct sv_endpoint_addr peer;
 	uint8_t peer_gid[16];  /* from the peer's HELLO */
 	uint16_t local_port;   /* our endpoint's port (set by the engine) */
-	struct in_addr local_ip; /* our endpoint's address (set by the engine) */
+	struct in6_addr local_ip; /* our endpoint's address (set by the engine) */
 	int local_ifindex;     /* its interface (the scope of an IPv6 link-local peer) */
 	/* its interface's IPv6 address, the source of a tcp connection to an
 	 * IPv6 peer (which takes it for our identity, as RoCE takes a packet's
@@ -350,7 +352,7 @@ struct sv_frames {
 /* A packet a datagram transport's listener received (sv_transport_ops.recv). */
 struct sv_dgram {
 	/* set by the caller */
-	struct in_addr local_ip; /* the endpoint's address ... */
+	struct in6_addr local_ip; /* the endpoint's address ... */
 	uint16_t local_port;	 /* ... and port (its block's, registry.h) */
 	uint8_t *buf;		 /* where the packet goes */
 	size_t cap;
@@ -407,7 +409,7 @@ struct sv_transport_ops {
 	 * endpoint to_port, to that endpoint's process on this host; 0, and
 	 * conn->keep_socket set, or -errno.  NULL: not a transport that can. */
 	int (*handoff)(struct sv_conn *conn, const uint8_t *hello, size_t len, uint16_t to_port);
-	int (*listen)(struct in_addr ip, uint16_t *port);
+	int (*listen)(const struct in6_addr *ip, uint16_t *port);
 	/* Close what listen returned (NULL: close(lfd) does). */
 	void (*unlisten)(int lfd);
 	/* Accept one waiting peer on lfd into conn (its fd and transport state):

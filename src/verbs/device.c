@@ -135,14 +135,34 @@ const struct sv_device *sv_device_by_mac(const uint8_t mac[6])
 	return NULL;
 }
 
+/* An address that makes its interface a device: IPv4, or IPv6 that is
+ * neither link-local nor IPv4-mapped (what GIDs 4 and 5 show). */
+static bool device_address(const struct sockaddr *sa)
+{
+	const struct in6_addr *a6 = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+
+	return sa && (sa->sa_family == AF_INET ||
+		      (sa->sa_family == AF_INET6 && !IN6_IS_ADDR_LINKLOCAL(a6) &&
+		       !IN6_IS_ADDR_V4MAPPED(a6)));
+}
+
 /* An interface that can become a device, leaving aside the loopback rule. */
 static bool iface_qualifies(const struct ifaddrs *i)
 {
-	const struct sockaddr *sa = i->ifa_addr;
-
-	return sa && sa->sa_family == AF_INET && (i->ifa_flags & IFF_UP) &&
+	return device_address(i->ifa_addr) && (i->ifa_flags & IFF_UP) &&
 	       iface_selected(i->ifa_name) &&
 	       strlen(i->ifa_name) + 4 <= sizeof(((struct ibv_device *)0)->name);
+}
+
+/* The interface's first IPv4 address. */
+static bool interface_ip4(const struct ifaddrs *all, const char *ifname, struct in_addr *ip)
+{
+	for (const struct ifaddrs *i = all; i; i = i->ifa_next)
+		if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET && !strcmp(i->ifa_name, ifname)) {
+			*ip = ((const struct sockaddr_in *)i->ifa_addr)->sin_addr;
+			return true;
+		}
+	return false;
 }
 
 /*
@@ -177,7 +197,6 @@ static void scan_devices(void)
 		return;
 	loopback = loopback_wanted(ifa);
 	for (i = ifa; i; i = i->ifa_next) {
-		struct sockaddr_in *sin = (struct sockaddr_in *)i->ifa_addr;
 		struct sv_device *d, **nd;
 		bool known = false;
 
@@ -196,17 +215,19 @@ static void scan_devices(void)
 		}
 		devs = nd;
 		snprintf(d->ifname, sizeof(d->ifname), "%s", i->ifa_name);
-		d->ip = sin->sin_addr;
+		d->has_ip4 = interface_ip4(ifa, i->ifa_name, &d->ip);
 		d->ifindex = (int)if_nametoindex(i->ifa_name);
 		interface_mac(i->ifa_name, d->mac);
 		d->has_ip6 = interface_ip6(ifa, i->ifa_name, &d->ip6);
+		/* the endpoints' address: IPv4 where there is one */
+		d->addr = d->has_ip4 ? sv_ip_from_v4(d->ip) : d->ip6;
 		d->index = ndevs;
 		d->loopback = (i->ifa_flags & IFF_LOOPBACK) != 0;
-		/* node GUID: "SV" marker, interface index, IPv4 address */
+		/* node GUID: "SV" marker, interface index, the address's last 4 bytes */
 		{
 			uint8_t g[8] = { 0x53, 0x56, (uint8_t)(d->ifindex >> 8), (uint8_t)d->ifindex };
 
-			memcpy(g + 4, &d->ip.s_addr, 4);
+			memcpy(g + 4, &d->addr.s6_addr[12], 4);
 			memcpy(&d->guid, g, 8);
 		}
 		d->ibdev.node_type = IBV_NODE_CA;
@@ -434,12 +455,12 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 		goto fail_cmd_fd;
 	/* the engine touches application memory that may be unmapped under it */
 	sv_fault_guard_init();
-	err = sv_engine_start(ctx, dev->ip);
+	err = sv_engine_start(ctx, &dev->addr);
 	if (err)
 		goto fail_stats;
 	sv_stats_publish(ctx);
 	(void)sv_export_open(ctx); /* without it, peers go through the engine */
-	sv_info("opened %s: endpoint %s:%u", device->name, inet_ntoa(dev->ip), ctx->eng->port);
+	sv_info("opened %s: endpoint %s:%u", device->name, SV_IP_STR(&dev->addr), ctx->eng->port);
 	pthread_mutex_lock(&open_lock);
 	sv_list_add_tail(&open_contexts, &ctx->open_link);
 	pthread_mutex_unlock(&open_lock);

@@ -50,7 +50,7 @@ void sv_port_gid(const struct sv_device *dev, uint32_t index, union ibv_gid *gid
 		gid->raw[13] = dev->mac[3];
 		gid->raw[14] = dev->mac[4];
 		gid->raw[15] = dev->mac[5];
-	} else {
+	} else if (dev->has_ip4) {
 		gid->raw[10] = 0xff;
 		gid->raw[11] = 0xff;
 		memcpy(&gid->raw[12], &dev->ip.s_addr, 4);
@@ -76,17 +76,19 @@ static bool arp_lookup(const uint8_t mac[6], struct in_addr *ip)
 	return found;
 }
 
-/* The IPv4 address of the host port a GID of index 0 to 3 names (ours or
- * a neighbour's), if it is one. */
-static bool gid_to_ipv4(const uint8_t *g, struct in_addr *ip)
+/* The address of the host port a GID of index 0 to 3 names (ours: its
+ * endpoints' address; a neighbour's: its IPv4 address), if it is one. */
+static bool gid_to_port_addr(const uint8_t *g, struct in6_addr *ip)
 {
 	static const uint8_t v4_prefix[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
 	uint8_t mac[6];
 	const struct sv_device *d;
+	struct in_addr v4;
 
 	if (!memcmp(g, v4_prefix, sizeof(v4_prefix))) {
-		memcpy(&ip->s_addr, &g[12], 4);
-		return ip->s_addr != 0;
+		memcpy(&v4.s_addr, &g[12], 4);
+		*ip = sv_ip_from_v4(v4);
+		return v4.s_addr != 0;
 	}
 	/* link-local from a MAC: one of our interfaces, or a neighbour */
 	if (g[0] != 0xfe || g[1] != 0x80 || g[2] || g[3] || g[4] || g[5] || g[6] || g[7] ||
@@ -100,21 +102,21 @@ static bool gid_to_ipv4(const uint8_t *g, struct in_addr *ip)
 	mac[5] = g[15];
 	d = sv_device_by_mac(mac);
 	if (d) {
-		*ip = d->ip;
+		*ip = d->addr; /* a port of this host: its endpoints' address */
 		return true;
 	}
-	return arp_lookup(mac, ip);
+	if (!arp_lookup(mac, &v4))
+		return false;
+	*ip = sv_ip_from_v4(v4);
+	return true;
 }
 
 bool sv_gid_to_ip(const struct sv_context *ctx, const union ibv_gid *gid, struct in6_addr *ip)
 {
 	struct in6_addr a;
-	struct in_addr v4;
 
-	if (gid_to_ipv4(gid->raw, &v4)) {
-		*ip = sv_ip_from_v4(v4);
+	if (gid_to_port_addr(gid->raw, ip))
 		return true;
-	}
 	/* an IPv6 unicast address (not ::, not multicast, not an IPv4-mapped
 	 * 0.0.0.0) */
 	memcpy(&a, gid->raw, 16);
@@ -129,7 +131,7 @@ bool sv_gid_to_ip(const struct sv_context *ctx, const union ibv_gid *gid, struct
 		const struct sv_device *d = sv_device_by_ip6(&a);
 
 		if (d) {
-			*ip = sv_ip_from_v4(d->ip);
+			*ip = d->addr;
 			return true;
 		}
 	}

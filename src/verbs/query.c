@@ -211,7 +211,8 @@ int sv_gid_entry(const struct sv_device *dev, const struct sv_context *ctx, uint
 	(void)ctx;
 	if (index >= SV_GID_TBL_LEN)
 		return EINVAL; /* past the table, as Linux's rdma_get_gid_attr */
-	if (index >= SV_GID_FILLED || (index >= 4 && !dev->has_ip6))
+	if (index >= SV_GID_FILLED || (index >= 4 && !dev->has_ip6) ||
+	    (index >= 2 && index < 4 && !dev->has_ip4))
 		return ENODATA; /* an empty entry */
 	memset(e, 0, sizeof(*e));
 	sv_port_gid(dev, index, &e->gid, &type);

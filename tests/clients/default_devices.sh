@@ -6,7 +6,8 @@
 # the only interface (src/verbs/device.c).  Each check runs in namespaces of
 # its own, so that the interfaces are known.  CHECK is one of:
 #   list       the device list in a namespace with lo alone, and with lo and
-#              a veth interface, under each setting
+#              a veth interface, under each setting; an interface with IPv6
+#              only is a device, one with a link-local address alone is not
 #   pingpong   ibv_rc_pingpong without -d (-g 0 -c), server and client on
 #              127.0.0.1 of a namespace with lo and a veth interface: the
 #              first device (sv_svd) carries it, no sv_lo exists
@@ -19,20 +20,24 @@ unset SOFTVERBS_LOOPBACK SOFTVERBS_IFACES # the suite's setting: this test is of
 [ "$(id -u)" = 0 ] || sv_skip "network namespaces need root"
 command -v ip >/dev/null 2>&1 || sv_skip "ip(8) not installed: Debian package iproute2"
 
-# new_ns VAR [veth]: a namespace with lo up and, with "veth", an interface
-# svd (10.213.N.1/24; its peer svp stays in the namespace, without an address).
+# new_ns VAR [veth|veth6|vethll]: a namespace with lo up and an interface
+# svd (its peer svp stays in the namespace, without an address): "veth"
+# 10.213.N.1/24, "veth6" fd00:213:N::1/64 alone, "vethll" its link-local
+# IPv6 address alone.
 new_ns() {
-	local ns="svt-dd-$$-$1"
+	local ns="svt-dd-$$-$1" net=$((RANDOM % 200 + 20))
 	ip netns add "$ns" 2>/dev/null || sv_skip "ip netns add failed here"
 	SV_NETNS+=("$ns")
 	ip -n "$ns" link set lo up || sv_fail "lo up in $ns"
-	if [ "${2:-}" = veth ]; then
-		local net=$((RANDOM % 200 + 20))
+	if [ -n "${2:-}" ]; then
 		ip -n "$ns" link add svd type veth peer name svp &&
-			ip -n "$ns" addr add "10.213.$net.1/24" dev svd &&
 			ip -n "$ns" link set svp up && ip -n "$ns" link set svd up ||
 			sv_fail "configuring a veth pair in $ns"
 	fi
+	case ${2:-} in
+	veth) ip -n "$ns" addr add "10.213.$net.1/24" dev svd ;;
+	veth6) ip -n "$ns" addr add "fd00:213:$net::1/64" dev svd nodad ;;
+	esac || sv_fail "an address for svd in $ns"
 	eval "$1=\$ns"
 }
 
@@ -64,6 +69,11 @@ list)
 	want "$both" "sv_svd sv_lo " SOFTVERBS_IFACES=svd,lo
 	want "$both" "sv_svd " SOFTVERBS_IFACES=svd
 	want "$both" "sv_svd " SOFTVERBS_LOOPBACK=auto
+	# IPv6 only: a device; link-local alone is no address to be one by
+	new_ns six veth6
+	new_ns ll vethll
+	want "$six" "sv_svd "
+	want "$ll" "sv_lo "
 	;;
 pingpong)
 	sv_require ibv_rc_pingpong

@@ -376,13 +376,17 @@ sv_perftest_server() {
 	sv_fail "server could not listen on a TCP port"
 }
 
-# sv_netns_pair TAG NET [ipv6]: two fresh namespaces $SV_NS_A / $SV_NS_B joined by a
-# veth pair sva (10.211.NET.1/24, in A) <-> svb (10.211.NET.2/24, in B), lo up
-# in both; with "ipv6", dual-stack: fd00:211:NET::1/64 and ::2 too.  The
-# addresses exist only inside these namespaces.  Skips (77) when not root or
-# when namespaces/veth cannot be made here.
+# sv_netns_pair TAG NET [ipv6|ipv6only]: two fresh namespaces $SV_NS_A /
+# $SV_NS_B joined by a veth pair sva (10.211.NET.1/24, in A) <-> svb
+# (10.211.NET.2/24, in B), lo up in both; with "ipv6", dual-stack:
+# fd00:211:NET::1/64 and ::2 too; with "ipv6only", sva and svb have those
+# IPv6 addresses alone, and a second pair oa (10.211.NET.1) <-> ob
+# (10.211.NET.2) carries what programs exchange over IPv4 (the pingpongs'
+# own TCP connection, which is IPv4 only).  The addresses exist only inside
+# these namespaces.  Skips (77) when not root or when namespaces/veth cannot
+# be made here.
 sv_netns_pair() {
-	local tag=$1 net=$2 v6=${3:-}
+	local tag=$1 net=$2 v6=${3:-} a=sva b=svb
 	[ "$(id -u)" = 0 ] || sv_skip "network namespaces need root"
 	command -v ip >/dev/null 2>&1 || sv_skip "ip(8) not installed"
 	SV_NS_A="svt-$tag-$$-a"
@@ -393,16 +397,30 @@ sv_netns_pair() {
 	SV_NETNS+=("$SV_NS_B")
 	ip -n "$SV_NS_A" link add sva type veth peer name svb netns "$SV_NS_B" 2>/dev/null ||
 		sv_skip "cannot create a veth pair here"
-	ip -n "$SV_NS_A" addr add "10.211.$net.1/24" dev sva &&
-		ip -n "$SV_NS_B" addr add "10.211.$net.2/24" dev svb &&
+	if [ "$v6" = ipv6only ]; then
+		ip -n "$SV_NS_A" link add oa type veth peer name ob netns "$SV_NS_B" &&
+			ip -n "$SV_NS_A" link set sva up && ip -n "$SV_NS_B" link set svb up ||
+			sv_fail "configuring the second veth pair"
+		a=oa b=ob
+	fi
+	ip -n "$SV_NS_A" addr add "10.211.$net.1/24" dev $a &&
+		ip -n "$SV_NS_B" addr add "10.211.$net.2/24" dev $b &&
 		ip -n "$SV_NS_A" link set lo up && ip -n "$SV_NS_B" link set lo up &&
-		ip -n "$SV_NS_A" link set sva up && ip -n "$SV_NS_B" link set svb up ||
+		ip -n "$SV_NS_A" link set $a up && ip -n "$SV_NS_B" link set $b up ||
 		sv_fail "configuring the veth pair"
-	if [ "$v6" = ipv6 ]; then
+	if [ -n "$v6" ]; then
 		# nodad: usable at once, not after duplicate address detection
 		ip -n "$SV_NS_A" addr add "fd00:211:$net::1/64" dev sva nodad &&
 			ip -n "$SV_NS_B" addr add "fd00:211:$net::2/64" dev svb nodad ||
 			sv_skip "no IPv6 here (ip addr add fd00:211:$net::1/64 failed)"
+		# the link-local addresses (GIDs 0 and 1) serve once duplicate
+		# address detection has passed
+		local dad=$((SECONDS + 10))
+		while ip -n "$SV_NS_A" -6 addr show dev sva | grep -q tentative ||
+			ip -n "$SV_NS_B" -6 addr show dev svb | grep -q tentative; do
+			[ "$SECONDS" -lt "$dad" ] || sv_fail "IPv6 addresses still tentative after 10 s"
+			sleep 0.05
+		done
 	fi
 	local deadline=$((SECONDS + 5))
 	until ip -n "$SV_NS_A" link show sva | grep -q LOWER_UP &&

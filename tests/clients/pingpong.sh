@@ -6,6 +6,9 @@
 #   MODE lo:    both on this host over device sv_lo, client connects to 127.0.0.1.
 #   MODE netns: server in one network namespace on sv_sva, client in another
 #               on sv_svb, joined by a veth pair (needs root, else skip 77).
+#   MODE netns6: the same, sva and svb with IPv6 addresses only (their
+#               devices' GIDs 2 and 3 empty); the pingpongs' own TCP
+#               connection goes over a second, IPv4, pair.
 # PORT is the pingpong's own TCP port for exchanging QP numbers and GIDs.
 . "$(dirname "$0")/lib.sh"
 
@@ -25,13 +28,20 @@ lo)
 		sv_skip "lo has no IPv6 address (::1) here"
 	sv_pingpong "$prog" "$size" "$iters" "$port" "" sv_lo "" sv_lo 127.0.0.1 "$@"
 	;;
-netns)
+netns | netns6)
+	[ "$mode" = netns ] || v6=ipv6only
 	sv_netns_pair "${prog#ibv_}-$size" $((port % 250)) $v6
 	# Each namespace must show its veth end as a device before anything else.
 	sv_run devices-a 10 "$SV_NS_A" ibv_devices || sv_fail "ibv_devices in $SV_NS_A"
 	grep -qw sv_sva "$SV_WORK/devices-a.out" || sv_fail "no device sv_sva in $SV_NS_A"
 	sv_run devices-b 10 "$SV_NS_B" ibv_devices || sv_fail "ibv_devices in $SV_NS_B"
 	grep -qw sv_svb "$SV_WORK/devices-b.out" || sv_fail "no device sv_svb in $SV_NS_B"
+	if [ "$mode" = netns6 ]; then
+		# no IPv4 address: GIDs 2 and 3 empty, 4 and 5 the IPv6 address
+		sv_run gids-a 10 "$SV_NS_A" ibv_devinfo -v -d sv_sva || sv_fail "ibv_devinfo in $SV_NS_A"
+		! grep -q 'GID\[ *[23]\]' "$SV_WORK/gids-a.out" || sv_fail "sv_sva shows an IPv4 GID"
+		grep -q 'GID\[ *5\]:.*fd00:211:' "$SV_WORK/gids-a.out" || sv_fail "sv_sva: no IPv6 GID 5"
+	fi
 	sv_pingpong "$prog" "$size" "$iters" "$port" "$SV_NS_A" sv_sva "$SV_NS_B" sv_svb \
 		"10.211.$((port % 250)).1" "$@"
 	;;

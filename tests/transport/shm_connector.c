@@ -24,13 +24,13 @@ struct setup {
 
 int svt_shm_socket(uint16_t port)
 {
-	struct in_addr lo = { htonl(INADDR_LOOPBACK) };
+	struct in6_addr lo = sv_ip_from_v4((struct in_addr){ htonl(INADDR_LOOPBACK) });
 	struct sockaddr_un sa;
 	socklen_t sl;
 	int fd = socket(AF_UNIX, SOCK_STREAM, 0);
 
 	SVT_CHECK(fd >= 0);
-	sv_endpoint_unix_name(&sa, &sl, "shm", lo, port);
+	sv_endpoint_unix_name(&sa, &sl, "shm", &lo, port);
 	SVT_CHECK_OK(connect(fd, (struct sockaddr *)&sa, sl));
 	return fd;
 }

@@ -83,7 +83,9 @@ static void say_hello(int fd, struct sv_hello *h, uint16_t port, uint16_t to_por
 	memset(h, 0, sizeof(*h));
 	h->magic = htonl(SV_WIRE_MAGIC);
 	h->version = htons(SV_WIRE_VERSION);
-	sv_gid_encode(&g, lo, port);
+	struct in6_addr lo6 = sv_ip_from_v4(lo);
+
+	sv_gid_encode(&g, &lo6, port);
 	memcpy(h->gid, g.raw, 16);
 	h->to_port = htons(to_port);
 	sv_auth_nonce(h->nonce);
