@@ -308,8 +308,12 @@ static void reset_qp(struct sv_qp *qp)
 static int check_attr_values(struct sv_qp *qp, struct ibv_qp_attr *a, int mask,
 			     struct sv_endpoint_addr *peer)
 {
+	/* The bits the kernel takes for a QP (uverbs): MW_BIND too, which
+	 * DAPL's providers set on every RC QP; a QP grants nothing with it
+	 * (windows bind on MRs that have it), rxe and mlx5 ignore it there. */
 	const unsigned int qp_access = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-				       IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+				       IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
+				       IBV_ACCESS_MW_BIND;
 
 	if ((mask & IBV_QP_CUR_STATE) && a->cur_qp_state != qp->state)
 		return EINVAL;
