@@ -13,9 +13,9 @@
 # librdmacm-dev: softverbs is built against them, they are the ABI contract);
 # libsodium-dev for the peers' handshake (HMAC-SHA-256).
 # Clients run over softverbs in tests and benchmarks: ibverbs-utils,
-# rdmacm-utils, perftest, qperf; iproute2 for network namespaces; iperf3 as the
-# TCP reference. Extra package names given as arguments (e.g. clang for
-# sanitizer builds) are installed too.
+# rdmacm-utils, perftest, qperf, dapl2-utils (uDAPL's dtest); iproute2 for
+# network namespaces; iperf3 as the TCP reference. Extra package names given
+# as arguments (e.g. clang for sanitizer builds) are installed too.
 #
 # Does nothing, and needs no privileges, when everything is already installed.
 # Otherwise uses apt-get directly as root, or through sudo.
@@ -38,7 +38,7 @@ done
 packages=(
 	cmake gcc make pkg-config
 	libibverbs-dev librdmacm-dev libsodium-dev zlib1g-dev
-	ibverbs-utils rdmacm-utils perftest qperf
+	ibverbs-utils rdmacm-utils perftest qperf dapl2-utils
 	iproute2 iperf3
 	${extra[@]+"${extra[@]}"}
 )

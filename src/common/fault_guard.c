@@ -180,6 +180,20 @@ bool sv_copy_guarded(void *dst, const void *src, size_t len)
 	return true;
 }
 
+bool sv_place_guarded(void *dst, const void *src, size_t len)
+{
+	const uint8_t *s = src;
+
+	if (!len)
+		return true;
+	GUARD_BEGIN();
+	__builtin_memcpy(dst, src, len - 1);
+	atomic_thread_fence(memory_order_release);
+	__atomic_store_n((uint8_t *)dst + len - 1, s[len - 1], __ATOMIC_RELAXED);
+	GUARD_END();
+	return true;
+}
+
 bool sv_probe_guarded(const void *p, size_t len)
 {
 	const volatile uint8_t *b = p;

@@ -49,6 +49,11 @@ void sv_fault_guard_release(void);
 /* memcpy; false when either side could not be reached (dst partly written). */
 bool sv_copy_guarded(void *dst, const void *src, size_t len);
 
+/* The same, the last byte stored last: when another thread sees it, it sees
+ * every byte before it too (memcpy may store its first bytes after the rest;
+ * engine/dma.h, sv_dma_write). */
+bool sv_place_guarded(void *dst, const void *src, size_t len);
+
 /* Read one byte in every page of [p, p+len): false if one is not readable.
  * For memory handed to the kernel or to a peer to read later (a gather). */
 bool sv_probe_guarded(const void *p, size_t len);

@@ -12,7 +12,7 @@ enum ibv_wc_status sv_mem_err_to_local_status(enum sv_mem_err e)
 
 bool sv_dma_write(void *dst, const void *src, size_t len)
 {
-	return sv_copy_guarded(dst, src, len);
+	return sv_place_guarded(dst, src, len);
 }
 
 enum sv_mem_err sv_dma_place(sv_cu_ctx gpu, void *dst, const void *src, size_t len)

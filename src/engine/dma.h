@@ -50,6 +50,14 @@ enum sv_mem_err sv_sgl_copy_out(struct sv_context *ctx, struct sv_pd *pd,
  * by design, and race detectors are told so (tests/tsan.supp).  False: the
  * application unmapped part of dst (common/fault_guard.h); the operation
  * fails, the process goes on.
+ *
+ * The last byte lands last, as a NIC's DMA writes a payload in address
+ * order: programs wait for a WRITE by spinning on the last byte of their
+ * buffer (perftest's ib_write_lat, dtest -D, MPI's eager RDMA) and then
+ * read the rest.  memcpy keeps no such order (a copy of a few KiB by
+ * glibc's rep movsb path was seen with its first 64 bytes landing after the
+ * last one; unit_peer_mem).  A payload placed in pieces (an SGL, packets) is
+ * placed piece after piece.
  */
 bool sv_dma_write(void *dst, const void *src, size_t len);
 

@@ -330,14 +330,16 @@ static bool execute(struct sv_qp *qp, struct sv_send_wqe *w, uint8_t *at, struct
 	bool ok = true;
 
 	*st = IBV_WC_SUCCESS;
+	/* a WRITE lands in order, its last byte last (sv_dma_write) */
 	if (w->wr.opcode == IBV_WR_RDMA_WRITE && w->inline_buf) {
-		memcpy(at, w->inline_buf, w->length);
+		if (!sv_dma_write(at, w->inline_buf, w->length))
+			*st = IBV_WC_LOC_PROT_ERR;
 		return true;
 	}
 	switch (w->wr.opcode) {
 	case IBV_WR_RDMA_WRITE:
 		for (int i = 0; *st == IBV_WC_SUCCESS && i < n; off += iov[i++].iov_len)
-			if (!sv_copy_guarded(at + off, iov[i].iov_base, iov[i].iov_len))
+			if (!sv_dma_write(at + off, iov[i].iov_base, iov[i].iov_len))
 				*st = IBV_WC_LOC_PROT_ERR;
 		break;
 	case IBV_WR_RDMA_READ:

@@ -493,13 +493,14 @@ static void ring_copy_out(struct sv_shm *s, uint64_t pos, void *dst, size_t len)
 }
 
 /* The same into application memory (a payload received in place), which
- * the application may have unmapped: false, and the bytes stay in the ring. */
+ * the application may have unmapped: false, and the bytes stay in the ring.
+ * The last byte is stored last, as engine/dma.h's sv_dma_write places it. */
 static bool ring_copy_out_guarded(struct sv_shm *s, uint64_t pos, void *dst, size_t len)
 {
 	size_t o = (size_t)(pos & (SHM_RING_BYTES - 1)), first = SV_MIN(len, SHM_RING_BYTES - o);
 
-	return sv_copy_guarded(dst, s->rxdata + o, first) &&
-	       (first == len || sv_copy_guarded((uint8_t *)dst + first, s->rxdata, len - first));
+	return sv_place_guarded(dst, s->rxdata + o, first) &&
+	       (first == len || sv_place_guarded((uint8_t *)dst + first, s->rxdata, len - first));
 }
 
 static inline uint64_t round8(uint64_t v)

@@ -311,7 +311,8 @@ static int check_attr_values(struct sv_qp *qp, struct ibv_qp_attr *a, int mask,
 	/*
 	 * qp_access_flags takes any bits, as Linux's uverbs and rxe do (they
 	 * store the word; mlx5 reads the remote bits and ignores the rest):
-	 * programs pass their MR access flags here, ON_DEMAND included.
+	 * programs pass their MR access flags here, ON_DEMAND included, and
+	 * DAPL's providers MW_BIND on every RC QP.
 	 * Only the REMOTE_* bits gate anything (the responder's
 	 * check_qp_access); ibv_query_qp returns the word as it was set.
 	 */

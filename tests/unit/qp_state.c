@@ -8,6 +8,8 @@
  *   - ERR and back to RESET, then reconnect; SQD and back
  *   - ibv_query_qp returns what was set
  *   - posting to a RESET QP fails; receives may be posted from INIT
+ *   - DAPL's QP setup (dtest over its scm and cma providers): INIT with
+ *     IBV_ACCESS_MW_BIND among the QP's access flags is accepted
  */
 #include "sv_test.h"
 
@@ -422,6 +424,171 @@ static void test_many_qps(void)
 		SVT_CHECK_OK(ibv_destroy_qp(qps[i]));
 }
 
+/*
+ * DAPL's RC QP, set up with the calls of its providers (openib_common qp.c,
+ * dapls_modify_qp_state), values as Debian's dtest over libdaploscm makes
+ * them: INIT with the QP access flags LOCAL_WRITE | REMOTE_WRITE |
+ * REMOTE_READ | REMOTE_ATOMIC | MW_BIND (the kernel takes MW_BIND for a QP;
+ * rxe keeps it and reports it back), RTR with rq_psn 1 and hop limit 255, RTS
+ * with sq_psn 1 and timeout 20, and ERR twice when the endpoint goes (issue
+ * 34: the INIT failed with EINVAL and dtest could not create an endpoint).
+ * The QPs carry a WRITE, a READ and a SEND; MW_BIND grants no remote access.
+ */
+static void dapl_qp(struct ibv_qp **qp, struct ibv_cq **scq, struct ibv_cq **rcq)
+{
+	struct ibv_qp_init_attr ia;
+	struct ibv_qp_attr a;
+
+	*scq = svt_create_cq(dev.ctx, 34, NULL);
+	*rcq = svt_create_cq(dev.ctx, 13, NULL);
+	memset(&ia, 0, sizeof(ia));
+	ia.send_cq = *scq;
+	ia.recv_cq = *rcq;
+	ia.cap.max_send_wr = 107;
+	ia.cap.max_recv_wr = 103;
+	ia.cap.max_send_sge = 1;
+	ia.cap.max_recv_sge = 1;
+	ia.cap.max_inline_data = 200;
+	ia.qp_type = IBV_QPT_RC;
+	ia.sq_sig_all = 0;
+	*qp = ibv_create_qp(dev.pd, &ia);
+	SVT_CHECK_PTR(*qp);
+
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_INIT;
+	a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+			    IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
+			    IBV_ACCESS_MW_BIND;
+	a.pkey_index = 0;
+	a.port_num = 1;
+	SVT_CHECK_OK(ibv_modify_qp(*qp, &a,
+				   IBV_QP_STATE | IBV_QP_PKEY_INDEX |
+					   IBV_QP_PORT | IBV_QP_ACCESS_FLAGS));
+}
+
+static void dapl_rtu(struct ibv_qp *qp, uint32_t dest_qpn)
+{
+	struct ibv_qp_attr a;
+
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTR;
+	a.dest_qp_num = dest_qpn;
+	a.rq_psn = 1;
+	a.path_mtu = IBV_MTU_4096;
+	a.min_rnr_timer = 12;
+	a.max_dest_rd_atomic = 4;
+	a.ah_attr.is_global = 1;
+	a.ah_attr.grh.dgid = dev.gid;
+	a.ah_attr.grh.hop_limit = 255;
+	a.ah_attr.port_num = 1;
+	SVT_CHECK_OK(ibv_modify_qp(qp, &a,
+				   IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+					   IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+					   IBV_QP_MAX_DEST_RD_ATOMIC |
+					   IBV_QP_MIN_RNR_TIMER));
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	a.sq_psn = 1;
+	a.timeout = 20;
+	a.retry_cnt = 7;
+	a.rnr_retry = 7;
+	a.max_rd_atomic = 4;
+	SVT_CHECK_OK(ibv_modify_qp(qp, &a,
+				   IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT |
+					   IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+					   IBV_QP_MAX_QP_RD_ATOMIC));
+}
+
+static void test_dapl_setup(void)
+{
+	const unsigned int dapl_access =
+		IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+		IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
+		IBV_ACCESS_MW_BIND;
+	struct ibv_qp *qa, *qb;
+	struct ibv_cq *sa, *ra, *sb, *rb;
+	struct ibv_qp_attr a;
+	struct ibv_qp_init_attr ia;
+	struct ibv_wc wc;
+	enum { LEN = 8192 };
+	char *ba = svt_alloc(LEN), *bb = svt_alloc(LEN);
+	/* DAT_MEM_PRIV_ALL_FLAG: what dtest registers its buffers with */
+	struct ibv_mr *ma = svt_reg_mr(dev.pd, ba, LEN, IBV_ACCESS_LOCAL_WRITE |
+					IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+	struct ibv_mr *mb = svt_reg_mr(dev.pd, bb, LEN, IBV_ACCESS_LOCAL_WRITE |
+					IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+
+	dapl_qp(&qa, &sa, &ra);
+	dapl_qp(&qb, &sb, &rb);
+	memset(&a, 0, sizeof(a));
+	SVT_CHECK_OK(ibv_query_qp(qa, &a, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS, &ia));
+	SVT_CHECK_EQ(a.qp_state, IBV_QPS_INIT);
+	SVT_CHECK_EQ(a.qp_access_flags, dapl_access);
+	dapl_rtu(qa, qb->qp_num);
+	dapl_rtu(qb, qa->qp_num);
+	SVT_CHECK_EQ(svt_qp_state(qa), IBV_QPS_RTS);
+	SVT_CHECK_EQ(svt_qp_state(qb), IBV_QPS_RTS);
+
+	/* WRITE a -> b, READ it back into a's second half, SEND a -> b */
+	svt_fill(ba, 4096, 34);
+	memset(bb, 0, LEN);
+	SVT_CHECK_OK(svt_post_send(qa, 1, IBV_WR_RDMA_WRITE, IBV_SEND_SIGNALED, ba,
+				   4096, ma->lkey, (uintptr_t)bb, mb->rkey, 0));
+	wc = svt_poll_one(sa);
+	SVT_CHECK_EQ(wc.status, IBV_WC_SUCCESS);
+	SVT_CHECK_FILL(bb, 4096, 34);
+	SVT_CHECK_OK(svt_post_send(qa, 2, IBV_WR_RDMA_READ, IBV_SEND_SIGNALED,
+				   ba + 4096, 4096, ma->lkey, (uintptr_t)bb, mb->rkey, 0));
+	wc = svt_poll_one(sa);
+	SVT_CHECK_EQ(wc.status, IBV_WC_SUCCESS);
+	SVT_CHECK_FILL(ba + 4096, 4096, 34);
+	SVT_CHECK_OK(svt_post_recv(qb, 3, bb + 4096, 4096, mb->lkey));
+	svt_fill(ba, 100, 35);
+	SVT_CHECK_OK(svt_post_send(qa, 4, IBV_WR_SEND, IBV_SEND_SIGNALED, ba, 100,
+				   ma->lkey, 0, 0, 0));
+	wc = svt_poll_one(sa);
+	SVT_CHECK_EQ(wc.status, IBV_WC_SUCCESS);
+	wc = svt_poll_one(rb);
+	SVT_CHECK_EQ(wc.status, IBV_WC_SUCCESS);
+	SVT_CHECK_EQ(wc.byte_len, 100);
+	SVT_CHECK_FILL(bb + 4096, 100, 35);
+
+	/* MW_BIND alone, on b's QP, lets no WRITE in (RTS -> RTS) */
+	memset(&a, 0, sizeof(a));
+	a.qp_state = IBV_QPS_RTS;
+	a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND;
+	SVT_CHECK_OK(ibv_modify_qp(qb, &a, IBV_QP_STATE | IBV_QP_ACCESS_FLAGS));
+	memset(&a, 0, sizeof(a));
+	SVT_CHECK_OK(ibv_query_qp(qb, &a, IBV_QP_ACCESS_FLAGS, &ia));
+	SVT_CHECK_EQ(a.qp_access_flags, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_MW_BIND);
+	svt_fill(ba, 64, 36);
+	SVT_CHECK_OK(svt_post_send(qa, 5, IBV_WR_RDMA_WRITE, IBV_SEND_SIGNALED, ba,
+				   64, ma->lkey, (uintptr_t)bb, mb->rkey, 0));
+	wc = svt_poll_one(sa);
+	SVT_CHECK_MSG(wc.status == IBV_WC_REM_ACCESS_ERR ||
+			      wc.status == IBV_WC_REM_INV_REQ_ERR,
+		      "WRITE to a QP with only MW_BIND: %s",
+		      ibv_wc_status_str(wc.status));
+	SVT_CHECK_FILL(bb, 64, 34);
+
+	/* the endpoint goes: ERR, and ERR again */
+	for (int i = 0; i < 2; i++) {
+		SVT_CHECK_OK(svt_qp_to_state(qa, IBV_QPS_ERR));
+		SVT_CHECK_OK(svt_qp_to_state(qb, IBV_QPS_ERR));
+	}
+	SVT_CHECK_OK(ibv_destroy_qp(qa));
+	SVT_CHECK_OK(ibv_destroy_qp(qb));
+	SVT_CHECK_OK(ibv_dereg_mr(ma));
+	SVT_CHECK_OK(ibv_dereg_mr(mb));
+	free(ba);
+	free(bb);
+	SVT_CHECK_OK(ibv_destroy_cq(sa));
+	SVT_CHECK_OK(ibv_destroy_cq(ra));
+	SVT_CHECK_OK(ibv_destroy_cq(sb));
+	SVT_CHECK_OK(ibv_destroy_cq(rb));
+	svt_log("ok: DAPL's QP setup (MW_BIND among the QP's access flags)");
+}
+
 int main(void)
 {
 	svt_watchdog(50);
@@ -438,6 +605,7 @@ int main(void)
 	test_query(IBV_QPT_UD);
 	test_post_by_state();
 	test_many_qps();
+	test_dapl_setup();
 
 	SVT_CHECK_OK(ibv_destroy_cq(cq));
 	svt_dev_close(&dev);
