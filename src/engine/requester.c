@@ -434,6 +434,15 @@ void sv_requester_run(struct sv_qp *qp)
 		enum sv_direct d;
 		bool direct;
 
+		if (w->state == SV_WQE_DONE && !sq->seg_off) {
+			/* a local operation (bind, invalidate) that a rewind went
+			 * back over: it took effect once, uses no PSN, and is not
+			 * sent; retire() completes it in its turn */
+			sq->next++;
+			if (w->status != IBV_WC_SUCCESS)
+				break; /* it failed: nothing after it goes out */
+			continue;
+		}
 		if (!sq->seg_off && w->state == SV_WQE_PENDING && !w->npkts) {
 			/* starting this WQE */
 			if ((w->wr.send_flags & IBV_SEND_FENCE) && sq->rd_atomic_inflight)
