@@ -28,7 +28,8 @@
  * resend point moved to the end, not beyond it) and completes too.
  *
  *   3. local operations (BIND_MW, LOCAL_INV) between the WQEs the probe
- *      takes back (local_ops_case): done once, never sent.
+ *      takes back (local_ops_case): done once, never sent;
+ *   4. one that fails there (failed_local_case): nothing after it is sent.
  */
 #include "sv_test.h"
 #include "common/util.h"
@@ -511,6 +512,65 @@ static void local_ops_case(struct svt_dev *d, struct ibv_cq *cq, uint8_t *buf, s
 	free(win);
 }
 
+/*
+ * A local operation that fails while a WRITE before it is unacknowledged:
+ * WRITE (LOP_WPKTS packets), BIND_MW to an MR without IBV_ACCESS_MW_BIND,
+ * WRITE, and one more WRITE posted once the first has gone out.  Nothing
+ * after the bind goes out: not when the last WRITE is posted, not when the
+ * probe resends the first.  The first's ACK completes it, then the bind
+ * with IBV_WC_MW_BIND_ERR, then both WRITEs with IBV_WC_WR_FLUSH_ERR.
+ */
+static void failed_local_case(struct svt_dev *d, struct ibv_cq *cq, uint8_t *buf,
+			      struct ibv_mr *mr)
+{
+	static const enum ibv_wc_status want[] = { IBV_WC_SUCCESS, IBV_WC_MW_BIND_ERR,
+						   IBV_WC_WR_FLUSH_ERR, IBV_WC_WR_FLUSH_ERR };
+	const uint32_t first = SQ_PSN, last = first + LOP_WPKTS - 1;
+	struct ibv_mw *mw = ibv_alloc_mw(d->pd, IBV_MW_TYPE_2);
+	struct ibv_qp *qp = peer_qp(d, cq);
+	uint32_t expect = first, p;
+	struct ibv_wc wc;
+	uint8_t op;
+
+	SVT_CHECK_PTR(mw);
+	post_write(qp, 0, buf, LOP_WPKTS * MTU, mr->lkey);
+	post_bind(qp, 1, IBV_SEND_SIGNALED, mw, ibv_inc_rkey(mw->rkey), mr); /* no MW_BIND */
+	post_write(qp, 2, buf, MTU, mr->lkey);
+	while (expect != last + 1) {
+		SVT_CHECK_MSG(next_packet(5000, &p, &op), "failed bind: PSN %u never came", expect);
+		SVT_CHECK_MSG(p - first < LOP_WPKTS, "failed bind: PSN %u went out after it", p);
+		if (p == expect)
+			expect++;
+	}
+	/* runs the requester: before the fix it went on after the failed bind */
+	post_write(qp, 3, buf, MTU, mr->lkey);
+	do {
+		SVT_CHECK_MSG(next_packet(5000, &p, &op), "failed bind: no retransmission");
+		SVT_CHECK_MSG(p - first < LOP_WPKTS, "failed bind: PSN %u went out after it", p);
+	} while (p != first);
+	for (expect = first + 1; expect != last + 1;) {
+		SVT_CHECK_MSG(next_packet(5000, &p, &op), "failed bind: PSN %u never came again",
+			      expect);
+		SVT_CHECK_MSG(p - first < LOP_WPKTS, "failed bind: PSN %u went out after it", p);
+		if (p == expect)
+			expect++;
+	}
+	send_ack(last);
+	for (uint64_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+		wc = next_wc(cq, "failed bind");
+		SVT_CHECK_MSG(wc.wr_id == i && wc.status == want[i],
+			      "failed bind: completion %llu: wr_id %llu status %s, expected %s",
+			      (unsigned long long)i, (unsigned long long)wc.wr_id,
+			      ibv_wc_status_str(wc.status), ibv_wc_status_str(want[i]));
+	}
+	SVT_CHECK_EQ(ibv_poll_cq(cq, 1, &wc), 0);
+	while (next_packet(50, &p, &op)) /* resends still on their way */
+		SVT_CHECK_MSG(p - first < LOP_WPKTS, "failed bind: PSN %u went out after it", p);
+	svt_log("failed bind: nothing after it went out; completed, then flushed");
+	SVT_CHECK_OK(ibv_destroy_qp(qp));
+	SVT_CHECK_OK(ibv_dealloc_mw(mw));
+}
+
 int main(void)
 {
 	static const uint32_t one[] = { 48 }, two[] = { 40, 8 };
@@ -527,6 +587,7 @@ int main(void)
 	one_case("one WRITE", &d, cq, buf, mr->lkey, one, 1);
 	one_case("two WRITEs", &d, cq, buf, mr->lkey, two, 2);
 	local_ops_case(&d, cq, buf, mr);
+	failed_local_case(&d, cq, buf, mr);
 	SVT_CHECK_OK(ibv_dereg_mr(mr));
 	SVT_CHECK_OK(ibv_destroy_cq(cq));
 	svt_dev_close(&d);
