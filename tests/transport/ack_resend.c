@@ -29,7 +29,9 @@
  *
  *   3. local operations (BIND_MW, LOCAL_INV) between the WQEs the probe
  *      takes back (local_ops_case): done once, never sent;
- *   4. one that fails there (failed_local_case): nothing after it is sent.
+ *   4. one that fails there (failed_local_case): nothing after it is sent;
+ *   5. NAKs that come after the probe, for PSNs beyond what it has resent
+ *      so far (nak_case): taken, not dropped as stale.
  */
 #include "sv_test.h"
 #include "common/util.h"
@@ -571,6 +573,77 @@ static void failed_local_case(struct svt_dev *d, struct ibv_cq *cq, uint8_t *buf
 	SVT_CHECK_OK(ibv_dealloc_mw(mw));
 }
 
+/*
+ * A NAK that comes late, after the probe went back: for a PSN the
+ * requester sent before and is sending again, beyond what it has resent so
+ * far (the halved window stopped it in the first WRITE).  WRITEs of 40 and
+ * 8 packets; once the probe has resent the first PSN the peer NAKs, as the
+ * responder would have answered the first transmission:
+ *
+ *   - remote access at the second WRITE's first PSN: the first completes
+ *     (the NAK acknowledges every PSN before it), the second ends in
+ *     IBV_WC_REM_ACCESS_ERR;
+ *   - remote operation at a PSN in the first WRITE, past the resent part:
+ *     it ends in IBV_WC_REM_OP_ERR, the second is flushed;
+ *   - PSN sequence at a PSN in the second WRITE: the first completes, the
+ *     second goes out again and completes at its ACK.
+ *
+ * Before the fix each NAK was dropped as stale, and the requester went on
+ * resending from the first PSN to a peer that answers nothing more: after
+ * a remote error NAK a real responder is in ERR and does the same, and the
+ * first WRITE ended in IBV_WC_RETRY_EXC_ERR.  (After a sequence NAK a real
+ * responder would ACK the resent duplicates that ask for it, which gets
+ * the requester there more slowly; this peer waits for the PSN it asked
+ * for, and the second WRITE never came.)
+ */
+#define NAK_W1 40
+#define NAK_W2 8
+
+static void nak_case(const char *name, struct svt_dev *d, struct ibv_cq *cq, uint8_t *buf,
+		     uint32_t lkey, uint32_t nak_off, uint8_t code, enum ibv_wc_status want1,
+		     enum ibv_wc_status want2)
+{
+	const uint32_t first = SQ_PSN, total = NAK_W1 + NAK_W2;
+	const enum ibv_wc_status want[2] = { want1, want2 };
+	struct ibv_qp *qp = peer_qp(d, cq);
+	uint32_t expect = first, p;
+	struct ibv_wc wc;
+	uint8_t op;
+
+	post_write(qp, 0, buf, NAK_W1 * MTU, lkey);
+	post_write(qp, 1, buf, NAK_W2 * MTU, lkey);
+	while (expect != first + total) {
+		SVT_CHECK_MSG(next_packet(5000, &p, &op), "%s: PSN %u never came", name, expect);
+		if (p == expect)
+			expect++;
+	}
+	/* the probe goes back to the first PSN; its window (halved: 32
+	 * packets at most) ends before nak_off */
+	do {
+		SVT_CHECK_MSG(next_packet(5000, &p, &op), "%s: no retransmission", name);
+	} while (p != first);
+	send_aeth(SV_OP_ACK, first + nak_off, SV_AETH_NAK | code, NULL, 0);
+	if (code == SV_NAK_PSN_SEQ) {
+		/* the second WRITE goes out again, to its last PSN */
+		do {
+			SVT_CHECK_MSG(next_packet(5000, &p, &op), "%s: the second WRITE never came",
+				      name);
+			SVT_CHECK_MSG(p - first < total, "%s: PSN %u sent", name, p);
+		} while (p != first + total - 1);
+		send_ack(p);
+	}
+	for (int i = 0; i < 2; i++) {
+		wc = next_wc(cq, name);
+		SVT_CHECK_MSG(wc.wr_id == (uint64_t)i && wc.status == want[i],
+			      "%s: completion %d: wr_id %llu status %s, expected %s", name, i,
+			      (unsigned long long)wc.wr_id, ibv_wc_status_str(wc.status),
+			      ibv_wc_status_str(want[i]));
+	}
+	SVT_CHECK_EQ(ibv_poll_cq(cq, 1, &wc), 0);
+	svt_log("%s: taken", name);
+	SVT_CHECK_OK(ibv_destroy_qp(qp));
+}
+
 int main(void)
 {
 	static const uint32_t one[] = { 48 }, two[] = { 40, 8 };
@@ -588,6 +661,12 @@ int main(void)
 	one_case("two WRITEs", &d, cq, buf, mr->lkey, two, 2);
 	local_ops_case(&d, cq, buf, mr);
 	failed_local_case(&d, cq, buf, mr);
+	nak_case("late access NAK", &d, cq, buf, mr->lkey, NAK_W1, SV_NAK_REM_ACCESS,
+		 IBV_WC_SUCCESS, IBV_WC_REM_ACCESS_ERR);
+	nak_case("late operation NAK", &d, cq, buf, mr->lkey, NAK_W1 - 4, SV_NAK_REM_OP,
+		 IBV_WC_REM_OP_ERR, IBV_WC_WR_FLUSH_ERR);
+	nak_case("late sequence NAK", &d, cq, buf, mr->lkey, NAK_W1 + 4, SV_NAK_PSN_SEQ,
+		 IBV_WC_SUCCESS, IBV_WC_SUCCESS);
 	SVT_CHECK_OK(ibv_dereg_mr(mr));
 	SVT_CHECK_OK(ibv_destroy_cq(cq));
 	svt_dev_close(&d);
