@@ -49,6 +49,14 @@ static struct sv_send_wqe *ack_before(struct sv_qp *qp, uint32_t psn, bool inclu
 	return NULL;
 }
 
+/* w, at sq->next, went out before with the PSNs it has (and is perhaps
+ * partly resent; if not started again, npkts 0, it gets the same ones) */
+static bool resending(const struct sv_sq *sq, const struct sv_send_wqe *w)
+{
+	return w->state == SV_WQE_PENDING && w->wired &&
+	       (w->npkts || (!sq->seg_off && w->first_psn == sq->psn));
+}
+
 /*
  * The WQEs from sq->next on that the requester is sending again: an ack
  * timeout, a probe or a NAK sent it back (sv_requester_rewind), and they
@@ -75,9 +83,7 @@ static void ack_resending(struct sv_qp *qp, uint32_t psn)
 			sq->next++; /* a local operation (bind, invalidate), done */
 			continue;
 		}
-		/* sent before, and not started again (npkts 0) at the PSN it had */
-		if (w->state != SV_WQE_PENDING || !w->wired || sv_wr_rd_atomic(w->op) ||
-		    (!w->npkts && (sq->seg_off || w->first_psn != sq->psn)))
+		if (!resending(sq, w) || sv_wr_rd_atomic(w->op))
 			return;
 		if (sv_psn_cmp(w->last_psn, psn) <= 0) {
 			w->state = SV_WQE_DONE;
@@ -91,6 +97,31 @@ static void ack_resending(struct sv_qp *qp, uint32_t psn)
 		 * back to, is inside it now, or before it */
 		return;
 	}
+}
+
+/*
+ * A NAK for psn that ack_before matched to nothing sent, nor to the part
+ * resent so far of the WQE at sq->next: psn may lie further on, in a WQE
+ * the requester is sending again, the responder's answer (late: it came
+ * after the ack timeout or a probe went back) to what it sent before.
+ * As an ACK of psn - 1 it finishes the SENDs and WRITEs before psn
+ * (ack_resending); the WQE holding psn, if it went out before with that
+ * PSN, is the one it refuses.  (rxe takes a NAK for any PSN of its oldest
+ * WQE once that has gone out again.)  Else NULL: stale.
+ */
+static struct sv_send_wqe *nak_resending(struct sv_qp *qp, uint32_t psn)
+{
+	struct sv_sq *sq = &qp->sq;
+	struct sv_send_wqe *w;
+
+	ack_resending(qp, sv_psn_add(psn, SV_PSN_MASK));
+	if (sq->next == sq->tail)
+		return NULL;
+	w = &sq->wqe[sq->next & (sq->size - 1)];
+	if (!resending(sq, w) || sv_psn_cmp(w->first_psn, psn) > 0 ||
+	    sv_psn_cmp(w->last_psn, psn) < 0)
+		return NULL;
+	return w;
 }
 
 /* An ACK for psn: every SEND and WRITE it covers is done. */
@@ -119,18 +150,22 @@ static void progress_made(struct sv_qp *qp)
 
 static void finish(struct sv_qp *qp, struct sv_send_wqe *w, enum ibv_wc_status st)
 {
+	struct sv_sq *sq = &qp->sq;
+
 	/* what READ responses and atomic results put into GPU memory is there first */
 	if (sv_gpu_sink_fence(qp->gpu_rd_in) && st == IBV_WC_SUCCESS)
 		st = IBV_WC_LOC_PROT_ERR;
-	if (sv_wr_rd_atomic(w->op) && qp->sq.rd_atomic_inflight)
-		qp->sq.rd_atomic_inflight--;
+	/* (one being sent again is not counted: sv_requester_rewind) */
+	if (sv_wr_rd_atomic(w->op) && w->state == SV_WQE_SENT && sq->rd_atomic_inflight)
+		sq->rd_atomic_inflight--;
 	w->state = SV_WQE_DONE;
 	w->status = st;
-	if (qp->sq.seg_off && w == &qp->sq.wqe[qp->sq.next & (qp->sq.size - 1)]) {
-		/* refused midway (ack_before's `partial`): none of the rest
-		 * goes out, and retire() reaches it */
-		qp->sq.next++;
-		qp->sq.seg_off = 0;
+	if (sq->next != sq->tail && w == &sq->wqe[sq->next & (sq->size - 1)]) {
+		/* refused midway (ack_before's `partial`) or before it went
+		 * out again (nak_resending): none of the rest goes out, and
+		 * retire() reaches it */
+		sq->next++;
+		sq->seg_off = 0;
 	}
 }
 
@@ -231,6 +266,9 @@ void sv_completer_rx(struct sv_qp *qp, const struct sv_opcode_info *op, uint8_t 
 		sv_stat_nak(qp, syn, false);
 		/* a NAK names the PSN it refused; everything before it is done */
 		w = ack_before(qp, psn, false, true);
+		/* (an RNR NAK is left to the resent SEND, which draws another) */
+		if (!w && (syn & SV_AETH_TYPE_MASK) == SV_AETH_NAK)
+			w = nak_resending(qp, psn);
 		if (!w || sv_psn_cmp(w->first_psn, psn) > 0)
 			goto out; /* stale */
 		acked_to(qp, psn);

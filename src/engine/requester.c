@@ -394,6 +394,20 @@ void sv_requester_arm_ack_timer(struct sv_qp *qp)
 	atomic_store_explicit(&qp->ack_deadline, d, memory_order_relaxed);
 }
 
+/*
+ * The WQE before sq->next failed (its local checks, a bind): none after it
+ * starts while those before it are still unanswered, since retire(), when
+ * it reaches the failed one, moves the QP to ERR and flushes the rest, which
+ * must not have run on the peer (rxe's requester stops at an error too).
+ */
+static bool sq_stopped(const struct sv_sq *sq)
+{
+	const struct sv_send_wqe *w = &sq->wqe[(sq->next - 1) & (sq->size - 1)];
+
+	return sq->next != sq->head && !sq->seg_off && w->state == SV_WQE_DONE &&
+	       w->status != IBV_WC_SUCCESS;
+}
+
 /* This thread runs the requester from ibv_post_send (sv_requester_post). */
 static __thread bool posting __attribute__((tls_model("initial-exec")));
 
@@ -419,7 +433,7 @@ void sv_requester_run(struct sv_qp *qp)
 	bool on_wire = sq->head != sq->next || sq->seg_off;
 	bool arm = false; /* an RC WQE went out whole */
 
-	if (qp->state != IBV_QPS_RTS || qp->rnr_until)
+	if (qp->state != IBV_QPS_RTS || qp->rnr_until || sq_stopped(sq))
 		goto retire;
 	sv_txbatch_init(&pass.b);
 	pass.mr_locked = false;
@@ -434,6 +448,15 @@ void sv_requester_run(struct sv_qp *qp)
 		enum sv_direct d;
 		bool direct;
 
+		if (w->state == SV_WQE_DONE && !sq->seg_off) {
+			/* a local operation (bind, invalidate) that a rewind went
+			 * back over: it took effect once, uses no PSN, and is not
+			 * sent; retire() completes it in its turn */
+			sq->next++;
+			if (w->status != IBV_WC_SUCCESS)
+				break; /* it failed: nothing after it goes out */
+			continue;
+		}
 		if (!sq->seg_off && w->state == SV_WQE_PENDING && !w->npkts) {
 			/* starting this WQE */
 			if ((w->wr.send_flags & IBV_SEND_FENCE) && sq->rd_atomic_inflight)
