@@ -1,7 +1,8 @@
 /*
- * rdma_getaddrinfo: getaddrinfo(3) for RDMA endpoints.  softverbs devices are
- * IPv4, so a name is resolved to its first IPv4 address, as the source
- * (RAI_PASSIVE) or the destination of a connection.
+ * rdma_getaddrinfo: getaddrinfo(3) for RDMA endpoints.  As rdma-core's, a
+ * name is resolved in the hints' family (IPv4, IPv6, or either) to
+ * getaddrinfo's first answer, as the source (RAI_PASSIVE) or the
+ * destination of a connection.
  *
  * The call forms are rdma-core's: a node and/or a service, resolved with
  * getaddrinfo; or neither, with the addresses already in the hints (what
@@ -32,7 +33,10 @@ static int copy_addr(struct sockaddr **dst, socklen_t *dst_len, const struct soc
 static void to_ai_hints(struct addrinfo *h, const struct rdma_addrinfo *hints)
 {
 	memset(h, 0, sizeof(*h));
-	h->ai_family = AF_INET; /* the only family a softverbs device has */
+	/* AF_IB names are IP addresses looked up in any family (rdma-core's
+	 * AF_IB form, RAI_FAMILY, is not offered here) */
+	if (hints->ai_family != AF_IB)
+		h->ai_family = hints->ai_family;
 	if (hints->ai_flags & RAI_PASSIVE)
 		h->ai_flags |= AI_PASSIVE;
 	if (hints->ai_flags & RAI_NUMERICHOST)
@@ -53,8 +57,9 @@ static void to_ai_hints(struct addrinfo *h, const struct rdma_addrinfo *hints)
 }
 
 /*
- * Resolve node/service and fill the answer from the first IPv4 result.
- * Returns 0, a getaddrinfo code (negative) or an errno value.
+ * Resolve node/service and fill the answer from the first result, as
+ * rdma-core does.  Returns 0, a getaddrinfo code (negative) or an errno
+ * value.
  */
 static int resolve_name(const char *node, const char *service, const struct rdma_addrinfo *hints,
 			struct rdma_addrinfo *r)
@@ -66,14 +71,15 @@ static int resolve_name(const char *node, const char *service, const struct rdma
 	ret = getaddrinfo(node, service, &h, &ai);
 	if (ret)
 		return ret; /* a getaddrinfo code (negative), as rdma-core returns it */
-	for (a = ai; a && a->ai_family != AF_INET; a = a->ai_next)
+	/* AF_INET or AF_INET6: getaddrinfo was asked for no other family */
+	for (a = ai; a && a->ai_family != AF_INET && a->ai_family != AF_INET6; a = a->ai_next)
 		;
 	if (!a) {
 		freeaddrinfo(ai);
 		return EADDRNOTAVAIL;
 	}
 	r->ai_flags = hints->ai_flags & RAI_PASSIVE; /* as rdma-core: the rest were for the lookup */
-	r->ai_family = AF_INET;
+	r->ai_family = a->ai_family;
 	r->ai_qp_type = hints->ai_qp_type ? hints->ai_qp_type
 			: a->ai_socktype == SOCK_DGRAM ? IBV_QPT_UD : IBV_QPT_RC;
 	r->ai_port_space = hints->ai_port_space ? hints->ai_port_space

@@ -9,8 +9,9 @@
  * piece of state is guarded by one process-wide lock, cm_lock.  Events are
  * queued on event channels (channel.c) and read with rdma_get_cm_event.
  *
- * Files: channel.c (event channels and events), device.c (which device
- * serves an address; rdma_get_devices), id.c (ids, bind, address and route
+ * Files: addr.c (socket addresses of either family), channel.c (event
+ * channels and events), device.c (which device serves an address;
+ * rdma_get_devices), id.c (ids, bind, address and route
  * resolution, options), protocol.c (the CM thread and the wire messages),
  * connect.c (listen/connect/accept/reject/disconnect), qp.c (QPs, SRQs,
  * endpoints, rdma_init_qp_attr), multicast.c (joins), addrinfo.c,
@@ -20,6 +21,7 @@
 #define SV_CM_H
 
 #include <infiniband/verbs.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <pthread.h>
 #include <rdma/rdma_cma.h>
@@ -28,10 +30,19 @@
 
 #include "common/util.h"
 
-/* The GID rdma_cm uses for a device: its IPv4 address as a RoCE v2 GID
- * (::ffff:a.b.c.d, index 3 of the table, verbs/gid.c), the one rdma-core
- * picks for an IPv4 address on a RoCE v2 port. */
-#define CM_GID_INDEX 3
+/*
+ * The GID an id uses is the RoCE v2 GID of its address, as rxe's CM takes
+ * the GID of the address (the table: verbs/gid.c): index 3, the device's
+ * IPv4 address as ::ffff:a.b.c.d, for an IPv4 connection; index 5, the
+ * interface's IPv6 address, for an IPv6 one.  Where the device has no
+ * entry of that family (an IPv6 link-local connection on an interface
+ * without a global IPv6 address, a loopback address served by a device of
+ * the other family), the other one; index 1 (link-local from the MAC,
+ * always filled) as a last resort.  cm_id_gid_index (device.c).
+ */
+#define CM_GID_INDEX_V4 3
+#define CM_GID_INDEX_V6 5
+#define CM_GID_INDEX_LL 1
 
 /* Private-data sizes a user may pass, as rdma_cm over RoCE allows (the CM
  * message's private data less the 36-byte rdma_cm header where there is one). */
@@ -111,8 +122,11 @@ struct cm_device {
 	int refcnt;                    /* ids on it, and rdma_get_devices lists not yet freed */
 	struct ibv_pd *pd;             /* every id's id->pd while refcnt > 0 (cm_device_get) */
 	struct ibv_xrcd *xrcd;         /* the XRC domain of XRC ids (made on first use) */
-	struct in_addr ip;             /* the address its listener serves */
-	union ibv_gid gid;
+	/* its addresses, from its GID table; a device has either or both */
+	bool has_ip, has_ip6;
+	struct in_addr ip;             /* GID index 3 */
+	struct in6_addr ip6;           /* GID index 5 */
+	union ibv_gid gid_v4, gid_v6, gid_ll; /* indexes 3, 5 and 1 */
 	enum ibv_mtu mtu;
 	uint8_t max_rd_atomic;         /* max_qp_init_rd_atom */
 	uint8_t max_dest_rd_atomic;    /* max_qp_rd_atom */
@@ -134,6 +148,8 @@ struct cm_id {
 	/* options */
 	uint8_t tos;
 	bool reuseaddr;
+	bool afonly_set;               /* RDMA_OPTION_ID_AFONLY given: IPV6_V6ONLY = afonly */
+	bool afonly;
 	bool ack_timeout_set;
 	uint8_t ack_timeout;
 
@@ -204,9 +220,25 @@ int cm_wait_sync(struct cm_id *id, enum rdma_cm_event_type want); /* sync ids; c
 struct cm_channel *cm_channel_create(void);
 void cm_channel_destroy(struct cm_channel *ch);
 
+/* addr.c: socket addresses of either family (AF_INET, AF_INET6) */
+socklen_t cm_sa_len(const struct sockaddr *sa);
+int cm_sa_take(const struct sockaddr *sa, struct sockaddr_storage *out); /* 0 or EAFNOSUPPORT */
+bool cm_sa_is_any(const struct sockaddr *sa);
+bool cm_sa_is_loopback(const struct sockaddr *sa);
+bool cm_sa_is_linklocal(const struct sockaddr *sa);
+void cm_sa_set_loopback(struct sockaddr *sa);     /* same family, port kept */
+void cm_sa_set_addr(struct sockaddr *sa, const struct sockaddr *from); /* address (and scope), not port */
+void cm_sa_from_any(struct sockaddr_storage *out, const struct sockaddr *in); /* v4-mapped IPv6 -> IPv4 */
+void cm_gid_of_sa(const struct sockaddr *sa, union ibv_gid *gid); /* ::ffff:a.b.c.d or the IPv6 address */
+const char *cm_sa_str(const struct sockaddr *sa, char *buf, size_t len);
+#define CM_SA_STRLEN (INET6_ADDRSTRLEN + IF_NAMESIZE + 2)
+
 /* device.c */
-struct cm_device *cm_device_for_ip(struct in_addr ip); /* cm_lock held; NULL: no device */
-int cm_route_source(struct in_addr dst, struct in_addr *src);
+struct cm_device *cm_device_for_addr(const struct sockaddr *sa); /* cm_lock held; NULL: no device */
+bool cm_addr_is_local(const struct sockaddr *sa);  /* an address of this host */
+int cm_route_source(const struct sockaddr *dst, struct sockaddr_storage *src);
+uint8_t cm_id_gid_index(const struct cm_id *id);   /* the GID index of the id's address family */
+const union ibv_gid *cm_id_gid(const struct cm_id *id);
 void cm_fill_route(struct cm_id *id);              /* path record from what is known */
 struct ibv_pd *cm_device_pd(struct cm_device *d);     /* the device's default PD */
 struct ibv_xrcd *cm_device_xrcd(struct cm_device *d);
@@ -220,7 +252,7 @@ void cm_id_free(struct cm_id *id);                 /* cm_lock held */
 struct cm_id *cm_id_by_serial(uint64_t serial);     /* cm_lock held */
 struct sv_list *cm_all_ids(void);                  /* cm_lock held */
 bool cm_ps_is_ud(enum rdma_port_space ps);
-int cm_bind_socket(struct cm_id *id, const struct sockaddr_in *sin);
+int cm_bind_socket(struct cm_id *id, const struct sockaddr *sa);
 int cm_id_set_device(struct cm_id *id, struct cm_device *d); /* id->dev, verbs, pd (0 or errno) */
 
 /* protocol.c */

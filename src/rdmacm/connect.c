@@ -24,10 +24,11 @@ int rdma_listen(struct rdma_cm_id *pub, int backlog)
 
 	pthread_mutex_lock(&cm_lock);
 	if (id->state == CM_IDLE) {
-		/* listening unbound: the wildcard address, a port of the system's choice */
+		/* listening unbound: the IPv4 wildcard (as the kernel's CM), a
+		 * port of the system's choice */
 		struct sockaddr_in any = { .sin_family = AF_INET };
 
-		err = cm_bind_socket(id, &any);
+		err = cm_bind_socket(id, (struct sockaddr *)&any);
 		if (!err)
 			id->state = CM_BOUND;
 	}

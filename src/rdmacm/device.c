@@ -2,10 +2,15 @@
  * Which softverbs device serves an IP address, and the route to a peer.
  *
  * softverbs has one device per up interface, named sv_<ifname>; the CM finds
- * the interface that owns an address with getifaddrs and opens that device
- * once per process (every id on it shares the ibv_context, as with rdma-core's
- * librdmacm).  The source address towards a destination is the kernel's own
- * routing decision, read back from a connected UDP socket: no packet is sent.
+ * the interface that owns an address (IPv4 or IPv6) with getifaddrs and
+ * opens that device once per process (every id on it shares the
+ * ibv_context, as with rdma-core's librdmacm).  A device is known by its
+ * addresses as its GID table shows them (the IPv4 address at index 3, the
+ * interface's IPv6 address at 5), either of which may be missing, and by
+ * its interface, which owns its other addresses (a link-local one, a second
+ * global one).  The source address towards a destination is the kernel's
+ * own routing decision, read back from a connected UDP socket: no packet is
+ * sent.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -24,6 +29,13 @@
 static struct cm_device devices[CM_MAX_DEVICES];
 static int ndevices;
 
+static bool gid_is_zero(const union ibv_gid *g)
+{
+	static const union ibv_gid zero;
+
+	return !memcmp(g, &zero, sizeof(zero));
+}
+
 static struct cm_device *device_open(struct ibv_device *ibdev)
 {
 	for (int i = 0; i < ndevices; i++)
@@ -36,16 +48,31 @@ static struct cm_device *device_open(struct ibv_device *ibdev)
 	struct ibv_device_attr attr;
 	struct ibv_port_attr port;
 
+	memset(d, 0, sizeof(*d));
 	d->verbs = ibv_open_device(ibdev);
 	if (!d->verbs)
 		return NULL;
-	if (ibv_query_device(d->verbs, &attr) || ibv_query_port(d->verbs, 1, &port) ||
-	    ibv_query_gid(d->verbs, 1, CM_GID_INDEX, &d->gid)) {
+	if (ibv_query_device(d->verbs, &attr) || ibv_query_port(d->verbs, 1, &port)) {
 		ibv_close_device(d->verbs);
 		d->verbs = NULL;
 		return NULL;
 	}
-	memcpy(&d->ip, &d->gid.raw[12], 4);
+	/* an entry the interface does not fill reads as zeros (or fails) */
+	if (ibv_query_gid(d->verbs, 1, CM_GID_INDEX_V4, &d->gid_v4) ||
+	    !IN6_IS_ADDR_V4MAPPED((struct in6_addr *)d->gid_v4.raw) ||
+	    !memcmp(&d->gid_v4.raw[12], "\0\0\0\0", 4))
+		memset(&d->gid_v4, 0, sizeof(d->gid_v4));
+	if (ibv_query_gid(d->verbs, 1, CM_GID_INDEX_V6, &d->gid_v6) ||
+	    IN6_IS_ADDR_V4MAPPED((struct in6_addr *)d->gid_v6.raw))
+		memset(&d->gid_v6, 0, sizeof(d->gid_v6));
+	if (ibv_query_gid(d->verbs, 1, CM_GID_INDEX_LL, &d->gid_ll))
+		memset(&d->gid_ll, 0, sizeof(d->gid_ll));
+	d->has_ip = !gid_is_zero(&d->gid_v4);
+	d->has_ip6 = !gid_is_zero(&d->gid_v6);
+	if (d->has_ip)
+		memcpy(&d->ip, &d->gid_v4.raw[12], 4);
+	if (d->has_ip6)
+		memcpy(&d->ip6, d->gid_v6.raw, 16);
 	d->mtu = port.active_mtu;
 	d->max_rd_atomic = (uint8_t)SV_MIN(attr.max_qp_init_rd_atom, 255);
 	d->max_dest_rd_atomic = (uint8_t)SV_MIN(attr.max_qp_rd_atom, 255);
@@ -93,44 +120,128 @@ static struct cm_device *first_device(void)
 	return found;
 }
 
-struct cm_device *cm_device_for_ip(struct in_addr ip)
+/* One of this process's devices by its address of GID index 3 or 5. */
+static struct cm_device *device_known(const struct sockaddr *sa)
+{
+	for (int k = 0; k < ndevices; k++) {
+		struct cm_device *d = &devices[k];
+
+		if (sa->sa_family == AF_INET && d->has_ip &&
+		    d->ip.s_addr == ((const struct sockaddr_in *)sa)->sin_addr.s_addr)
+			return d;
+		if (sa->sa_family == AF_INET6 && d->has_ip6 &&
+		    !memcmp(&d->ip6, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16))
+			return d;
+	}
+	return NULL;
+}
+
+/* Whether interface address ifa is sa (a link-local one on sa's scope). */
+static bool ifa_is(const struct ifaddrs *i, const struct sockaddr *sa)
+{
+	const struct sockaddr *a = i->ifa_addr;
+
+	if (!a || a->sa_family != sa->sa_family)
+		return false;
+	if (sa->sa_family == AF_INET)
+		return ((const struct sockaddr_in *)a)->sin_addr.s_addr ==
+		       ((const struct sockaddr_in *)sa)->sin_addr.s_addr;
+
+	const struct sockaddr_in6 *x = (const struct sockaddr_in6 *)a;
+	const struct sockaddr_in6 *y = (const struct sockaddr_in6 *)sa;
+
+	if (memcmp(&x->sin6_addr, &y->sin6_addr, 16))
+		return false;
+	/* fe80::1 may be on several links: the scope says which */
+	return !IN6_IS_ADDR_LINKLOCAL(&y->sin6_addr) ||
+	       if_nametoindex(i->ifa_name) == y->sin6_scope_id;
+}
+
+/*
+ * The device of the interface that owns sa (IPv4, or IPv6 of any scope: a
+ * link-local address with its scope id).  A loopback address when lo has
+ * no device is the first device's, as for 127.0.0.1 and ::1 alike.
+ */
+struct cm_device *cm_device_for_addr(const struct sockaddr *sa)
 {
 	struct ifaddrs *ifa, *i;
-	struct cm_device *found = NULL;
+	struct cm_device *found;
 
-	for (int k = 0; k < ndevices; k++)
-		if (devices[k].ip.s_addr == ip.s_addr)
-			return &devices[k];
+	if (sa->sa_family != AF_INET && sa->sa_family != AF_INET6)
+		return NULL;
+	found = cm_sa_is_linklocal(sa) ? NULL : device_known(sa);
+	if (found)
+		return found;
 	if (getifaddrs(&ifa))
 		return NULL;
-	for (i = ifa; i && !found; i = i->ifa_next) {
-		if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET)
-			continue;
-		if (((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr == ip.s_addr)
+	for (i = ifa; i && !found; i = i->ifa_next)
+		if (ifa_is(i, sa))
 			found = device_by_ifname(i->ifa_name);
-	}
 	freeifaddrs(ifa);
-	if (!found && (ntohl(ip.s_addr) >> 24) == IN_LOOPBACKNET)
+	if (!found && cm_sa_is_loopback(sa))
 		found = first_device();
 	return found;
 }
 
-int cm_route_source(struct in_addr dst, struct in_addr *src)
+/* An address of this host (a device's or not): it can be bound. */
+bool cm_addr_is_local(const struct sockaddr *sa)
 {
-	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_port = htons(9), .sin_addr = dst };
-	socklen_t len = sizeof(sin);
-	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	struct sockaddr_storage ss;
+	int fd = socket(sa->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	bool ok;
+
+	if (fd < 0)
+		return false;
+	memcpy(&ss, sa, cm_sa_len(sa));
+	((struct sockaddr_in *)&ss)->sin_port = 0; /* same place in both families */
+	ok = bind(fd, (struct sockaddr *)&ss, cm_sa_len(sa)) == 0;
+	close(fd);
+	return ok;
+}
+
+int cm_route_source(const struct sockaddr *dst, struct sockaddr_storage *src)
+{
+	struct sockaddr_storage to;
+	socklen_t len = sizeof(*src);
+	int fd = socket(dst->sa_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	int err = 0;
 
 	if (fd < 0)
 		return errno;
-	if (connect(fd, (struct sockaddr *)&sin, sizeof(sin)) ||
-	    getsockname(fd, (struct sockaddr *)&sin, &len))
+	memcpy(&to, dst, cm_sa_len(dst));
+	((struct sockaddr_in *)&to)->sin_port = htons(9); /* any port: nothing is sent */
+	memset(src, 0, sizeof(*src));
+	if (connect(fd, (struct sockaddr *)&to, cm_sa_len(dst)) ||
+	    getsockname(fd, (struct sockaddr *)src, &len))
 		err = errno;
-	else
-		*src = sin.sin_addr;
 	close(fd);
 	return err;
+}
+
+uint8_t cm_id_gid_index(const struct cm_id *id)
+{
+	const struct cm_device *d = id->dev;
+	bool v6 = id->pub.route.addr.src_addr.sa_family == AF_INET6;
+
+	if (!d)
+		return v6 ? CM_GID_INDEX_V6 : CM_GID_INDEX_V4;
+	if (v6 ? d->has_ip6 : !d->has_ip && d->has_ip6)
+		return CM_GID_INDEX_V6;
+	if (d->has_ip)
+		return CM_GID_INDEX_V4;
+	return CM_GID_INDEX_LL;
+}
+
+const union ibv_gid *cm_id_gid(const struct cm_id *id)
+{
+	switch (cm_id_gid_index(id)) {
+	case CM_GID_INDEX_V6:
+		return &id->dev->gid_v6;
+	case CM_GID_INDEX_V4:
+		return &id->dev->gid_v4;
+	default:
+		return &id->dev->gid_ll;
+	}
 }
 
 /* The path record a RoCE CM would report: GIDs, pkey, MTU, one path. */
@@ -141,8 +252,13 @@ void cm_fill_route(struct cm_id *id)
 
 	memset(p, 0, sizeof(*p));
 	if (id->dev)
-		p->sgid = id->dev->gid;
-	p->dgid = id->remote_gid;
+		p->sgid = *cm_id_gid(id);
+	/* the peer's GID once it said it, until then its address's, as the
+	 * kernel's CM fills a RoCE path (rdma_ip2gid) */
+	if (id->remote_gid.global.subnet_prefix || id->remote_gid.global.interface_id)
+		p->dgid = id->remote_gid;
+	else
+		cm_gid_of_sa(&id->pub.route.addr.dst_addr, &p->dgid);
 	p->pkey = htobe16(0xffff);
 	p->mtu_selector = 2; /* exactly */
 	p->mtu = id->mtu ? id->mtu : (id->dev ? id->dev->mtu : IBV_MTU_1024);

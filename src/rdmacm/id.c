@@ -162,12 +162,12 @@ int rdma_destroy_id(struct rdma_cm_id *pub)
 	return 0;
 }
 
-int cm_bind_socket(struct cm_id *id, const struct sockaddr_in *sin)
+int cm_bind_socket(struct cm_id *id, const struct sockaddr *sa)
 {
-	struct sockaddr_in got;
+	struct sockaddr_storage got;
 	socklen_t len = sizeof(got);
-	int one = 1;
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	int one = 1, v6only = id->afonly;
+	int fd = socket(sa->sa_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 
 	if (fd < 0)
 		return errno;
@@ -177,54 +177,38 @@ int cm_bind_socket(struct cm_id *id, const struct sockaddr_in *sin)
 	 * still fail: listen() says EADDRINUSE.
 	 */
 	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	if (bind(fd, (const struct sockaddr *)sin, sizeof(*sin)) ||
-	    getsockname(fd, (struct sockaddr *)&got, &len)) {
+	/*
+	 * The IPv6 wildcard takes IPv4 requests too unless the id is AF-only,
+	 * as the kernel's CM decides (RDMA_OPTION_ID_AFONLY, else the
+	 * net.ipv6.bindv6only default a new socket already has).
+	 */
+	if (sa->sa_family == AF_INET6 && id->afonly_set &&
+	    setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6only, sizeof(v6only))) {
+		int e = errno;
+
+		close(fd);
+		return e;
+	}
+	if (bind(fd, sa, cm_sa_len(sa)) || getsockname(fd, (struct sockaddr *)&got, &len)) {
 		int e = errno;
 
 		close(fd);
 		return e;
 	}
 	id->sock = fd;
-	id->pub.route.addr.src_sin = got;
+	memset(&id->pub.route.addr.src_storage, 0, sizeof(id->pub.route.addr.src_storage));
+	memcpy(&id->pub.route.addr.src_storage, &got, cm_sa_len((struct sockaddr *)&got));
 	return 0;
 }
 
-/* Accept AF_INET, and the IPv6 wildcard as the IPv4 wildcard. */
-static int to_sin(const struct sockaddr *sa, struct sockaddr_in *out)
+/*
+ * A link-local address names an interface only with its scope id: the
+ * kernel's CM refuses one without (cma_check_linklocal), as bind(2) does.
+ */
+static int check_linklocal(const struct sockaddr *sa)
 {
-	memset(out, 0, sizeof(*out));
-	out->sin_family = AF_INET;
-	if (sa->sa_family == AF_INET) {
-		memcpy(out, sa, sizeof(*out));
-		return 0;
-	}
-	if (sa->sa_family == AF_INET6) {
-		const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)sa;
-
-		if (IN6_IS_ADDR_V4MAPPED(&s6->sin6_addr)) {
-			memcpy(&out->sin_addr, &s6->sin6_addr.s6_addr[12], 4);
-			out->sin_port = s6->sin6_port;
-			return 0;
-		}
-		if (IN6_IS_ADDR_UNSPECIFIED(&s6->sin6_addr)) {
-			out->sin_port = s6->sin6_port;
-			return 0;
-		}
-	}
-	return EAFNOSUPPORT;
-}
-
-static int local_addr_known(struct in_addr ip)
-{
-	struct sockaddr_in sin = { .sin_family = AF_INET, .sin_addr = ip };
-	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	int ok;
-
-	if (fd < 0)
-		return 0;
-	ok = bind(fd, (struct sockaddr *)&sin, sizeof(sin)) == 0;
-	close(fd);
-	return ok;
+	return cm_sa_is_linklocal(sa) && !((const struct sockaddr_in6 *)sa)->sin6_scope_id ? EINVAL
+											     : 0;
 }
 
 /*
@@ -255,32 +239,36 @@ int cm_id_set_device(struct cm_id *id, struct cm_device *d)
 
 static int bind_locked(struct cm_id *id, const struct sockaddr *addr)
 {
-	struct sockaddr_in sin;
+	struct sockaddr_storage ss;
+	struct sockaddr *sa = (struct sockaddr *)&ss;
 	struct cm_device *d = NULL;
 	int err;
 
 	if (id->state != CM_IDLE)
 		return EINVAL;
-	err = to_sin(addr, &sin);
+	err = cm_sa_take(addr, &ss);
+	if (!err)
+		err = check_linklocal(sa);
 	if (err)
 		return err;
 	/*
-	 * The kernel's CM takes a loopback address as it takes the wildcard
-	 * (cma_any_addr): the bind succeeds and the id gets no device until a
-	 * request or a resolve picks one.  libfabric's verbs provider relies on
-	 * it: it binds "localhost" and, finding id->verbs NULL, offers every
-	 * device with its own address.  The socket stays on the loopback
-	 * address, so only this host reaches a listener bound there.
+	 * The kernel's CM takes a loopback address (127.0.0.0/8, ::1) as it
+	 * takes the wildcard (cma_any_addr): the bind succeeds and the id gets
+	 * no device until a request or a resolve picks one.  libfabric's verbs
+	 * provider relies on it: it binds "localhost" and, finding id->verbs
+	 * NULL, offers every device with its own address.  The socket stays on
+	 * the loopback address, so only this host reaches a listener bound
+	 * there.
 	 */
-	if (sin.sin_addr.s_addr != htonl(INADDR_ANY) && (ntohl(sin.sin_addr.s_addr) >> 24) != IN_LOOPBACKNET) {
-		d = cm_device_for_ip(sin.sin_addr);
+	if (!cm_sa_is_any(sa) && !cm_sa_is_loopback(sa)) {
+		d = cm_device_for_addr(sa);
 		if (!d)
-			return local_addr_known(sin.sin_addr) ? ENODEV : EADDRNOTAVAIL;
+			return cm_addr_is_local(sa) ? ENODEV : EADDRNOTAVAIL;
 	}
 	err = cm_id_set_device(id, d);
 	if (err)
 		return err;
-	err = cm_bind_socket(id, &sin);
+	err = cm_bind_socket(id, sa);
 	if (err) {
 		cm_id_set_device(id, NULL);
 		return err;
@@ -300,39 +288,76 @@ int rdma_bind_addr(struct rdma_cm_id *pub, struct sockaddr *addr)
 	return err ? cm_err(err) : 0;
 }
 
+/*
+ * The destination, as the kernel's CM takes it: a wildcard means the
+ * loopback address of its family, and a link-local one without a scope id
+ * is on the link of the id's link-local source, if it has one (else the
+ * call fails, as connect(2) to it would).  The id, if bound, must be of the
+ * destination's family.
+ */
+static int take_dst(struct cm_id *id, const struct sockaddr *src, const struct sockaddr *dst,
+		    struct sockaddr_storage *out)
+{
+	struct sockaddr *d = (struct sockaddr *)out;
+	struct sockaddr_storage s;
+	const struct sockaddr *from = NULL;
+	int err = cm_sa_take(dst, out);
+
+	if (err)
+		return err;
+	if (cm_sa_is_any(d))
+		cm_sa_set_loopback(d);
+	if (id->state == CM_BOUND) {
+		from = &id->pub.route.addr.src_addr;
+	} else if (src) {
+		err = cm_sa_take(src, &s);
+		if (err)
+			return err;
+		from = (struct sockaddr *)&s;
+	}
+	if (from && from->sa_family != d->sa_family)
+		return EINVAL;
+	if (cm_sa_is_linklocal(d) && !((struct sockaddr_in6 *)d)->sin6_scope_id) {
+		if (!from || !cm_sa_is_linklocal(from))
+			return EINVAL;
+		((struct sockaddr_in6 *)d)->sin6_scope_id =
+			((const struct sockaddr_in6 *)from)->sin6_scope_id;
+	}
+	return 0;
+}
+
 /* 0: resolved (event posted); else an errno for the call itself. */
 static int resolve_addr_locked(struct cm_id *id, struct sockaddr *src, struct sockaddr *dst)
 {
-	struct sockaddr_in dsin, ssin;
-	struct in_addr via;
+	struct sockaddr_storage dss, via;
+	struct sockaddr *bound = &id->pub.route.addr.src_addr;
 	struct cm_device *d;
 	int err;
 
 	if (id->state != CM_IDLE && id->state != CM_BOUND)
 		return EINVAL;
-	err = to_sin(dst, &dsin);
+	err = take_dst(id, src, dst, &dss);
 	if (err)
 		return err;
-	if (dsin.sin_addr.s_addr == htonl(INADDR_ANY))
-		dsin.sin_addr.s_addr = htonl(INADDR_LOOPBACK); /* as the kernel CM does */
 	if (id->state == CM_IDLE && src) {
 		err = bind_locked(id, src);
 		if (err)
 			return err;
 	}
-	id->pub.route.addr.dst_sin = dsin;
+	memset(&id->pub.route.addr.dst_storage, 0, sizeof(id->pub.route.addr.dst_storage));
+	memcpy(&id->pub.route.addr.dst_storage, &dss, cm_sa_len((struct sockaddr *)&dss));
 
 	/* the source: what the id is bound to, else the routing table's choice */
-	if (id->state == CM_BOUND && id->pub.route.addr.src_sin.sin_addr.s_addr != htonl(INADDR_ANY)) {
-		via = id->pub.route.addr.src_sin.sin_addr;
+	if (id->state == CM_BOUND && !cm_sa_is_any(bound)) {
+		memcpy(&via, bound, cm_sa_len(bound));
 	} else {
-		err = cm_route_source(dsin.sin_addr, &via);
+		err = cm_route_source((struct sockaddr *)&dss, &via);
 		if (err) {
 			cm_post_simple(id, RDMA_CM_EVENT_ADDR_ERROR, -err);
 			return 0;
 		}
 	}
-	d = cm_device_for_ip(via);
+	d = cm_device_for_addr((struct sockaddr *)&via);
 	if (!d) {
 		/* the address is reached through an interface softverbs does not serve */
 		cm_post_simple(id, RDMA_CM_EVENT_ADDR_ERROR, -ENODEV);
@@ -344,15 +369,15 @@ static int resolve_addr_locked(struct cm_id *id, struct sockaddr *src, struct so
 		return 0;
 	}
 	if (id->state == CM_IDLE) {
-		ssin = (struct sockaddr_in){ .sin_family = AF_INET, .sin_addr = via };
-		err = cm_bind_socket(id, &ssin);
+		((struct sockaddr_in *)&via)->sin_port = 0; /* same place in both families */
+		err = cm_bind_socket(id, (struct sockaddr *)&via);
 		if (err) {
 			cm_post_simple(id, RDMA_CM_EVENT_ADDR_ERROR, -err);
 			return 0;
 		}
 	}
-	if (id->pub.route.addr.src_sin.sin_addr.s_addr == htonl(INADDR_ANY))
-		id->pub.route.addr.src_sin.sin_addr = via;
+	if (cm_sa_is_any(bound))
+		cm_sa_set_addr(bound, (struct sockaddr *)&via);
 	id->state = CM_ADDR_RESOLVED;
 	cm_fill_route(id);
 	id->pub.route.num_paths = 0; /* no path until the route is resolved */
@@ -394,6 +419,36 @@ int rdma_resolve_route(struct rdma_cm_id *pub, int timeout_ms)
 	return id->sync ? cm_wait_sync(id, RDMA_CM_EVENT_ROUTE_RESOLVED) : 0;
 }
 
+/*
+ * Whether an IPv6 wildcard id takes IPv4 requests too: before the listen,
+ * as the kernel's CM allows it (rdma_set_afonly).  A wildcard socket bound
+ * already is bound again with the option (nothing listens on it yet).
+ */
+static int set_afonly(struct cm_id *id, bool afonly)
+{
+	struct sockaddr_storage at;
+	int old = id->sock, err;
+	bool was_set = id->afonly_set, was = id->afonly;
+
+	if (id->state != CM_IDLE && id->state != CM_BOUND)
+		return EINVAL;
+	id->afonly_set = true;
+	id->afonly = afonly;
+	if (id->state != CM_BOUND || id->pub.route.addr.src_addr.sa_family != AF_INET6 ||
+	    !cm_sa_is_any(&id->pub.route.addr.src_addr))
+		return 0;
+	/* both sockets have SO_REUSEADDR and neither listens: the port is shared meanwhile */
+	memcpy(&at, &id->pub.route.addr.src_storage, sizeof(at));
+	err = cm_bind_socket(id, (struct sockaddr *)&at);
+	if (err) {
+		id->afonly_set = was_set;
+		id->afonly = was;
+		return err;
+	}
+	close(old);
+	return 0;
+}
+
 int rdma_set_option(struct rdma_cm_id *pub, int level, int optname, void *optval, size_t optlen)
 {
 	if (!pub || !optval)
@@ -420,7 +475,9 @@ int rdma_set_option(struct rdma_cm_id *pub, int level, int optname, void *optval
 			break;
 		case RDMA_OPTION_ID_AFONLY:
 			if (optlen != sizeof(int))
-				err = EINVAL; /* IPv4 only: nothing to restrict */
+				err = EINVAL;
+			else
+				err = set_afonly(id, *(int *)optval != 0);
 			break;
 		case RDMA_OPTION_ID_ACK_TIMEOUT:
 			if (optlen != sizeof(uint8_t) || *(uint8_t *)optval > 31) {
@@ -473,6 +530,7 @@ int rdma_migrate_id(struct rdma_cm_id *pub, struct rdma_event_channel *channel)
 	return 0;
 }
 
+/* sin_port and sin6_port are at the same place */
 __be16 rdma_get_src_port(struct rdma_cm_id *id)
 {
 	return id ? id->route.addr.src_sin.sin_port : 0;

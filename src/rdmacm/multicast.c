@@ -107,7 +107,7 @@ static int join(struct cm_id *id, const struct sockaddr *addr, uint32_t flags, v
 	u->private_data = context;
 	u->ah_attr.is_global = 1;
 	u->ah_attr.grh.dgid = mc->mgid;
-	u->ah_attr.grh.sgid_index = CM_GID_INDEX;
+	u->ah_attr.grh.sgid_index = cm_id_gid_index(id);
 	u->ah_attr.grh.hop_limit = 64;
 	u->ah_attr.grh.traffic_class = id->tos;
 	u->ah_attr.port_num = id->pub.port_num ? id->pub.port_num : 1;

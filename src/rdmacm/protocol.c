@@ -130,7 +130,7 @@ static void wire_conn_param(struct cm_wire *m, struct cm_id *id, uint32_t qpn, b
 {
 	m->qpn = htonl(qpn);
 	m->psn = htonl(id->local_psn);
-	memcpy(m->gid, id->dev->gid.raw, 16);
+	memcpy(m->gid, cm_id_gid(id)->raw, 16);
 	m->mtu = (uint8_t)id->mtu;
 	m->resp_res = id->resp_res;
 	m->init_depth = id->init_depth;
@@ -183,7 +183,7 @@ int cm_send_sidr_req(struct cm_id *id, const struct rdma_conn_param *p)
 
 	wire_init(&m, MSG_SIDR_REQ);
 	m.qpn = htonl(id_qpn(id, p, &srq));
-	memcpy(m.gid, id->dev->gid.raw, 16);
+	memcpy(m.gid, cm_id_gid(id)->raw, 16);
 	wire_pdata(&m, p->private_data, p->private_data_len);
 	return wire_send(id, &m);
 }
@@ -198,7 +198,7 @@ int cm_send_sidr_rep(struct cm_id *id, uint32_t status, uint32_t qpn, uint32_t q
 	m.qpn = htonl(qpn);
 	m.qkey = htonl(qkey);
 	if (id->dev)
-		memcpy(m.gid, id->dev->gid.raw, 16);
+		memcpy(m.gid, cm_id_gid(id)->raw, 16);
 	wire_pdata(&m, pdata, len);
 	return wire_send(id, &m);
 }
@@ -458,7 +458,7 @@ static void on_sidr_rep(struct cm_id *id, const struct cm_wire *m)
 		u->ah_attr.is_global = 1;
 		u->ah_attr.port_num = 1;
 		u->ah_attr.grh.dgid = id->remote_gid;
-		u->ah_attr.grh.sgid_index = CM_GID_INDEX;
+		u->ah_attr.grh.sgid_index = cm_id_gid_index(id);
 		u->ah_attr.grh.hop_limit = 64;
 		u->ah_attr.grh.traffic_class = id->tos;
 	}
@@ -495,6 +495,7 @@ static void send_pending_req(struct cm_id *id)
 static bool on_handshake(struct cm_id *id, const struct cm_wire *m)
 {
 	static atomic_bool told;
+	char peer[CM_SA_STRLEN];
 
 	if (m->type == MSG_HELLO && !id->hello_seen && m->pdata_len == sizeof(id->nonce_peer)) {
 		memcpy(id->nonce_peer, m->pdata, sizeof(id->nonce_peer));
@@ -517,7 +518,7 @@ static bool on_handshake(struct cm_id *id, const struct cm_wire *m)
 		sv_warn("cm: refused a connection from %s: it does not hold this job's secret "
 			"(%s). To accept peers from other hosts, give every process the same "
 			"SOFTVERBS_SECRET; see docs/SECURITY.md",
-			inet_ntoa(id->pub.route.addr.dst_sin.sin_addr), sv_auth_source());
+			cm_sa_str(&id->pub.route.addr.dst_addr, peer, sizeof(peer)), sv_auth_source());
 	else
 		sv_warn_limited("cm: message %c before the peer proved the secret: connection "
 				"dropped",
@@ -643,8 +644,8 @@ void cm_start_connect(struct cm_id *id)
 
 	id->active = true;
 	id->hello_seen = id->authed = false;
-	if (connect(id->sock, (struct sockaddr *)&id->pub.route.addr.dst_sin,
-		    sizeof(struct sockaddr_in)) == 0) {
+	if (connect(id->sock, &id->pub.route.addr.dst_addr,
+		    cm_sa_len(&id->pub.route.addr.dst_addr)) == 0) {
 		err = send_hello(id);
 		if (err)
 			return cm_connect_failed(id, err);
@@ -670,11 +671,11 @@ void cm_connect_failed(struct cm_id *id, int err)
 	 * for a moment before reporting the reject a real CM would send.
 	 */
 	if (err == ECONNREFUSED && sv_now_ns() < id->refused_until_ns) {
-		struct sockaddr_in src = id->pub.route.addr.src_sin;
+		struct sockaddr_storage src = id->pub.route.addr.src_storage;
 		uint64_t deadline = id->deadline_ns;
 
 		cm_sock_close(id);
-		if (cm_bind_socket(id, &src) == 0) {
+		if (cm_bind_socket(id, (struct sockaddr *)&src) == 0) {
 			id->state = CM_CONNECTING;
 			id->deadline_ns = deadline;
 			id->retry_ns = sv_now_ns() + 20000000ull;
@@ -692,16 +693,21 @@ void cm_connect_failed(struct cm_id *id, int err)
 static void on_listener(struct cm_id *ls)
 {
 	for (;;) {
-		struct sockaddr_in local, peer;
-		socklen_t ll = sizeof(local), pl = sizeof(peer);
-		int fd = accept4(ls->sock, (struct sockaddr *)&peer, &pl, SOCK_NONBLOCK | SOCK_CLOEXEC);
+		struct sockaddr_storage l, p, local, peer;
+		socklen_t ll = sizeof(l), pl = sizeof(p);
+		int fd = accept4(ls->sock, (struct sockaddr *)&p, &pl, SOCK_NONBLOCK | SOCK_CLOEXEC);
 
 		if (fd < 0)
 			return;
 		struct cm_device *d = NULL;
 
-		if (getsockname(fd, (struct sockaddr *)&local, &ll) == 0)
-			d = ls->dev ? ls->dev : cm_device_for_ip(local.sin_addr);
+		/* an IPv4 peer of a dual-stack listener: its IPv4 addresses,
+		 * as the kernel's CM reports such a request */
+		cm_sa_from_any(&peer, (struct sockaddr *)&p);
+		if (getsockname(fd, (struct sockaddr *)&l, &ll) == 0) {
+			cm_sa_from_any(&local, (struct sockaddr *)&l);
+			d = ls->dev ? ls->dev : cm_device_for_addr((struct sockaddr *)&local);
+		}
 		struct cm_id *c = d ? cm_id_alloc(ls->pub.channel, ls->pub.context, ls->pub.ps,
 						   ls->pub.qp_type) : NULL;
 
@@ -718,8 +724,8 @@ static void on_listener(struct cm_id *ls)
 		c->listener = ls;
 		c->state = CM_PENDING;
 		c->tos = ls->tos;
-		c->pub.route.addr.src_sin = local;
-		c->pub.route.addr.dst_sin = peer;
+		c->pub.route.addr.src_storage = local;
+		c->pub.route.addr.dst_storage = peer;
 		cm_fill_route(c);
 		cm_sock_watch(c);
 		if (send_hello(c))

@@ -67,7 +67,7 @@ static int init_qp_attr(struct cm_id *id, struct ibv_qp_attr *a, int *mask)
 		a->ah_attr.is_global = 1;
 		a->ah_attr.port_num = 1;
 		a->ah_attr.grh.dgid = id->remote_gid;
-		a->ah_attr.grh.sgid_index = CM_GID_INDEX;
+		a->ah_attr.grh.sgid_index = cm_id_gid_index(id);
 		a->ah_attr.grh.hop_limit = 64;
 		a->ah_attr.grh.traffic_class = id->tos;
 		a->path_mtu = id->mtu;

@@ -199,7 +199,7 @@ struct rsock {
 	} lmap[RS_MAXMAP], rmap[RS_MAXMAP];
 	uint64_t next_off;
 	/* options */
-	int reuseaddr, keepalive, nodelay, rcvbuf, sndbuf;
+	int reuseaddr, keepalive, nodelay, rcvbuf, sndbuf, v6only;
 	struct linger linger;
 	/* SOCK_DGRAM */
 	bool dgram, dg_bound, dg_connected;
@@ -1511,10 +1511,17 @@ int rsocket(int domain, int type, int protocol)
 	return rs->fd;
 }
 
+/* An address of len bytes is a whole sockaddr_in or sockaddr_in6. */
+static bool rs_addr_len_ok(const struct sockaddr *a, socklen_t len)
+{
+	return a && len >= sizeof(struct sockaddr_in) &&
+	       (a->sa_family != AF_INET6 || len >= sizeof(struct sockaddr_in6));
+}
+
 int rbind(int s, const struct sockaddr *addr, socklen_t len)
 {
 	RS_GET(rs, s, int);
-	if (!addr || len < sizeof(struct sockaddr_in))
+	if (!rs_addr_len_ok(addr, len))
 		return rs_errno(EINVAL);
 	pthread_mutex_lock(&rs->lock);
 	if (rs->dgram) {
@@ -1634,7 +1641,7 @@ int raccept(int s, struct sockaddr *addr, socklen_t *len)
 int rconnect(int s, const struct sockaddr *addr, socklen_t len)
 {
 	RS_GET(rs, s, int);
-	if (!addr || len < sizeof(struct sockaddr_in))
+	if (!rs_addr_len_ok(addr, len))
 		return rs_errno(EINVAL);
 	if (addr->sa_family != AF_INET && addr->sa_family != AF_INET6)
 		return rs_errno(EAFNOSUPPORT);
@@ -2071,6 +2078,8 @@ static int *rs_int_opt(struct rsock *rs, int level, int name)
 	}
 	if (level == IPPROTO_TCP && name == TCP_NODELAY)
 		return &rs->nodelay;
+	if (level == IPPROTO_IPV6 && name == IPV6_V6ONLY)
+		return &rs->v6only;
 	return NULL;
 }
 
@@ -2082,7 +2091,20 @@ int rsetsockopt(int s, int level, int optname, const void *optval, socklen_t opt
 	pthread_mutex_lock(&rs->lock);
 	int r = 0;
 	int *ip = rs_int_opt(rs, level, optname);
-	if (ip) {
+	if (ip && level == IPPROTO_IPV6) {
+		/* IPV6_V6ONLY: whether an IPv6 wildcard rsocket takes IPv4 peers,
+		 * which the CM id decides (before it listens), as in rdma-core */
+		int v;
+		if (optlen < sizeof(int)) {
+			r = rs_errno(EINVAL);
+		} else {
+			memcpy(&v, optval, sizeof(v));
+			v = v != 0;
+			r = rdma_set_option(rs->id, RDMA_OPTION_ID, RDMA_OPTION_ID_AFONLY, &v, sizeof(v));
+			if (!r)
+				*ip = v;
+		}
+	} else if (ip) {
 		if (optlen < sizeof(int))
 			r = rs_errno(EINVAL);
 		else
@@ -2098,8 +2120,6 @@ int rsetsockopt(int s, int level, int optname, const void *optval, socklen_t opt
 			memcpy(&rs->linger, optval, sizeof(rs->linger));
 	} else if (level == IPPROTO_TCP && optname == TCP_MAXSEG) {
 		/* accepted; messages are always up to the peer's buffer size */
-	} else if (level == IPPROTO_IPV6 && optname == IPV6_V6ONLY) {
-		/* accepted: rdma_cm binds by the address given */
 	} else if (level == SOL_RDMA) {
 		switch (optname) {
 		case RDMA_SQSIZE:

@@ -376,6 +376,13 @@ sv_perftest_server() {
 	sv_fail "server could not listen on a TCP port"
 }
 
+# sv_require_ipv6_lo: skip (77) unless this host has ::1 (a host or
+# container may have IPv6 turned off).
+sv_require_ipv6_lo() {
+	ip -6 addr show dev lo 2>/dev/null | grep -q 'inet6 ::1/' ||
+		sv_skip "no IPv6 loopback address (::1) on this host"
+}
+
 # sv_netns_pair TAG NET [ipv6|ipv6only]: two fresh namespaces $SV_NS_A /
 # $SV_NS_B joined by a veth pair sva (10.211.NET.1/24, in A) <-> svb
 # (10.211.NET.2/24, in B), lo up in both; with "ipv6", dual-stack:

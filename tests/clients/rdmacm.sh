@@ -6,6 +6,12 @@
 #   MODE lo:    both on this host (device sv_lo), addresses 127.0.0.1.
 #   MODE netns: server in one network namespace (sv_sva), client in another
 #               (sv_svb), joined by a veth pair (needs root, else skip 77).
+#   MODE lo6:   both on this host, addresses ::1 (sv_lo; IPv6 rdma_cm).
+#   MODE netns6: as netns with the pair dual-stack (lib.sh sv_netns_pair ...
+#               ipv6), over the IPv6 addresses fd00:211:NET::1 and ::2, both
+#               sides with the same SOFTVERBS_SECRET, as two hosts.
+#   MODE ll6:   as netns6, over link-local addresses with scope ids: the
+#               server on fe80::1%sva, the client (fe80::2%svb) to fe80::1%svb.
 # SCENARIO:
 #   rping SIZE COUNT     rping -V (data verified) SIZE bytes, COUNT pings
 #   udaddy CONNS COUNT   UD over rdma_cm (SIDR), fixed rdma_cm port 7174
@@ -40,18 +46,42 @@ netns)
 	sv_netns_pair "cm-$scen-$port" "$net"
 	sns=$SV_NS_A cns=$SV_NS_B saddr="10.211.$net.1" caddr="10.211.$net.2"
 	;;
+lo6)
+	sv_require_ipv6_lo
+	sns="" cns="" saddr=::1 caddr=::1
+	;;
+netns6 | ll6)
+	net=$(((port % 200) + 30))
+	sv_netns_pair "cm6-$scen-$port" "$net" ipv6
+	sns=$SV_NS_A cns=$SV_NS_B saddr="fd00:211:$net::1" caddr="fd00:211:$net::2"
+	if [ "$mode" = ll6 ]; then
+		# fixed link-local addresses, usable at once (nodad); the server
+		# binds its own on sva, the client reaches it on svb's link
+		ip -n "$SV_NS_A" addr add fe80::1/64 dev sva nodad &&
+			ip -n "$SV_NS_B" addr add fe80::2/64 dev svb nodad ||
+			sv_fail "adding link-local addresses"
+		saddr="fe80::1%sva" caddr="fe80::2%svb" daddr="fe80::1%svb"
+	fi
+	# two hosts: neither takes the other's host secret, both hold this one
+	SOFTVERBS_SECRET=$(head -c 24 /dev/urandom | base64)
+	export SOFTVERBS_SECRET
+	;;
 *)
 	sv_fail "unknown mode '$mode'"
 	;;
 esac
+# the address the client names the server by (its own link's scope for ll6)
+daddr=${daddr:-$saddr}
+one_host=0
+case $mode in lo | lo6) one_host=1 ;; esac
 
 crc=0
 case $scen in
 rping)
 	size=$1 count=$2
-	[ "$mode" = lo ] && port=$(sv_free_port "" "$port")
+	[ "$one_host" = 1 ] && port=$(sv_free_port "" "$port")
 	sv_start_server "$sns" "$port" rping -s -a "$saddr" -p "$port" -V -S "$size" -C "$count"
-	sv_run client "$(($(sv_left) - 5))" "$cns" rping -c -a "$saddr" -p "$port" \
+	sv_run client "$(($(sv_left) - 5))" "$cns" rping -c -a "$daddr" -p "$port" \
 		-V -v -S "$size" -C "$count" || crc=$?
 	sv_finish "$crc"
 	n=$(grep -c '^ping data: ' "$SV_WORK/client.out")
@@ -62,7 +92,7 @@ rping)
 udaddy)
 	conns=$1 count=$2
 	sv_start_server "$sns" 7174 udaddy -b "$saddr" -c "$conns" -C "$count"
-	sv_run client "$(($(sv_left) - 5))" "$cns" udaddy -s "$saddr" -c "$conns" -C "$count" ||
+	sv_run client "$(($(sv_left) - 5))" "$cns" udaddy -s "$daddr" -c "$conns" -C "$count" ||
 		crc=$?
 	sv_finish "$crc"
 	for s in server client; do
@@ -72,9 +102,9 @@ udaddy)
 	;;
 ucmatose)
 	conns=$1 count=$2 size=$3
-	[ "$mode" = lo ] && port=$(sv_free_port "" "$port")
+	[ "$one_host" = 1 ] && port=$(sv_free_port "" "$port")
 	sv_start_server "$sns" "$port" ucmatose -b "$saddr" -p "$port" -c "$conns" -C "$count" -S "$size"
-	sv_run client "$(($(sv_left) - 5))" "$cns" ucmatose -s "$saddr" -p "$port" \
+	sv_run client "$(($(sv_left) - 5))" "$cns" ucmatose -s "$daddr" -p "$port" \
 		-c "$conns" -C "$count" -S "$size" || crc=$?
 	sv_finish "$crc"
 	for s in server client; do
@@ -84,18 +114,18 @@ ucmatose)
 	grep -q '^disconnected' "$SV_WORK/server.out" || sv_fail "server saw no disconnect"
 	;;
 rdma_server)
-	[ "$mode" = lo ] && port=$(sv_free_port "" "$port")
+	[ "$one_host" = 1 ] && port=$(sv_free_port "" "$port")
 	sv_start_server "$sns" "$port" rdma_server -s "$saddr" -p "$port"
-	sv_run client "$(($(sv_left) - 5))" "$cns" rdma_client -s "$saddr" -p "$port" || crc=$?
+	sv_run client "$(($(sv_left) - 5))" "$cns" rdma_client -s "$daddr" -p "$port" || crc=$?
 	sv_finish "$crc"
 	grep -q 'rdma_server: end 0' "$SV_WORK/server.out" || sv_fail "server did not end with 0"
 	grep -q 'rdma_client: end 0' "$SV_WORK/client.out" || sv_fail "client did not end with 0"
 	;;
 rdma_xserver)
-	[ "$mode" = lo ] && port=$(sv_free_port "" "$port")
+	[ "$one_host" = 1 ] && port=$(sv_free_port "" "$port")
 	ctype=${1:-r}
 	sv_start_server "$sns" "$port" rdma_xserver -c "$ctype" -p "$port"
-	sv_run client "$(($(sv_left) - 5))" "$cns" rdma_xclient -c "$ctype" -s "$saddr" -p "$port" ||
+	sv_run client "$(($(sv_left) - 5))" "$cns" rdma_xclient -c "$ctype" -s "$daddr" -p "$port" ||
 		crc=$?
 	sv_finish "$crc"
 	grep -q 'rdma_xserver: end 0' "$SV_WORK/server.out" || sv_fail "server did not end with 0"
@@ -103,10 +133,10 @@ rdma_xserver)
 	;;
 cmtime)
 	conns=$1
-	[ "$mode" = lo ] && port=$(sv_free_port "" "$port")
+	[ "$one_host" = 1 ] && port=$(sv_free_port "" "$port")
 	# Debian's cmtime server serves until it is stopped: only the client ends.
 	sv_start_server "$sns" "$port" cmtime -b "$saddr" -p "$port" -c "$conns"
-	sv_run client "$(($(sv_left) - 5))" "$cns" cmtime -s "$saddr" -p "$port" -c "$conns" ||
+	sv_run client "$(($(sv_left) - 5))" "$cns" cmtime -s "$daddr" -p "$port" -c "$conns" ||
 		crc=$?
 	[ "$crc" = 0 ] || sv_fail "cmtime client exited $crc"
 	kill -0 "$SV_SPID" 2>/dev/null || sv_fail "cmtime server died"
@@ -119,6 +149,7 @@ mckey)
 	count=$1 size=$2
 	# a group of its own: tests running at the same time use others
 	grp="239.$((RANDOM % 200 + 20)).$((RANDOM % 256)).$((port % 256))"
+	case $saddr in *:*) grp=$(printf 'ff0e::5356:%x:%x' $RANDOM "$port") ;; esac
 	sv_run_bg server "$(sv_left)" "$sns" mckey -m "$grp" -b "$saddr" -C "$count" -S "$size"
 	SV_SPID=$SV_PID
 	# joined, with its receives posted, before anything is sent

@@ -1,9 +1,18 @@
 #!/bin/bash
-# rsocket.sh SCENARIO PORT [ARGS...]
+# rsocket.sh MODE SCENARIO PORT [ARGS...]
 #
 # Debian's unmodified rdmacm-utils rsockets programs over softverbs'
-# librdmacm.so.1 (src/rdmacm/rsocket.c): a server and a client process on
-# 127.0.0.1 (device sv_lo), both through `softverbs run`.
+# librdmacm.so.1 (src/rdmacm/rsocket.c): a server and a client process,
+# both through `softverbs run`.
+#   MODE lo:     both on this host, 127.0.0.1 (device sv_lo).
+#   MODE lo6:    both on this host, ::1 (sv_lo; AF_INET6 rsockets).
+#   MODE netns6: server in one network namespace, client in another, joined
+#                by a dual-stack veth pair (lib.sh sv_netns_pair ... ipv6),
+#                over their IPv6 addresses fd00:211:NET::1 and ::2, both
+#                with the same SOFTVERBS_SECRET, as two hosts (needs root,
+#                else skip 77).
+# lo6 and netns6 run rstream, riostream and udpong (rcopy's HOST:FILE and
+# rsocket_echo take IPv4 only).
 # SCENARIO:
 #   rstream SIZE COUNT [-T OPT]...  rstream -S SIZE -C COUNT, verified (-T v);
 #                                   -T a: rpoll-driven, -T n: non-blocking
@@ -25,17 +34,39 @@
 # PORT is the rdma_cm port (a TCP port on the device's address here).
 . "$(dirname "$0")/lib.sh"
 
-[ $# -ge 2 ] || sv_fail "usage: $0 SCENARIO PORT [ARGS...]"
-scen=$1 port=$2
-shift 2
+[ $# -ge 3 ] || sv_fail "usage: $0 lo|lo6|netns6 SCENARIO PORT [ARGS...]"
+mode=$1 scen=$2 port=$3
+shift 3
 case $scen in
 rstream) sv_require rstream ;;
 preload) [ -n "${SV_ECHO:-}" ] && [ -x "$SV_ECHO" ] || sv_fail "rsocket_echo not built" ;;
 *) sv_require "$scen" ;;
 esac
 [ -e "$(dirname "$SV_TOOL")/../lib/librdmacm.so.1" ] || sv_fail "librdmacm.so.1 not built"
-addr=127.0.0.1
-port=$(sv_free_port "" "$port")
+case $mode in
+lo)
+	sns="" cns="" addr=127.0.0.1 caddr=127.0.0.1
+	port=$(sv_free_port "" "$port")
+	;;
+lo6)
+	case $scen in rstream | riostream | udpong) ;; *) sv_fail "$scen: not in lo6 mode" ;; esac
+	sv_require_ipv6_lo
+	sns="" cns="" addr=::1 caddr=::1
+	port=$(sv_free_port "" "$port")
+	;;
+netns6)
+	case $scen in rstream | riostream | udpong) ;; *) sv_fail "$scen: not in netns6 mode" ;; esac
+	net=$(((port % 200) + 30))
+	sv_netns_pair "rs6-$scen-$port" "$net" ipv6
+	sns=$SV_NS_A cns=$SV_NS_B addr="fd00:211:$net::1" caddr="fd00:211:$net::2"
+	# two hosts: neither takes the other's host secret, both hold this one
+	SOFTVERBS_SECRET=$(head -c 24 /dev/urandom | base64)
+	export SOFTVERBS_SECRET
+	;;
+*)
+	sv_fail "unknown mode '$mode'"
+	;;
+esac
 
 # check_rows NAME ROWS: NAME.out has the result header and exactly ROWS
 # result rows, and says nothing about errors.
@@ -68,8 +99,8 @@ case $scen in
 rstream | riostream)
 	size=$1 count=$2
 	shift 2
-	sv_start_server "" "$port" "$scen" -b "$addr" -p "$port" -S "$size" -C "$count" -T v "$@"
-	sv_run client "$(($(sv_left) - 5))" "" "$scen" -s "$addr" -p "$port" -S "$size" \
+	sv_start_server "$sns" "$port" "$scen" -b "$addr" -p "$port" -S "$size" -C "$count" -T v "$@"
+	sv_run client "$(($(sv_left) - 5))" "$cns" "$scen" -s "$addr" -p "$port" -S "$size" \
 		-C "$count" -T v "$@" || crc=$?
 	sv_finish "$crc"
 	for s in server client; do
@@ -106,8 +137,8 @@ udpong)
 	echo=0
 	for a in "$@"; do [ "$a" = e ] && echo=1; done
 	# the server answers until stopped (cleanup ends it)
-	sv_start_server "" "$port" udpong -b "$addr" -p "$port" "$@"
-	sv_run client 15 "" udpong -s "$addr" -p "$port" -S "$size" -C "$count" "$@" || crc=$?
+	sv_start_server "$sns" "$port" udpong -b "$addr" -p "$port" "$@"
+	sv_run client 15 "$cns" udpong -s "$addr" -p "$port" -S "$size" -C "$count" "$@" || crc=$?
 	if [ "$crc" = 124 ]; then
 		# udpong's own livelock: a reply later than its 1 ms resend timer
 		# is answered twice, and the stale duplicate, read into the message
@@ -115,7 +146,7 @@ udpong)
 		echo "udpong client stuck (late reply, udpong resends stale seqnos): retrying once"
 		mv "$SV_WORK/client.out" "$SV_WORK/client.1.out"
 		crc=0
-		sv_run client "$(($(sv_left) - 5))" "" udpong -s "$addr" -p "$port" -S "$size" \
+		sv_run client "$(($(sv_left) - 5))" "$cns" udpong -s "$addr" -p "$port" -S "$size" \
 			-C "$count" "$@" || crc=$?
 	fi
 	[ "$crc" = 0 ] || sv_fail "udpong client exited $crc"
@@ -136,7 +167,7 @@ udpong)
 		*) [ "$x" -ge 1 ] && [ "$x" -le "$count" ] 2>/dev/null ||
 			sv_fail "client: $x transfers, expected 1..$count" ;; esac
 	fi
-	grep -q "^client login from $addr\$" "$SV_WORK/server.out" || sv_fail "server saw no login"
+	grep -q "^client login from $caddr\$" "$SV_WORK/server.out" || sv_fail "server saw no login"
 	! grep -qiE 'error|fail|rsend|rrecv|rbind' "$SV_WORK/server.out" || sv_fail "server reported an error"
 	echo "   $row"
 	;;
@@ -155,4 +186,4 @@ preload)
 	sv_fail "unknown scenario '$scen'"
 	;;
 esac
-echo "PASS: $scen $*"
+echo "PASS: $scen $mode $*"

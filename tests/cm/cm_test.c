@@ -5,6 +5,7 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <poll.h>
 #include <rdma/rdma_verbs.h>
 
@@ -15,6 +16,22 @@ struct sockaddr_in cmt_sin(const char *ip, uint16_t port)
 	if (inet_pton(AF_INET, ip, &sin.sin_addr) != 1)
 		SVT_FAIL("bad IPv4 address %s", ip);
 	return sin;
+}
+
+struct sockaddr_storage cmt_sa(const char *ip, uint16_t port)
+{
+	struct addrinfo h = { .ai_flags = AI_NUMERICHOST, .ai_socktype = SOCK_STREAM }, *ai;
+	struct sockaddr_storage ss;
+	int r = getaddrinfo(ip, NULL, &h, &ai);
+
+	if (r)
+		SVT_FAIL("bad address %s: %s", ip, gai_strerror(r));
+	memset(&ss, 0, sizeof(ss));
+	memcpy(&ss, ai->ai_addr, ai->ai_addrlen);
+	freeaddrinfo(ai);
+	/* sin_port and sin6_port are at the same place */
+	((struct sockaddr_in *)&ss)->sin_port = htons(port);
+	return ss;
 }
 
 struct rdma_cm_event *cmt_get_event_at(const char *file, int line, struct rdma_event_channel *ch,
@@ -94,7 +111,7 @@ void cmt_drain_timewait(struct rdma_event_channel *ch)
 void cmt_resolve_at(const char *file, int line, struct rdma_cm_id *id,
 		    struct rdma_event_channel *ch, const char *ip, uint16_t port)
 {
-	struct sockaddr_in dst = cmt_sin(ip, port);
+	struct sockaddr_storage dst = cmt_sa(ip, port);
 	struct rdma_cm_event *ev;
 
 	if (rdma_resolve_addr(id, NULL, (struct sockaddr *)&dst, 2000))
@@ -114,7 +131,7 @@ void cmt_resolve_at(const char *file, int line, struct rdma_cm_id *id,
 struct rdma_cm_id *cmt_listen_at(const char *file, int line, struct rdma_event_channel *ch,
 				 enum rdma_port_space ps, const char *ip, uint16_t port)
 {
-	struct sockaddr_in sin = cmt_sin(ip, port);
+	struct sockaddr_storage sin = cmt_sa(ip, port);
 	struct rdma_cm_id *id;
 
 	if (rdma_create_id(ch, &id, NULL, ps))
@@ -194,4 +211,121 @@ struct ibv_wc cmt_recv_comp_at(const char *file, int line, struct rdma_cm_id *id
 		svt_fail_at(file, line, "completion for QP %u on the CQ of QP %u", wc.qp_num,
 			    id->qp->qp_num);
 	return wc;
+}
+
+/* ---- RC pairs (cmt_side) ---- */
+
+#define PAIR_BUF 4096
+#define PAIR_SEND 0
+#define PAIR_RECV 1024
+#define PAIR_WRITE 2048 /* target of the peer's RDMA WRITE */
+#define PAIR_READ 3072  /* source of the peer's RDMA READ, and where a READ lands */
+
+struct pair_target {
+	uint64_t addr;
+	uint32_t rkey;
+} __attribute__((packed));
+
+static void pair_side(struct cmt_side *s)
+{
+	if (cmt_create_qp(s->id, IBV_QPT_RC, 8) != IBV_QPS_INIT)
+		SVT_FAIL("an RC QP made on an id is in INIT");
+	s->buf = svt_alloc(PAIR_BUF);
+	s->mr = ibv_reg_mr(s->id->pd, s->buf, PAIR_BUF,
+			   IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
+	SVT_CHECK_PTR(s->mr);
+}
+
+void cmt_connect_pair_at(const char *file, int line, struct cmt_side *act,
+			 struct rdma_event_channel *ch_a, struct cmt_side *pas,
+			 struct rdma_event_channel *ch_p)
+{
+	struct pair_target t;
+	struct rdma_cm_event *ev;
+
+	pair_side(act);
+	t = (struct pair_target){ (uintptr_t)act->buf, act->mr->rkey };
+	struct rdma_conn_param cp = { .private_data = &t, .private_data_len = sizeof(t),
+				      .responder_resources = 1, .initiator_depth = 1,
+				      .retry_count = 7, .rnr_retry_count = 7 };
+
+	if (rdma_connect(act->id, &cp))
+		svt_fail_at(file, line, "rdma_connect: %s", strerror(errno));
+	ev = cmt_expect_at(file, line, ch_p, RDMA_CM_EVENT_CONNECT_REQUEST);
+	pas->id = ev->id;
+	memcpy(&t, ev->param.conn.private_data, sizeof(t));
+	pas->peer_addr = t.addr;
+	pas->peer_rkey = t.rkey;
+	rdma_ack_cm_event(ev);
+	pair_side(pas);
+	t = (struct pair_target){ (uintptr_t)pas->buf, pas->mr->rkey };
+	if (rdma_accept(pas->id, &cp))
+		svt_fail_at(file, line, "rdma_accept: %s", strerror(errno));
+	ev = cmt_expect_at(file, line, ch_a, RDMA_CM_EVENT_ESTABLISHED);
+	memcpy(&t, ev->param.conn.private_data, sizeof(t));
+	act->peer_addr = t.addr;
+	act->peer_rkey = t.rkey;
+	rdma_ack_cm_event(ev);
+	rdma_ack_cm_event(cmt_expect_at(file, line, ch_p, RDMA_CM_EVENT_ESTABLISHED));
+}
+
+static void pair_send(const char *file, int line, struct cmt_side *from, struct cmt_side *to,
+		      uint32_t len, uint32_t seed)
+{
+	svt_fill(from->buf + PAIR_SEND, len, seed);
+	memset(to->buf + PAIR_RECV, 0, 1024);
+	if (rdma_post_recv(to->id, (void *)(uintptr_t)(seed + 100), to->buf + PAIR_RECV, 1024,
+			   to->mr) ||
+	    rdma_post_send(from->id, (void *)(uintptr_t)seed, from->buf + PAIR_SEND, len, from->mr,
+			   IBV_SEND_SIGNALED))
+		svt_fail_at(file, line, "rdma_post_recv/send: %s", strerror(errno));
+	cmt_send_comp_at(file, line, from->id, IBV_WC_SEND, seed);
+	cmt_recv_comp_at(file, line, to->id, seed + 100, len);
+	svt_check_fill_at(file, line, to->buf + PAIR_RECV, len, seed);
+}
+
+void cmt_exchange_at(const char *file, int line, struct cmt_side *a, struct cmt_side *b,
+		     uint32_t seed)
+{
+	pair_send(file, line, a, b, 1000, seed);
+	pair_send(file, line, b, a, 777, seed + 1);
+
+	/* RDMA WRITE into b's buffer: placed before a sees the ACK */
+	svt_fill(a->buf + PAIR_SEND, 1024, seed + 2);
+	memset(b->buf + PAIR_WRITE, 0, 1024);
+	if (rdma_post_write(a->id, (void *)(uintptr_t)(seed + 2), a->buf + PAIR_SEND, 1024, a->mr,
+			    IBV_SEND_SIGNALED, a->peer_addr + PAIR_WRITE, a->peer_rkey))
+		svt_fail_at(file, line, "rdma_post_write: %s", strerror(errno));
+	cmt_send_comp_at(file, line, a->id, IBV_WC_RDMA_WRITE, seed + 2);
+	svt_check_fill_at(file, line, b->buf + PAIR_WRITE, 1024, seed + 2);
+
+	/* RDMA READ of b's buffer */
+	svt_fill(b->buf + PAIR_READ, 1024, seed + 3);
+	memset(a->buf + PAIR_READ, 0, 1024);
+	if (rdma_post_read(a->id, (void *)(uintptr_t)(seed + 3), a->buf + PAIR_READ, 1024, a->mr,
+			   IBV_SEND_SIGNALED, a->peer_addr + PAIR_READ, a->peer_rkey))
+		svt_fail_at(file, line, "rdma_post_read: %s", strerror(errno));
+	cmt_send_comp_at(file, line, a->id, IBV_WC_RDMA_READ, seed + 3);
+	svt_check_fill_at(file, line, a->buf + PAIR_READ, 1024, seed + 3);
+}
+
+static void pair_free(struct cmt_side *s)
+{
+	rdma_dereg_mr(s->mr);
+	rdma_destroy_qp(s->id);
+	rdma_destroy_id(s->id);
+	free(s->buf);
+	memset(s, 0, sizeof(*s));
+}
+
+void cmt_close_pair(struct cmt_side *a, struct rdma_event_channel *ch_a, struct cmt_side *b,
+		    struct rdma_event_channel *ch_b)
+{
+	SVT_CHECK_CM(rdma_disconnect(a->id));
+	rdma_ack_cm_event(cmt_expect(ch_a, RDMA_CM_EVENT_DISCONNECTED));
+	rdma_ack_cm_event(cmt_expect(ch_b, RDMA_CM_EVENT_DISCONNECTED));
+	cmt_drain_timewait(ch_a);
+	cmt_drain_timewait(ch_b);
+	pair_free(a);
+	pair_free(b);
 }

@@ -17,6 +17,9 @@
 /* ip:port as the sockaddr the rdma_cm calls take. */
 struct sockaddr_in cmt_sin(const char *ip, uint16_t port);
 
+/* ip:port of either family: "a.b.c.d", "x::y" or "fe80::y%ifname". */
+struct sockaddr_storage cmt_sa(const char *ip, uint16_t port);
+
 /*
  * Next event on ch within timeout_ms (<= 0: SVT_TIMEOUT_MS), or fail the
  * test. The caller acks it.
@@ -39,14 +42,15 @@ void cmt_drain_timewait(struct rdma_event_channel *ch);
 
 /*
  * rdma_resolve_addr + rdma_resolve_route on an id of channel ch, expecting
- * both events; fails the test otherwise.
+ * both events; fails the test otherwise.  ip as cmt_sa takes it.
  */
 void cmt_resolve_at(const char *file, int line, struct rdma_cm_id *id,
 		    struct rdma_event_channel *ch, const char *ip, uint16_t port);
 #define cmt_resolve(id, ch, ip, port) cmt_resolve_at(__FILE__, __LINE__, id, ch, ip, port)
 
 /*
- * A listener on ip:port (own id on channel ch), in the port space ps.
+ * A listener on ip:port (own id on channel ch), in the port space ps; ip as
+ * cmt_sa takes it.
  */
 struct rdma_cm_id *cmt_listen_at(const char *file, int line, struct rdma_event_channel *ch,
 				 enum rdma_port_space ps, const char *ip, uint16_t port);
@@ -74,6 +78,40 @@ struct ibv_wc cmt_send_comp_at(const char *file, int line, struct rdma_cm_id *id
 struct ibv_wc cmt_recv_comp_at(const char *file, int line, struct rdma_cm_id *id, uint64_t wr_id,
 			       uint32_t byte_len);
 #define cmt_recv_comp(id, wr_id, len) cmt_recv_comp_at(__FILE__, __LINE__, id, wr_id, len)
+
+/*
+ * An RC connection made through the CM and used with the rdma_verbs.h
+ * helpers: each side has a QP (cmt_create_qp), a 4 KiB buffer registered
+ * for remote READ and WRITE, and the peer's buffer address and rkey, which
+ * travel in the REQ's and REP's private data.
+ */
+struct cmt_side {
+	struct rdma_cm_id *id;
+	char *buf;
+	struct ibv_mr *mr;
+	uint64_t peer_addr;
+	uint32_t peer_rkey;
+};
+
+/*
+ * act, resolved (address and route) on channel ch_a, connects to a listener
+ * of channel ch_p; pas->id becomes the request's id, accepted.  Both sides
+ * see ESTABLISHED.
+ */
+void cmt_connect_pair_at(const char *file, int line, struct cmt_side *act,
+			 struct rdma_event_channel *ch_a, struct cmt_side *pas,
+			 struct rdma_event_channel *ch_p);
+#define cmt_connect_pair(act, ch_a, pas, ch_p) \
+	cmt_connect_pair_at(__FILE__, __LINE__, act, ch_a, pas, ch_p)
+
+/* SEND a->b and b->a, RDMA WRITE a->b, RDMA READ a<-b; each checked byte for byte. */
+void cmt_exchange_at(const char *file, int line, struct cmt_side *a, struct cmt_side *b,
+		     uint32_t seed);
+#define cmt_exchange(a, b, seed) cmt_exchange_at(__FILE__, __LINE__, a, b, seed)
+
+/* a disconnects: DISCONNECTED on both channels; then both sides are freed. */
+void cmt_close_pair(struct cmt_side *a, struct rdma_event_channel *ch_a, struct cmt_side *b,
+		    struct rdma_event_channel *ch_b);
 
 /*
  * SVT_CHECK_CM(expr): an rdma_cm call that must return 0 (they return -1 and
