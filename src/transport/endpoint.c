@@ -56,7 +56,8 @@ bool sv_gid_decode(const union ibv_gid *gid, struct sv_endpoint_addr *out)
 	return out->port != 0;
 }
 
-bool sv_endpoint_ifname6(const struct in6_addr *ip, char ifname[IF_NAMESIZE])
+bool sv_endpoint_ip6(const struct in6_addr *ip, bool link_local, struct in6_addr *ip6,
+		     uint32_t *scope)
 {
 	struct ifaddrs *ifs;
 	const char *name = NULL;
@@ -75,11 +76,17 @@ bool sv_endpoint_ifname6(const struct in6_addr *ip, char ifname[IF_NAMESIZE])
 		    sv_ip_eq(&((const struct sockaddr_in6 *)sa)->sin6_addr, ip))
 			name = i->ifa_name;
 	}
-	for (const struct ifaddrs *i = ifs; i && name && !found; i = i->ifa_next)
-		if (i->ifa_addr && i->ifa_addr->sa_family == AF_INET6 && !strcmp(i->ifa_name, name)) {
-			snprintf(ifname, IF_NAMESIZE, "%s", name);
-			found = true;
-		}
+	for (const struct ifaddrs *i = ifs; i && name && !found; i = i->ifa_next) {
+		const struct sockaddr_in6 *s6 = (const struct sockaddr_in6 *)i->ifa_addr;
+
+		if (!s6 || s6->sin6_family != AF_INET6 || strcmp(i->ifa_name, name) ||
+		    IN6_IS_ADDR_V4MAPPED(&s6->sin6_addr) ||
+		    IN6_IS_ADDR_LINKLOCAL(&s6->sin6_addr) != link_local)
+			continue;
+		*ip6 = s6->sin6_addr;
+		*scope = link_local ? if_nametoindex(name) : 0;
+		found = true;
+	}
 	freeifaddrs(ifs);
 	return found;
 }

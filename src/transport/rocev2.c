@@ -245,8 +245,14 @@ static int rocev2_connect(struct sv_conn *c)
 	if (sv_ip_is_v4(&c->peer.ip) && !sv_ip_is_v4(&src))
 		return -EAFNOSUPPORT; /* an interface with IPv6 only reaches no IPv4 peer */
 
-	if (!sv_ip_is_v4(&c->peer.ip) &&
-	    (err = ipv6_source(&c->peer.ip, c->local_ifindex, &src, &scope))) {
+	if (!sv_ip_is_v4(&c->peer.ip) && !IN6_IS_ADDR_LINKLOCAL(&c->peer.ip) &&
+	    c->has_local_ip6) {
+		/* from our IPv6 GID's address, which the peer's QP was given for
+		 * us (the kernel's choice for a destination on this host would
+		 * be the destination itself) */
+		src = c->local_ip6;
+	} else if (!sv_ip_is_v4(&c->peer.ip) &&
+		   (err = ipv6_source(&c->peer.ip, c->local_ifindex, &src, &scope))) {
 		sv_dbg("rocev2: no route to %s: %s", SV_IP_STR(&c->peer.ip),
 		       strerror(-err));
 		return err;
@@ -413,14 +419,16 @@ const struct sv_transport_ops sv_rocev2_ops = {
 
 /*
  * A listener on port 4791, shared with every context of the host
- * (SO_REUSEPORT): for IPv4 bound to the device's address; for IPv6 to its
- * interface (ifname), any of its addresses, each datagram saying which one
- * it was sent to (IPV6_PKTINFO), since the ICRC covers it.
+ * (SO_REUSEPORT), bound to one of the device's addresses: IPv4, or an IPv6
+ * one (its global or its link-local address, scope its interface), each
+ * datagram saying which it was sent to (IPV6_PKTINFO), since the ICRC
+ * covers it.  Addresses, not the interface (SO_BINDTODEVICE): a datagram
+ * between two interfaces of one host comes in over lo.
  */
-static int listen_socket(bool v4, const struct in6_addr *ip, const char *ifname)
+static int listen_socket(const struct in6_addr *ip, int scope)
 {
-	struct in6_addr any = IN6ADDR_ANY_INIT;
-	struct addr sa = sockaddr_of(v4 ? ip : &any, 0, SV_ROCE_UDP_PORT);
+	bool v4 = sv_ip_is_v4(ip);
+	struct addr sa = sockaddr_of(ip, scope, SV_ROCE_UDP_PORT);
 	int one = 1, fd = socket(v4 ? AF_INET : AF_INET6, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 
 	if (fd < 0)
@@ -432,13 +440,14 @@ static int listen_socket(bool v4, const struct in6_addr *ip, const char *ifname)
 	    /* each datagram's TOS: its ECN bits say whether a hop marked it */
 	    (v4 && setsockopt(fd, IPPROTO_IP, IP_RECVTOS, &one, sizeof(one))) ||
 	    (!v4 && (setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one)) ||
+		     /* bindable while still tentative (duplicate address
+		      * detection); it hears once that has passed */
+		     setsockopt(fd, IPPROTO_IP, IP_FREEBIND, &one, sizeof(one)) ||
 		     setsockopt(fd, IPPROTO_IPV6, IPV6_RECVTCLASS, &one, sizeof(one)) ||
 		     setsockopt(fd, IPPROTO_IPV6, IPV6_RECVPKTINFO, &one, sizeof(one)) ||
 		     /* rxe sends IPv6 UDP checksum 0 (its ICRC covers the
 		      * datagram), which IPv6 otherwise refuses (RFC 6936) */
-		     setsockopt(fd, IPPROTO_UDP, UDP_NO_CHECK6_RX, &one, sizeof(one)) ||
-		     /* unprivileged since Linux 5.7 */
-		     setsockopt(fd, SOL_SOCKET, SO_BINDTODEVICE, ifname, (socklen_t)strlen(ifname)))) ||
+		     setsockopt(fd, IPPROTO_UDP, UDP_NO_CHECK6_RX, &one, sizeof(one)))) ||
 	    bind(fd, &sa.u.sa, sa.len)) {
 		int e = -errno;
 
@@ -453,7 +462,7 @@ static int rocev2_listen(const struct in6_addr *ip, uint16_t *port)
 	(void)port; /* every context of the address shares 4791 */
 	if (!sv_ip_is_v4(ip))
 		return -ENOENT; /* an interface with IPv6 only: rocev2_listen6 hears it */
-	return listen_socket(true, ip, NULL);
+	return listen_socket(ip, 0);
 }
 
 /* The name of the interface in ifs that has IPv4 address ip, or NULL. */
@@ -474,32 +483,27 @@ static const char *ifname_of(const struct ifaddrs *ifs, const struct in6_addr *i
 	return NULL;
 }
 
-/* The interface that has IPv4 address ip, if it has an IPv6 address too. */
-static bool interface_with_ipv6(const struct in6_addr *ip, char ifname[IF_NAMESIZE])
+/* The device's interface's global or link-local IPv6 address, if it has one. */
+static int listen6(const struct in6_addr *ip, bool link_local)
 {
-	struct ifaddrs *ifs;
-	const char *name;
-	bool v6 = false;
+	struct in6_addr a;
+	uint32_t scope;
 
-	if (getifaddrs(&ifs))
-		return false;
-	name = ifname_of(ifs, ip);
-	for (struct ifaddrs *i = ifs; i && name && !v6; i = i->ifa_next)
-		v6 = i->ifa_addr && i->ifa_addr->sa_family == AF_INET6 && !strcmp(i->ifa_name, name);
-	if (v6)
-		snprintf(ifname, IF_NAMESIZE, "%s", name);
-	freeifaddrs(ifs);
-	return v6;
+	if (!sv_endpoint_ip6(ip, link_local, &a, &scope))
+		return -ENOENT; /* no such IPv6 address: nothing to hear */
+	return listen_socket(&a, (int)scope);
 }
 
 static int rocev2_listen6(const struct in6_addr *ip, uint16_t *port)
 {
-	char ifname[IF_NAMESIZE];
-
 	(void)port;
-	if (!interface_with_ipv6(ip, ifname))
-		return -ENOENT; /* no IPv6 on the device's interface: nothing to hear */
-	return listen_socket(false, ip, ifname);
+	return listen6(ip, false);
+}
+
+static int rocev2_listen6ll(const struct in6_addr *ip, uint16_t *port)
+{
+	(void)port;
+	return listen6(ip, true);
 }
 
 /*
@@ -1060,6 +1064,14 @@ const struct sv_transport_ops sv_rocev2_listen6_ops = {
 	.name = "rocev2 IPv6",
 	.datagram = true,
 	.listen = rocev2_listen6,
+	.recv = rocev2_recv,
+	.backlogged = rocev2_backlogged,
+};
+
+const struct sv_transport_ops sv_rocev2_listen6ll_ops = {
+	.name = "rocev2 IPv6 link-local",
+	.datagram = true,
+	.listen = rocev2_listen6ll,
 	.recv = rocev2_recv,
 	.backlogged = rocev2_backlogged,
 };

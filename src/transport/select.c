@@ -41,17 +41,22 @@ int sv_transports_listening(enum sv_transport_mode mode,
 		/* tcp holds the block's port still (registry.h), which names
 		 * the forwarding socket; nothing connects to it */
 		out[n++] = &sv_rocev2_listen_ops;
-		out[n++] = &sv_rocev2_listen6_ops; /* none where the link has no IPv6 */
+		/* none where the interface has no such IPv6 address */
+		out[n++] = &sv_rocev2_listen6_ops;
+		out[n++] = &sv_rocev2_listen6ll_ops;
 		out[n++] = &sv_rocev2_fwd_ops;
 		return n;
 	}
 	if (mode != SV_TRANSPORT_TCP)
 		out[n++] = &sv_shm_ops;
-	out[n++] = &sv_tcp6_ops; /* none where the interface has no IPv6 */
+	/* none where the interface has no such IPv6 address */
+	out[n++] = &sv_tcp6_ops;
+	out[n++] = &sv_tcp6ll_ops;
 	if (sv_tcp_shared_port()) {
 		out[n++] = &sv_tcp_handoff_ops;
 		out[n++] = &sv_tcp_shared_ops;
 		out[n++] = &sv_tcp_shared6_ops;
+		out[n++] = &sv_tcp_shared6ll_ops;
 	}
 	return n;
 }

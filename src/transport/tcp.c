@@ -47,8 +47,12 @@ static int listen_at(const struct sockaddr *sa, socklen_t len, bool shared, cons
 	 * what is not its own */
 	if (shared)
 		setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
-	if (sa->sa_family == AF_INET6)
+	if (sa->sa_family == AF_INET6) {
 		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one));
+		/* an address still in duplicate address detection (tentative)
+		 * cannot be bound otherwise; it serves once that has passed */
+		setsockopt(fd, IPPROTO_IP, IP_FREEBIND, &one, sizeof(one));
+	}
 	if ((ifname && setsockopt(fd, SOL_SOCKET, SO_BINDTODEVICE, ifname,
 				  (socklen_t)strlen(ifname))) ||
 	    bind(fd, sa, len) || listen(fd, 512)) {
@@ -61,31 +65,33 @@ static int listen_at(const struct sockaddr *sa, socklen_t len, bool shared, cons
 }
 
 /*
- * The IPv6 side of an endpoint at ip: every IPv6 address of its interface
- * (its GIDs' global and link-local ones), a socket bound to the interface
- * (SO_BINDTODEVICE, unprivileged since Linux 5.7) at [::]; -ENOENT where
- * the interface has no IPv6.
+ * The IPv6 side of an endpoint at ip: its interface's global IPv6 address
+ * (GIDs 4 and 5; an interface with IPv6 only has its endpoints there, so
+ * nothing more), or its link-local one, with its scope; -ENOENT where there
+ * is none.  Addresses, not the interface (SO_BINDTODEVICE at [::]): a
+ * connection between two interfaces of one host comes in over lo.
  */
-static int listen6_at(const struct in6_addr *ip, uint16_t port, bool shared)
+static int listen6_at(const struct in6_addr *ip, uint16_t port, bool shared, bool link_local)
 {
-	struct sockaddr_in6 sa = { .sin6_family = AF_INET6, .sin6_addr = IN6ADDR_ANY_INIT,
-				   .sin6_port = htons(port) };
-	char ifname[IF_NAMESIZE];
+	struct sockaddr_in6 sa = { .sin6_family = AF_INET6, .sin6_port = htons(port) };
 
-	if (!sv_endpoint_ifname6(ip, ifname))
+	if ((!link_local && !sv_ip_is_v4(ip)) ||
+	    !sv_endpoint_ip6(ip, link_local, &sa.sin6_addr, &sa.sin6_scope_id))
 		return -ENOENT;
-	return listen_at((struct sockaddr *)&sa, sizeof(sa), shared, ifname);
+	return listen_at((struct sockaddr *)&sa, sizeof(sa), shared, NULL);
 }
 
-/* The endpoint's own address: IPv4, or an interface with IPv6 only (all of
- * its IPv6 addresses). */
+/* The endpoint's own address: IPv4, or on an interface with IPv6 only its
+ * IPv6 address. */
 static int listen_ip(const struct in6_addr *ip, uint16_t port, bool shared)
 {
 	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr = sv_ip_v4(ip),
 				  .sin_port = htons(port) };
+	struct sockaddr_in6 sa6 = { .sin6_family = AF_INET6, .sin6_addr = *ip,
+				    .sin6_port = htons(port) };
 
 	if (!sv_ip_is_v4(ip))
-		return listen6_at(ip, port, shared);
+		return listen_at((struct sockaddr *)&sa6, sizeof(sa6), shared, NULL);
 	return listen_at((struct sockaddr *)&sa, sizeof(sa), shared, NULL);
 }
 
@@ -94,10 +100,14 @@ static int tcp_listen(const struct in6_addr *ip, uint16_t *port_out)
 	return listen_ip(ip, *port_out, false);
 }
 
-/* An IPv4 endpoint's interface's IPv6 addresses (an IPv6 one's are its own). */
 static int tcp_listen6(const struct in6_addr *ip, uint16_t *port)
 {
-	return sv_ip_is_v4(ip) ? listen6_at(ip, *port, false) : -ENOENT;
+	return listen6_at(ip, *port, false, false);
+}
+
+static int tcp_listen6ll(const struct in6_addr *ip, uint16_t *port)
+{
+	return listen6_at(ip, *port, false, true);
 }
 
 static int tcp_accept(int lfd, struct sv_conn *conn)
@@ -331,7 +341,13 @@ static int shared_listen(const struct in6_addr *ip, uint16_t *port)
 static int shared_listen6(const struct in6_addr *ip, uint16_t *port)
 {
 	(void)port;
-	return sv_ip_is_v4(ip) ? listen6_at(ip, sv_tcp_shared_port(), true) : -ENOENT;
+	return listen6_at(ip, sv_tcp_shared_port(), true, false);
+}
+
+static int shared_listen6ll(const struct in6_addr *ip, uint16_t *port)
+{
+	(void)port;
+	return listen6_at(ip, sv_tcp_shared_port(), true, true);
 }
 
 /* The abstract socket over which a connection is handed to an endpoint. */
@@ -460,6 +476,20 @@ const struct sv_transport_ops sv_tcp_shared6_ops = {
 	.name = "tcp (shared port, IPv6)",
 	.listen = shared_listen6,
 	.accept = shared_accept,
+	.close = tcp_close,
+};
+
+const struct sv_transport_ops sv_tcp_shared6ll_ops = {
+	.name = "tcp (shared port, IPv6 link-local)",
+	.listen = shared_listen6ll,
+	.accept = shared_accept,
+	.close = tcp_close,
+};
+
+const struct sv_transport_ops sv_tcp6ll_ops = {
+	.name = "tcp (IPv6 link-local)",
+	.listen = tcp_listen6ll,
+	.accept = tcp6_accept,
 	.close = tcp_close,
 };
 

@@ -84,9 +84,12 @@ void sv_endpoint_unix_name(struct sockaddr_un *sa, socklen_t *len, const char *k
 			   const struct in6_addr *ip, uint16_t port);
 int sv_endpoint_unix_listen(const char *kind, const struct in6_addr *ip, uint16_t port);
 bool sv_gid_decode(const union ibv_gid *gid, struct sv_endpoint_addr *out);
-/* The name of the interface that has endpoint address ip (IPv4 or IPv6),
- * if it has any IPv6 address (link-local included): false otherwise. */
-bool sv_endpoint_ifname6(const struct in6_addr *ip, char ifname[IF_NAMESIZE]);
+/* An IPv6 address of the interface that has endpoint address ip (IPv4 or
+ * IPv6): its first link-local one (with its interface's index), or its
+ * first global one (what GIDs 4 and 5 show; scope 0); false when it has
+ * none of that kind. */
+bool sv_endpoint_ip6(const struct in6_addr *ip, bool link_local, struct in6_addr *ip6,
+		     uint32_t *scope);
 
 enum sv_conn_state {
 	SV_CONN_CONNECTING,
@@ -441,6 +444,10 @@ extern const struct sv_transport_ops sv_tcp_handoff_ops;
  * has none): peers that name the device by its IPv6 GID connect there. */
 extern const struct sv_transport_ops sv_tcp6_ops;
 extern const struct sv_transport_ops sv_tcp_shared6_ops;
+/* ... and at its link-local IPv6 address (GIDs 0 and 1, which a peer that
+ * finds no IPv4 neighbour for them reaches there). */
+extern const struct sv_transport_ops sv_tcp6ll_ops;
+extern const struct sv_transport_ops sv_tcp_shared6ll_ops;
 extern const struct sv_transport_ops sv_shm_ops;
 /* RoCEv2 (rocev2.c): a peer address's datagrams, and the listeners: the
  * host's UDP port 4791, and the socket other contexts pass on what arrived
@@ -448,6 +455,7 @@ extern const struct sv_transport_ops sv_shm_ops;
 extern const struct sv_transport_ops sv_rocev2_ops;
 extern const struct sv_transport_ops sv_rocev2_listen_ops;
 extern const struct sv_transport_ops sv_rocev2_listen6_ops;
+extern const struct sv_transport_ops sv_rocev2_listen6ll_ops;
 extern const struct sv_transport_ops sv_rocev2_fwd_ops;
 
 /*
@@ -477,7 +485,7 @@ enum sv_transport_mode {
 	SV_TRANSPORT_SHM,  /* shm only: a peer it cannot reach is unreachable */
 	SV_TRANSPORT_ROCEV2, /* RoCEv2 datagrams to every peer, this host's too */
 };
-#define SV_MAX_TRANSPORTS 8
+#define SV_MAX_TRANSPORTS 10
 /* The host's shared TCP port for endpoints (SOFTVERBS_PORT, default 4791; 0: none). */
 uint16_t sv_tcp_shared_port(void);
 /* The port a peer endpoint is reached at, given its own (its block's):

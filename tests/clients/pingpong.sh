@@ -9,6 +9,9 @@
 #   MODE netns6: the same, sva and svb with IPv6 addresses only (their
 #               devices' GIDs 2 and 3 empty); the pingpongs' own TCP
 #               connection goes over a second, IPv4, pair.
+#   MODE one6:  one namespace holding both ends of a veth pair with IPv6
+#               addresses only: two devices of one host, server on sv_sva,
+#               client on sv_svb (what one sends the other gets over lo).
 # PORT is the pingpong's own TCP port for exchanging QP numbers and GIDs.
 . "$(dirname "$0")/lib.sh"
 
@@ -44,6 +47,24 @@ netns | netns6)
 	fi
 	sv_pingpong "$prog" "$size" "$iters" "$port" "$SV_NS_A" sv_sva "$SV_NS_B" sv_svb \
 		"10.211.$((port % 250)).1" "$@"
+	;;
+one6)
+	[ "$(id -u)" = 0 ] || sv_skip "network namespaces need root"
+	ns="svt-one6-$$"
+	ip netns add "$ns" 2>/dev/null || sv_skip "ip netns add failed here"
+	SV_NETNS+=("$ns")
+	net=$((port % 250))
+	ip -n "$ns" link set lo up && ip -n "$ns" link add sva type veth peer name svb &&
+		ip -n "$ns" addr add "fd00:212:$net::1/64" dev sva nodad &&
+		ip -n "$ns" addr add "fd00:212:$net::2/64" dev svb nodad &&
+		ip -n "$ns" link set sva up && ip -n "$ns" link set svb up ||
+		sv_fail "configuring a veth pair in $ns"
+	dad=$((SECONDS + 10))
+	while ip -n "$ns" -6 addr show | grep -q tentative; do
+		[ "$SECONDS" -lt "$dad" ] || sv_fail "IPv6 addresses still tentative after 10 s"
+		sleep 0.05
+	done
+	sv_pingpong "$prog" "$size" "$iters" "$port" "$ns" sv_sva "$ns" sv_svb 127.0.0.1 "$@"
 	;;
 *)
 	sv_fail "unknown mode '$mode'"
