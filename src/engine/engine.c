@@ -887,11 +887,18 @@ static void fault_timer(struct sv_conn *c, uint64_t when)
 		wake(eng);
 }
 
+/* An accepted connection refused for the address its HELLO claims. */
+static void conn_spoofed(struct sv_conn *c)
+{
+	sv_stat_ctx_count(c->eng->ctx, SV_CTXC_HELLO_SPOOFED);
+}
+
 static const struct sv_conn_host engine_host = {
 	.want_output = want_output,
 	.rx_frame = rx_frame,
 	.fail = sv_engine_conn_fail,
 	.proven = conn_proven,
+	.spoofed = conn_spoofed,
 	.rx_held = rx_held,
 	.rx_classify = sv_engine_rx_classify,
 	.rx_plan = sv_engine_rx_plan,

@@ -111,6 +111,26 @@ static int tcp_accept(int lfd, struct sv_conn *conn)
 	return 0;
 }
 
+/* Where an accepted connection comes from: the peer's address as the
+ * network says (our IPv6 listeners take IPv6 only, IPV6_V6ONLY). */
+static int tcp_peer_addr(struct sv_conn *conn, struct in6_addr *ip)
+{
+	struct sockaddr_storage ss;
+	socklen_t l = sizeof(ss);
+
+	if (conn->fd < 0)
+		return -EBADF;
+	if (getpeername(conn->fd, (struct sockaddr *)&ss, &l))
+		return -errno;
+	if (ss.ss_family == AF_INET)
+		*ip = sv_ip_from_v4(((const struct sockaddr_in *)&ss)->sin_addr);
+	else if (ss.ss_family == AF_INET6)
+		*ip = ((const struct sockaddr_in6 *)&ss)->sin6_addr;
+	else
+		return -EAFNOSUPPORT;
+	return 0;
+}
+
 static int tcp6_accept(int lfd, struct sv_conn *conn)
 {
 	int err = tcp_accept(lfd, conn);
@@ -203,8 +223,9 @@ static int tcp_connect(struct sv_conn *conn)
 	struct sockaddr_in6 sa6 = { .sin6_family = AF_INET6, .sin6_addr = conn->peer.ip,
 				    .sin6_port = port };
 	struct sockaddr_in6 me = { .sin6_family = AF_INET6, .sin6_addr = conn->local_ip6 };
+	struct sockaddr_in me4 = { .sin_family = AF_INET, .sin_addr = sv_ip_v4(&conn->local_ip) };
 	bool v6 = !sv_ip_is_v4(&conn->peer.ip), from_gid = v6;
-	int fd;
+	int fd, one = 1, err;
 
 	if (v6 && IN6_IS_ADDR_LINKLOCAL(&conn->peer.ip)) {
 		/* a link-local peer is on our interface's link, and the kernel
@@ -219,16 +240,32 @@ static int tcp_connect(struct sv_conn *conn)
 	if (fd < 0)
 		return -errno;
 	tcp_tune(fd);
-	/* From our GID's IPv6 address: the peer takes a connection's source
-	 * for the endpoint it comes from (sv_conn_take_hello), and its QP,
-	 * given our IPv6 GID, hears only that address (as a RoCE QP checks a
-	 * packet's source GID). */
-	if ((from_gid && bind(fd, (struct sockaddr *)&me, sizeof(me))) ||
-	    ((v6 ? connect(fd, (struct sockaddr *)&sa6, sizeof(sa6))
-		 : connect(fd, (struct sockaddr *)&sa, sizeof(sa))) &&
-	     errno != EINPROGRESS)) {
+	/* The peer takes a connection's source for the endpoint it comes from
+	 * (sv_conn_take_hello), and refuses one whose HELLO names another
+	 * IPv4 address: we come from our endpoint's own address, whatever
+	 * the route would pick (another device of this host, 127.0.0.1 to a
+	 * local address); over IPv6 from our GID's IPv6 address, which the
+	 * peer's QP, given our IPv6 GID, hears only (as a RoCE QP checks a
+	 * packet's source GID).  The port is the kernel's, at connect. */
+	setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
+	if (from_gid)
+		err = bind(fd, (struct sockaddr *)&me, sizeof(me));
+	else if (!v6 && sv_ip_is_v4(&conn->local_ip))
+		err = bind(fd, (struct sockaddr *)&me4, sizeof(me4));
+	else
+		err = 0;
+	if (err || ((v6 ? connect(fd, (struct sockaddr *)&sa6, sizeof(sa6))
+			: connect(fd, (struct sockaddr *)&sa, sizeof(sa))) &&
+		    errno != EINPROGRESS)) {
 		int e = -errno;
 
+		/* a loopback device's address reaches this host only */
+		if (!v6 && sv_ip_is_v4(&conn->local_ip) &&
+		    (ntohl(me4.sin_addr.s_addr) >> 24) == 127 &&
+		    (ntohl(sa.sin_addr.s_addr) >> 24) != 127)
+			sv_warn_limited("%s cannot reach %s: a device on the loopback "
+					"interface reaches the peers of this host only",
+					SV_IP_STR(&conn->local_ip), SV_IP_STR(&conn->peer.ip));
 		close(fd);
 		return e;
 	}
@@ -488,6 +525,7 @@ const struct sv_transport_ops sv_tcp_ops = {
 	.send = tcp_send,
 	.input = tcp_input,
 	.unsent = tcp_unsent,
+	.peer_addr = tcp_peer_addr,
 	.close = tcp_close,
 	.destroy = sv_stream_fini,
 	.handoff = tcp_handoff,
