@@ -359,16 +359,38 @@ struct hello_frame {
 	struct sv_hello h;
 } __attribute__((packed));
 
+/*
+ * The shared port, listened on by every softverbs process of this user
+ * (SO_REUSEPORT).  Bound already by a socket without SO_REUSEPORT, or by
+ * another user's (the kernel groups one user's sockets only): peers would
+ * reach that program, not us, so the device is not opened (-EADDRINUSE,
+ * host_port), and the log says what to do.
+ */
+static int shared_held(int fd, const struct in6_addr *ip, bool v6)
+{
+	unsigned port = sv_tcp_shared_port();
+
+	if (fd == -EADDRINUSE)
+		sv_err("cannot open the device of %s: TCP port %u%s (SOFTVERBS_PORT), where "
+		       "peers reach it, is held by another program (another user's, or not "
+		       "softverbs; `ss -ltnp 'sport = :%u'` names it). Stop that program, or "
+		       "give every process of the job, on every host, another SOFTVERBS_PORT "
+		       "(0: none; each endpoint is then reached at its own port)",
+		       SV_IP_STR(ip), port, v6 ? " of its IPv6 addresses" : "", port);
+	return fd;
+}
+
 static int shared_listen(const struct in6_addr *ip, uint16_t *port)
 {
 	(void)port;
-	return listen_ip(ip, sv_tcp_shared_port(), true);
+	return shared_held(listen_ip(ip, sv_tcp_shared_port(), true), ip, !sv_ip_is_v4(ip));
 }
 
 static int shared_listen6(const struct in6_addr *ip, uint16_t *port)
 {
 	(void)port;
-	return sv_ip_is_v4(ip) ? listen6_at(ip, sv_tcp_shared_port(), true) : -ENOENT;
+	return sv_ip_is_v4(ip) ? shared_held(listen6_at(ip, sv_tcp_shared_port(), true), ip, true)
+			       : -ENOENT;
 }
 
 /* The abstract socket over which a connection is handed to an endpoint. */
@@ -437,8 +459,11 @@ static int tcp_handoff(struct sv_conn *conn, const uint8_t *hello, size_t len, u
 	 * of its addresses the connection came to */
 	sv_endpoint_unix_name(&sa, &sl, "handoff", &conn->local_ip, to_port);
 	u = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (u < 0 || connect(u, (struct sockaddr *)&sa, sl) ||
-	    sendmsg(u, &mh, MSG_NOSIGNAL) != (ssize_t)sizeof(f))
+	if (u < 0 || connect(u, (struct sockaddr *)&sa, sl))
+		err = -errno;
+	else if (!sv_endpoint_unix_ours(u))
+		err = -EPERM; /* a name another user took: nothing goes there */
+	else if (sendmsg(u, &mh, MSG_NOSIGNAL) != (ssize_t)sizeof(f))
 		err = -errno;
 	else
 		conn->keep_socket = true; /* the owner holds it now: no shutdown here */
@@ -489,6 +514,7 @@ static int handoff_accept(int lfd, struct sv_conn *conn)
 const struct sv_transport_ops sv_tcp_shared_ops = {
 	.name = "tcp (shared port)",
 	.listen = shared_listen,
+	.host_port = true,
 	.accept = shared_accept,
 	.close = tcp_close, /* a connection refused before it became a tcp one */
 };
@@ -496,6 +522,7 @@ const struct sv_transport_ops sv_tcp_shared_ops = {
 const struct sv_transport_ops sv_tcp_shared6_ops = {
 	.name = "tcp (shared port, IPv6)",
 	.listen = shared_listen6,
+	.host_port = true,
 	.accept = shared_accept,
 	.close = tcp_close,
 };

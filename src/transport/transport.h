@@ -83,6 +83,9 @@ void sv_gid_encode(union ibv_gid *gid, const struct in6_addr *ip, uint16_t port)
 void sv_endpoint_unix_name(struct sockaddr_un *sa, socklen_t *len, const char *kind,
 			   const struct in6_addr *ip, uint16_t port);
 int sv_endpoint_unix_listen(const char *kind, const struct in6_addr *ip, uint16_t port);
+/* fd, connected to such a name, reaches a process of our own user (its
+ * listener's SO_PEERCRED): anyone may bind an abstract name first. */
+bool sv_endpoint_unix_ours(int fd);
 bool sv_gid_decode(const union ibv_gid *gid, struct sv_endpoint_addr *out);
 /* The name of the interface that has endpoint address ip (IPv4 or IPv6),
  * if it has any IPv6 address (link-local included): false otherwise. */
@@ -420,6 +423,11 @@ struct sv_transport_ops {
 	 * conn->keep_socket set, or -errno.  NULL: not a transport that can. */
 	int (*handoff)(struct sv_conn *conn, const uint8_t *hello, size_t len, uint16_t to_port);
 	int (*listen)(const struct in6_addr *ip, uint16_t *port);
+	/* listen binds a port every process of the host shares (the shared
+	 * TCP port SOFTVERBS_PORT, UDP 4791), not the endpoint's own: where it
+	 * is another program's (-EADDRINUSE), the device would not hear its
+	 * peers, and it is not opened (engine.c) */
+	bool host_port;
 	/* Close what listen returned (NULL: close(lfd) does). */
 	void (*unlisten)(int lfd);
 	/* Accept one waiting peer on lfd into conn (its fd and transport state):
