@@ -887,11 +887,18 @@ static void fault_timer(struct sv_conn *c, uint64_t when)
 		wake(eng);
 }
 
+/* An accepted connection refused for the address its HELLO claims. */
+static void conn_spoofed(struct sv_conn *c)
+{
+	sv_stat_ctx_count(c->eng->ctx, SV_CTXC_HELLO_SPOOFED);
+}
+
 static const struct sv_conn_host engine_host = {
 	.want_output = want_output,
 	.rx_frame = rx_frame,
 	.fail = sv_engine_conn_fail,
 	.proven = conn_proven,
+	.spoofed = conn_spoofed,
 	.rx_held = rx_held,
 	.rx_classify = sv_engine_rx_classify,
 	.rx_plan = sv_engine_rx_plan,
@@ -1641,9 +1648,14 @@ static void listener_close(struct sv_listener *l)
 		close(l->fd);
 }
 
-/* Every transport listens at (ip, eng->port); 0 or an errno (all closed then). */
+/*
+ * Every transport listens at (ip, eng->port); 0 or an errno (all closed
+ * then).  EADDRINUSE: a port or name of this endpoint is another program's
+ * (the caller passes over the block), or, with *held, the host's port is
+ * (the device cannot be opened: no block would help).
+ */
 static int listen_all(struct sv_engine *eng, const struct in6_addr *ip,
-		      const struct sv_transport_ops *const *tps, int ntps)
+		      const struct sv_transport_ops *const *tps, int ntps, bool *held)
 {
 	struct epoll_event ev = { .events = EPOLLIN };
 
@@ -1651,11 +1663,20 @@ static int listen_all(struct sv_engine *eng, const struct in6_addr *ip,
 		struct sv_listener *l = &eng->listeners[eng->nlisteners];
 		int fd = tps[i]->listen(ip, &eng->port);
 
-		if (fd < 0 && i == 0) {
-			/* the first transport is the endpoint: none without it */
+		if (fd < 0 && (i == 0 || fd == -EADDRINUSE)) {
+			/* the first transport is the endpoint: none without it;
+			 * a port or name of it that another program holds (the
+			 * tcp port, a unix name of it, its IPv6 port): another
+			 * block; the host's port held: no device (never deaf) */
 			for (int k = 0; k < eng->nlisteners; k++)
 				listener_close(&eng->listeners[k]);
 			eng->nlisteners = 0;
+			/* (the transport said which port, and what to do) */
+			*held = fd == -EADDRINUSE && tps[i]->host_port;
+			if (!*held && i > 0)
+				sv_info("%s:%u: the %s listener's name or port is another "
+					"program's; trying another block",
+					SV_IP_STR(ip), eng->port, tps[i]->name);
 			return -fd;
 		}
 		if (fd == -ENOENT)
@@ -1721,9 +1742,11 @@ int sv_engine_start(struct sv_context *ctx, const struct in6_addr *ip)
 	eng->mode = sv_transport_mode();
 	ntps = sv_transports_listening(eng->mode, tps);
 	/* the endpoint: a block of the host's QP numbers, whose port it
-	 * listens on (registry.h); a block whose port another program holds
-	 * is passed over */
+	 * listens on (registry.h); a block whose port or names another
+	 * program holds is passed over */
 	for (uint32_t from = 1;; from++) {
+		bool held = false;
+
 		err = sv_qpn_claim(ip, from, &eng->qpns);
 		if (err) {
 			sv_err("no free block of QP numbers (and port) for %s", SV_IP_STR(ip));
@@ -1731,10 +1754,12 @@ int sv_engine_start(struct sv_context *ctx, const struct in6_addr *ip)
 		}
 		from = eng->qpns.block;
 		eng->port = sv_qpn_block_port(from);
-		err = listen_all(eng, ip, tps, ntps);
+		err = listen_all(eng, ip, tps, ntps, &held);
 		if (!err)
 			break;
 		sv_qpn_release(&eng->qpns);
+		if (held)
+			goto fail; /* EADDRINUSE: the transport said which port */
 		if (err != EADDRINUSE) {
 			sv_err("cannot listen on %s: %s", SV_IP_STR(ip), strerror(err));
 			goto fail;

@@ -73,6 +73,9 @@ enum sv_stat_ctx_counter {
 	SV_CTXC_RX_NO_QP,      /* packets for a QP number that does not exist, dropped */
 	SV_CTXC_RX_WRONG_PEER, /* packets for an RC/UC QP from an endpoint it is not
 				* connected to, dropped */
+	SV_CTXC_HELLO_SPOOFED, /* connections refused: the peer's HELLO names an
+				* endpoint at an address other than the one the
+				* connection comes from */
 	SV_CTXC_COUNT
 };
 

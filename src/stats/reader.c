@@ -50,6 +50,7 @@ static const char *const ctxc_names[SV_CTXC_COUNT] = {
 	[SV_CTXC_CONNECT_FAIL] = "connect_failures",
 	[SV_CTXC_RX_NO_QP] = "rx_no_qp_drops",
 	[SV_CTXC_RX_WRONG_PEER] = "rx_wrong_peer_drops",
+	[SV_CTXC_HELLO_SPOOFED] = "hello_address_mismatches",
 };
 
 static const char *const wc_names[SV_STAT_WC_MAX] = {

@@ -594,24 +594,52 @@ int sv_conn_start(struct sv_conn *conn)
 }
 
 /*
- * A peer that came over IPv6 is known by the address it came from: it
- * connects from its GID's IPv6 address (tcp.c), which its QPs give ours as
- * their destination, and which our QPs connected to it were given for it.
- * (The HELLO's endpoint GID names the endpoint by its IPv4 address.)
+ * Who the peer of an accepted connection is comes from what the network
+ * proves, not from what its HELLO says.  Over tcp that is the address the
+ * connection comes from: a softverbs peer connects from its endpoint's own
+ * address (tcp.c binds it), so an IPv4 HELLO naming another address is a
+ * peer claiming an endpoint it is not, and it is refused (counted,
+ * host->spoofed).  A peer that came over IPv6 connected from its GID's
+ * IPv6 address, which its QPs give ours as their destination and which
+ * our QPs connected to it were given for it: that address names it (its
+ * HELLO names the endpoint by its IPv4 address).  A transport with no
+ * address to prove (shm: a process of this host and user, SO_PEERCRED)
+ * has no peer_addr; the HELLO names the peer there.  The port of the
+ * endpoint, which of an address's endpoints it is, is the HELLO's word
+ * (docs/SECURITY.md).
  */
-static void peer_from_ip6(struct sv_conn *conn)
+static bool peer_proven(struct sv_conn *conn, const struct in6_addr *claim)
 {
-	struct sockaddr_in6 sa;
-	socklen_t l = sizeof(sa);
+	struct in6_addr from;
+	int err;
 
-	if (conn->fd >= 0 && !getpeername(conn->fd, (struct sockaddr *)&sa, &l) &&
-	    sa.sin6_family == AF_INET6 && !IN6_IS_ADDR_V4MAPPED(&sa.sin6_addr))
-		conn->peer.ip = sa.sin6_addr;
+	if (!conn->ops->peer_addr)
+		return true;
+	err = conn->ops->peer_addr(conn, &from);
+	if (err) {
+		sv_warn_limited("a connection whose source address is unknown (%s): closed",
+				strerror(-err));
+		return false;
+	}
+	if (!sv_ip_is_v4(&from)) {
+		conn->peer.ip = from;
+		return true;
+	}
+	if (sv_ip_eq(&from, claim))
+		return true;
+	sv_warn_limited("refused a connection from %s: its HELLO says it is the endpoint %s:%u. "
+			"A peer connects from its endpoint's own address (no NAT between "
+			"peers); see docs/SECURITY.md",
+			SV_IP_STR(&from), SV_IP_STR(claim), conn->peer.port);
+	if (conn->host && conn->host->spoofed)
+		conn->host->spoofed(conn);
+	return false;
 }
 
 bool sv_conn_take_hello(struct sv_conn *conn, const uint8_t *f, size_t len)
 {
 	const struct sv_hello *h = (const void *)f;
+	struct in6_addr claim;
 	union ibv_gid gid;
 
 	if (len != sizeof(*h) || ntohl(h->magic) != SV_WIRE_MAGIC ||
@@ -631,6 +659,20 @@ bool sv_conn_take_hello(struct sv_conn *conn, const uint8_t *f, size_t len)
 			return false; /* ours no more (or nobody's) */
 		}
 	}
+	/* an incoming connection learns here where its peer listens, and
+	 * who it is: what its HELLO claims, checked against what the network
+	 * proves (before anything is answered) */
+	if (!conn->outgoing) {
+		if (!sv_gid_decode(&gid, &conn->peer)) {
+			/* an endpoint with IPv6 only: its address, and its port
+			 * beside it */
+			memcpy(&conn->peer.ip, h->gid, 16);
+			conn->peer.port = ntohs(h->from_port);
+		}
+		claim = conn->peer.ip;
+		if (!peer_proven(conn, &claim))
+			return false;
+	}
 	memcpy(&conn->hello_peer, h, sizeof(*h));
 	/* an accepted connection answers now, or when the engine registers it
 	 * (one handed over from the shared port comes with its HELLO) */
@@ -639,17 +681,6 @@ bool sv_conn_take_hello(struct sv_conn *conn, const uint8_t *f, size_t len)
 	memcpy(conn->peer_gid, h->gid, 16);
 	atomic_store_explicit(&conn->peer_gpu, (ntohs(h->flags) & SV_HELLO_GPU) != 0,
 			      memory_order_relaxed);
-	/* an incoming connection learns here where its peer listens */
-	if (!conn->outgoing) {
-		if (!sv_gid_decode(&gid, &conn->peer)) {
-			/* an endpoint with IPv6 only: its address, and its port
-			 * beside it (the address is replaced below by the one it
-			 * came from) */
-			memcpy(&conn->peer.ip, h->gid, 16);
-			conn->peer.port = ntohs(h->from_port);
-		}
-		peer_from_ip6(conn);
-	}
 	conn->hello_seen = true;
 	return true;
 }

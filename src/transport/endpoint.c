@@ -136,3 +136,16 @@ int sv_endpoint_unix_listen(const char *kind, const struct in6_addr *ip, uint16_
 	}
 	return fd;
 }
+
+bool sv_endpoint_unix_ours(int fd)
+{
+	struct ucred cr = { .uid = (uid_t)-1 };
+	socklen_t l = sizeof(cr);
+
+	if (!getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cr, &l) && cr.uid == getuid())
+		return true;
+	sv_warn_limited("an endpoint's unix socket is held by another user (uid %d): "
+			"nothing is passed to it",
+			(int)cr.uid);
+	return false;
+}

@@ -457,12 +457,29 @@ static int listen_socket(const struct in6_addr *ip, int scope)
 	return fd;
 }
 
+/*
+ * Port 4791 bound already by a socket without SO_REUSEPORT, or by another
+ * user's (the kernel groups one user's sockets only): what peers send
+ * would reach that program, not us, so the device is not opened
+ * (-EADDRINUSE, host_port), and the log says so.
+ */
+static int port_held(int fd, const struct in6_addr *ip)
+{
+	if (fd == -EADDRINUSE)
+		sv_err("cannot open the device of %s: UDP port %u there, where RoCEv2 peers "
+		       "send, is held by another program (another user's, or not softverbs; "
+		       "`ss -lunp 'sport = :%u'` names it). RoCEv2 peers send to that port "
+		       "only: stop that program",
+		       SV_IP_STR(ip), SV_ROCE_UDP_PORT, SV_ROCE_UDP_PORT);
+	return fd;
+}
+
 static int rocev2_listen(const struct in6_addr *ip, uint16_t *port)
 {
 	(void)port; /* every context of the address shares 4791 */
 	if (!sv_ip_is_v4(ip))
 		return -ENOENT; /* an interface with IPv6 only: rocev2_listen6 hears it */
-	return listen_socket(ip, 0);
+	return port_held(listen_socket(ip, 0), ip);
 }
 
 /* The name of the interface in ifs that has IPv4 address ip, or NULL. */
@@ -491,7 +508,7 @@ static int listen6(const struct in6_addr *ip, bool link_local)
 
 	if (!sv_endpoint_ip6(ip, link_local, &a, &scope))
 		return -ENOENT; /* no such IPv6 address: nothing to hear */
-	return listen_socket(&a, (int)scope);
+	return port_held(listen_socket(&a, (int)scope), &a);
 }
 
 static int rocev2_listen6(const struct in6_addr *ip, uint16_t *port)
@@ -859,7 +876,10 @@ static struct fwd_tx *fwd_connect(const struct in6_addr *ip, uint16_t port)
 	/* blocking only for connect, which for a unix socket does not wait
 	 * for the peer to accept */
 	t->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-	if (t->fd < 0 || connect(t->fd, (struct sockaddr *)&sa, sl)) {
+	/* a name another user took gets nothing (the sender's address and
+	 * the datagram are ours to give to this user's contexts only) */
+	if (t->fd < 0 || connect(t->fd, (struct sockaddr *)&sa, sl) ||
+	    !sv_endpoint_unix_ours(t->fd)) {
 		if (t->fd >= 0)
 			close(t->fd);
 		free(t);
@@ -1056,6 +1076,7 @@ const struct sv_transport_ops sv_rocev2_listen_ops = {
 	.name = "rocev2",
 	.datagram = true,
 	.listen = rocev2_listen,
+	.host_port = true,
 	.recv = rocev2_recv,
 	.backlogged = rocev2_backlogged,
 };
@@ -1064,6 +1085,7 @@ const struct sv_transport_ops sv_rocev2_listen6_ops = {
 	.name = "rocev2 IPv6",
 	.datagram = true,
 	.listen = rocev2_listen6,
+	.host_port = true,
 	.recv = rocev2_recv,
 	.backlogged = rocev2_backlogged,
 };
@@ -1072,6 +1094,7 @@ const struct sv_transport_ops sv_rocev2_listen6ll_ops = {
 	.name = "rocev2 IPv6 link-local",
 	.datagram = true,
 	.listen = rocev2_listen6ll,
+	.host_port = true,
 	.recv = rocev2_recv,
 	.backlogged = rocev2_backlogged,
 };

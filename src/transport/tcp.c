@@ -33,7 +33,7 @@ static void tcp_tune(int fd)
  * numbers (registry.h), so that a peer that knows a QPN knows where to
  * connect.  -EADDRINUSE when another program holds that port.
  */
-static int listen_at(const struct sockaddr *sa, socklen_t len, bool shared, const char *ifname)
+static int listen_at(const struct sockaddr *sa, socklen_t len, bool shared)
 {
 	int fd, one = 1;
 
@@ -53,9 +53,7 @@ static int listen_at(const struct sockaddr *sa, socklen_t len, bool shared, cons
 		 * cannot be bound otherwise; it serves once that has passed */
 		setsockopt(fd, IPPROTO_IP, IP_FREEBIND, &one, sizeof(one));
 	}
-	if ((ifname && setsockopt(fd, SOL_SOCKET, SO_BINDTODEVICE, ifname,
-				  (socklen_t)strlen(ifname))) ||
-	    bind(fd, sa, len) || listen(fd, 512)) {
+	if (bind(fd, sa, len) || listen(fd, 512)) {
 		int e = -errno;
 
 		close(fd);
@@ -78,7 +76,7 @@ static int listen6_at(const struct in6_addr *ip, uint16_t port, bool shared, boo
 	if ((!link_local && !sv_ip_is_v4(ip)) ||
 	    !sv_endpoint_ip6(ip, link_local, &sa.sin6_addr, &sa.sin6_scope_id))
 		return -ENOENT;
-	return listen_at((struct sockaddr *)&sa, sizeof(sa), shared, NULL);
+	return listen_at((struct sockaddr *)&sa, sizeof(sa), shared);
 }
 
 /* The endpoint's own address: IPv4, or on an interface with IPv6 only its
@@ -91,8 +89,8 @@ static int listen_ip(const struct in6_addr *ip, uint16_t port, bool shared)
 				    .sin6_port = htons(port) };
 
 	if (!sv_ip_is_v4(ip))
-		return listen_at((struct sockaddr *)&sa6, sizeof(sa6), shared, NULL);
-	return listen_at((struct sockaddr *)&sa, sizeof(sa), shared, NULL);
+		return listen_at((struct sockaddr *)&sa6, sizeof(sa6), shared);
+	return listen_at((struct sockaddr *)&sa, sizeof(sa), shared);
 }
 
 static int tcp_listen(const struct in6_addr *ip, uint16_t *port_out)
@@ -118,6 +116,26 @@ static int tcp_accept(int lfd, struct sv_conn *conn)
 		return sv_accept_error(errno);
 	tcp_tune(fd);
 	conn->fd = fd;
+	return 0;
+}
+
+/* Where an accepted connection comes from: the peer's address as the
+ * network says (our IPv6 listeners take IPv6 only, IPV6_V6ONLY). */
+static int tcp_peer_addr(struct sv_conn *conn, struct in6_addr *ip)
+{
+	struct sockaddr_storage ss;
+	socklen_t l = sizeof(ss);
+
+	if (conn->fd < 0)
+		return -EBADF;
+	if (getpeername(conn->fd, (struct sockaddr *)&ss, &l))
+		return -errno;
+	if (ss.ss_family == AF_INET)
+		*ip = sv_ip_from_v4(((const struct sockaddr_in *)&ss)->sin_addr);
+	else if (ss.ss_family == AF_INET6)
+		*ip = ((const struct sockaddr_in6 *)&ss)->sin6_addr;
+	else
+		return -EAFNOSUPPORT;
 	return 0;
 }
 
@@ -213,8 +231,9 @@ static int tcp_connect(struct sv_conn *conn)
 	struct sockaddr_in6 sa6 = { .sin6_family = AF_INET6, .sin6_addr = conn->peer.ip,
 				    .sin6_port = port };
 	struct sockaddr_in6 me = { .sin6_family = AF_INET6, .sin6_addr = conn->local_ip6 };
+	struct sockaddr_in me4 = { .sin_family = AF_INET, .sin_addr = sv_ip_v4(&conn->local_ip) };
 	bool v6 = !sv_ip_is_v4(&conn->peer.ip), from_gid = v6;
-	int fd;
+	int fd, one = 1, err;
 
 	if (v6 && IN6_IS_ADDR_LINKLOCAL(&conn->peer.ip)) {
 		/* a link-local peer is on our interface's link, and the kernel
@@ -229,16 +248,32 @@ static int tcp_connect(struct sv_conn *conn)
 	if (fd < 0)
 		return -errno;
 	tcp_tune(fd);
-	/* From our GID's IPv6 address: the peer takes a connection's source
-	 * for the endpoint it comes from (sv_conn_take_hello), and its QP,
-	 * given our IPv6 GID, hears only that address (as a RoCE QP checks a
-	 * packet's source GID). */
-	if ((from_gid && bind(fd, (struct sockaddr *)&me, sizeof(me))) ||
-	    ((v6 ? connect(fd, (struct sockaddr *)&sa6, sizeof(sa6))
-		 : connect(fd, (struct sockaddr *)&sa, sizeof(sa))) &&
-	     errno != EINPROGRESS)) {
+	/* The peer takes a connection's source for the endpoint it comes from
+	 * (sv_conn_take_hello), and refuses one whose HELLO names another
+	 * IPv4 address: we come from our endpoint's own address, whatever
+	 * the route would pick (another device of this host, 127.0.0.1 to a
+	 * local address); over IPv6 from our GID's IPv6 address, which the
+	 * peer's QP, given our IPv6 GID, hears only (as a RoCE QP checks a
+	 * packet's source GID).  The port is the kernel's, at connect. */
+	setsockopt(fd, IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, &one, sizeof(one));
+	if (from_gid)
+		err = bind(fd, (struct sockaddr *)&me, sizeof(me));
+	else if (!v6 && sv_ip_is_v4(&conn->local_ip))
+		err = bind(fd, (struct sockaddr *)&me4, sizeof(me4));
+	else
+		err = 0;
+	if (err || ((v6 ? connect(fd, (struct sockaddr *)&sa6, sizeof(sa6))
+			: connect(fd, (struct sockaddr *)&sa, sizeof(sa))) &&
+		    errno != EINPROGRESS)) {
 		int e = -errno;
 
+		/* a loopback device's address reaches this host only */
+		if (!v6 && sv_ip_is_v4(&conn->local_ip) &&
+		    (ntohl(me4.sin_addr.s_addr) >> 24) == 127 &&
+		    (ntohl(sa.sin_addr.s_addr) >> 24) != 127)
+			sv_warn_limited("%s cannot reach %s: a device on the loopback "
+					"interface reaches the peers of this host only",
+					SV_IP_STR(&conn->local_ip), SV_IP_STR(&conn->peer.ip));
 		close(fd);
 		return e;
 	}
@@ -332,22 +367,43 @@ struct hello_frame {
 	struct sv_hello h;
 } __attribute__((packed));
 
+/*
+ * The shared port, listened on by every softverbs process of this user
+ * (SO_REUSEPORT).  Bound already by a socket without SO_REUSEPORT, or by
+ * another user's (the kernel groups one user's sockets only): peers would
+ * reach that program, not us, so the device is not opened (-EADDRINUSE,
+ * host_port), and the log says what to do.
+ */
+static int shared_held(int fd, const struct in6_addr *ip, bool v6)
+{
+	unsigned port = sv_tcp_shared_port();
+
+	if (fd == -EADDRINUSE)
+		sv_err("cannot open the device of %s: TCP port %u%s (SOFTVERBS_PORT), where "
+		       "peers reach it, is held by another program (another user's, or not "
+		       "softverbs; `ss -ltnp 'sport = :%u'` names it). Stop that program, or "
+		       "give every process of the job, on every host, another SOFTVERBS_PORT "
+		       "(0: none; each endpoint is then reached at its own port)",
+		       SV_IP_STR(ip), port, v6 ? " of its IPv6 addresses" : "", port);
+	return fd;
+}
+
 static int shared_listen(const struct in6_addr *ip, uint16_t *port)
 {
 	(void)port;
-	return listen_ip(ip, sv_tcp_shared_port(), true);
+	return shared_held(listen_ip(ip, sv_tcp_shared_port(), true), ip, !sv_ip_is_v4(ip));
 }
 
 static int shared_listen6(const struct in6_addr *ip, uint16_t *port)
 {
 	(void)port;
-	return listen6_at(ip, sv_tcp_shared_port(), true, false);
+	return shared_held(listen6_at(ip, sv_tcp_shared_port(), true, false), ip, true);
 }
 
 static int shared_listen6ll(const struct in6_addr *ip, uint16_t *port)
 {
 	(void)port;
-	return listen6_at(ip, sv_tcp_shared_port(), true, true);
+	return shared_held(listen6_at(ip, sv_tcp_shared_port(), true, true), ip, true);
 }
 
 /* The abstract socket over which a connection is handed to an endpoint. */
@@ -416,8 +472,11 @@ static int tcp_handoff(struct sv_conn *conn, const uint8_t *hello, size_t len, u
 	 * of its addresses the connection came to */
 	sv_endpoint_unix_name(&sa, &sl, "handoff", &conn->local_ip, to_port);
 	u = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (u < 0 || connect(u, (struct sockaddr *)&sa, sl) ||
-	    sendmsg(u, &mh, MSG_NOSIGNAL) != (ssize_t)sizeof(f))
+	if (u < 0 || connect(u, (struct sockaddr *)&sa, sl))
+		err = -errno;
+	else if (!sv_endpoint_unix_ours(u))
+		err = -EPERM; /* a name another user took: nothing goes there */
+	else if (sendmsg(u, &mh, MSG_NOSIGNAL) != (ssize_t)sizeof(f))
 		err = -errno;
 	else
 		conn->keep_socket = true; /* the owner holds it now: no shutdown here */
@@ -468,6 +527,7 @@ static int handoff_accept(int lfd, struct sv_conn *conn)
 const struct sv_transport_ops sv_tcp_shared_ops = {
 	.name = "tcp (shared port)",
 	.listen = shared_listen,
+	.host_port = true,
 	.accept = shared_accept,
 	.close = tcp_close, /* a connection refused before it became a tcp one */
 };
@@ -475,6 +535,7 @@ const struct sv_transport_ops sv_tcp_shared_ops = {
 const struct sv_transport_ops sv_tcp_shared6_ops = {
 	.name = "tcp (shared port, IPv6)",
 	.listen = shared_listen6,
+	.host_port = true,
 	.accept = shared_accept,
 	.close = tcp_close,
 };
@@ -482,6 +543,7 @@ const struct sv_transport_ops sv_tcp_shared6_ops = {
 const struct sv_transport_ops sv_tcp_shared6ll_ops = {
 	.name = "tcp (shared port, IPv6 link-local)",
 	.listen = shared_listen6ll,
+	.host_port = true,
 	.accept = shared_accept,
 	.close = tcp_close,
 };
@@ -518,6 +580,7 @@ const struct sv_transport_ops sv_tcp_ops = {
 	.send = tcp_send,
 	.input = tcp_input,
 	.unsent = tcp_unsent,
+	.peer_addr = tcp_peer_addr,
 	.close = tcp_close,
 	.destroy = sv_stream_fini,
 	.handoff = tcp_handoff,

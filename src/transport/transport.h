@@ -83,6 +83,9 @@ void sv_gid_encode(union ibv_gid *gid, const struct in6_addr *ip, uint16_t port)
 void sv_endpoint_unix_name(struct sockaddr_un *sa, socklen_t *len, const char *kind,
 			   const struct in6_addr *ip, uint16_t port);
 int sv_endpoint_unix_listen(const char *kind, const struct in6_addr *ip, uint16_t port);
+/* fd, connected to such a name, reaches a process of our own user (its
+ * listener's SO_PEERCRED): anyone may bind an abstract name first. */
+bool sv_endpoint_unix_ours(int fd);
 bool sv_gid_decode(const union ibv_gid *gid, struct sv_endpoint_addr *out);
 /* An IPv6 address of the interface that has endpoint address ip (IPv4 or
  * IPv6): its first link-local one (with its interface's index), or its
@@ -140,6 +143,10 @@ struct sv_conn_host {
 	/* an accepted connection's peer proved itself (its AUTH passed); may
 	 * be NULL */
 	void (*proven)(struct sv_conn *conn);
+	/* an accepted connection was refused: its HELLO names an endpoint at
+	 * an address other than the one it comes from (sv_conn_take_hello);
+	 * may be NULL */
+	void (*spoofed)(struct sv_conn *conn);
 	/* Asked before each frame after the handshake: true while the owner
 	 * takes none (its answers to this peer back up).  The transport then
 	 * leaves what it has where it is, reads no more, and goes on when the
@@ -400,6 +407,12 @@ struct sv_transport_ops {
 	void (*input)(struct sv_conn *conn, bool closing);
 	/* Bytes taken that the peer has not received yet. */
 	size_t (*unsent)(struct sv_conn *conn);
+	/* The address an accepted connection comes from, as the network says
+	 * (tcp: getpeername): 0, or -errno.  NULL where the peer is not
+	 * named by an address (shm: a process of this host and user,
+	 * SO_PEERCRED).  The peer's HELLO must name an endpoint at that
+	 * address (sv_conn_take_hello). */
+	int (*peer_addr)(struct sv_conn *conn, struct in6_addr *ip);
 	void (*close)(struct sv_conn *conn);
 	/* Free the transport state at the last reference. */
 	void (*destroy)(struct sv_conn *conn);
@@ -413,6 +426,11 @@ struct sv_transport_ops {
 	 * conn->keep_socket set, or -errno.  NULL: not a transport that can. */
 	int (*handoff)(struct sv_conn *conn, const uint8_t *hello, size_t len, uint16_t to_port);
 	int (*listen)(const struct in6_addr *ip, uint16_t *port);
+	/* listen binds a port every process of the host shares (the shared
+	 * TCP port SOFTVERBS_PORT, UDP 4791), not the endpoint's own: where it
+	 * is another program's (-EADDRINUSE), the device would not hear its
+	 * peers, and it is not opened (engine.c) */
+	bool host_port;
 	/* Close what listen returned (NULL: close(lfd) does). */
 	void (*unlisten)(int lfd);
 	/* Accept one waiting peer on lfd into conn (its fd and transport state):
@@ -517,7 +535,8 @@ static inline int sv_accept_error(int err)
  * over from the shared port) answers it; 0 or -errno. */
 int sv_conn_start(struct sv_conn *conn);
 /* The peer's HELLO (the first frame): false if it is not one we speak (or
- * not for us: handed on). */
+ * not for us: handed on), or if it names an endpoint at an address other
+ * than the one the connection comes from (ops->peer_addr). */
 bool sv_conn_take_hello(struct sv_conn *conn, const uint8_t *frame, size_t len);
 /* The peer's AUTH (the second frame): false if it does not prove the secret. */
 bool sv_conn_take_auth(struct sv_conn *conn, const uint8_t *frame, size_t len);

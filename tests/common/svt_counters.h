@@ -15,4 +15,7 @@
  * QP is listed. */
 int64_t svt_qp_counter(uint32_t qpn, uint32_t dest_qpn, enum sv_stat_qp_counter c);
 
+/* Context counter c, summed over this process's open contexts. */
+uint64_t svt_ctx_counter(enum sv_stat_ctx_counter c);
+
 #endif

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 static bool read_full(int fd, void *b, size_t n)
@@ -75,20 +76,24 @@ long svt_wire_recv(int fd, void *buf, size_t cap, int timeout_ms)
 	return (long)flen;
 }
 
-static void say_hello(int fd, struct sv_hello *h, uint16_t port, uint16_t to_port)
+/* A HELLO naming the endpoint (claim, port), for the endpoint to_port. */
+static void make_hello(struct sv_hello *h, struct in_addr claim, uint16_t port, uint16_t to_port)
 {
-	struct in_addr lo = { htonl(INADDR_LOOPBACK) };
+	struct in6_addr ip = sv_ip_from_v4(claim);
 	union ibv_gid g;
 
 	memset(h, 0, sizeof(*h));
 	h->magic = htonl(SV_WIRE_MAGIC);
 	h->version = htons(SV_WIRE_VERSION);
-	struct in6_addr lo6 = sv_ip_from_v4(lo);
-
-	sv_gid_encode(&g, &lo6, port);
+	sv_gid_encode(&g, &ip, port);
 	memcpy(h->gid, g.raw, 16);
 	h->to_port = htons(to_port);
 	sv_auth_nonce(h->nonce);
+}
+
+static void say_hello(int fd, struct sv_hello *h, uint16_t port, uint16_t to_port)
+{
+	make_hello(h, (struct in_addr){ htonl(INADDR_LOOPBACK) }, port, to_port);
 	SVT_CHECK(svt_wire_send(fd, h, sizeof(*h)));
 }
 
@@ -193,6 +198,93 @@ int svt_wire_connect_as(uint32_t qpn, uint16_t claim_port, bool know_secret)
 	take_hello(fd, &theirs);
 	take_auth(fd, true, &mine, &theirs);
 	say_auth(fd, true, &mine, &theirs, know_secret);
+	return fd;
+}
+
+/* A tcp socket bound to from (port 0) and connected to 127.0.0.1:port. */
+static int dial_from(struct in_addr from, uint16_t port)
+{
+	struct sockaddr_in me = { .sin_family = AF_INET, .sin_addr = from };
+	struct sockaddr_in to = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+				  .sin_port = htons(port) };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), one = 1;
+
+	SVT_CHECK(fd >= 0);
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	SVT_CHECK_OK(bind(fd, (struct sockaddr *)&me, sizeof(me)));
+	SVT_CHECK_OK(connect(fd, (struct sockaddr *)&to, sizeof(to)));
+	return fd;
+}
+
+/* Hand the accepted socket a, with the HELLO h (sent as its first frame),
+ * to the hand-off socket of endpoint port on 127.0.0.1 (tcp.c's
+ * tcp_handoff). */
+static void hand_off(int a, const struct sv_hello *h, uint16_t port)
+{
+	struct {
+		uint32_t len;
+		struct sv_hello h;
+	} __attribute__((packed)) f = { htonl(sizeof(*h)), *h };
+	struct in6_addr lo = sv_ip_from_v4((struct in_addr){ htonl(INADDR_LOOPBACK) });
+	char cbuf[CMSG_SPACE(sizeof(int))] = { 0 };
+	struct iovec iov = { &f, sizeof(f) };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+			     .msg_controllen = sizeof(cbuf) };
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+	struct sockaddr_un sa;
+	socklen_t sl;
+	int u = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &a, sizeof(int));
+	sv_endpoint_unix_name(&sa, &sl, "handoff", &lo, port);
+	SVT_CHECK(u >= 0);
+	SVT_CHECK_OK(connect(u, (struct sockaddr *)&sa, sl));
+	SVT_CHECK_EQ(sendmsg(u, &mh, MSG_NOSIGNAL), (ssize_t)sizeof(f));
+	close(u);
+	close(a);
+}
+
+int svt_wire_connect_spec(const struct svt_wire_spec *s)
+{
+	struct sv_hello mine, theirs;
+	uint16_t to = sv_qpn_port(s->qpn);
+	long n;
+	int fd;
+
+	SVT_CHECK_OK(sv_auth_init());
+	make_hello(&mine, s->claim, s->claim_port, to);
+	if (s->handoff) {
+		struct sockaddr_in sa = { .sin_family = AF_INET,
+					  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+		socklen_t sl = sizeof(sa);
+		int l = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), acc;
+
+		SVT_CHECK(l >= 0);
+		SVT_CHECK_OK(bind(l, (struct sockaddr *)&sa, sizeof(sa)));
+		SVT_CHECK_OK(listen(l, 1));
+		SVT_CHECK_OK(getsockname(l, (struct sockaddr *)&sa, &sl));
+		fd = dial_from(s->from, ntohs(sa.sin_port));
+		acc = accept(l, NULL, NULL);
+		SVT_CHECK(acc >= 0);
+		close(l);
+		hand_off(acc, &mine, to);
+	} else {
+		fd = dial_from(s->from, s->port ? s->port : to);
+		SVT_CHECK(svt_wire_send(fd, &mine, sizeof(mine)));
+	}
+	/* the device's HELLO and AUTH, or the end of the connection */
+	n = svt_wire_recv(fd, &theirs, sizeof(theirs), 10000);
+	if (n < 0) {
+		close(fd);
+		return -1;
+	}
+	SVT_CHECK_EQ(n, (long)sizeof(theirs));
+	SVT_CHECK_EQ(ntohl(theirs.magic), SV_WIRE_MAGIC);
+	take_auth(fd, true, &mine, &theirs);
+	say_auth(fd, true, &mine, &theirs, s->know_secret);
 	return fd;
 }
 

@@ -16,6 +16,7 @@
 #include "engine/opcode.h"
 #include "engine/wire.h"
 
+#include <netinet/in.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -39,6 +40,28 @@ int svt_wire_connect(uint32_t qpn, uint16_t claim_port);
 /* The same; know_secret false: an AUTH that proves nothing (the device
  * closes the connection). */
 int svt_wire_connect_as(uint32_t qpn, uint16_t claim_port, bool know_secret);
+/*
+ * A connection over tcp from an address of our choosing, whose HELLO names
+ * any endpoint: the lower-level form of svt_wire_connect_as.
+ */
+struct svt_wire_spec {
+	uint32_t qpn;            /* the device endpoint it is for (to_port) */
+	struct in_addr from;     /* the source address (INADDR_ANY: the kernel's) */
+	struct in_addr claim;    /* the endpoint address its HELLO names ... */
+	uint16_t claim_port;     /* ... and port */
+	uint16_t port;           /* the TCP port it dials on 127.0.0.1 (0: the
+				    endpoint's own), e.g. the shared port */
+	bool handoff;            /* instead of dialling the device: accept a
+				    connection from `from` on a socket of our own
+				    and hand it, with the HELLO, to the endpoint's
+				    hand-off socket, as the process that took it on
+				    the shared port would (transport/tcp.c) */
+	bool know_secret;
+};
+/* The socket, through the handshake; -1 when the device closed the
+ * connection before it was done (a HELLO refused). */
+int svt_wire_connect_spec(const struct svt_wire_spec *s);
+
 /* With SVT_WIRE_VIA=shm, connections made by svt_wire_connect(_as) go over
  * the device's shm transport (shm_connector.h) instead of tcp, and the
  * device must listen on shm too (SOFTVERBS_TRANSPORT unset or auto). */
