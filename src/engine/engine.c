@@ -571,6 +571,10 @@ void sv_engine_conn_fail(struct sv_conn *conn)
 	    (conn->hello_seen || conn->outgoing) && !conn->next)
 		sv_stat_ctx_count(eng->ctx, conn->hello_seen ? SV_CTXC_CONN_LOST
 							     : SV_CTXC_CONNECT_FAIL);
+	/* the side that connects proves itself first: a peer that then ends
+	 * the connection refused the proof, and only this says so here */
+	if (was == SV_CONN_UP && !atomic_load(&eng->stop))
+		sv_conn_ended_in_handshake(conn);
 	/* the first call closes; every call makes sure it leaves the list */
 	if (was != SV_CONN_DEAD || conn->fd >= 0) {
 		if (conn->fd >= 0)

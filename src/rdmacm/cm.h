@@ -29,6 +29,7 @@
 #include <stdint.h>
 
 #include "common/util.h"
+#include "transport/auth.h"
 
 /*
  * The GID an id uses is the RoCE v2 GID of its address, as rxe's CM takes
@@ -57,6 +58,9 @@ enum {
 	CM_SIDR_REP_PDATA = 136,
 	CM_MAX_PDATA = 224,
 };
+
+/* A CM HELLO's private data: a nonce and a share of the PAKE (protocol.c). */
+#define CM_HELLO_LEN (SV_AUTH_NONCE + SV_AUTH_SHARE)
 
 /* IB CM reject reasons and SIDR statuses the events report (IBTA 12.6.7). */
 enum {
@@ -182,7 +186,9 @@ struct cm_id {
 	 * AUTH counts before the peer's AUTH has passed */
 	bool active;                   /* this end connected (the AUTH's role) */
 	bool hello_seen, authed;
-	uint8_t nonce_mine[16], nonce_peer[16];
+	/* the HELLOs: a nonce and a share of the PAKE each (transport/auth.h) */
+	uint8_t hello_mine[CM_HELLO_LEN], hello_peer[CM_HELLO_LEN];
+	struct sv_auth_hs auth;
 
 	/* receive side of the CM socket */
 	uint8_t rx[512];

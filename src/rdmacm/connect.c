@@ -22,6 +22,9 @@ int rdma_listen(struct rdma_cm_id *pub, int backlog)
 	struct cm_id *id = cm_id_of(pub);
 	int err = 0;
 
+	/* the secret's key, made here (the KDF) rather than in the CM thread
+	 * at the first peer's HELLO; a failure shows there */
+	(void)sv_auth_init();
 	pthread_mutex_lock(&cm_lock);
 	if (id->state == CM_IDLE) {
 		/* listening unbound: the IPv4 wildcard (as the kernel's CM), a

@@ -122,6 +122,9 @@ int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **out, 
 	}
 	if (!out)
 		return cm_err(EINVAL);
+	/* a secret that is set but refused fails here, EACCES (transport/auth.h) */
+	if (sv_auth_check())
+		return cm_err(EACCES);
 	pthread_mutex_lock(&cm_lock);
 	int err = cm_thread_start();
 	struct cm_id *id = err ? NULL : cm_id_alloc(channel, context, ps, qpt);

@@ -27,7 +27,7 @@
 #include "transport/auth.h"
 
 #define CM_MAGIC 0x5356434du /* "SVCM" */
-#define CM_VERSION 2 /* 2: the HELLO/AUTH handshake */
+#define CM_VERSION 3 /* 2: the HELLO/AUTH handshake; 3: the PAKE, active end proves first */
 
 
 /* One frame; multi-byte fields in network order. */
@@ -96,21 +96,34 @@ static int wire_send(struct cm_id *id, const struct cm_wire *m)
 
 /*
  * The handshake of a CM connection, as on the data path's connections
- * (transport/auth.h): each end sends a HELLO with a fresh nonce as soon as
- * the connection is up, and an AUTH (HMAC of the secret over its role and
- * both nonces) once it has the other's; no other message counts, and the
- * active end sends its REQ (private data included), only after the other's
- * AUTH has passed.
+ * (transport/auth.h): the active end sends a HELLO (a fresh nonce, the
+ * session's identifier, and its share of the PAKE) as soon as the
+ * connection is up; the passive end answers with its own HELLO (a nonce and
+ * its share); the active end sends its AUTH (HMAC with the session key over
+ * its role and both HELLOs), and the passive end, once that has passed, its
+ * own.  No other message counts, and the active end sends its REQ (private
+ * data included) only after the other's AUTH has passed.  So whoever
+ * connects to an rdma_cm port without the secret gets a HELLO and nothing
+ * keyed.
  */
 static int send_hello(struct cm_id *id)
 {
+	uint8_t *h = id->hello_mine;
 	struct cm_wire m;
 
 	if (sv_auth_init())
 		return EACCES;
-	sv_auth_nonce(id->nonce_mine);
+	sv_auth_nonce(h);
+	/* the session is named by the active end's nonce */
+	if (sv_auth_share(&id->auth, h + SV_AUTH_NONCE, id->active ? h : id->hello_peer))
+		return EACCES;
+	/* the passive end has both HELLOs now: the session key, or no answer
+	 * to a share that is no element */
+	if (!id->active && sv_auth_session(&id->auth, id->hello_peer + SV_AUTH_NONCE, false, h,
+					   id->hello_peer, CM_HELLO_LEN))
+		return EPROTO;
 	wire_init(&m, MSG_HELLO);
-	wire_pdata(&m, id->nonce_mine, sizeof(id->nonce_mine));
+	wire_pdata(&m, h, CM_HELLO_LEN);
 	return wire_send(id, &m);
 }
 
@@ -119,7 +132,7 @@ static int send_auth(struct cm_id *id)
 	struct sv_auth_frame a = { .magic = htonl(SV_AUTH_MAGIC) };
 	struct cm_wire m;
 
-	sv_auth_mac(a.mac, id->active, id->nonce_mine, id->nonce_peer, sizeof(id->nonce_mine));
+	sv_auth_mac(a.mac, &id->auth, id->active, id->hello_mine, id->hello_peer, CM_HELLO_LEN);
 	wire_init(&m, MSG_AUTH);
 	wire_pdata(&m, &a, sizeof(a));
 	return wire_send(id, &m);
@@ -497,18 +510,35 @@ static bool on_handshake(struct cm_id *id, const struct cm_wire *m)
 	static atomic_bool told;
 	char peer[CM_SA_STRLEN];
 
-	if (m->type == MSG_HELLO && !id->hello_seen && m->pdata_len == sizeof(id->nonce_peer)) {
-		memcpy(id->nonce_peer, m->pdata, sizeof(id->nonce_peer));
+	if (m->type == MSG_HELLO && !id->hello_seen && m->pdata_len == CM_HELLO_LEN) {
+		int err;
+
+		memcpy(id->hello_peer, m->pdata, CM_HELLO_LEN);
 		id->hello_seen = true;
-		if (send_auth(id)) {
-			peer_lost(id, ECONNRESET);
+		/* the passive end answers with its HELLO; the active end proves
+		 * itself first */
+		if (!id->active)
+			err = send_hello(id);
+		else if (sv_auth_session(&id->auth, id->hello_peer + SV_AUTH_NONCE, true,
+					 id->hello_mine, id->hello_peer, CM_HELLO_LEN))
+			err = EPROTO;
+		else
+			err = send_auth(id);
+		if (err) {
+			peer_lost(id, err == EACCES ? EACCES : ECONNRESET);
 			return false;
 		}
 		return true;
 	}
 	if (m->type == MSG_AUTH && id->hello_seen &&
-	    sv_auth_verify(m->pdata, m->pdata_len, id->active, id->nonce_mine, id->nonce_peer,
-			   sizeof(id->nonce_mine))) {
+	    sv_auth_verify(m->pdata, m->pdata_len, &id->auth, id->active, id->hello_mine,
+			   id->hello_peer, CM_HELLO_LEN)) {
+		/* the passive end proves itself only to a proven peer */
+		if (!id->active && send_auth(id)) {
+			peer_lost(id, ECONNRESET);
+			return false;
+		}
+		sv_auth_forget(&id->auth);
 		id->authed = true;
 		if (id->req_due)
 			send_pending_req(id);
@@ -728,8 +758,7 @@ static void on_listener(struct cm_id *ls)
 		c->pub.route.addr.dst_storage = peer;
 		cm_fill_route(c);
 		cm_sock_watch(c);
-		if (send_hello(c))
-			peer_lost(c, ECONNRESET);
+		/* its HELLO answers the peer's (on_handshake) */
 	}
 }
 

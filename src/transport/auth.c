@@ -8,32 +8,45 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <sodium.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
-#define SECRET_MIN 16
 #define SECRET_MAX 4096
-#define LABEL "softverbs peer authentication, wire version 3"
+/* the labels of wire version 4 (transport.h) and CM version 3 (protocol.c) */
+#define LABEL "softverbs peer authentication, wire version 4"
+#define HOST_LABEL "softverbs random secret of this host"
+#define GEN_LABEL "softverbs CPace generator"
+#define ISK_LABEL "softverbs CPace session key"
+#define KDF_CONTEXT "svauthv4" /* crypto_kdf_CONTEXTBYTES */
+#define SUBKEY_PAKE 1
+#define SUBKEY_DATAGRAM 2
 
-static pthread_once_t once = PTHREAD_ONCE_INIT;
-static int loaded_rc = -1;
-static uint8_t key[crypto_auth_hmacsha256_KEYBYTES];
+_Static_assert(sizeof(SV_AUTH_KDF_SALT) - 1 == crypto_pwhash_SALTBYTES, "the KDF's salt");
+_Static_assert(sizeof(KDF_CONTEXT) - 1 == crypto_kdf_CONTEXTBYTES, "the subkeys' context");
+_Static_assert(SV_AUTH_SHARE == crypto_core_ristretto255_BYTES, "a share is an element");
+_Static_assert(sizeof(((struct sv_auth_hs *)0)->scalar) == crypto_core_ristretto255_SCALARBYTES,
+	       "a scalar");
+
+enum source_kind { SRC_HOST, SRC_ENV, SRC_FILE };
+
+static pthread_once_t check_once = PTHREAD_ONCE_INIT, key_once = PTHREAD_ONCE_INIT;
+static int check_rc = -1, key_rc = -1;
+static enum source_kind kind;
+static atomic_uint kdf_runs;
+/* the password of the PAKE and the multicast datagrams' key, both derived
+ * from the secret's key */
+static uint8_t pake_key[32], datagram_key[crypto_auth_hmacsha256_KEYBYTES];
 static char source[1100];
 
-/* The key is a hash of the secret: any length of secret makes one key. */
-static void take_secret(const void *s, size_t len)
+/* Read a secret file that must be ours alone into buf (SECRET_MAX); its
+ * length, or -1 with the reason logged. */
+static ssize_t read_secret(const char *path, uint8_t *buf, bool must_exist)
 {
-	crypto_generichash(key, sizeof(key), s, len, (const unsigned char *)LABEL,
-			   sizeof(LABEL) - 1);
-}
-
-/* Read a secret file that must be ours alone; 0 or -1 with the reason logged. */
-static int read_secret(const char *path, bool must_exist)
-{
-	uint8_t buf[SECRET_MAX];
 	struct stat st;
 	ssize_t n;
 	int fd = open(path, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
@@ -51,24 +64,27 @@ static int read_secret(const char *path, bool must_exist)
 		close(fd);
 		return -1;
 	}
-	n = read(fd, buf, sizeof(buf));
+	n = read(fd, buf, SECRET_MAX);
 	close(fd);
 	while (n > 0 && (buf[n - 1] == '\n' || buf[n - 1] == '\r'))
 		n--;
-	if (n < SECRET_MIN) {
-		sv_err("the secret in %s is shorter than %d bytes", path, SECRET_MIN);
+	if (n < SV_AUTH_SECRET_MIN) {
+		sv_err("refusing the secret in %s: it is shorter than %d bytes, too easy to guess "
+		       "(see docs/SECURITY.md)",
+		       path, SV_AUTH_SECRET_MIN);
+		sodium_memzero(buf, SECRET_MAX);
 		return -1;
 	}
-	take_secret(buf, (size_t)n);
-	sodium_memzero(buf, sizeof(buf));
-	return 0;
+	return n;
 }
 
-/* This user's secret of this host: made once, atomically (link), then read. */
-static int host_secret(void)
+/* This user's secret of this host, made once, atomically (link), then read
+ * into buf; its length or -1. */
+static ssize_t host_secret(uint8_t *buf)
 {
 	char dir[64], tmp[128];
 	uint8_t r[32];
+	ssize_t n;
 	int fd;
 
 	snprintf(dir, sizeof(dir), "/tmp/softverbs-%u", (unsigned)getuid());
@@ -77,8 +93,8 @@ static int host_secret(void)
 		sv_err("cannot use %s for this user's secret: %s", dir, strerror(errno));
 		return -1;
 	}
-	if (!read_secret(source, false))
-		return 0;
+	if ((n = read_secret(source, buf, false)) >= 0)
+		return n;
 	snprintf(tmp, sizeof(tmp), "%s/secret.%d.tmp", dir, (int)getpid());
 	fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd < 0) {
@@ -98,39 +114,120 @@ static int host_secret(void)
 		sv_err("cannot make %s: %s", source, strerror(errno));
 	unlink(tmp);
 	sodium_memzero(r, sizeof(r));
-	return read_secret(source, true);
+	return read_secret(source, buf, true);
 }
 
-static void load(void)
+/* The variables are read only by a program that is not set-user-ID: such a
+ * program does not take its secret from the caller. */
+static const char *env_secret(const char *name)
 {
-	/* a set-user-ID program does not take its secret from the caller */
-	bool env_ok = getuid() == geteuid();
-	const char *s = env_ok ? getenv("SOFTVERBS_SECRET") : NULL;
-	const char *file = env_ok ? getenv("SOFTVERBS_SECRET_FILE") : NULL;
+	const char *v = getuid() == geteuid() ? getenv(name) : NULL;
+
+	return v && *v ? v : NULL;
+}
+
+static void check(void)
+{
+	const char *s = env_secret("SOFTVERBS_SECRET");
+	const char *file = env_secret("SOFTVERBS_SECRET_FILE");
 
 	if (sodium_init() < 0) {
 		sv_err("libsodium failed to start: no connection can be authenticated");
 		return;
 	}
-	if (s && *s) {
-		if (strlen(s) < SECRET_MIN)
-			sv_warn("SOFTVERBS_SECRET is shorter than %d bytes: easy to guess",
-				SECRET_MIN);
-		take_secret(s, strlen(s));
+	if (s) {
+		kind = SRC_ENV;
 		snprintf(source, sizeof(source), "SOFTVERBS_SECRET");
-		loaded_rc = 0;
-	} else if (file && *file) {
+		if (strlen(s) < SV_AUTH_SECRET_MIN) {
+			sv_err("refusing SOFTVERBS_SECRET: it is shorter than %d bytes, too easy to "
+			       "guess (see docs/SECURITY.md)",
+			       SV_AUTH_SECRET_MIN);
+			return;
+		}
+	} else if (file) {
+		uint8_t buf[SECRET_MAX];
+		ssize_t n;
+
+		kind = SRC_FILE;
 		snprintf(source, sizeof(source), "%s", file);
-		loaded_rc = read_secret(file, true);
+		n = read_secret(file, buf, true);
+		sodium_memzero(buf, sizeof(buf));
+		if (n < 0)
+			return;
 	} else {
-		loaded_rc = host_secret();
+		kind = SRC_HOST; /* made or read when first needed (load) */
 	}
+	check_rc = 0;
+}
+
+int sv_auth_check(void)
+{
+	pthread_once(&check_once, check);
+	if (check_rc)
+		errno = EACCES;
+	return check_rc;
+}
+
+/* The keys from the secret: Argon2id for one a person chose, a hash for
+ * the random one of this host; 0 or -1 with the reason logged. */
+static int derive(const uint8_t *s, size_t len, bool chosen)
+{
+	uint8_t master[32];
+
+	if (chosen) {
+		struct timespec t0, t1;
+
+		atomic_fetch_add(&kdf_runs, 1);
+		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t0);
+		if (crypto_pwhash(master, sizeof(master), (const char *)s, len,
+				  (const unsigned char *)SV_AUTH_KDF_SALT, SV_AUTH_KDF_OPSLIMIT,
+				  SV_AUTH_KDF_MEMLIMIT, crypto_pwhash_ALG_ARGON2ID13)) {
+			sv_err("cannot derive the key of the secret (%s): out of memory (Argon2id "
+			       "needs %llu MiB)",
+			       source, SV_AUTH_KDF_MEMLIMIT >> 20);
+			return -1;
+		}
+		clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t1);
+		sv_dbg("derived the key of the secret (%s) with Argon2id: %.0f ms of CPU", source,
+		       (double)(t1.tv_sec - t0.tv_sec) * 1e3 + (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
+	} else {
+		crypto_generichash(master, sizeof(master), s, len, (const unsigned char *)HOST_LABEL,
+				   sizeof(HOST_LABEL) - 1);
+	}
+	crypto_kdf_derive_from_key(pake_key, sizeof(pake_key), SUBKEY_PAKE, KDF_CONTEXT, master);
+	crypto_kdf_derive_from_key(datagram_key, sizeof(datagram_key), SUBKEY_DATAGRAM, KDF_CONTEXT,
+				   master);
+	sodium_memzero(master, sizeof(master));
+	return 0;
+}
+
+static void load(void)
+{
+	uint8_t buf[SECRET_MAX];
+	const char *s;
+	ssize_t n;
+
+	if (sv_auth_check())
+		return;
+	if (kind == SRC_ENV) {
+		/* read again (the check kept nothing): it may have changed since */
+		s = env_secret("SOFTVERBS_SECRET");
+		if (!s || strlen(s) < SV_AUTH_SECRET_MIN)
+			sv_err("refusing SOFTVERBS_SECRET: it changed since it was checked");
+		else
+			key_rc = derive((const uint8_t *)s, strlen(s), true);
+		return;
+	}
+	n = kind == SRC_FILE ? read_secret(source, buf, true) : host_secret(buf);
+	if (n >= 0)
+		key_rc = derive(buf, (size_t)n, kind == SRC_FILE);
+	sodium_memzero(buf, sizeof(buf));
 }
 
 int sv_auth_init(void)
 {
-	pthread_once(&once, load);
-	return loaded_rc;
+	pthread_once(&key_once, load);
+	return key_rc;
 }
 
 const char *sv_auth_source(void)
@@ -138,18 +235,72 @@ const char *sv_auth_source(void)
 	return source;
 }
 
+unsigned sv_auth_kdf_runs(void)
+{
+	return atomic_load(&kdf_runs);
+}
+
 void sv_auth_nonce(uint8_t nonce[SV_AUTH_NONCE])
 {
 	randombytes_buf(nonce, SV_AUTH_NONCE);
 }
 
-void sv_auth_mac(uint8_t mac[SV_AUTH_MAC], bool connecting, const void *mine, const void *theirs,
-		 size_t hello_len)
+int sv_auth_share(struct sv_auth_hs *hs, uint8_t share[SV_AUTH_SHARE],
+		  const uint8_t sid[SV_AUTH_NONCE])
+{
+	crypto_generichash_state st;
+	uint8_t h[crypto_core_ristretto255_HASHBYTES], g[crypto_core_ristretto255_BYTES];
+	int err;
+
+	hs->keyed = false;
+	if (key_rc)
+		return -1;
+	/* the generator: the PAKE's password and the session, hashed to the group */
+	crypto_generichash_init(&st, pake_key, sizeof(pake_key), sizeof(h));
+	crypto_generichash_update(&st, (const unsigned char *)GEN_LABEL, sizeof(GEN_LABEL) - 1);
+	crypto_generichash_update(&st, sid, SV_AUTH_NONCE);
+	crypto_generichash_final(&st, h, sizeof(h));
+	crypto_core_ristretto255_from_hash(g, h);
+	crypto_core_ristretto255_scalar_random(hs->scalar);
+	err = crypto_scalarmult_ristretto255(share, hs->scalar, g);
+	sodium_memzero(h, sizeof(h));
+	sodium_memzero(g, sizeof(g));
+	sodium_memzero(&st, sizeof(st));
+	return err ? -1 : 0;
+}
+
+int sv_auth_session(struct sv_auth_hs *hs, const uint8_t peer_share[SV_AUTH_SHARE],
+		    bool connecting, const void *mine, const void *theirs, size_t hello_len)
+{
+	crypto_generichash_state st;
+	uint8_t k[crypto_scalarmult_ristretto255_BYTES];
+
+	hs->keyed = false;
+	/* refused: not an element's encoding, or the identity as the result */
+	if (key_rc || crypto_scalarmult_ristretto255(k, hs->scalar, peer_share)) {
+		sodium_memzero(hs, sizeof(*hs));
+		return -1;
+	}
+	/* the transcript: the connector's HELLO (the sid in it), then the acceptor's */
+	crypto_generichash_init(&st, k, sizeof(k), sizeof(hs->key));
+	crypto_generichash_update(&st, (const unsigned char *)ISK_LABEL, sizeof(ISK_LABEL) - 1);
+	crypto_generichash_update(&st, connecting ? mine : theirs, hello_len);
+	crypto_generichash_update(&st, connecting ? theirs : mine, hello_len);
+	crypto_generichash_final(&st, hs->key, sizeof(hs->key));
+	sodium_memzero(k, sizeof(k));
+	sodium_memzero(&st, sizeof(st));
+	sodium_memzero(hs->scalar, sizeof(hs->scalar));
+	hs->keyed = true;
+	return 0;
+}
+
+void sv_auth_mac(uint8_t mac[SV_AUTH_MAC], const struct sv_auth_hs *hs, bool connecting,
+		 const void *mine, const void *theirs, size_t hello_len)
 {
 	crypto_auth_hmacsha256_state st;
 	uint8_t role = connecting ? 'C' : 'A';
 
-	crypto_auth_hmacsha256_init(&st, key, sizeof(key));
+	crypto_auth_hmacsha256_init(&st, hs->key, sizeof(hs->key));
 	crypto_auth_hmacsha256_update(&st, (const unsigned char *)LABEL, sizeof(LABEL) - 1);
 	crypto_auth_hmacsha256_update(&st, &role, 1);
 	crypto_auth_hmacsha256_update(&st, mine, hello_len);
@@ -158,29 +309,34 @@ void sv_auth_mac(uint8_t mac[SV_AUTH_MAC], bool connecting, const void *mine, co
 	sodium_memzero(&st, sizeof(st));
 }
 
-bool sv_auth_verify(const uint8_t *f, size_t len, bool connecting, const void *mine,
-		    const void *theirs, size_t hello_len)
+bool sv_auth_verify(const uint8_t *f, size_t len, const struct sv_auth_hs *hs, bool connecting,
+		    const void *mine, const void *theirs, size_t hello_len)
 {
 	struct sv_auth_frame a;
 	uint8_t want[SV_AUTH_MAC];
 
-	if (len != sizeof(a) || loaded_rc)
+	if (len != sizeof(a) || key_rc || !hs->keyed)
 		return false;
 	memcpy(&a, f, sizeof(a));
 	if (be32toh(a.magic) != SV_AUTH_MAGIC)
 		return false;
 	/* what the peer computed: its role, its HELLO first */
-	sv_auth_mac(want, !connecting, theirs, mine, hello_len);
+	sv_auth_mac(want, hs, !connecting, theirs, mine, hello_len);
 	return sodium_memcmp(want, a.mac, SV_AUTH_MAC) == 0;
 }
 
-#define DATAGRAM_LABEL "softverbs multicast datagram v1"
+void sv_auth_forget(struct sv_auth_hs *hs)
+{
+	sodium_memzero(hs, sizeof(*hs));
+}
+
+#define DATAGRAM_LABEL "softverbs multicast datagram v2"
 
 void sv_auth_datagram_mac(uint8_t mac[SV_AUTH_MAC], const struct iovec *iov, int n)
 {
 	crypto_auth_hmacsha256_state st;
 
-	crypto_auth_hmacsha256_init(&st, key, sizeof(key));
+	crypto_auth_hmacsha256_init(&st, datagram_key, sizeof(datagram_key));
 	crypto_auth_hmacsha256_update(&st, (const unsigned char *)DATAGRAM_LABEL,
 				      sizeof(DATAGRAM_LABEL) - 1);
 	for (int i = 0; i < n; i++)
@@ -193,7 +349,7 @@ bool sv_auth_datagram_verify(const uint8_t mac[SV_AUTH_MAC], const struct iovec 
 {
 	uint8_t want[SV_AUTH_MAC];
 
-	if (loaded_rc)
+	if (key_rc)
 		return false;
 	sv_auth_datagram_mac(want, iov, n);
 	return sodium_memcmp(want, mac, SV_AUTH_MAC) == 0;

@@ -45,6 +45,7 @@ void sv_conn_put(struct sv_conn *conn)
 	if (conn->peer_mem_free)
 		conn->peer_mem_free(atomic_load(&conn->peer_mem));
 	pthread_mutex_destroy(&conn->tx_lock);
+	sv_auth_forget(&conn->auth);
 	if (conn->next)
 		sv_conn_put(conn->next);
 	free(conn);
@@ -526,14 +527,14 @@ static int queue_handshake(struct sv_conn *conn, const void *f, size_t len)
 	return 0;
 }
 
-/* Queue a handshake frame and ask for room to write it; `open`: then let
- * everything behind it go (the peer has proved itself). */
+/* Queue a handshake frame (f NULL: none) and ask for room to write it;
+ * `open`: then let everything behind it go (the peer has proved itself). */
 static int send_handshake(struct sv_conn *conn, const void *f, size_t len, bool open)
 {
 	int err;
 
 	pthread_mutex_lock(&conn->tx_lock);
-	err = queue_handshake(conn, f, len);
+	err = f ? queue_handshake(conn, f, len) : 0;
 	if (!err && open)
 		atomic_store_explicit(&conn->peer_authed, true, memory_order_release);
 	/* out now where the transport takes it (a ring has no EPOLLOUT); in a
@@ -562,25 +563,37 @@ static int send_hello(struct sv_conn *conn)
 	if (conn->peer_pid && sv_cuda_can_import() && !sv_cuda_peer_refused(conn->peer_pid))
 		h->flags = htons(SV_HELLO_GPU);
 	sv_auth_nonce(h->nonce);
+	/* our share of the PAKE, for the session the connector's nonce names */
+	if (sv_auth_share(&conn->auth, h->share, conn->outgoing ? h->nonce : conn->hello_peer.nonce))
+		return -EACCES;
+	/* the side that accepts has both HELLOs now: the session key, or no
+	 * answer to a share that is no element */
+	if (!conn->outgoing && sv_auth_session(&conn->auth, conn->hello_peer.share, false, h,
+					       &conn->hello_peer, sizeof(*h))) {
+		sv_warn_limited("peer's HELLO carries no valid share; closing connection");
+		return -EPROTO;
+	}
 	return send_handshake(conn, h, sizeof(*h), false);
 }
 
-/* Our AUTH; the side that connects sends it last, and opens its gate. */
+/* Our AUTH.  The side that connects sends it first, once it has the other's
+ * HELLO; the side that accepts, only once that AUTH has passed, and opens
+ * its gate with it: whoever connects gets nothing keyed before it proved
+ * itself. */
 static int send_auth(struct sv_conn *conn)
 {
 	struct sv_auth_frame a = { .magic = htonl(SV_AUTH_MAGIC) };
 
-	sv_auth_mac(a.mac, conn->outgoing, &conn->hello_mine, &conn->hello_peer,
+	sv_auth_mac(a.mac, &conn->auth, conn->outgoing, &conn->hello_mine, &conn->hello_peer,
 		    sizeof(struct sv_hello));
-	return send_handshake(conn, &a, sizeof(a), conn->outgoing);
+	return send_handshake(conn, &a, sizeof(a), !conn->outgoing);
 }
 
-/* An accepted connection answers the peer's HELLO: ours, then our AUTH. */
+/* An accepted connection answers the peer's HELLO with its own (its AUTH
+ * waits for the peer's). */
 static int answer_hello(struct sv_conn *conn)
 {
-	int err = send_hello(conn);
-
-	return err ? err : send_auth(conn);
+	return send_hello(conn);
 }
 
 int sv_conn_start(struct sv_conn *conn)
@@ -678,6 +691,16 @@ bool sv_conn_take_hello(struct sv_conn *conn, const uint8_t *f, size_t len)
 	 * (one handed over from the shared port comes with its HELLO) */
 	if (!conn->outgoing && conn->registered && answer_hello(conn))
 		return false;
+	/* the connecting side proves itself first, now that it has the session
+	 * key: the other proves itself only to a proven peer */
+	if (conn->outgoing) {
+		if (sv_auth_session(&conn->auth, h->share, true, &conn->hello_mine, h, sizeof(*h))) {
+			sv_warn_limited("peer's HELLO carries no valid share; closing connection");
+			return false;
+		}
+		if (send_auth(conn))
+			return false;
+	}
 	memcpy(conn->peer_gid, h->gid, 16);
 	atomic_store_explicit(&conn->peer_gpu, (ntohs(h->flags) & SV_HELLO_GPU) != 0,
 			      memory_order_relaxed);
@@ -685,31 +708,56 @@ bool sv_conn_take_hello(struct sv_conn *conn, const uint8_t *f, size_t len)
 	return true;
 }
 
-bool sv_conn_take_auth(struct sv_conn *conn, const uint8_t *f, size_t len)
+/* The first refusal in a process says how to let such peers in; the rest
+ * are a peer's to provoke, and rate limited.  `ours`: the peer ended the
+ * connection after our AUTH, before proving itself (it refused our proof,
+ * since the side that connects proves itself first). */
+static void refused(const struct sv_conn *conn, bool ours)
 {
 	static atomic_bool told;
 
-	if (!sv_auth_verify(f, len, conn->outgoing, &conn->hello_mine, &conn->hello_peer,
-			    sizeof(struct sv_hello))) {
-		/* the first refusal says how to let such peers in; the rest are
-		 * a peer's to provoke, and rate limited */
-		if (!atomic_exchange(&told, true))
-			sv_warn("refused a connection from %s: it does not hold this job's "
-				"secret (%s). To accept peers from other hosts, give every "
-				"process the same SOFTVERBS_SECRET (or SOFTVERBS_SECRET_FILE); "
-				"see docs/SECURITY.md",
-				SV_IP_STR(&conn->peer.ip),
-				sv_auth_source());
-		else
-			sv_warn_limited("refused a connection from %s: no proof of the secret",
-					SV_IP_STR(&conn->peer.ip));
+	if (!atomic_exchange(&told, true))
+		sv_warn("%s %s%s (ours: %s). To accept peers from other hosts, give every "
+			"process the same SOFTVERBS_SECRET (or SOFTVERBS_SECRET_FILE); see "
+			"docs/SECURITY.md",
+			ours ? "a connection to" : "refused a connection from",
+			SV_IP_STR(&conn->peer.ip),
+			ours ? " ended after we proved the secret, before it did: it holds "
+			       "another secret, or none"
+			     : ": it does not hold this job's secret",
+			sv_auth_source());
+	else if (ours)
+		sv_warn_limited("a connection to %s ended before it proved the secret",
+				SV_IP_STR(&conn->peer.ip));
+	else
+		sv_warn_limited("refused a connection from %s: no proof of the secret",
+				SV_IP_STR(&conn->peer.ip));
+}
+
+void sv_conn_ended_in_handshake(const struct sv_conn *conn)
+{
+	if (conn->outgoing && atomic_load(&conn->hello_seen) && sv_conn_gated(conn))
+		refused(conn, true);
+}
+
+bool sv_conn_take_auth(struct sv_conn *conn, const uint8_t *f, size_t len)
+{
+	if (!sv_auth_verify(f, len, &conn->auth, conn->outgoing, &conn->hello_mine,
+			    &conn->hello_peer, sizeof(struct sv_hello))) {
+		refused(conn, false);
 		return false;
 	}
-	/* the side that connects proves itself last: only to a proven peer,
-	 * and ahead of everything it queued meanwhile */
-	if (conn->outgoing)
-		return !send_auth(conn);
-	atomic_store_explicit(&conn->peer_authed, true, memory_order_release);
+	/* the side that connects proved itself already: what it queued
+	 * meanwhile goes now */
+	if (conn->outgoing) {
+		sv_auth_forget(&conn->auth);
+		return !send_handshake(conn, NULL, 0, true);
+	}
+	/* the side that accepts proves itself now, to a proven peer, ahead of
+	 * everything it queued meanwhile */
+	if (send_auth(conn))
+		return false;
+	sv_auth_forget(&conn->auth);
 	if (conn->host->proven)
 		conn->host->proven(conn);
 	return true;

@@ -25,6 +25,7 @@
 
 #include "common/util.h"
 #include "common/ref.h"
+#include "transport/auth.h"
 
 struct sv_engine;
 struct sv_conn;
@@ -179,17 +180,20 @@ struct sv_conn_host {
 
 /*
  * The handshake: the first frame in each direction is a HELLO, carrying the
- * protocol version, the sending endpoint's GID and a nonce; the second is an
- * AUTH (auth.h) that proves the sender holds the secret.  The side that
- * connects sends its HELLO at once; the side that accepts answers with its
- * HELLO and AUTH once the other's HELLO has come; the connecting side sends
- * its AUTH once it has checked the other's, and only then anything else.
+ * protocol version, the sending endpoint's GID, a nonce and the sender's
+ * share of the PAKE (auth.h); the second is an AUTH that proves the sender
+ * holds the secret.  The side that connects sends its HELLO at once; the
+ * side that accepts answers with its HELLO once the other's has come; the
+ * connecting side then sends its AUTH; the accepting side checks it, and
+ * only then sends its own AUTH and anything else; the connecting side
+ * sends anything else once it has checked that AUTH.  So a side that has
+ * not proved itself gets a HELLO and nothing keyed from one that accepted.
  * Each side passes nothing up before it has checked the other's AUTH.
  * A connection's owner hands the frames it receives before that to
  * sv_conn_take_hello and sv_conn_take_auth.
  */
 #define SV_WIRE_MAGIC 0x53565242u /* "SVRB" */
-#define SV_WIRE_VERSION 3 /* 3: the nonce and AUTH (auth.h) */
+#define SV_WIRE_VERSION 4 /* 3: the nonce and AUTH; 4: the PAKE, connector proves first */
 
 /* HELLO flags: the sender opens GPU memory exported to it (CUDA IPC), so a
  * packet may name such memory instead of carrying its bytes (wire.h). */
@@ -205,7 +209,9 @@ struct sv_hello {
 	uint16_t from_port; /* the sending endpoint's port: its GID carries it too,
 			       but for an endpoint with IPv6 only, whose GID is
 			       its address (endpoint.c) */
-	uint8_t nonce[16]; /* fresh for each connection (auth.h) */
+	uint8_t nonce[SV_AUTH_NONCE]; /* fresh for each connection: the connector's
+					 is the session's identifier (auth.h) */
+	uint8_t share[SV_AUTH_SHARE]; /* the sender's share of the PAKE (auth.h) */
 } __attribute__((packed));
 
 /* A frame fault injection holds back (faults.c): it joins the queue at due_ns. */
@@ -255,6 +261,7 @@ struct sv_conn {
 	int gate_pass;
 	/* the two HELLOs as they went over the wire, which AUTH covers */
 	struct sv_hello hello_mine, hello_peer;
+	struct sv_auth_hs auth; /* our side of the handshake (auth.h) */
 	uint64_t born_ns;      /* when it was made (sv_now_ns) */
 	atomic_bool abandoned; /* no more work goes on it (sv_conn_silent) */
 	pid_t peer_pid;        /* the peer process, where the transport knows it is on
@@ -540,6 +547,9 @@ int sv_conn_start(struct sv_conn *conn);
 bool sv_conn_take_hello(struct sv_conn *conn, const uint8_t *frame, size_t len);
 /* The peer's AUTH (the second frame): false if it does not prove the secret. */
 bool sv_conn_take_auth(struct sv_conn *conn, const uint8_t *frame, size_t len);
+/* A connection ended: if we connected and proved ourselves and the peer
+ * had not, say so (it most likely holds another secret). */
+void sv_conn_ended_in_handshake(const struct sv_conn *conn);
 
 /*
  * Fault injection (faults.c, SOFTVERBS_FAULTS): what happens to a packet

@@ -22,6 +22,7 @@
 #include "engine/engine.h"
 #include "engine/stats.h"
 #include "engine/mem_export.h"
+#include "transport/auth.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -412,9 +413,15 @@ __attribute__((constructor)) static void open_lock_at_fork(void)
 struct ibv_context *ibv_open_device(struct ibv_device *device)
 {
 	struct sv_device *dev = SV_CONTAINER_OF(device, struct sv_device, ibdev);
-	struct sv_context *ctx = calloc(1, sizeof(*ctx));
+	struct sv_context *ctx;
 	int pfd[2], err;
 
+	/* a secret that is set but refused (shorter than 16 bytes, a file
+	 * others can read) fails the open, errno EACCES, the reason logged
+	 * (auth.h): not every connection later */
+	if (sv_auth_check())
+		return NULL;
+	ctx = calloc(1, sizeof(*ctx));
 	if (!ctx) {
 		errno = ENOMEM;
 		return NULL;

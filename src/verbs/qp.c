@@ -12,6 +12,7 @@
 #include "engine/mem_export.h"
 #include "engine/dma.h"
 #include "engine/xrc_relay.h"
+#include "transport/auth.h"
 
 #include <errno.h>
 #include <sched.h>
@@ -69,6 +70,11 @@ static struct ibv_qp *qp_create(struct ibv_context *context, struct ibv_qp_init_
 	    cap->max_send_sge > SV_MAX_SGE || cap->max_recv_sge > SV_MAX_SGE ||
 	    cap->max_inline_data > SV_MAX_INLINE)
 		goto fail;
+	/* a QP is what connects: the secret's key (the KDF, for a secret a
+	 * person chose) is made here, once a process, in the caller's thread,
+	 * not in the engine's at the first connection (auth.h); a failure
+	 * shows at the connection */
+	(void)sv_auth_init();
 
 	/* a receive WQE taken from the queue or the SRQ is copied whole */
 	qp = calloc(1, sv_qp_size(ia->srq ? to_sv_srq(ia->srq)->rq.max_sge : cap->max_recv_sge));

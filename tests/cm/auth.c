@@ -1,14 +1,20 @@
 /*
- * cm_auth: an rdma_cm listener hears only peers that prove the secret.
- * A client written by hand connects to the listener's rdma_cm port and
+ * cm_auth: an rdma_cm listener hears only peers that prove the secret, and
+ * gives those that do not nothing keyed to test guesses of it against
+ * (src/rdmacm/protocol.c, docs/SECURITY.md).  A client written by hand
+ * connects to the listener's rdma_cm port and
  *   - sends a REQ at once, without the handshake;
- *   - says HELLO, then sends an AUTH that proves nothing, then a REQ;
+ *   - says HELLO with a share of the PAKE that is no group element;
+ *   - says HELLO (a valid share), gets the listener's HELLO and nothing
+ *     else (no AUTH: the active end proves itself first), then sends an AUTH
+ *     that proves nothing, then a REQ;
  *   - says HELLO and stays silent;
- * each time the listener drops the connection (or, for the silent one,
- * simply waits) and no CONNECT_REQUEST reaches the application.  The
- * listener's own HELLO comes first and carries a fresh nonce each time.
- * Then a real rdma_connect through the same listener is accepted, so the
- * handshake between two softverbs ends works.
+ * each time the listener drops the connection, having said nothing (or
+ * only its HELLO; for the silent one, it simply waits), and no
+ * CONNECT_REQUEST reaches the application.  The listener's HELLO carries a
+ * fresh nonce and share each time.  Then a real rdma_connect through the
+ * same listener is accepted, so the handshake between two softverbs ends
+ * works.
  * Ports 20570-20571.
  */
 #include "cm_test.h"
@@ -17,10 +23,12 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sodium.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #define PORT 20570
+#define HELLO 48 /* a HELLO's private data: a nonce, a share of the PAKE */
 
 /* The CM frame (src/rdmacm/protocol.c, docs/ARCHITECTURE.md §11.3). */
 struct frame {
@@ -62,22 +70,40 @@ static bool read_frame(int fd, struct frame *f, int ms)
 
 static void send_frame(int fd, char type, const void *pdata, uint8_t len)
 {
-	struct frame f = { .magic = htonl(0x5356434du), .version = 2, .type = (uint8_t)type };
+	struct frame f = { .magic = htonl(0x5356434du), .version = 3, .type = (uint8_t)type };
 
 	f.pdata_len = len;
 	memcpy(f.pdata, pdata, len);
 	(void)send(fd, &f, sizeof(f), MSG_NOSIGNAL); /* it may be closed already */
 }
 
-/* The listener's HELLO, the first thing it says; its nonce. */
-static void expect_hello(int fd, uint8_t nonce[16])
+/* A HELLO of ours: a fresh nonce and a share (a random group element: what
+ * a guesser sends, for a generator it made from its guess). */
+static void say_hello(int fd, uint8_t hello[HELLO])
+{
+	randombytes_buf(hello, 16);
+	crypto_core_ristretto255_random(hello + 16);
+	send_frame(fd, 'H', hello, HELLO);
+}
+
+/* The listener's HELLO, the answer to ours: a nonce and a valid share. */
+static void expect_hello(int fd, uint8_t hello[HELLO])
 {
 	struct frame f;
 
 	SVT_CHECK_MSG(read_frame(fd, &f, 5000), "no HELLO from the listener");
 	SVT_CHECK_EQ(f.type, 'H');
-	SVT_CHECK_EQ(f.pdata_len, 16);
-	memcpy(nonce, f.pdata, 16);
+	SVT_CHECK_EQ(f.pdata_len, HELLO);
+	memcpy(hello, f.pdata, HELLO);
+	SVT_CHECK(crypto_core_ristretto255_is_valid_point(hello + 16));
+}
+
+/* Nothing more comes within ms, and the connection stays open. */
+static void expect_quiet(int fd, int ms)
+{
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+
+	SVT_CHECK_MSG(poll(&p, 1, ms) == 0, "the listener said more to a peer that proved nothing");
 }
 
 /* The listener closes the connection (nothing else comes). */
@@ -92,38 +118,47 @@ static void expect_closed(int fd)
 int main(void)
 {
 	struct rdma_event_channel *ch = rdma_create_event_channel();
-	uint8_t n1[16], n2[16], junk[36] = { 0x53, 0x56, 0x41, 0x55 };
+	uint8_t mine[HELLO], h1[HELLO], h2[HELLO], junk[36] = { 0x53, 0x56, 0x41, 0x55 };
 	struct rdma_cm_event *ev;
 
 	svt_watchdog(60);
 	SVT_CHECK_PTR(ch);
+	SVT_CHECK(sodium_init() >= 0);
 	struct rdma_cm_id *ls = cmt_listen(ch, RDMA_PS_TCP, "127.0.0.1", PORT);
 
-	/* a REQ before any handshake */
+	/* a REQ before any handshake: the listener speaks only after a HELLO */
 	int fd = raw_connect();
 
-	expect_hello(fd, n1);
 	send_frame(fd, 'Q', "hello?", 6);
 	expect_closed(fd);
 
-	/* a HELLO, an AUTH that proves nothing, a REQ */
+	/* a HELLO whose share is no group element: not answered */
 	fd = raw_connect();
-	expect_hello(fd, n2);
-	SVT_CHECK(memcmp(n1, n2, 16) != 0); /* a fresh nonce each time */
-	send_frame(fd, 'H', n1, 16);
-	struct frame f;
+	randombytes_buf(mine, 16);
+	memset(mine + 16, 0xff, 32);
+	send_frame(fd, 'H', mine, HELLO);
+	expect_closed(fd);
 
-	SVT_CHECK_MSG(read_frame(fd, &f, 5000) && f.type == 'A', "no AUTH from the listener");
+	/* a HELLO: the listener's HELLO and nothing keyed (before, its AUTH
+	 * came at once: an HMAC of the secret to test guesses against); then
+	 * an AUTH that proves nothing, a REQ */
+	fd = raw_connect();
+	say_hello(fd, mine);
+	expect_hello(fd, h1);
+	expect_quiet(fd, 300);
 	send_frame(fd, 'A', junk, sizeof(junk));
 	send_frame(fd, 'Q', "hello?", 6);
 	expect_closed(fd);
 
-	/* a HELLO, then silence: nothing happens */
+	/* a HELLO, then silence: the listener's HELLO (a fresh nonce and share),
+	 * and nothing happens */
 	int quiet = raw_connect();
 
-	expect_hello(quiet, n1);
-	send_frame(quiet, 'H', n2, 16);
+	say_hello(quiet, mine);
+	expect_hello(quiet, h2);
+	SVT_CHECK(memcmp(h1, h2, 16) != 0 && memcmp(h1 + 16, h2 + 16, 32) != 0);
 	cmt_expect_none(ch, 300);
+	expect_quiet(quiet, 0);
 
 	/* a real client gets through */
 	struct rdma_event_channel *cch = rdma_create_event_channel();

@@ -88,12 +88,25 @@ static void make_hello(struct sv_hello *h, struct in_addr claim, uint16_t port, 
 	sv_gid_encode(&g, &ip, port);
 	memcpy(h->gid, g.raw, 16);
 	h->to_port = htons(to_port);
+	h->from_port = htons(port);
 	sv_auth_nonce(h->nonce);
 }
 
-static void say_hello(int fd, struct sv_hello *h, uint16_t port, uint16_t to_port)
+void svt_wire_hello_make(struct sv_hello *h, uint16_t port, uint16_t to_port)
 {
 	make_hello(h, (struct in_addr){ htonl(INADDR_LOOPBACK) }, port, to_port);
+}
+
+/* Our HELLO, with our share of the PAKE for the session the connector's
+ * nonce names (ours when connecting, theirs, already taken, otherwise);
+ * the side that accepts has the session key then. */
+static void say_hello(int fd, struct sv_hello *h, struct sv_auth_hs *hs, uint16_t port,
+		      uint16_t to_port, const struct sv_hello *theirs)
+{
+	svt_wire_hello_make(h, port, to_port);
+	SVT_CHECK_OK(sv_auth_share(hs, h->share, theirs ? theirs->nonce : h->nonce));
+	if (theirs)
+		SVT_CHECK_OK(sv_auth_session(hs, theirs->share, false, h, theirs, sizeof(*h)));
 	SVT_CHECK(svt_wire_send(fd, h, sizeof(*h)));
 }
 
@@ -105,25 +118,26 @@ static void take_hello(int fd, struct sv_hello *h)
 }
 
 /* Our AUTH: the proof of the secret, or (know_secret false) a guess. */
-static void say_auth(int fd, bool connecting, const struct sv_hello *mine,
-		     const struct sv_hello *theirs, bool know_secret)
+static void say_auth(int fd, const struct sv_auth_hs *hs, bool connecting,
+		     const struct sv_hello *mine, const struct sv_hello *theirs, bool know_secret)
 {
 	struct sv_auth_frame a = { .magic = htonl(SV_AUTH_MAGIC) };
 
 	if (know_secret)
-		sv_auth_mac(a.mac, connecting, mine, theirs, sizeof(*mine));
+		sv_auth_mac(a.mac, hs, connecting, mine, theirs, sizeof(*mine));
 	else
 		sv_auth_nonce(a.mac); /* 16 random bytes and zeros: no proof */
 	SVT_CHECK(svt_wire_send(fd, &a, sizeof(a)));
 }
 
-static void take_auth(int fd, bool connecting, const struct sv_hello *mine,
-		      const struct sv_hello *theirs)
+static void take_auth(int fd, const struct sv_auth_hs *hs, bool connecting,
+		      const struct sv_hello *mine, const struct sv_hello *theirs)
 {
 	uint8_t f[64];
 	long n = svt_wire_recv(fd, f, sizeof(f), 10000);
 
-	SVT_CHECK_MSG(n > 0 && sv_auth_verify(f, (size_t)n, connecting, mine, theirs, sizeof(*mine)),
+	SVT_CHECK_MSG(n > 0 && sv_auth_verify(f, (size_t)n, hs, connecting, mine, theirs,
+					      sizeof(*mine)),
 		      "the device's AUTH does not prove the secret");
 }
 
@@ -153,19 +167,21 @@ void svt_wire_listen(struct svt_wire_listener *l)
 int svt_wire_accept(struct svt_wire_listener *l)
 {
 	struct sv_hello mine, theirs;
+	struct sv_auth_hs hs;
 	int fd = accept(l->fd, NULL, NULL), one = 1;
 
 	SVT_CHECK(fd >= 0);
 	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
 	take_hello(fd, &theirs);
-	say_hello(fd, &mine, sv_qpn_port(l->qpn), 0);
-	say_auth(fd, false, &mine, &theirs, true);
-	take_auth(fd, false, &mine, &theirs);
+	say_hello(fd, &mine, &hs, sv_qpn_port(l->qpn), 0, &theirs);
+	/* the device, which connected, proves itself first */
+	take_auth(fd, &hs, false, &mine, &theirs);
+	say_auth(fd, &hs, false, &mine, &theirs, true);
 	return fd;
 }
 
 /* A connection to the endpoint of qpn: tcp, or shm (svt_wire_via_shm). */
-static int wire_connect(uint32_t qpn)
+int svt_wire_dial(uint32_t qpn)
 {
 	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
 				  .sin_port = htons(sv_qpn_port(qpn)) };
@@ -190,14 +206,18 @@ bool svt_wire_via_shm(void)
 int svt_wire_connect_as(uint32_t qpn, uint16_t claim_port, bool know_secret)
 {
 	struct sv_hello mine, theirs;
+	struct sv_auth_hs hs;
 	int fd;
 
 	SVT_CHECK_OK(sv_auth_init());
-	fd = wire_connect(qpn);
-	say_hello(fd, &mine, claim_port, sv_qpn_port(qpn));
+	fd = svt_wire_dial(qpn);
+	say_hello(fd, &mine, &hs, claim_port, sv_qpn_port(qpn), NULL);
 	take_hello(fd, &theirs);
-	take_auth(fd, true, &mine, &theirs);
-	say_auth(fd, true, &mine, &theirs, know_secret);
+	SVT_CHECK_OK(sv_auth_session(&hs, theirs.share, true, &mine, &theirs, sizeof(mine)));
+	/* we connected: we prove ourselves first, then the device does */
+	say_auth(fd, &hs, true, &mine, &theirs, know_secret);
+	if (know_secret)
+		take_auth(fd, &hs, true, &mine, &theirs);
 	return fd;
 }
 
@@ -250,12 +270,14 @@ static void hand_off(int a, const struct sv_hello *h, uint16_t port)
 int svt_wire_connect_spec(const struct svt_wire_spec *s)
 {
 	struct sv_hello mine, theirs;
+	struct sv_auth_hs hs;
 	uint16_t to = sv_qpn_port(s->qpn);
 	long n;
 	int fd;
 
 	SVT_CHECK_OK(sv_auth_init());
 	make_hello(&mine, s->claim, s->claim_port, to);
+	SVT_CHECK_OK(sv_auth_share(&hs, mine.share, mine.nonce));
 	if (s->handoff) {
 		struct sockaddr_in sa = { .sin_family = AF_INET,
 					  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
@@ -275,7 +297,7 @@ int svt_wire_connect_spec(const struct svt_wire_spec *s)
 		fd = dial_from(s->from, s->port ? s->port : to);
 		SVT_CHECK(svt_wire_send(fd, &mine, sizeof(mine)));
 	}
-	/* the device's HELLO and AUTH, or the end of the connection */
+	/* the device's HELLO, or the end of the connection */
 	n = svt_wire_recv(fd, &theirs, sizeof(theirs), 10000);
 	if (n < 0) {
 		close(fd);
@@ -283,8 +305,11 @@ int svt_wire_connect_spec(const struct svt_wire_spec *s)
 	}
 	SVT_CHECK_EQ(n, (long)sizeof(theirs));
 	SVT_CHECK_EQ(ntohl(theirs.magic), SV_WIRE_MAGIC);
-	take_auth(fd, true, &mine, &theirs);
-	say_auth(fd, true, &mine, &theirs, s->know_secret);
+	SVT_CHECK_OK(sv_auth_session(&hs, theirs.share, true, &mine, &theirs, sizeof(mine)));
+	/* we connected: we prove ourselves first, then the device does */
+	say_auth(fd, &hs, true, &mine, &theirs, s->know_secret);
+	if (s->know_secret)
+		take_auth(fd, &hs, true, &mine, &theirs);
 	return fd;
 }
 

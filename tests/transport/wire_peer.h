@@ -33,12 +33,12 @@ void svt_wire_listen(struct svt_wire_listener *l);
 int svt_wire_accept(struct svt_wire_listener *l);
 /*
  * Connect to the endpoint of a real device's QP qpn on 127.0.0.1 and say
- * HELLO as the endpoint 127.0.0.1:claim_port; checks the device's AUTH and
- * proves the secret in turn (the handshake, transport/auth.h).
+ * HELLO as the endpoint 127.0.0.1:claim_port; proves the secret first and
+ * then checks the device's AUTH (the handshake, transport/auth.h).
  */
 int svt_wire_connect(uint32_t qpn, uint16_t claim_port);
 /* The same; know_secret false: an AUTH that proves nothing (the device
- * closes the connection). */
+ * closes the connection, and sends no AUTH of its own). */
 int svt_wire_connect_as(uint32_t qpn, uint16_t claim_port, bool know_secret);
 /*
  * A connection over tcp from an address of our choosing, whose HELLO names
@@ -66,6 +66,14 @@ int svt_wire_connect_spec(const struct svt_wire_spec *s);
  * the device's shm transport (shm_connector.h) instead of tcp, and the
  * device must listen on shm too (SOFTVERBS_TRANSPORT unset or auto). */
 bool svt_wire_via_shm(void);
+
+/* A raw connection to the endpoint of qpn (tcp, or shm with
+ * SVT_WIRE_VIA=shm), before any handshake. */
+int svt_wire_dial(uint32_t qpn);
+/* A HELLO from the endpoint 127.0.0.1:port for to_port, with a fresh nonce
+ * and no share (auth.h makes that). */
+struct sv_hello;
+void svt_wire_hello_make(struct sv_hello *h, uint16_t port, uint16_t to_port);
 
 bool svt_wire_send(int fd, const void *pkt, size_t len);
 /* All n bytes of buf on a stream socket (false: it ended or failed). */
