@@ -10,6 +10,7 @@
 #   MODE netns6: as netns with the pair dual-stack (lib.sh sv_netns_pair ...
 #               ipv6), over the IPv6 addresses fd00:211:NET::1 and ::2, both
 #               sides with the same SOFTVERBS_SECRET, as two hosts.
+#   MODE only6: as netns6, sva and svb with IPv6 addresses only.
 #   MODE ll6:   as netns6, over link-local addresses with scope ids: the
 #               server on fe80::1%sva, the client (fe80::2%svb) to fe80::1%svb.
 # SCENARIO:
@@ -50,9 +51,15 @@ lo6)
 	sv_require_ipv6_lo
 	sns="" cns="" saddr=::1 caddr=::1
 	;;
-netns6 | ll6)
+netns6 | ll6 | only6)
 	net=$(((port % 200) + 30))
-	sv_netns_pair "cm6-$scen-$port" "$net" ipv6
+	# only6: sva and svb have IPv6 addresses alone (their devices have no
+	# IPv4 GID), as two IPv6-only hosts
+	if [ "$mode" = only6 ]; then
+		sv_netns_pair "cm6-$scen-$port" "$net" ipv6only
+	else
+		sv_netns_pair "cm6-$scen-$port" "$net" ipv6
+	fi
 	sns=$SV_NS_A cns=$SV_NS_B saddr="fd00:211:$net::1" caddr="fd00:211:$net::2"
 	if [ "$mode" = ll6 ]; then
 		# fixed link-local addresses, usable at once (nodad); the server

@@ -34,7 +34,7 @@
 # PORT is the rdma_cm port (a TCP port on the device's address here).
 . "$(dirname "$0")/lib.sh"
 
-[ $# -ge 3 ] || sv_fail "usage: $0 lo|lo6|netns6 SCENARIO PORT [ARGS...]"
+[ $# -ge 3 ] || sv_fail "usage: $0 lo|lo6|netns6|only6 SCENARIO PORT [ARGS...]"
 mode=$1 scen=$2 port=$3
 shift 3
 case $scen in
@@ -54,10 +54,15 @@ lo6)
 	sns="" cns="" addr=::1 caddr=::1
 	port=$(sv_free_port "" "$port")
 	;;
-netns6)
-	case $scen in rstream | riostream | udpong) ;; *) sv_fail "$scen: not in netns6 mode" ;; esac
+netns6 | only6)
+	case $scen in rstream | riostream | udpong) ;; *) sv_fail "$scen: not in $mode mode" ;; esac
 	net=$(((port % 200) + 30))
-	sv_netns_pair "rs6-$scen-$port" "$net" ipv6
+	# only6: sva and svb with IPv6 addresses alone (IPv6-only devices)
+	if [ "$mode" = only6 ]; then
+		sv_netns_pair "rs6-$scen-$port" "$net" ipv6only
+	else
+		sv_netns_pair "rs6-$scen-$port" "$net" ipv6
+	fi
 	sns=$SV_NS_A cns=$SV_NS_B addr="fd00:211:$net::1" caddr="fd00:211:$net::2"
 	# two hosts: neither takes the other's host secret, both hold this one
 	SOFTVERBS_SECRET=$(head -c 24 /dev/urandom | base64)
