@@ -501,6 +501,8 @@ static int rocev2_listen6(struct in_addr ip, uint16_t *port)
 struct fwd_rx {
 	int ep;	   /* what the engine polls */
 	int lsock; /* the abstract socket "softverbs-rocev2/ADDR:PORT" */
+	struct in_addr ip;
+	uint16_t port;
 	int *conns, nconns, cap;
 	struct fwd_rx *next;
 };
@@ -541,6 +543,8 @@ static int rocev2_fwd_listen(struct in_addr ip, uint16_t *port)
 		free(r);
 		return e;
 	}
+	r->ip = ip;
+	r->port = *port;
 	pthread_mutex_lock(&fwd_lock);
 	r->next = fwd_rxs;
 	fwd_rxs = r;
@@ -565,6 +569,13 @@ static void fwd_rx_drop(struct fwd_rx *r, int k)
 	r->conns[k] = r->conns[--r->nconns];
 }
 
+/*
+ * A context of this process closes: so do this process's connections to
+ * it, and once no context of the process is left, all the others (only a
+ * context's listener passes datagrams on).  A connection to a context of
+ * another process that ended stays until a datagram finds it closed
+ * (forward).
+ */
 static void rocev2_fwd_unlisten(int ep)
 {
 	struct fwd_rx *r = NULL;
@@ -578,6 +589,15 @@ static void rocev2_fwd_unlisten(int ep)
 		}
 	while (r && r->nconns)
 		fwd_rx_drop(r, 0);
+	for (struct fwd_tx **pp = &fwd_txs, *t; r && (t = *pp);) {
+		if (!fwd_rxs || (t->ip.s_addr == r->ip.s_addr && t->port == r->port)) {
+			*pp = t->next;
+			close(t->fd);
+			free(t);
+		} else {
+			pp = &t->next;
+		}
+	}
 	pthread_mutex_unlock(&fwd_lock);
 	if (r) {
 		close(r->lsock);
@@ -834,7 +854,12 @@ static int decode(struct sv_dgram *d, const uint8_t *raw, size_t n, uint16_t spo
  * A datagram for another context of this host: to it, over this process's
  * connection to it.  Nobody there (the context is gone), or no room: the
  * datagram is dropped, as a NIC drops a packet for an unknown QP or one it
- * has no buffer for.
+ * has no buffer for.  A connection kept from before may lead to a context
+ * that has ended since, its block now another's (a process that closes a
+ * device and opens one again gets the same block back): its first failed
+ * send is not a drop, the datagram goes over a new connection to whoever
+ * holds the port now.  Otherwise the first packet of each fresh pair of
+ * contexts, a UC or UD message lost for good, would be thrown away.
  */
 static void forward(const struct sv_dgram *d, uint16_t from_port, const uint8_t *raw, size_t n,
 		    uint16_t to_port, uint8_t tos)
@@ -849,43 +874,53 @@ static void forward(const struct sv_dgram *d, uint16_t from_port, const uint8_t 
 	memcpy(h.from, &d->from, 16);
 	memcpy(h.to, &d->to, 16);
 	pthread_mutex_lock(&fwd_lock);
-	for (pp = &fwd_txs; (t = *pp); pp = &t->next)
-		if (t->ip.s_addr == d->local_ip.s_addr && t->port == to_port)
-			break;
-	if (!t && (t = calloc(1, sizeof(*t)))) {
-		struct sockaddr_un sa;
-		socklen_t sl;
+	for (int attempt = 0; attempt < 2; attempt++) {
+		bool fresh = false;
 
-		t->ip = d->local_ip;
-		t->port = to_port;
-		sv_endpoint_unix_name(&sa, &sl, "rocev2", d->local_ip, to_port);
-		/* blocking only for connect, which for a unix socket does not
-		 * wait for the peer to accept */
-		t->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
-		if (t->fd < 0 || connect(t->fd, (struct sockaddr *)&sa, sl)) {
-			if (t->fd >= 0)
-				close(t->fd);
-			free(t);
-			t = NULL;
-		} else {
-			bufsize(t->fd, SO_SNDBUFFORCE, SO_SNDBUF, SV_ROCEV2_SNDBUF);
-			*pp = t;
+		for (pp = &fwd_txs; (t = *pp); pp = &t->next)
+			if (t->ip.s_addr == d->local_ip.s_addr && t->port == to_port)
+				break;
+		if (!t && (t = calloc(1, sizeof(*t)))) {
+			struct sockaddr_un sa;
+			socklen_t sl;
+
+			t->ip = d->local_ip;
+			t->port = to_port;
+			sv_endpoint_unix_name(&sa, &sl, "rocev2", d->local_ip, to_port);
+			/* blocking only for connect, which for a unix socket
+			 * does not wait for the peer to accept */
+			t->fd = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0);
+			if (t->fd < 0 || connect(t->fd, (struct sockaddr *)&sa, sl)) {
+				if (t->fd >= 0)
+					close(t->fd);
+				free(t);
+				t = NULL;
+			} else {
+				bufsize(t->fd, SO_SNDBUFFORCE, SO_SNDBUF, SV_ROCEV2_SNDBUF);
+				*pp = t;
+				fresh = true;
+			}
 		}
-	}
-	if (!t) {
-		sv_dbg("rocev2: no context of port %u here; a datagram for it dropped", to_port);
-	} else if (sendmsg(t->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
+		if (!t) {
+			sv_dbg("rocev2: no context of port %u here; a datagram for it dropped",
+			       to_port);
+			break;
+		}
+		if (sendmsg(t->fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL) >= 0)
+			break;
 		if (errno == EAGAIN || errno == EWOULDBLOCK || errno == ENOBUFS) {
 			sv_warn_limited("rocev2: the context of port %u takes no more now; "
 					"a datagram for it dropped",
 					to_port);
-		} else {
-			/* that context ended: the next datagram for its port
-			 * finds whoever holds it then */
-			*pp = t->next;
-			close(t->fd);
-			free(t);
+			break;
 		}
+		/* that context ended: whoever holds its port now gets the
+		 * datagram over a new connection */
+		*pp = t->next;
+		close(t->fd);
+		free(t);
+		if (fresh)
+			break;
 	}
 	pthread_mutex_unlock(&fwd_lock);
 }
