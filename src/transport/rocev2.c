@@ -1048,6 +1048,7 @@ const struct sv_transport_ops sv_rocev2_listen_ops = {
 	.listen = rocev2_listen,
 	.recv = rocev2_recv,
 	.backlogged = rocev2_backlogged,
+	.shared_port = true,
 };
 
 const struct sv_transport_ops sv_rocev2_listen6_ops = {
@@ -1056,6 +1057,7 @@ const struct sv_transport_ops sv_rocev2_listen6_ops = {
 	.listen = rocev2_listen6,
 	.recv = rocev2_recv,
 	.backlogged = rocev2_backlogged,
+	.shared_port = true,
 };
 
 const struct sv_transport_ops sv_rocev2_fwd_ops = {
