@@ -483,6 +483,12 @@ void sv_engine_read_done(struct sv_conn *conn, struct sv_qp *qp)
 		wake(conn->eng);
 }
 
+void sv_engine_read_later(struct sv_conn *conn, struct sv_qp *qp)
+{
+	atomic_fetch_add(&to_ec(conn)->reads_left, 1);
+	sv_engine_schedule(conn->eng, qp);
+}
+
 /* Is qp's READ still waiting for room on conn (not yet unparked)? */
 static bool read_parked(struct sv_conn *conn, struct sv_qp *qp)
 {
@@ -1325,8 +1331,16 @@ static bool arm_in_memory(struct sv_engine *eng, uint64_t *tick_ns)
 	return pending;
 }
 
+/*
+ * The QPs scheduled when it starts, once each: one that schedules itself
+ * again (a READ answered a burst at a time over a datagram transport,
+ * do_read) runs in the next pass, after the listeners have been looked at,
+ * and the doorbell says there is one.
+ */
 static void run_deferred(struct sv_engine *eng)
 {
+	unsigned left = atomic_load_explicit(&eng->nrun, memory_order_relaxed);
+
 	for (;;) {
 		struct sv_qp *qp;
 
@@ -1334,6 +1348,10 @@ static void run_deferred(struct sv_engine *eng)
 		 * doorbell (sv_engine_schedule): the engine thread runs it */
 		if (!atomic_load_explicit(&eng->nrun, memory_order_relaxed))
 			return;
+		if (!left--) {
+			wake(eng);
+			return;
+		}
 		pthread_mutex_lock(&eng->lock);
 		if (sv_list_empty(&eng->run_qps)) {
 			pthread_mutex_unlock(&eng->lock);

@@ -179,10 +179,13 @@ static size_t build_headers(struct sv_qp *qp, struct sv_send_wqe *w, uint32_t k,
 	}
 	if (op->off_reth) {
 		struct sv_reth *r = (void *)(hdr + op->off_reth);
+		/* a READ asked for again from its response k on (rewind): the
+		 * rest of it (a WRITE's RETH is on its first packet only) */
+		uint32_t done = (w->op->flags & SV_WRF_READ) ? k * qp->mtu : 0;
 
-		r->va = htobe64(w->wr.wr.rdma.remote_addr);
+		r->va = htobe64(w->wr.wr.rdma.remote_addr + done);
 		r->rkey = htonl(w->wr.wr.rdma.rkey);
-		r->dma_len = htonl(w->length);
+		r->dma_len = htonl(w->length - done);
 	}
 	if (op->off_atmeth) {
 		struct sv_atmeth *a = (void *)(hdr + op->off_atmeth);
@@ -632,10 +635,19 @@ void sv_requester_rewind(struct sv_qp *qp, uint32_t to_psn)
 			target = i;
 			first_psn = w->first_psn;
 			/* a SEND or WRITE goes on from the packet asked for (the
-			 * responder has the ones before it); a READ or an atomic is
-			 * asked for whole */
+			 * responder has the ones before it); a READ from its first
+			 * response not placed yet, asked for as a READ of the rest
+			 * (PSN, address and length moved on, as rxe does and IBA
+			 * allows): asked for whole, a READ longer than the receiving
+			 * side can take in at once (a datagram socket's buffer) would
+			 * lose its responses at the same place every time and never
+			 * complete.  An atomic is asked for whole */
 			if (!sv_wr_rd_atomic(w->op) && w->npkts && sv_psn_cmp(to_psn, first_psn) > 0)
 				from_pkt = (to_psn - first_psn) & SV_PSN_MASK;
+			else if ((w->op->flags & SV_WRF_READ) && w->npkts &&
+				 sv_psn_cmp(w->resp_psn, first_psn) > 0 &&
+				 sv_psn_cmp(w->resp_psn, w->last_psn) <= 0)
+				from_pkt = (w->resp_psn - first_psn) & SV_PSN_MASK;
 		}
 		if (target != end) {
 			w->state = SV_WQE_PENDING;
