@@ -14,8 +14,11 @@ build:
 	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
+# Ends with CTest's summary and the list of what was skipped, with why and
+# what to install (scripts/test-summary.sh).
 test: build
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_FLAGS)
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_FLAGS); rc=$$?; \
+		cd $(CURDIR) && scripts/test-summary.sh $(BUILD); exit $$rc
 
 deps:
 	@scripts/install-deps.sh

@@ -27,9 +27,7 @@ set -euo pipefail
 [ $# -ge 1 ] || sv_fail "usage: $0 PORT [SECONDS]"
 port=$1
 secs=${2:-3}
-command -v ib_write_bw >/dev/null 2>&1 || sv_skip "ib_write_bw not installed (Debian perftest)"
-command -v python3 >/dev/null 2>&1 || sv_skip "python3 not installed (reads stat --json)"
-sv_require ibv_devices
+sv_require ib_write_bw python3 ibv_devices # python3 reads stat --json
 export SOFTVERBS_TRANSPORT=rocev2
 
 net=$((port % 250))

@@ -20,8 +20,7 @@ set -euo pipefail
 
 [ $# -ge 1 ] || sv_fail "usage: $0 PORT"
 port=$1
-command -v ib_write_bw >/dev/null 2>&1 || sv_skip "ib_write_bw not installed (Debian perftest)"
-sv_require ibv_devices
+sv_require ib_write_bw ibv_devices
 export SOFTVERBS_TRANSPORT=rocev2
 
 net=$((port % 250))

@@ -684,7 +684,9 @@ static const char *probe_seccomp(void)
 	SVT_CHECK_EQ(waitpid(pid, &status, 0), pid);
 	SVT_CHECK(WIFEXITED(status));
 	if (WEXITSTATUS(status) == 77)
-		return "seccomp filters are not available here (EINVAL/ENOSYS/EPERM)";
+		return "scenario 3 without its seccomp part (all else passed): seccomp filters "
+		       "are not available here (EINVAL/ENOSYS/EPERM: a kernel without "
+		       "CONFIG_SECCOMP_FILTER, or a container that forbids them)";
 	SVT_CHECK_MSG(WEXITSTATUS(status) == 0,
 		      "a seccomp filter returning EPERM for process_vm_readv did not work");
 	return NULL;
