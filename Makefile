@@ -6,7 +6,7 @@ CMAKE_FLAGS ?=
 PREFIX ?= /usr/local
 DESTDIR ?=
 
-.PHONY: all build test demo deps bench bench-shm bench-ucx clean install uninstall deb
+.PHONY: all build test test-full demo deps bench bench-shm bench-ucx clean install uninstall deb
 
 all: build
 
@@ -14,8 +14,21 @@ build:
 	@cmake -S . -B $(BUILD) $(CMAKE_FLAGS) >/dev/null
 	@cmake --build $(BUILD) -j $(JOBS)
 
+# `make test`: every test but those labelled "full", the repeats of a point
+# of the test matrix (the same test over another transport, size, GID index,
+# between namespaces...), of which one representative runs; `make
+# test-full`: everything, as CI does (.ci/run).  `ctest` alone runs
+# everything too.  Both end with CTest's summary and the list of what was
+# skipped, with why and what to install (scripts/test-summary.sh).
+# CTEST_FLAGS are added to ctest's arguments (with `make test`, a second -LE
+# excludes only tests that match both: use test-full for your own choice).
 test: build
-	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_FLAGS)
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) -LE full $(CTEST_FLAGS); rc=$$?; \
+		cd $(CURDIR) && scripts/test-summary.sh $(BUILD); exit $$rc
+
+test-full: build
+	cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_FLAGS); rc=$$?; \
+		cd $(CURDIR) && scripts/test-summary.sh $(BUILD); exit $$rc
 
 deps:
 	@scripts/install-deps.sh

@@ -138,6 +138,7 @@ static void progress_made(struct sv_qp *qp)
 
 	qp->retries_left = qp->attr.retry_cnt;
 	qp->rnr_retries_left = qp->attr.rnr_retry;
+	qp->ack_wait_since = sv_now_ns(); /* the wait for what is left starts over */
 	for (uint32_t i = sq->head; i != sq->next && !outstanding; i++)
 		outstanding = sq->wqe[i & (sq->size - 1)].state == SV_WQE_SENT;
 	/* a message the window stopped midway is on the wire too */
@@ -229,17 +230,21 @@ static void on_rnr_nak(struct sv_qp *qp, struct sv_send_wqe *w, uint32_t psn, ui
 }
 
 /*
- * Is a READ response packet the one its PSN's place in the READ calls for:
- * FIRST/MIDDLE/LAST/ONLY by position, a full MTU but for the last?  A peer
- * that ends a READ early (LAST too soon, short packets) would otherwise
- * complete it with bytes never written.
+ * Is a READ response packet, the one awaited (w->resp_psn), what its
+ * place in the READ calls for: MIDDLE or LAST only after the first, LAST
+ * (or ONLY) exactly at the last, a full MTU but for the last?  A peer that
+ * ends a READ early (LAST too soon, short packets) would otherwise complete
+ * it with bytes never written.  A READ asked for again from a later
+ * response on (sv_requester_rewind) is answered from there with FIRST (or
+ * ONLY), as a READ of the rest, or with MIDDLE (or LAST), as a replay of
+ * the first (rxe): either takes its place.
  */
 static bool resp_fits(const struct sv_qp *qp, const struct sv_send_wqe *w,
 		      const struct sv_opcode_info *op, uint32_t psn, uint64_t off, uint32_t plen)
 {
 	bool first = psn == w->first_psn, last = psn == w->last_psn;
 
-	return !(op->mask & SV_OPF_FIRST) == !first && !(op->mask & SV_OPF_LAST) == !last &&
+	return (op->mask & SV_OPF_FIRST || !first) && !(op->mask & SV_OPF_LAST) == !last &&
 	       plen == SV_MIN((uint64_t)qp->mtu, w->length - off);
 }
 
@@ -302,14 +307,17 @@ void sv_completer_rx(struct sv_qp *qp, const struct sv_opcode_info *op, uint8_t 
 			/* an atomic write's acknowledgement: no data */
 			finish(qp, w, plen || !(op->mask & SV_OPF_LAST) ? IBV_WC_BAD_RESP_ERR
 									  : IBV_WC_SUCCESS);
-		} else if (!(w->op->flags & SV_WRF_READ) || off + plen > w->length ||
-			   !resp_fits(qp, w, op, psn, off, plen)) {
+		} else if (!(w->op->flags & SV_WRF_READ)) {
 			finish(qp, w, IBV_WC_BAD_RESP_ERR);
 		} else if (psn != w->resp_psn) {
 			/* a response lost before this one (or a replay of one placed
-			 * already): nothing placed, no progress; the ack timer asks
-			 * for the READ again and its responses fill it in order */
+			 * already, which may have started where an earlier request
+			 * for the rest did): nothing placed, no progress; the ack
+			 * timer asks for the READ again and its responses fill it in
+			 * order */
 			goto out;
+		} else if (off + plen > w->length || !resp_fits(qp, w, op, psn, off, plen)) {
+			finish(qp, w, IBV_WC_BAD_RESP_ERR);
 		} else {
 			w->resp_psn = sv_psn_add(psn, 1);
 			enum sv_mem_err e = sv_sgl_copy_in(qp->ctx, qp->pd, w->sge, w->num_sge, off,

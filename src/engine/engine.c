@@ -13,6 +13,7 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
 #include <poll.h>
@@ -482,6 +483,12 @@ void sv_engine_read_done(struct sv_conn *conn, struct sv_qp *qp)
 	 * thread (destroy, reset) has the engine thread look */
 	if (atomic_fetch_sub(&ec->reads_left, 1) == 1 && tls_progress != conn->eng)
 		wake(conn->eng);
+}
+
+void sv_engine_read_later(struct sv_conn *conn, struct sv_qp *qp)
+{
+	atomic_fetch_add(&to_ec(conn)->reads_left, 1);
+	sv_engine_schedule(conn->eng, qp);
 }
 
 /* Is qp's READ still waiting for room on conn (not yet unparked)? */
@@ -1337,8 +1344,16 @@ static bool arm_in_memory(struct sv_engine *eng, uint64_t *tick_ns)
 	return pending;
 }
 
+/*
+ * The QPs scheduled when it starts, once each: one that schedules itself
+ * again (a READ answered a burst at a time over a datagram transport,
+ * do_read) runs in the next pass, after the listeners have been looked at,
+ * and the doorbell says there is one.
+ */
 static void run_deferred(struct sv_engine *eng)
 {
+	unsigned left = atomic_load_explicit(&eng->nrun, memory_order_relaxed);
+
 	for (;;) {
 		struct sv_qp *qp;
 
@@ -1346,6 +1361,10 @@ static void run_deferred(struct sv_engine *eng)
 		 * doorbell (sv_engine_schedule): the engine thread runs it */
 		if (!atomic_load_explicit(&eng->nrun, memory_order_relaxed))
 			return;
+		if (!left--) {
+			wake(eng);
+			return;
+		}
 		pthread_mutex_lock(&eng->lock);
 		if (sv_list_empty(&eng->run_qps)) {
 			pthread_mutex_unlock(&eng->lock);
@@ -1822,11 +1841,18 @@ void sv_engine_quiesce(struct sv_engine *eng, uint64_t deadline_ns)
 	}
 }
 
-/*
- * Stop the engine thread and wait for it, within a bound: at exit, a thread
- * stuck elsewhere must not hang the process.  The engine's state stays as it
- * is; callers of the verbs still make progress themselves.
- */
+/* What the kernel gave datagram listener l for the others goes on to them,
+ * its recv passing it on (progress_lock held, or nobody else polls). */
+static void drain_datagrams(struct sv_engine *eng, struct sv_listener *l)
+{
+	for (int n = 0; n < 65536; n++) {
+		struct sv_dgram d = dgram_slot(eng);
+
+		if (!l->ops->recv(l->fd, &d))
+			break;
+	}
+}
+
 /*
  * The engine thread is gone: a datagram listener on a port the host's
  * contexts share (rocev2.c) still holds what the kernel gave it for the
@@ -1841,12 +1867,7 @@ static void leave_datagram_port(struct sv_engine *eng)
 
 		if (!l->ops->recv || l->fd < 0)
 			continue;
-		for (int n = 0; n < 65536; n++) {
-			struct sv_dgram d = dgram_slot(eng);
-
-			if (!l->ops->recv(l->fd, &d))
-				break;
-		}
+		drain_datagrams(eng, l);
 		listener_close(l);
 		l->fd = -1;
 	}
@@ -1866,6 +1887,57 @@ static void leave_shared_port(struct sv_engine *eng)
 		}
 }
 
+/*
+ * The engine thread stopped at unload or exit (sv_engine_halt), the
+ * context still open: leave a datagram port the host's contexts share
+ * (rocev2's 4791) as well.  A socket left in its group keeps its share of
+ * every flow to the host, and with nobody reading it those datagrams, any
+ * process's, are lost for as long as this process lives (a library
+ * unloaded with a device open: round 4 of unit_unload.rocev2 found its
+ * WRITE's flow there and ended in RETRY_EXC_ERR).  What waits in it for the
+ * others goes on to them first.  Application threads may still poll the
+ * listener (at exit), so its descriptor is not closed but made another,
+ * unbound, socket that never has anything to read: dup3 closes the bound
+ * one, which leaves the group, and the descriptor stays valid for whoever
+ * looks at it.  Draining takes the progress lock, which a polling thread
+ * lets go at each poll; one that keeps it past the deadline is not waited
+ * for (then nothing is drained).
+ */
+static void leave_shared_datagram_port(struct sv_engine *eng)
+{
+	struct timespec until;
+	bool locked;
+
+	clock_gettime(CLOCK_REALTIME, &until);
+	until.tv_nsec += 100000000;
+	if (until.tv_nsec >= 1000000000) {
+		until.tv_sec++;
+		until.tv_nsec -= 1000000000;
+	}
+	locked = !pthread_mutex_timedlock(&eng->progress_lock, &until);
+	for (int i = 0; i < eng->nlisteners; i++) {
+		struct sv_listener *l = &eng->listeners[i];
+		int quiet;
+
+		if (!l->ops->shared_port || l->fd < 0)
+			continue;
+		if (locked)
+			drain_datagrams(eng, l);
+		quiet = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		if (quiet < 0 || dup3(quiet, l->fd, O_CLOEXEC) < 0)
+			sv_warn("could not leave a shared datagram port: %s", strerror(errno));
+		if (quiet >= 0)
+			close(quiet);
+	}
+	if (locked)
+		pthread_mutex_unlock(&eng->progress_lock);
+}
+
+/*
+ * Stop the engine thread and wait for it, within a bound: at exit, a thread
+ * stuck elsewhere must not hang the process.  The engine's state stays as it
+ * is; callers of the verbs still make progress themselves.
+ */
 void sv_engine_halt(struct sv_engine *eng)
 {
 	struct timespec until;
@@ -1882,6 +1954,7 @@ void sv_engine_halt(struct sv_engine *eng)
 	}
 	eng->thread_started = false;
 	leave_shared_port(eng);
+	leave_shared_datagram_port(eng);
 }
 
 void sv_engine_stop(struct sv_engine *eng)

@@ -160,6 +160,10 @@ void sv_engine_conn_fail(struct sv_conn *conn);
 bool sv_engine_read_wait(struct sv_conn *conn, struct sv_qp *qp);
 /* qp->lock held: that READ (waiting or not) is over. */
 void sv_engine_read_done(struct sv_conn *conn, struct sv_qp *qp);
+/* qp->lock held: the READ qp answers on conn, a datagram transport's,
+ * goes on in the QP's next scheduled run (sv_responder_resume), after the
+ * engine has looked at its listeners; sv_engine_read_done ends it. */
+void sv_engine_read_later(struct sv_conn *conn, struct sv_qp *qp);
 /* The engine's answers to a stream's direct receive (direct.c; struct sv_conn_host). */
 int sv_engine_rx_classify(struct sv_conn *c, const uint8_t *frame, size_t have, uint32_t flen,
 			  uint32_t *hdr_len);

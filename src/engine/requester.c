@@ -179,10 +179,13 @@ static size_t build_headers(struct sv_qp *qp, struct sv_send_wqe *w, uint32_t k,
 	}
 	if (op->off_reth) {
 		struct sv_reth *r = (void *)(hdr + op->off_reth);
+		/* a READ asked for again from its response k on (rewind): the
+		 * rest of it (a WRITE's RETH is on its first packet only) */
+		uint32_t done = (w->op->flags & SV_WRF_READ) ? k * qp->mtu : 0;
 
-		r->va = htobe64(w->wr.wr.rdma.remote_addr);
+		r->va = htobe64(w->wr.wr.rdma.remote_addr + done);
 		r->rkey = htonl(w->wr.wr.rdma.rkey);
-		r->dma_len = htonl(w->length);
+		r->dma_len = htonl(w->length - done);
 	}
 	if (op->off_atmeth) {
 		struct sv_atmeth *a = (void *)(hdr + op->off_atmeth);
@@ -387,6 +390,8 @@ void sv_requester_arm_ack_timer(struct sv_qp *qp)
 	/* below a millisecond the engine's tick cannot honour it anyway */
 	if (t < 1000000ull)
 		t = 1000000ull;
+	if (!atomic_load_explicit(&qp->ack_deadline, memory_order_relaxed))
+		qp->ack_wait_since = now; /* waiting from now (progress_made too) */
 	d = qp->sq.flow.ib_deadline = now + t;
 	qp->sq.flow.probes = 0;
 	if (sv_flow_probing(qp) && now + sv_flow_probe_ns(qp) < d)
@@ -655,10 +660,19 @@ void sv_requester_rewind(struct sv_qp *qp, uint32_t to_psn)
 			target = i;
 			first_psn = w->first_psn;
 			/* a SEND or WRITE goes on from the packet asked for (the
-			 * responder has the ones before it); a READ or an atomic is
-			 * asked for whole */
+			 * responder has the ones before it); a READ from its first
+			 * response not placed yet, asked for as a READ of the rest
+			 * (PSN, address and length moved on, as rxe does and IBA
+			 * allows): asked for whole, a READ longer than the receiving
+			 * side can take in at once (a datagram socket's buffer) would
+			 * lose its responses at the same place every time and never
+			 * complete.  An atomic is asked for whole */
 			if (!sv_wr_rd_atomic(w->op) && w->npkts && sv_psn_cmp(to_psn, first_psn) > 0)
 				from_pkt = (to_psn - first_psn) & SV_PSN_MASK;
+			else if ((w->op->flags & SV_WRF_READ) && w->npkts &&
+				 sv_psn_cmp(w->resp_psn, first_psn) > 0 &&
+				 sv_psn_cmp(w->resp_psn, w->last_psn) <= 0)
+				from_pkt = (w->resp_psn - first_psn) & SV_PSN_MASK;
 		}
 		if (target != end) {
 			w->state = SV_WQE_PENDING;
@@ -673,6 +687,27 @@ void sv_requester_rewind(struct sv_qp *qp, uint32_t to_psn)
 	sq->psn = first_psn;
 	sq->next = target;
 	sq->seg_off = from_pkt * qp->mtu;
+}
+
+/*
+ * A stream transport (tcp, shm) loses nothing by itself: while its
+ * connection lives, no answer yet means the peer process has not got to
+ * our packets (a busy host, whose threads wait for a core; a stop), not
+ * that they were lost, and resending would only queue duplicates behind
+ * them.  For SV_CONN_SILENT_NS from the start of the wait the ack timeout
+ * waits again, using no retry; from then on retries count as before, so a
+ * peer that stays silent still ends in IBV_WC_RETRY_EXC_ERR.  Without this
+ * the eight tries of ibv_rc_pingpong (timeout 14, 67 ms each) ran out
+ * whenever the peer did not run for 0.6 s.  Under SOFTVERBS_FAULTS packets
+ * are lost on purpose, and a datagram transport loses them by itself:
+ * there the timeout resends at once.
+ */
+static bool stream_patience(const struct sv_qp *qp, uint64_t now)
+{
+	const struct sv_conn *c = qp->conn;
+
+	return c && !c->ops->datagram && !sv_faults_enabled &&
+	       atomic_load(&c->state) != SV_CONN_DEAD && now - qp->ack_wait_since < SV_CONN_SILENT_NS;
 }
 
 void sv_requester_timeout(struct sv_qp *qp, uint64_t now)
@@ -723,6 +758,9 @@ void sv_requester_timeout(struct sv_qp *qp, uint64_t now)
 		} else if (qp->conn && sv_conn_busy(qp->conn)) {
 			/* still queued behind other traffic: the wire has not lost it,
 			 * it has not even carried it yet; wait without using a retry */
+			sv_requester_arm_ack_timer(qp);
+		} else if (stream_patience(qp, now)) {
+			/* carried, not answered yet: wait, no retry used */
 			sv_requester_arm_ack_timer(qp);
 		} else if (sv_flow_probing(qp) && now < qp->sq.flow.ib_deadline) {
 			/* a round trip and more without progress, before the ack

@@ -496,7 +496,18 @@ static uint8_t *stage_read(struct sv_qp *qp, struct sv_txbatch *b, sv_cu_ctx gpu
  * one batch of memory here, whatever its length and however slowly its
  * requester reads (the QP's later requests and the connection's input wait
  * meanwhile: engine.c).
+ *
+ * A datagram transport has no queue: what the socket takes is the
+ * network's.  There the rest waits in qp->rd_left after every
+ * SV_DGRAM_READ_BURST packets, until the engine has looked at its
+ * listeners: a 64 MiB READ is 16,384 datagrams, whose making took the
+ * engine thread longer than the requester's ack timeout, during which it
+ * read nothing, neither the requester's ACKs and repeated requests nor the
+ * datagrams the kernel gave it for other contexts of the host, which it
+ * passes on (rocev2.c): with each repeat answered whole again behind it,
+ * such a READ never completed.
  */
+#define SV_DGRAM_READ_BURST 128u
 static enum resp_result do_read(struct sv_qp *qp, struct sv_conn *conn, uint32_t psn,
 				uint64_t va, uint32_t rkey, uint32_t dma_len, uint32_t from)
 {
@@ -538,6 +549,19 @@ static enum resp_result do_read(struct sv_qp *qp, struct sv_conn *conn, uint32_t
 		struct sv_bth *bth;
 		size_t hl = sizeof(*bth);
 
+		if (conn->ops->datagram && k > from && !((k - from) % SV_DGRAM_READ_BURST) &&
+		    !is_proxy(qp)) {
+			sv_txbatch_flush(&b);
+			sv_conn_get(conn);
+			qp->rd_left.conn = conn;
+			qp->rd_left.va = va;
+			qp->rd_left.rkey = rkey;
+			qp->rd_left.dma_len = dma_len;
+			qp->rd_left.psn = psn;
+			qp->rd_left.next = k;
+			sv_engine_read_later(conn, qp);
+			break;
+		}
 		if (!sv_txbatch_fits(&b, conn, 1)) {
 			sv_txbatch_flush(&b);
 			if (atomic_load(&conn->state) == SV_CONN_DEAD)

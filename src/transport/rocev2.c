@@ -535,6 +535,8 @@ static int rocev2_listen6ll(const struct in6_addr *ip, uint16_t *port)
 struct fwd_rx {
 	int ep;	   /* what the engine polls */
 	int lsock; /* the abstract socket "softverbs-rocev2/ADDR:PORT" */
+	struct in6_addr ip;
+	uint16_t port;
 	int *conns, nconns, cap;
 	struct fwd_rx *next;
 };
@@ -575,6 +577,8 @@ static int rocev2_fwd_listen(const struct in6_addr *ip, uint16_t *port)
 		free(r);
 		return e;
 	}
+	r->ip = *ip;
+	r->port = *port;
 	pthread_mutex_lock(&fwd_lock);
 	r->next = fwd_rxs;
 	fwd_rxs = r;
@@ -599,6 +603,13 @@ static void fwd_rx_drop(struct fwd_rx *r, int k)
 	r->conns[k] = r->conns[--r->nconns];
 }
 
+/*
+ * A context of this process closes: so do this process's connections to
+ * it, and once no context of the process is left, all the others (only a
+ * context's listener passes datagrams on).  A connection to a context of
+ * another process that ended stays until a datagram finds it closed
+ * (forward).
+ */
 static void rocev2_fwd_unlisten(int ep)
 {
 	struct fwd_rx *r = NULL;
@@ -612,6 +623,15 @@ static void rocev2_fwd_unlisten(int ep)
 		}
 	while (r && r->nconns)
 		fwd_rx_drop(r, 0);
+	for (struct fwd_tx **pp = &fwd_txs, *t; r && (t = *pp);) {
+		if (!fwd_rxs || (sv_ip_eq(&t->ip, &r->ip) && t->port == r->port)) {
+			*pp = t->next;
+			close(t->fd);
+			free(t);
+		} else {
+			pp = &t->next;
+		}
+	}
 	pthread_mutex_unlock(&fwd_lock);
 	if (r) {
 		close(r->lsock);
@@ -1079,6 +1099,7 @@ const struct sv_transport_ops sv_rocev2_listen_ops = {
 	.host_port = true,
 	.recv = rocev2_recv,
 	.backlogged = rocev2_backlogged,
+	.shared_port = true,
 };
 
 const struct sv_transport_ops sv_rocev2_listen6_ops = {
@@ -1097,6 +1118,7 @@ const struct sv_transport_ops sv_rocev2_listen6ll_ops = {
 	.host_port = true,
 	.recv = rocev2_recv,
 	.backlogged = rocev2_backlogged,
+	.shared_port = true,
 };
 
 const struct sv_transport_ops sv_rocev2_fwd_ops = {

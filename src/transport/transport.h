@@ -394,6 +394,10 @@ struct sv_transport_ops {
 	/* A datagram listener: is more than half its socket's buffer taken by
 	 * what waits there (the receiver is falling behind)?  Optional. */
 	bool (*backlogged)(int lfd);
+	/* A datagram listener on a port every context of the host binds
+	 * (SO_REUSEPORT): the kernel gives each a share of the flows, so one
+	 * that nobody reads any more must leave it (engine.c, sv_engine_halt). */
+	bool shared_port;
 	/* Room after a full ring is signalled by a bell (EPOLLIN), never EPOLLOUT. */
 	bool room_by_bell;
 	/* Start a connection to conn->peer; completes asynchronously. */

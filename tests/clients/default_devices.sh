@@ -17,8 +17,8 @@
 
 unset SOFTVERBS_LOOPBACK SOFTVERBS_IFACES # the suite's setting: this test is of the default
 
-[ "$(id -u)" = 0 ] || sv_skip "network namespaces need root"
-command -v ip >/dev/null 2>&1 || sv_skip "ip(8) not installed: Debian package iproute2"
+[ "$(id -u)" = 0 ] || sv_skip_root "network namespaces"
+command -v ip >/dev/null 2>&1 || sv_skip_package iproute2 "ip(8) not installed"
 
 # new_ns VAR [veth|veth6|vethll]: a namespace with lo up and an interface
 # svd (its peer svp stays in the namespace, without an address): "veth"
@@ -26,7 +26,7 @@ command -v ip >/dev/null 2>&1 || sv_skip "ip(8) not installed: Debian package ip
 # IPv6 address alone.
 new_ns() {
 	local ns="svt-dd-$$-$1" net=$((RANDOM % 200 + 20))
-	ip netns add "$ns" 2>/dev/null || sv_skip "ip netns add failed here"
+	sv_netns_add "$ns"
 	SV_NETNS+=("$ns")
 	ip -n "$ns" link set lo up || sv_fail "lo up in $ns"
 	if [ -n "${2:-}" ]; then

@@ -20,6 +20,20 @@ SV_NETNS=()      # network namespaces to delete on exit
 sv_log()  { echo "-- $*"; }
 sv_skip() { echo "SKIP: $*"; exit 77; }
 
+# sv_skip_package "PACKAGE..." WHAT: skip (77), saying that WHAT is missing,
+# which Debian packages bring it and how to install them.  The summary of
+# `make test` lists these lines (scripts/test-summary.sh).
+sv_skip_package() {
+	local kind="Debian package"
+	[[ $1 != *' '* ]] || kind="Debian packages"
+	sv_skip "$2: install $kind $1 (apt-get install $1; scripts/install-deps.sh --all installs every package the tests use)"
+}
+
+# sv_skip_root FOR: skip (77): the test needs root for FOR.
+sv_skip_root() {
+	sv_skip "needs root for $1: run the tests as root (sudo make test) to include it"
+}
+
 # Print everything the started programs wrote, then fail.
 sv_fail() {
 	echo "FAIL: $*"
@@ -78,7 +92,7 @@ sv_package_of() {
 	ibv_*) echo ibverbs-utils ;;
 	ib_*) echo perftest ;;
 	rping | udaddy | ucmatose | rdma_server | rdma_client | rdma_xserver | rdma_xclient | \
-		cmtime | mckey | rstream | riostream | rcopy) echo rdmacm-utils ;;
+		cmtime | mckey | rstream | riostream | rcopy | udpong) echo rdmacm-utils ;;
 	ucx_*) echo ucx-utils ;;
 	mpirun | mpicc) echo "openmpi-bin libopenmpi-dev" ;;
 	mpiexec.mpich) echo mpich ;;
@@ -86,18 +100,26 @@ sv_package_of() {
 	fi_*) echo libfabric-bin ;;
 	dtest | dapltest) echo dapl2-utils ;;
 	qemu-system-x86_64) echo qemu-system-x86 ;;
+	mkfs.ext4) echo e2fsprogs ;;
+	ip) echo iproute2 ;;
+	groff) echo groff-base ;;
+	unshare) echo util-linux ;;
 	*) echo "$1" ;;
 	esac
 }
 
 # sv_require PROG...: skip (77) unless every PROG is installed, naming the
-# package that brings it and how to install it.
+# packages that bring the missing ones and how to install them.
 sv_require() {
-	local p
+	local p progs=() pkgs=()
 	for p in "$@"; do
-		command -v "$p" >/dev/null 2>&1 ||
-			sv_skip "$p not installed: Debian package $(sv_package_of "$p") (scripts/install-deps.sh --all installs every package the tests use)"
+		command -v "$p" >/dev/null 2>&1 && continue
+		progs+=("$p")
+		# shellcheck disable=SC2207 # a program may need two packages
+		pkgs+=($(sv_package_of "$p"))
 	done
+	[ ${#progs[@]} = 0 ] ||
+		sv_skip_package "$(printf '%s\n' "${pkgs[@]}" | sort -u | xargs)" "${progs[*]} not installed"
 	[ -n "$SV_TOOL" ] && [ -x "$SV_TOOL" ] ||
 		sv_fail "softverbs tool not found (SV_TOOL='$SV_TOOL'); run 'make' first"
 }
@@ -241,6 +263,47 @@ sv_free_port() {
 	echo "$p"
 }
 
+# sv_stat_frozen FILE PGID...: one `softverbs stat --json` snapshot of the
+# host into FILE, taken with the process groups PGID... (sv_run_bg's, which
+# timeout(1) makes) stopped (SIGSTOP), so that it finds their contexts
+# alive however late this shell gets a CPU on a busy machine; they go on
+# (SIGCONT) before it returns.  Fails the test if stat fails.
+sv_stat_frozen() {
+	local file=$1 rc=0 g
+	shift
+	for g in "$@"; do kill -STOP -- "-$g" 2>/dev/null || true; done
+	"$SV_TOOL" stat --json >"$file" 2>"$SV_WORK/stat.err" || rc=$?
+	for g in "$@"; do kill -CONT -- "-$g" 2>/dev/null || true; done
+	[ "$rc" = 0 ] || sv_fail "softverbs stat --json failed: $(cat "$SV_WORK/stat.err")"
+}
+
+# sv_stat_rc_sums FILE NS COMM KEY...: from a stat --json snapshot, the sums
+# of the counters KEY... over the RC QPs of the contexts of program COMM in
+# network namespace NS (told apart by the namespace's inode: other tests'
+# namespaces have devices of the same names), one line; nothing when there
+# is no such QP.
+sv_stat_rc_sums() {
+	local file=$1 ino comm=$3
+	ino=$(stat -L -c %i "/run/netns/$2") || sv_fail "no inode for namespace $2"
+	shift 3
+	python3 - "$file" "$ino" "$comm" "$@" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+ino, comm, keys = int(sys.argv[2]), sys.argv[3], sys.argv[4:]
+tot, found = dict.fromkeys(keys, 0), False
+for c in d.get("contexts", []):
+    if c.get("netns") != ino or c.get("comm") != comm:
+        continue
+    for q in c.get("qps", []):
+        if q.get("type") == "RC":
+            found = True
+            for k in keys:
+                tot[k] += q["counters"][k]
+if found:
+    print(*(tot[k] for k in keys))
+PY
+}
+
 # sv_wait_listen NS PORT PGID: wait until a process of group PGID (our server)
 # listens on TCP PORT.  Returns 1 if the group died first, 2 on timeout.
 sv_wait_listen() {
@@ -376,6 +439,14 @@ sv_perftest_server() {
 	sv_fail "server could not listen on a TCP port"
 }
 
+# sv_netns_add NS: make network namespace NS, or skip (77) saying why not
+# (root, but not allowed: an unprivileged container).
+sv_netns_add() {
+	local err
+	err=$(ip netns add "$1" 2>&1) ||
+		sv_skip "ip netns add failed here ($err): network namespaces need CAP_SYS_ADMIN, which an unprivileged container does not give"
+}
+
 # sv_require_ipv6_lo: skip (77) unless this host has ::1 (a host or
 # container may have IPv6 turned off).
 sv_require_ipv6_lo() {
@@ -394,16 +465,16 @@ sv_require_ipv6_lo() {
 # be made here.
 sv_netns_pair() {
 	local tag=$1 net=$2 v6=${3:-} a=sva b=svb
-	[ "$(id -u)" = 0 ] || sv_skip "network namespaces need root"
-	command -v ip >/dev/null 2>&1 || sv_skip "ip(8) not installed"
+	[ "$(id -u)" = 0 ] || sv_skip_root "network namespaces"
+	command -v ip >/dev/null 2>&1 || sv_skip_package iproute2 "ip(8) not installed"
 	SV_NS_A="svt-$tag-$$-a"
 	SV_NS_B="svt-$tag-$$-b"
-	ip netns add "$SV_NS_A" 2>/dev/null || sv_skip "ip netns add failed here"
+	sv_netns_add "$SV_NS_A"
 	SV_NETNS+=("$SV_NS_A")
 	ip netns add "$SV_NS_B" || sv_fail "ip netns add $SV_NS_B"
 	SV_NETNS+=("$SV_NS_B")
 	ip -n "$SV_NS_A" link add sva type veth peer name svb netns "$SV_NS_B" 2>/dev/null ||
-		sv_skip "cannot create a veth pair here"
+		sv_skip "cannot create a veth pair here (no veth module in this kernel?): the test needs one between two network namespaces"
 	if [ "$v6" = ipv6only ]; then
 		ip -n "$SV_NS_A" link add oa type veth peer name ob netns "$SV_NS_B" &&
 			ip -n "$SV_NS_A" link set sva up && ip -n "$SV_NS_B" link set svb up ||

@@ -27,8 +27,7 @@ set -euo pipefail
 [ $# -ge 5 ] || sv_fail "usage: $0 lo|netns PROGRAM SIZE ITERS PORT [ARGS...]"
 mode=$1 prog=$2 size=$3 iters=$4 port=$5
 shift 5
-command -v "$prog" >/dev/null 2>&1 || sv_skip "$prog not installed (Debian perftest)"
-sv_require ibv_devices
+sv_require "$prog" ibv_devices
 
 common=(-x 0 -n "$iters")
 [ "$size" = - ] || common+=(-s "$size")

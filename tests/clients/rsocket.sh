@@ -178,7 +178,7 @@ udpong)
 	;;
 preload)
 	pre=/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so
-	[ -e "$pre" ] || sv_skip "$pre not installed (Debian librdmacm1)"
+	[ -e "$pre" ] || sv_skip_package librdmacm1 "$pre not installed"
 	sv_start_server "" "$port" env LD_PRELOAD="$pre" "$SV_ECHO" server "$addr" "$port"
 	sv_run client "$(($(sv_left) - 5))" "" env LD_PRELOAD="$pre" "$SV_ECHO" client "$addr" "$port" ||
 		crc=$?

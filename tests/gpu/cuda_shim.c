@@ -30,7 +30,10 @@ static void __attribute__((noreturn)) unusable(const char *what, const char *det
 
 	const char *req = getenv("SVT_CUDA_REQUIRED");
 
-	snprintf(msg, sizeof(msg), "CUDA driver %s: %s", what, detail);
+	snprintf(msg, sizeof(msg),
+		 "CUDA driver %s: %s (the GPU tests need an NVIDIA GPU and its driver's "
+		 "libcuda.so.1; scripts/gpu-test.sh runs them on a machine that has one)",
+		 what, detail);
 	if (fake)
 		SVT_FAIL("SOFTVERBS_CUDA_LIB is set but the %s", msg);
 	if (req && *req && strcmp(req, "0"))

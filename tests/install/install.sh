@@ -90,7 +90,7 @@ bash "$clients/perftest.sh" lo ib_send_bw 65536 200 "$((port + 1))" -R ||
 
 # Linked with the installed pkg-config file: softverbs' library, no `softverbs run`.
 if ! command -v pkg-config >/dev/null 2>&1; then
-	echo "SKIP: pkg-config not installed (the rest passed)"
+	echo "SKIP: pkg-config not installed (the rest passed): install Debian package pkg-config (apt-get install pkg-config)"
 	exit 77
 fi
 pcflags=(--define-variable=prefix="$p")

@@ -5,7 +5,8 @@
 # tools/ must appear as a tagged entry, ".B NAME", in the page).
 set -euo pipefail
 src=$1
-command -v groff >/dev/null 2>&1 || { echo "SKIP: groff not installed"; exit 77; }
+command -v groff >/dev/null 2>&1 ||
+	{ echo "SKIP: groff not installed: install Debian package groff-base (apt-get install groff-base)"; exit 77; }
 rc=0
 for page in "$src"/docs/man/*.[1-8]; do
 	out=$(groff -man -ww -z -t "$page" 2>&1)

@@ -28,11 +28,8 @@ guest_dir=${SV_RXE_GUEST:-/var/tmp/sv-rxe-guest}
 host_ip=10.212.0.1 guest_ip=10.212.0.2 port=19500 port6=19600 portn=19700
 netem="loss 1% duplicate 1%" # the guest's eth0, last scenarios (scenarios-netem.sh)
 
-[ "$(id -u)" = 0 ] || sv_skip "needs root (network namespace, tap, debootstrap)"
-for t in qemu-system-x86_64 debootstrap mkfs.ext4 ip python3; do
-	command -v "$t" >/dev/null 2>&1 || sv_skip "$t not installed (qemu-system-x86, debootstrap, e2fsprogs, python3)"
-done
-sv_require ibv_rc_pingpong ib_write_bw
+[ "$(id -u)" = 0 ] || sv_skip_root "a network namespace, a tap device and debootstrap"
+sv_require qemu-system-x86_64 debootstrap mkfs.ext4 ip python3 ibv_rc_pingpong ib_write_bw
 
 t0=$SECONDS
 if ! "$src/scripts/rxe-guest.sh" build "$guest_dir" >"$SV_WORK/build.log" 2>&1; then
@@ -40,7 +37,8 @@ if ! "$src/scripts/rxe-guest.sh" build "$guest_dir" >"$SV_WORK/build.log" 2>&1; 
 	# debootstrap fetches everything from the Debian mirror: its failure is
 	# the mirror's (or the network's) far more often than the script's
 	grep -qiE 'debootstrap failed|failed to (fetch|resolve)|could not resolve|unable to connect|temporary failure' \
-		"$SV_WORK/build.log" && sv_skip "the guest cannot be built: debootstrap from the Debian mirror failed"
+		"$SV_WORK/build.log" &&
+		sv_skip "the guest cannot be built: debootstrap from the Debian mirror failed (it needs deb.debian.org reachable; its log is above)"
 	sv_fail "building the rxe guest"
 fi
 sv_log "guest ready to boot in $guest_dir ($((SECONDS - t0)) s)"

@@ -74,9 +74,9 @@ elif { [ "$CASE" = fi-pingpong ] && [ "$2" != dgram ]; } || { [ "$CASE" = mpi ] 
 	# skips loopback ones (as Linux's CM, a bind to 127.0.0.1 names no
 	# device).  Both sides run in a namespace of their own, with one end of
 	# a veth pair (the other end stays there too, without an address).
-	[ "$(id -u)" = 0 ] || sv_skip "a namespace with its own interface needs root"
+	[ "$(id -u)" = 0 ] || sv_skip_root "a network namespace with an interface of its own"
 	ns="svt-mw1-$$"
-	ip netns add "$ns" 2>/dev/null || sv_skip "ip netns add failed here"
+	sv_netns_add "$ns"
 	SV_NETNS+=("$ns")
 	net=$((RANDOM % 200 + 20))
 	ip -n "$ns" link set lo up && ip -n "$ns" link add svm type veth peer name svp &&
@@ -196,7 +196,8 @@ ucx-perf)
 	;;
 ucx-check)
 	ucx_env "$1"
-	[ -x "$SV_BIN/ucx_check" ] || sv_skip "ucx_check not built (no UCX headers)"
+	[ -x "$SV_BIN/ucx_check" ] ||
+		sv_skip_package libucx-dev "ucx_check not built (UCX's headers were not found when the build was configured; run make again after installing)"
 	port=$(oob_port)
 	server_client check 40 "$SV_BIN/ucx_check" -s "$port" -- \
 		"$SV_BIN/ucx_check" -c "$HOST" "$port"
@@ -206,7 +207,8 @@ ucx-check)
 	;;
 mpi)
 	sv_require mpirun
-	[ -x "$SV_BIN/mpi_check" ] || sv_skip "mpi_check not built (no MPI compiler)"
+	[ -x "$SV_BIN/mpi_check" ] ||
+		sv_skip_package libopenmpi-dev "mpi_check not built (no MPI compiler wrapper was found when the build was configured; run make again after installing)"
 	pml=$1
 	args=(--allow-run-as-root --oversubscribe -np 2 --mca btl self)
 	if [ "$pml" = ucx ]; then
@@ -251,7 +253,7 @@ mpich)
 	# through netns-rsh.sh as its remote shell.
 	sv_require mpiexec.mpich mpicc.mpich
 	echo '#include <mpi.h>' | mpicc.mpich -E -x c - >/dev/null 2>&1 ||
-		sv_skip "MPICH's mpi.h not installed: Debian package libmpich-dev (scripts/install-deps.sh --all installs every package the tests use)"
+		sv_skip_package libmpich-dev "MPICH's mpi.h not installed"
 	mpicc.mpich -O2 -o "$SV_WORK/mpi_check.mpich" "$(dirname "$0")/mpi_check.c" ||
 		sv_fail "mpicc.mpich could not build mpi_check"
 	ucx_env rc_verbs,ud_verbs,self

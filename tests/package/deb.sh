@@ -23,9 +23,9 @@ skip() { echo "SKIP: $*"; exit 77; }
 fail() { echo "FAIL: $*"; exit 1; }
 
 if [ -z "${SV_DEB_PRIVATE_ETC:-}" ]; then
-	[ "$(id -u)" = 0 ] || skip "installing a package needs root"
+	[ "$(id -u)" = 0 ] || skip "needs root to install a package: run the tests as root (sudo make test) to include it"
 	command -v dpkg >/dev/null 2>&1 || skip "not a Debian system (no dpkg)"
-	command -v unshare >/dev/null 2>&1 || skip "unshare(1) not installed"
+	command -v unshare >/dev/null 2>&1 || skip "unshare(1) not installed: install Debian package util-linux"
 	deb=$(ls -1 "$debdir"/softverbs_*.deb 2>/dev/null | head -n1 || true)
 	[ -n "$deb" ] || skip "no softverbs_*.deb in $debdir: run 'make deb' first"
 	status=$(dpkg-query -W -f='${db:Status-Status}' softverbs 2>/dev/null || true)

@@ -21,7 +21,7 @@ set -euo pipefail
 tool=$1 traffic=$2
 skip() { echo "SKIP: $*"; exit 77; }
 fail() { echo "FAIL: $*"; exit 1; }
-command -v python3 >/dev/null 2>&1 || skip "python3 not installed"
+command -v python3 >/dev/null 2>&1 || skip "python3 not installed: install Debian package python3 (apt-get install python3)"
 
 work=$(mktemp -d "${TMPDIR:-/tmp}/sv-stats.XXXXXX")
 ns=

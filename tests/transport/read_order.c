@@ -2,12 +2,18 @@
  * READ responses in order, or not at all: a peer that speaks the wire format
  * itself plays the responder of an RC READ and answers it badly.
  *
- *   - a response lost at the start (MIDDLE..LAST arrive, FIRST never does),
- *   - a response lost in the middle,
- *     then, when the requester asks again (its ack timer), the whole READ:
- *     the READ must complete once, successfully, with every byte; completing
- *     at the first LAST would leave a hole in the buffer (what CI saw once
- *     under load, a READ into GPU memory that kept its old first bytes);
+ *   - a response lost at the start (MIDDLE..LAST arrive, FIRST never does):
+ *     when the requester asks again (its ack timer), it asks for the whole
+ *     READ;
+ *   - a response lost in the middle: it asks for the rest, from the lost
+ *     one on (the PSN of that response, the address and length of the rest,
+ *     as rxe does), and takes that answered as a READ of its own
+ *     (FIRST..LAST) or, as rxe answers it, as a replay of the first READ
+ *     from there (MIDDLE..LAST);
+ *     either way the READ must complete once, successfully, with every
+ *     byte; completing at the first LAST would leave a hole in the buffer
+ *     (what CI saw once under load, a READ into GPU memory that kept its old
+ *     first bytes);
  *   - a READ ended early (LAST where a MIDDLE belongs): IBV_WC_BAD_RESP_ERR,
  *     never a success with bytes that were not written.
  *
@@ -31,7 +37,8 @@
 #define REMOTE_VA 0x100000ull
 #define REMOTE_RKEY 0x4242u
 
-enum flaw { LOSE_FIRST, LOSE_MIDDLE, END_EARLY };
+enum flaw { LOSE_FIRST, LOSE_MIDDLE, LOSE_MIDDLE_REPLAY, END_EARLY };
+#define LOST_MIDDLE 3 /* the response lost in the middle */
 
 static struct {
 	struct svt_wire_listener l;
@@ -39,6 +46,7 @@ static struct {
 	_Atomic uint32_t requester; /* the QPN responses go to */
 	_Atomic int flaw;
 	_Atomic int requests; /* READ requests seen for the current case */
+	_Atomic uint32_t last_from; /* the first response the last request asked for */
 } fake;
 
 /* Response k of the READ whose request had PSN psn, opcode `low` (FIRST...). */
@@ -57,28 +65,40 @@ static bool send_resp(int fd, uint32_t psn, uint32_t k, uint8_t low, uint64_t of
 	return svt_wire_send(fd, pkt, hl + MTU);
 }
 
-/* Answer one READ request: whole, or with this case's flaw the first time. */
+/*
+ * Answer one READ request: whole, or with this case's flaw the first time.
+ * A request for the rest (from response `from` on: its PSN, address and
+ * length moved on) is answered as a READ of its own, or as a replay of the
+ * first READ from there (LOSE_MIDDLE_REPLAY).
+ */
 static bool answer(int fd, uint32_t psn, uint64_t va, uint32_t len)
 {
-	uint32_t n = len / MTU;
 	int flaw = atomic_load(&fake.flaw);
 	bool first_time = atomic_fetch_add(&fake.requests, 1) == 0;
+	uint32_t from, n;
 
-	SVT_CHECK_EQ(len, LEN);
-	SVT_CHECK_EQ(va, REMOTE_VA);
+	SVT_CHECK(va >= REMOTE_VA && va < REMOTE_VA + LEN && (va - REMOTE_VA) % MTU == 0);
+	from = (uint32_t)((va - REMOTE_VA) / MTU);
+	SVT_CHECK_EQ(len, LEN - from * MTU);
+	atomic_store(&fake.last_from, from);
+	n = len / MTU;
 	for (uint32_t k = 0; k < n; k++) {
+		uint32_t at = from + k; /* its place in the whole READ */
 		uint8_t low = k == 0 ? SV_OP_READ_RESP_FIRST
 			      : k + 1 == n ? SV_OP_READ_RESP_LAST : SV_OP_READ_RESP_MIDDLE;
 
+		if (flaw == LOSE_MIDDLE_REPLAY && from)
+			low = at + 1 == NPKT ? SV_OP_READ_RESP_LAST : SV_OP_READ_RESP_MIDDLE;
 		if (first_time && flaw == LOSE_FIRST && k == 0)
 			continue;
-		if (first_time && flaw == LOSE_MIDDLE && k == 3)
+		if (first_time && (flaw == LOSE_MIDDLE || flaw == LOSE_MIDDLE_REPLAY) &&
+		    k == LOST_MIDDLE)
 			continue;
 		if (first_time && flaw == END_EARLY && k == 2) {
 			low = SV_OP_READ_RESP_LAST; /* the READ "ends" two packets in */
-			return send_resp(fd, psn, k, low, (uint64_t)k * MTU);
+			return send_resp(fd, psn, k, low, (uint64_t)at * MTU);
 		}
-		if (!send_resp(fd, psn, k, low, (uint64_t)k * MTU))
+		if (!send_resp(fd, psn, k, low, (uint64_t)at * MTU))
 			return false;
 	}
 	return true;
@@ -110,7 +130,7 @@ static void *responder(void *arg)
 static void one_case(struct svt_dev *d, struct ibv_cq *cq, enum flaw flaw)
 {
 	static const char *names[] = { "first response lost", "a middle response lost",
-				       "ended early" };
+				       "a middle response lost, the rest replayed", "ended early" };
 	struct svt_qp_init qi;
 	struct svt_conn c;
 	struct ibv_wc wc;
@@ -140,8 +160,12 @@ static void one_case(struct svt_dev *d, struct ibv_cq *cq, enum flaw flaw)
 		SVT_CHECK_MSG(wc.status == IBV_WC_SUCCESS, "%s: status %s", names[flaw],
 			      ibv_wc_status_str(wc.status));
 		SVT_CHECK_EQ(wc.byte_len, LEN);
-		/* asked again after the loss, and complete only then */
+		/* asked again after the loss, and complete only then: for the
+		 * whole READ when nothing of it came, else for the rest */
+		uint32_t asked_from = atomic_load(&fake.last_from);
+
 		SVT_CHECK(atomic_load(&fake.requests) >= 2);
+		SVT_CHECK_EQ(asked_from, flaw == LOSE_FIRST ? 0 : LOST_MIDDLE);
 		SVT_CHECK_MEM(buf + 64, fake.mem, LEN);
 	}
 	for (int i = 0; i < 64; i++) {
@@ -174,6 +198,7 @@ int main(void)
 
 	one_case(&d, cq, LOSE_FIRST);
 	one_case(&d, cq, LOSE_MIDDLE);
+	one_case(&d, cq, LOSE_MIDDLE_REPLAY);
 	one_case(&d, cq, END_EARLY);
 	SVT_CHECK_OK(ibv_destroy_cq(cq));
 	svt_dev_close(&d); /* closes the connection: the responder's read ends */

@@ -44,10 +44,10 @@ here=$(cd "$(dirname "$0")" && pwd)
 py=/usr/bin/python3
 export SOFTVERBS_TRANSPORT=rocev2
 
-[ "$(id -u)" = 0 ] || sv_skip "network namespaces and tcpdump need root"
-command -v tcpdump >/dev/null 2>&1 || sv_skip "tcpdump not installed (Debian tcpdump)"
-command -v tshark >/dev/null 2>&1 || sv_skip "tshark not installed (Debian tshark)"
-"$py" -c 'import scapy.contrib.roce' 2>/dev/null || sv_skip "python3-scapy not installed"
+[ "$(id -u)" = 0 ] || sv_skip_root "network namespaces and tcpdump"
+sv_require tcpdump tshark
+"$py" -c 'import scapy.contrib.roce' 2>/dev/null ||
+	sv_skip_package python3-scapy "scapy's RoCE layer (scapy.contrib.roce) not found by $py"
 [ -x "$agent" ] || sv_fail "no agent at '$agent'"
 [ -n "$SV_TOOL" ] && [ -x "$SV_TOOL" ] || sv_fail "softverbs tool not found (SV_TOOL='$SV_TOOL')"
 

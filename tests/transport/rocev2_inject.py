@@ -95,11 +95,14 @@ try:
     from scapy.packet import Raw
     from scapy.contrib.roce import BTH, cnp
 except ImportError:
-    print("SKIP: python3-scapy (scapy.contrib.roce) not installed")
+    print("SKIP: scapy's RoCE layer (scapy.contrib.roce) not found: install Debian package "
+          "python3-scapy (apt-get install python3-scapy; scripts/install-deps.sh --all "
+          "installs every package the tests use)")
     sys.exit(77)
 
 if os.geteuid() != 0:
-    print("SKIP: network namespaces need root")
+    print("SKIP: needs root for network namespaces: run the tests as root (sudo make test) "
+          "to include it")
     sys.exit(77)
 
 NET = 48
@@ -135,8 +138,10 @@ def cleanup():
 
 def setup():
     for ns in (ns_a, ns_b):
-        if subprocess.run(["ip", "netns", "add", ns], stderr=subprocess.DEVNULL).returncode:
-            print("SKIP: ip netns add failed here")
+        r = subprocess.run(["ip", "netns", "add", ns], stderr=subprocess.PIPE, text=True)
+        if r.returncode:
+            print(f"SKIP: ip netns add failed here ({r.stderr.strip()}): network namespaces "
+                  "need CAP_SYS_ADMIN, which an unprivileged container does not give")
             cleanup()
             sys.exit(77)
         made.append(ns)

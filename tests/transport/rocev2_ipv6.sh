@@ -42,10 +42,11 @@ here=$(cd "$(dirname "$0")" && pwd)
 py=/usr/bin/python3
 export SOFTVERBS_TRANSPORT=rocev2
 
-[ "$(id -u)" = 0 ] || sv_skip "network namespaces and tcpdump need root"
-[ -e /proc/sys/net/ipv6 ] || sv_skip "no IPv6 in this kernel"
-command -v tcpdump >/dev/null 2>&1 || sv_skip "tcpdump not installed (Debian tcpdump)"
-"$py" -c 'import scapy.contrib.roce' 2>/dev/null || sv_skip "python3-scapy not installed"
+[ "$(id -u)" = 0 ] || sv_skip_root "network namespaces and tcpdump"
+[ -e /proc/sys/net/ipv6 ] || sv_skip "no IPv6 in this kernel (booted with ipv6.disable=1?): the test is about RoCEv2 over IPv6"
+sv_require tcpdump
+"$py" -c 'import scapy.contrib.roce' 2>/dev/null ||
+	sv_skip_package python3-scapy "scapy's RoCE layer (scapy.contrib.roce) not found by $py"
 sv_require ibv_rc_pingpong ibv_ud_pingpong ibv_devinfo
 
 net=49

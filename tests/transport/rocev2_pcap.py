@@ -75,7 +75,9 @@ try:
     from scapy.utils import rdpcap
     from scapy.contrib.roce import BTH
 except ImportError:
-    print("SKIP: python3-scapy (scapy.contrib.roce) not installed")
+    print("SKIP: scapy's RoCE layer (scapy.contrib.roce) not found: install Debian package "
+          "python3-scapy (apt-get install python3-scapy; scripts/install-deps.sh --all "
+          "installs every package the tests use)")
     sys.exit(77)
 
 fails = []

@@ -848,7 +848,7 @@ int main(int argc, char **argv)
 
 	svt_child_dispatch(argc, argv, roles);
 	svt_watchdog(120);
-	if (tp && !strcmp(tp, "tcp"))
+	if (tp && (!strcmp(tp, "tcp") || !strcmp(tp, "rocev2")))
 		svt_skip("pages are shared with peers of this host over shm only");
 	pair_with_peer(&p);
 	test_no_store_lost(&p);
