@@ -830,7 +830,8 @@ static void *churn_writer(void *arg)
 	const size_t last = CHURN_LEN / 8 - 1;
 
 	while (!atomic_load(&t->c->stop)) {
-		t->src[0] = t->src[last] = ++t->n;
+		__atomic_store_n(&t->n, t->n + 1, __ATOMIC_RELAXED); /* main waits for one */
+		t->src[0] = t->src[last] = t->n;
 		struct ibv_wc wc;
 
 		SVT_CHECK_OK(svt_post_send(t->c->qp, t->n, IBV_WR_RDMA_WRITE, IBV_SEND_SIGNALED,
@@ -901,6 +902,10 @@ static void test_mapping_churn(void)
 			svt_poll_ok(p.a.send_cq, 1, &wc, 0);
 			SVT_CHECK_EQ(*(volatile uint64_t *)(page[i] + 8 * round), v);
 		}
+	/* on a busy machine the long WRITEs' thread may not have run yet */
+	for (uint64_t until = svt_now_ms() + 10000;
+	     !__atomic_load_n(&t.n, __ATOMIC_RELAXED) && svt_now_ms() < until;)
+		sched_yield();
 	atomic_store(&c.stop, true);
 	SVT_CHECK_OK(pthread_join(th, NULL));
 	SVT_CHECK_EQ(t.bad, 0);
