@@ -324,6 +324,27 @@ bool sv_place_guarded(void *dst, const void *src, size_t len)
 	return true;
 }
 
+bool sv_touch_guarded(void *p, size_t len)
+{
+	uint8_t *b = p;
+	size_t page = 4096;
+
+	if (!len)
+		return true;
+	GUARD_BEGIN();
+	/* a compare-and-swap that leaves the byte as it is (and loses no
+	 * store of another thread), but writes: an atomic add of 0 may be
+	 * turned into a load */
+	for (size_t o = 0; o < len; o = o ? o + page : page - ((uintptr_t)b & (page - 1))) {
+		uint8_t v = __atomic_load_n(&b[o], __ATOMIC_RELAXED);
+
+		__atomic_compare_exchange_n(&b[o], &v, v, false, __ATOMIC_RELAXED,
+					    __ATOMIC_RELAXED);
+	}
+	GUARD_END();
+	return true;
+}
+
 bool sv_probe_guarded(const void *p, size_t len)
 {
 	const volatile uint8_t *b = p;

@@ -92,6 +92,13 @@ bool sv_place_guarded(void *dst, const void *src, size_t len);
  * For memory handed to the kernel or to a peer to read later (a gather). */
 bool sv_probe_guarded(const void *p, size_t len);
 
+/* Wait until every page of [p, p+len) can be written (one is read-only
+ * for a moment while it is replaced by a shared one, or held across a
+ * fork, and the kernel, writing there, gets EFAULT where a store waits): a
+ * write to one byte in each that leaves it as it was.  False if one is not
+ * writable. */
+bool sv_touch_guarded(void *p, size_t len);
+
 /* 64-bit compare-and-swap / fetch-and-add (sequentially consistent) on a
  * word of application memory; *orig gets the value before.  False: the
  * word could not be reached, nothing changed. */
