@@ -3,9 +3,11 @@
 #include "common/util.h" /* sv_now_ns: clock_gettime, async-signal-safe */
 
 #include <pthread.h>
+#include <fcntl.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <string.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -95,11 +97,139 @@ static bool wait_held(const siginfo_t *si)
 	return true;
 }
 
+/* ---- ranges frozen across a fork() (sv_fault_guard_freeze) ---- */
+
+static struct sv_frozen *_Atomic fz_ranges;
+static _Atomic size_t fz_n;
+static void (*_Atomic fz_unhold)(struct sv_frozen *r);
+static atomic_bool fz_active, fz_forked;
+static _Atomic long fz_pid, fz_tid;
+static _Atomic uintptr_t fz_span[2]; /* the last freeze's lowest and highest address */
+static _Atomic uint64_t fz_thawed_at;
+
+void sv_fault_guard_freeze(struct sv_frozen *ranges, size_t n, void (*unhold)(struct sv_frozen *r))
+{
+	uintptr_t lo = UINTPTR_MAX, hi = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		lo = ranges[i].start < lo ? ranges[i].start : lo;
+		hi = ranges[i].end > hi ? ranges[i].end : hi;
+	}
+	atomic_store(&fz_active, false);
+	atomic_store(&fz_ranges, ranges);
+	atomic_store(&fz_n, n);
+	atomic_store(&fz_unhold, unhold);
+	atomic_store(&fz_pid, (long)syscall(SYS_getpid));
+	atomic_store(&fz_tid, (long)syscall(SYS_gettid));
+	atomic_store(&fz_forked, false);
+	atomic_store(&fz_span[0], lo);
+	atomic_store(&fz_span[1], hi);
+	atomic_store(&fz_active, true);
+}
+
+void sv_fault_guard_forked(void)
+{
+	atomic_store(&fz_forked, true);
+}
+
+void sv_fault_guard_thaw(void)
+{
+	atomic_store(&fz_thawed_at, sv_now_ns());
+	atomic_store(&fz_active, false);
+}
+
+/* Whether thread `tid` of this process is asleep (state S: in a futex
+ * wait, say), from /proc; false where that cannot be read.  System calls
+ * only: this runs in the signal handler. */
+static bool thread_asleep(long tid)
+{
+	char path[64] = "/proc/self/task/", num[24], buf[512];
+	size_t n = 0, at = strlen(path);
+	ssize_t got;
+	int fd;
+
+	do {
+		num[n++] = (char)('0' + tid % 10);
+		tid /= 10;
+	} while (tid && n < sizeof(num));
+	while (n && at < sizeof(path) - 8)
+		path[at++] = num[--n];
+	memcpy(path + at, "/stat", 6);
+	fd = (int)syscall(SYS_openat, AT_FDCWD, path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	got = syscall(SYS_read, fd, buf, sizeof(buf) - 1);
+	syscall(SYS_close, fd);
+	if (got <= 0)
+		return false;
+	buf[got] = 0;
+	/* "tid (comm) S ...": comm may hold anything, the state follows its
+	 * last parenthesis */
+	char *p = strrchr(buf, ')');
+
+	return p && p[1] == ' ' && p[2] == 'S';
+}
+
+/* How long a thread waits for a frozen range while the forking thread
+ * sleeps before fork() has returned, before it takes that for a wait on
+ * itself (a lock it holds) and releases the range. */
+#define FROZEN_PATIENCE_NS 2000000ull
+
+static bool wait_frozen(const siginfo_t *si)
+{
+	uintptr_t a = (uintptr_t)si->si_addr;
+	struct sv_frozen *r = NULL, *rs = atomic_load(&fz_ranges);
+	size_t n = atomic_load(&fz_n);
+	uint64_t asleep_since = 0;
+
+	if (si->si_code <= 0 || a < atomic_load(&fz_span[0]) || a >= atomic_load(&fz_span[1]))
+		return false;
+	for (size_t i = 0; rs && i < n && !r; i++)
+		if (a >= rs[i].start && a < rs[i].end)
+			r = &rs[i];
+	if (!r)
+		return false;
+	if (!atomic_load(&fz_active)) /* raised while held, handled after? */
+		return sv_now_ns() - atomic_load(&fz_thawed_at) < HELD_GRACE_NS;
+	if ((long)syscall(SYS_getpid) != atomic_load(&fz_pid)) {
+		/* the child: its own copy, now */
+		if (atomic_load(&r->state) == SV_FROZEN_PRIVATE)
+			return false;
+		atomic_load(&fz_unhold)(r);
+		return true;
+	}
+	if (atomic_load(&r->state) != SV_FROZEN_HELD)
+		return true; /* released meanwhile: the store runs again */
+	if ((long)syscall(SYS_gettid) == atomic_load(&fz_tid)) {
+		atomic_load(&fz_unhold)(r); /* the forking thread cannot wait for itself */
+		return true;
+	}
+	for (unsigned i = 1; atomic_load(&fz_active) && atomic_load(&r->state) == SV_FROZEN_HELD;
+	     i++) {
+		struct timespec ts = { 0, 20000 };
+
+		nanosleep(&ts, NULL);
+		/* once the forking thread is back, the child is copying: that
+		 * ends.  Before, look at it every 25th time (0.5 ms) */
+		if (atomic_load(&fz_forked) || i % 25)
+			continue;
+		if (!thread_asleep(atomic_load(&fz_tid))) {
+			asleep_since = 0;
+		} else if (!asleep_since) {
+			asleep_since = sv_now_ns();
+		} else if (sv_now_ns() - asleep_since > FROZEN_PATIENCE_NS) {
+			atomic_load(&fz_unhold)(r);
+			break;
+		}
+	}
+	return true;
+}
+
 static void on_fault(int sig, siginfo_t *si, void *uc)
 {
 	sigjmp_buf *jb = armed;
 
-	if (sig == SIGSEGV && wait_held(si))
+	if (sig == SIGSEGV && (wait_frozen(si) || wait_held(si)))
 		return;
 
 	if (jb && si->si_code > 0) { /* a real fault, in a guarded access */
@@ -190,6 +320,27 @@ bool sv_place_guarded(void *dst, const void *src, size_t len)
 	__builtin_memcpy(dst, src, len - 1);
 	atomic_thread_fence(memory_order_release);
 	__atomic_store_n((uint8_t *)dst + len - 1, s[len - 1], __ATOMIC_RELAXED);
+	GUARD_END();
+	return true;
+}
+
+bool sv_touch_guarded(void *p, size_t len)
+{
+	uint8_t *b = p;
+	size_t page = 4096;
+
+	if (!len)
+		return true;
+	GUARD_BEGIN();
+	/* a compare-and-swap that leaves the byte as it is (and loses no
+	 * store of another thread), but writes: an atomic add of 0 may be
+	 * turned into a load */
+	for (size_t o = 0; o < len; o = o ? o + page : page - ((uintptr_t)b & (page - 1))) {
+		uint8_t v = __atomic_load_n(&b[o], __ATOMIC_RELAXED);
+
+		__atomic_compare_exchange_n(&b[o], &v, v, false, __ATOMIC_RELAXED,
+					    __ATOMIC_RELAXED);
+	}
 	GUARD_END();
 	return true;
 }

@@ -46,6 +46,40 @@ void sv_fault_guard_hold(void *start, size_t len);
 bool sv_fault_guard_active(void);
 void sv_fault_guard_release(void);
 
+/*
+ * fork() (engine/mem_share.c): the child must get the extents' pages as
+ * they were at the fork, and nothing it stores may reach its parent, but
+ * the two processes map them shared until the child has copied them.  So
+ * the parent holds some (the pages that hold more than an MR's bytes)
+ * read-only from its prepare handler until the child has its own copies:
+ * frozen ranges.  A thread of the parent that
+ * stores into one waits, as for sv_fault_guard_hold().  A fault that must
+ * not wait calls `unhold` on the range, in the handler, and then runs the
+ * store again: one of the child (its copy is made there and then) or of
+ * the forking thread itself (the range is released early).  So does a
+ * thread that has waited while the forking thread sleeps before fork() has
+ * returned: the forking thread may be waiting for a lock the waiting thread
+ * holds (malloc's, to take it across the fork).  `unhold` must be
+ * async-signal-safe.
+ */
+enum sv_frozen_state { SV_FROZEN_HELD, SV_FROZEN_THAWED, SV_FROZEN_PRIVATE };
+
+struct sv_frozen {
+	uintptr_t start, end;
+	_Atomic int state; /* enum sv_frozen_state */
+	int fd;		   /* what is mapped there (the holder's business) */
+	uint64_t off;
+};
+
+/* Publish ranges[0..n) (held, already read-only or about to be), frozen
+ * by this thread of this process. */
+void sv_fault_guard_freeze(struct sv_frozen *ranges, size_t n,
+			   void (*unhold)(struct sv_frozen *r));
+/* The forking thread is back from fork(): waiting can no longer hold it. */
+void sv_fault_guard_forked(void);
+/* Over (the ranges are writable or private again). */
+void sv_fault_guard_thaw(void);
+
 /* memcpy; false when either side could not be reached (dst partly written). */
 bool sv_copy_guarded(void *dst, const void *src, size_t len);
 
@@ -57,6 +91,13 @@ bool sv_place_guarded(void *dst, const void *src, size_t len);
 /* Read one byte in every page of [p, p+len): false if one is not readable.
  * For memory handed to the kernel or to a peer to read later (a gather). */
 bool sv_probe_guarded(const void *p, size_t len);
+
+/* Wait until every page of [p, p+len) can be written (one is read-only
+ * for a moment while it is replaced by a shared one, or held across a
+ * fork, and the kernel, writing there, gets EFAULT where a store waits): a
+ * write to one byte in each that leaves it as it was.  False if one is not
+ * writable. */
+bool sv_touch_guarded(void *p, size_t len);
 
 /* 64-bit compare-and-swap / fetch-and-add (sequentially consistent) on a
  * word of application memory; *orig gets the value before.  False: the

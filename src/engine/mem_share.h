@@ -16,6 +16,7 @@
 #ifndef SV_MEM_SHARE_H
 #define SV_MEM_SHARE_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -26,6 +27,7 @@ struct sv_extent {
 	int fd;       /* the memfd, sealed at its size */
 	uint64_t ino; /* its inode: what peers check after taking the fd */
 	unsigned refs; /* MRs that export it */
+	bool huge;     /* hugetlb pages (the memory was hugetlb memory) */
 };
 
 /*
@@ -35,6 +37,8 @@ struct sv_extent {
  * SOFTVERBS_SHARED_MR=0).
  */
 struct sv_extent *sv_share_get(void *addr, size_t len);
+/* The caller's reference goes; with the last one the pages under the
+ * extent become private anonymous memory again, with the same bytes. */
 void sv_share_put(struct sv_extent *e);
 
 #endif

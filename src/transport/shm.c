@@ -656,9 +656,26 @@ static int cma_flush(struct sv_shm *s, struct cma_batch *b)
 	size_t bytes = b->bytes;
 	ssize_t got;
 
-	if (!b->n)
+	int n = b->n;
+
+	if (!n)
 		return 0;
 	got = cma_pull(s->peer_pid, b);
+	if (got != (ssize_t)bytes) {
+		/* a destination may be read-only for a moment (its pages being
+		 * replaced by shared ones, or held across a fork:
+		 * engine/mem_share.c), where the kernel's copy fails and a store
+		 * of ours would wait: once each can be written, again */
+		bool writable = true;
+
+		for (int i = 0; i < n && writable; i++)
+			writable = sv_touch_guarded(b->l[i].iov_base, b->l[i].iov_len);
+		if (writable) {
+			b->n = n;
+			b->bytes = bytes;
+			got = cma_pull(s->peer_pid, b);
+		}
+	}
 	if (got != (ssize_t)bytes) {
 		/* the peer's memory went away under a posted request (or the peer
 		 * did): the stream cannot go on, as with a broken link */

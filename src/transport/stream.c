@@ -450,6 +450,12 @@ void sv_stream_input(struct sv_conn *c, const struct sv_stream_io *io, bool clos
 		v.iov_base = st->rxbuf + st->rx_len;
 		v.iov_len = want;
 		n = io->readv(c, &v, 1);
+		/* the buffer comes from malloc, and may share a page with an MR
+		 * that is read-only for a moment (being replaced by a shared
+		 * one, or held across a fork: engine/mem_share.c): once it can
+		 * be written, again */
+		if (n == -EFAULT && sv_touch_guarded(v.iov_base, v.iov_len))
+			n = io->readv(c, &v, 1);
 		if (n == 0 || (n < 0 && n != -EAGAIN && n != -EWOULDBLOCK && n != -EINTR)) {
 			c->host->fail(c);
 			return;

@@ -156,10 +156,13 @@ bool svt_shared_pages(const void *addr)
 	SVT_CHECK(f != NULL);
 	while (!found && fgets(line, sizeof(line), f)) {
 		unsigned long long s, e;
+		char perms[8];
 
-		if (sscanf(line, "%llx-%llx", &s, &e) == 2 && (uintptr_t)addr >= s &&
+		/* a shared mapping (a deregistered MR's memfd is mapped
+		 * privately: rw-p) */
+		if (sscanf(line, "%llx-%llx %7s", &s, &e, perms) == 3 && (uintptr_t)addr >= s &&
 		    (uintptr_t)addr < e)
-			found = strstr(line, "/memfd:softverbs-mr") != NULL;
+			found = strstr(line, "/memfd:softverbs-mr") != NULL && perms[3] == 's';
 	}
 	fclose(f);
 	return found;
