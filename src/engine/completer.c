@@ -56,6 +56,7 @@ static void progress_made(struct sv_qp *qp)
 
 	qp->retries_left = qp->attr.retry_cnt;
 	qp->rnr_retries_left = qp->attr.rnr_retry;
+	qp->ack_wait_since = sv_now_ns(); /* the wait for what is left starts over */
 	for (uint32_t i = sq->head; i != sq->next && !outstanding; i++)
 		outstanding = sq->wqe[i & (sq->size - 1)].state == SV_WQE_SENT;
 	/* a message the window stopped midway is on the wire too */

@@ -445,6 +445,9 @@ struct sv_qp {
 	/* timers (engine), deadlines in ns; 0 = not armed */
 	_Atomic uint64_t rnr_until;    /* requester paused after an RNR NAK */
 	_Atomic uint64_t ack_deadline; /* oldest unacked WQE times out */
+	/* when the requester began waiting for an answer: the ack timer armed
+	 * with none armed, or progress (sv_requester_timeout's patience) */
+	uint64_t ack_wait_since;
 	uint32_t retries_left, rnr_retries_left;
 	struct sv_list timer_link;  /* engine->timer_qps */
 	/* linked there: read without eng->lock by sv_engine_timer_update, which

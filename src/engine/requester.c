@@ -390,6 +390,8 @@ void sv_requester_arm_ack_timer(struct sv_qp *qp)
 	/* below a millisecond the engine's tick cannot honour it anyway */
 	if (t < 1000000ull)
 		t = 1000000ull;
+	if (!atomic_load_explicit(&qp->ack_deadline, memory_order_relaxed))
+		qp->ack_wait_since = now; /* waiting from now (progress_made too) */
 	d = qp->sq.flow.ib_deadline = now + t;
 	qp->sq.flow.probes = 0;
 	if (sv_flow_probing(qp) && now + sv_flow_probe_ns(qp) < d)
@@ -664,6 +666,28 @@ void sv_requester_rewind(struct sv_qp *qp, uint32_t to_psn)
 	sq->seg_off = from_pkt * qp->mtu;
 }
 
+/*
+ * A stream transport (tcp, shm) loses nothing by itself: while its
+ * connection lives, no answer yet means the peer process has not got to
+ * our packets (a busy host, whose threads wait for a core; a stop), or its
+ * responder dropped one on purpose (a QP not in RTR yet, a request behind
+ * a READ or an XRC relay, which count on the resend).  For
+ * SV_CONN_SILENT_NS from the start of the wait an ack timeout resends as
+ * always but uses no retry; from then on retries count as before, so a
+ * peer that stays silent still ends in IBV_WC_RETRY_EXC_ERR.  Without this
+ * the eight tries of ibv_rc_pingpong (timeout 14, 67 ms each) ran out
+ * whenever the peer did not run for 0.6 s.  Under SOFTVERBS_FAULTS packets
+ * are lost on purpose, and a datagram transport loses them by itself:
+ * there every timeout uses a retry.
+ */
+static bool stream_patience(const struct sv_qp *qp, uint64_t now)
+{
+	const struct sv_conn *c = qp->conn;
+
+	return c && !c->ops->datagram && !sv_faults_enabled &&
+	       atomic_load(&c->state) != SV_CONN_DEAD && now - qp->ack_wait_since < SV_CONN_SILENT_NS;
+}
+
 void sv_requester_timeout(struct sv_qp *qp, uint64_t now)
 {
 	struct sv_sq *sq = &qp->sq;
@@ -743,7 +767,7 @@ void sv_requester_timeout(struct sv_qp *qp, uint64_t now)
 			atomic_store_explicit(&qp->ack_deadline, 0, memory_order_relaxed);
 			sv_requester_retire(qp);
 		} else {
-			if (qp->attr.timeout)
+			if (qp->attr.timeout && !stream_patience(qp, now))
 				qp->retries_left--;
 			sv_stat_count(qp, SV_QPC_ACK_TIMEOUTS);
 			sv_dbg("qp %u: ack timeout, resending from psn %u", qp->ex.qp_base.qp_num, from);
