@@ -263,6 +263,47 @@ sv_free_port() {
 	echo "$p"
 }
 
+# sv_stat_frozen FILE PGID...: one `softverbs stat --json` snapshot of the
+# host into FILE, taken with the process groups PGID... (sv_run_bg's, which
+# timeout(1) makes) stopped (SIGSTOP), so that it finds their contexts
+# alive however late this shell gets a CPU on a busy machine; they go on
+# (SIGCONT) before it returns.  Fails the test if stat fails.
+sv_stat_frozen() {
+	local file=$1 rc=0 g
+	shift
+	for g in "$@"; do kill -STOP -- "-$g" 2>/dev/null || true; done
+	"$SV_TOOL" stat --json >"$file" 2>"$SV_WORK/stat.err" || rc=$?
+	for g in "$@"; do kill -CONT -- "-$g" 2>/dev/null || true; done
+	[ "$rc" = 0 ] || sv_fail "softverbs stat --json failed: $(cat "$SV_WORK/stat.err")"
+}
+
+# sv_stat_rc_sums FILE NS COMM KEY...: from a stat --json snapshot, the sums
+# of the counters KEY... over the RC QPs of the contexts of program COMM in
+# network namespace NS (told apart by the namespace's inode: other tests'
+# namespaces have devices of the same names), one line; nothing when there
+# is no such QP.
+sv_stat_rc_sums() {
+	local file=$1 ino comm=$3
+	ino=$(stat -L -c %i "/run/netns/$2") || sv_fail "no inode for namespace $2"
+	shift 3
+	python3 - "$file" "$ino" "$comm" "$@" <<'PY'
+import json, sys
+d = json.load(open(sys.argv[1]))
+ino, comm, keys = int(sys.argv[2]), sys.argv[3], sys.argv[4:]
+tot, found = dict.fromkeys(keys, 0), False
+for c in d.get("contexts", []):
+    if c.get("netns") != ino or c.get("comm") != comm:
+        continue
+    for q in c.get("qps", []):
+        if q.get("type") == "RC":
+            found = True
+            for k in keys:
+                tot[k] += q["counters"][k]
+if found:
+    print(*(tot[k] for k in keys))
+PY
+}
+
 # sv_wait_listen NS PORT PGID: wait until a process of group PGID (our server)
 # listens on TCP PORT.  Returns 1 if the group died first, 2 on timeout.
 sv_wait_listen() {
