@@ -14,6 +14,7 @@
 #include "common/arwlock.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -72,10 +73,11 @@ static void *reader(void *arg)
 			sv_arwlock_rdunlock(&lock);
 			sv_arwlock_rdunlock(&other);
 			atomic_fetch_add(&nested_reads, 1);
+			atomic_fetch_add(&reads, 64); /* counted as it goes (test_load) */
 		}
 		sv_arwlock_rdunlock(&lock);
 	}
-	atomic_fetch_add(&reads, n);
+	atomic_fetch_add(&reads, n % 64);
 	return NULL;
 }
 
@@ -148,19 +150,28 @@ static void test_exclusion(void)
 	CHECK(atomic_load(&flag));
 }
 
+/*
+ * Under load: at least LOAD_WRITES writes, and the readers at least
+ * LOAD_READS reads (LOAD_NESTED of them nested) meanwhile.  Counted, not
+ * timed: a one-second run asked for more than 100 writes, which a writer
+ * under ThreadSanitizer on a loaded machine did not always get through
+ * (96).  A writer starved for good by the readers would hang the test:
+ * main's alarm ends it.
+ */
+#define LOAD_WRITES 200
+#define LOAD_READS 2000
+#define LOAD_NESTED 20
+
 static void test_load(void)
 {
 	enum { READERS = 3 };
 	pthread_t r[READERS];
 	unsigned long writes = 0;
-	struct timespec end, now;
 
 	atomic_store(&shared, item_new(1));
 	atomic_store(&stop, false);
 	for (int i = 0; i < READERS; i++)
 		CHECK(pthread_create(&r[i], NULL, reader, NULL) == 0);
-	clock_gettime(CLOCK_MONOTONIC, &end);
-	end.tv_sec += 1;
 	do {
 		sv_arwlock_wrlock(&lock);
 		struct item *old = atomic_load(&shared);
@@ -171,8 +182,10 @@ static void test_load(void)
 		free(old);
 		sv_arwlock_wrunlock(&lock);
 		writes++;
-		clock_gettime(CLOCK_MONOTONIC, &now);
-	} while (now.tv_sec < end.tv_sec || (now.tv_sec == end.tv_sec && now.tv_nsec < end.tv_nsec));
+		if (writes >= LOAD_WRITES)
+			sched_yield(); /* the readers' turn, until they have read enough */
+	} while (writes < LOAD_WRITES || atomic_load(&reads) < LOAD_READS ||
+		 atomic_load(&nested_reads) < LOAD_NESTED);
 	atomic_store(&stop, true);
 	for (int i = 0; i < READERS; i++)
 		CHECK(pthread_join(r[i], NULL) == 0);
@@ -180,9 +193,6 @@ static void test_load(void)
 	       atomic_load(&reads), atomic_load(&nested_reads), atomic_load(&bad),
 	       sv_arw_fast ? "without locked instructions (membarrier)" : "through the rwlock");
 	CHECK(atomic_load(&bad) == 0);
-	CHECK(writes > 100);
-	CHECK(atomic_load(&reads) > 1000);
-	CHECK(atomic_load(&nested_reads) > 10);
 	free(atomic_load(&shared));
 }
 
