@@ -692,15 +692,16 @@ void sv_requester_rewind(struct sv_qp *qp, uint32_t to_psn)
 /*
  * A stream transport (tcp, shm) loses nothing by itself: while its
  * connection lives, no answer yet means the peer process has not got to
- * our packets (a busy host, whose threads wait for a core; a stop), not
- * that they were lost, and resending would only queue duplicates behind
- * them.  For SV_CONN_SILENT_NS from the start of the wait the ack timeout
- * waits again, using no retry; from then on retries count as before, so a
+ * our packets (a busy host, whose threads wait for a core; a stop), or its
+ * responder dropped one on purpose (a QP not in RTR yet, a request behind
+ * a READ or an XRC relay, which count on the resend).  For
+ * SV_CONN_SILENT_NS from the start of the wait an ack timeout resends as
+ * always but uses no retry; from then on retries count as before, so a
  * peer that stays silent still ends in IBV_WC_RETRY_EXC_ERR.  Without this
  * the eight tries of ibv_rc_pingpong (timeout 14, 67 ms each) ran out
  * whenever the peer did not run for 0.6 s.  Under SOFTVERBS_FAULTS packets
  * are lost on purpose, and a datagram transport loses them by itself:
- * there the timeout resends at once.
+ * there every timeout uses a retry.
  */
 static bool stream_patience(const struct sv_qp *qp, uint64_t now)
 {
@@ -759,9 +760,6 @@ void sv_requester_timeout(struct sv_qp *qp, uint64_t now)
 			/* still queued behind other traffic: the wire has not lost it,
 			 * it has not even carried it yet; wait without using a retry */
 			sv_requester_arm_ack_timer(qp);
-		} else if (stream_patience(qp, now)) {
-			/* carried, not answered yet: wait, no retry used */
-			sv_requester_arm_ack_timer(qp);
 		} else if (sv_flow_probing(qp) && now < qp->sq.flow.ib_deadline) {
 			/* a round trip and more without progress, before the ack
 			 * timeout: go back to una now, using no retry
@@ -792,7 +790,7 @@ void sv_requester_timeout(struct sv_qp *qp, uint64_t now)
 			atomic_store_explicit(&qp->ack_deadline, 0, memory_order_relaxed);
 			sv_requester_retire(qp);
 		} else {
-			if (qp->attr.timeout)
+			if (qp->attr.timeout && !stream_patience(qp, now))
 				qp->retries_left--;
 			sv_stat_count(qp, SV_QPC_ACK_TIMEOUTS);
 			sv_dbg("qp %u: ack timeout, resending from psn %u", qp->ex.qp_base.qp_num, from);
