@@ -145,6 +145,11 @@ sv_run_bg() {
 	# how far it got.
 	local run=("$SV_TOOL" run -- "$path" "$@")
 	command -v stdbuf >/dev/null 2>&1 && run=(stdbuf -oL "${run[@]}")
+	# SV_NICE: a scheduling priority for a program whose own deadlines are
+	# shorter than a loaded machine keeps (udpong's 1 ms resend timer)
+	if [ -n "${SV_NICE:-}" ] && [ "$(id -u)" = 0 ]; then
+		run=(nice -n "$SV_NICE" "${run[@]}")
+	fi
 	if [ -n "$ns" ]; then
 		run=(ip netns exec "$ns" "${run[@]}")
 	fi
