@@ -1124,6 +1124,15 @@ static struct sv_dgram dgram_slot(struct sv_engine *eng)
  */
 #define SV_DGRAM_BEHIND 32
 
+/* A datagram recv refused: counted, where it says why. */
+static void dgram_refused(struct sv_engine *eng, const struct sv_dgram *d)
+{
+	if (d->refused == SV_DGRAM_BAD_ICRC)
+		sv_stat_ctx_count(eng->ctx, SV_CTXC_RX_BAD_ICRC);
+	else if (d->refused == SV_DGRAM_BAD_TAG)
+		sv_stat_ctx_count(eng->ctx, SV_CTXC_RX_BAD_TAG);
+}
+
 static void dgram_input(struct sv_engine *eng, const struct sv_listener *l)
 {
 	uint8_t *buf = eng->dgram_buf;
@@ -1137,8 +1146,10 @@ static void dgram_input(struct sv_engine *eng, const struct sv_listener *l)
 
 		if (r == 0)
 			return;
-		if (r < 0)
+		if (r < 0) {
+			dgram_refused(eng, &d);
 			continue;
+		}
 		from = (struct sv_endpoint_addr){ d.from, 0 };
 		c = sv_engine_conn_to(eng, &from);
 		if (!c)

@@ -76,6 +76,10 @@ enum sv_stat_ctx_counter {
 	SV_CTXC_HELLO_SPOOFED, /* connections refused: the peer's HELLO names an
 				* endpoint at an address other than the one the
 				* connection comes from */
+	SV_CTXC_RX_BAD_ICRC,   /* RoCEv2 datagrams whose ICRC does not verify, dropped */
+	SV_CTXC_RX_BAD_TAG,    /* RoCEv2 datagrams whose tag keyed by the job's
+				* SOFTVERBS_SECRET does not verify (a sender
+				* without it: rxe, a forger), dropped */
 	SV_CTXC_COUNT
 };
 

@@ -51,6 +51,8 @@ static const char *const ctxc_names[SV_CTXC_COUNT] = {
 	[SV_CTXC_RX_NO_QP] = "rx_no_qp_drops",
 	[SV_CTXC_RX_WRONG_PEER] = "rx_wrong_peer_drops",
 	[SV_CTXC_HELLO_SPOOFED] = "hello_address_mismatches",
+	[SV_CTXC_RX_BAD_ICRC] = "rx_bad_icrc_drops",
+	[SV_CTXC_RX_BAD_TAG] = "rx_bad_tag_drops",
 };
 
 static const char *const wc_names[SV_STAT_WC_MAX] = {

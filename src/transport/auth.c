@@ -25,10 +25,15 @@
 #define KDF_CONTEXT "svauthv4" /* crypto_kdf_CONTEXTBYTES */
 #define SUBKEY_PAKE 1
 #define SUBKEY_DATAGRAM 2
+#define SUBKEY_ROCE 3
+#define ROCE_KEY_BYTES 16 /* SV_ROCE_TAG_KEY, roce_wire.h */
 
 _Static_assert(sizeof(SV_AUTH_KDF_SALT) - 1 == crypto_pwhash_SALTBYTES, "the KDF's salt");
 _Static_assert(sizeof(KDF_CONTEXT) - 1 == crypto_kdf_CONTEXTBYTES, "the subkeys' context");
 _Static_assert(SV_AUTH_SHARE == crypto_core_ristretto255_BYTES, "a share is an element");
+_Static_assert(ROCE_KEY_BYTES == crypto_shorthash_KEYBYTES &&
+		       ROCE_KEY_BYTES >= crypto_kdf_BYTES_MIN,
+	       "RoCEv2's tag key is SipHash's, derived by crypto_kdf");
 _Static_assert(sizeof(((struct sv_auth_hs *)0)->scalar) == crypto_core_ristretto255_SCALARBYTES,
 	       "a scalar");
 
@@ -41,6 +46,9 @@ static atomic_uint kdf_runs;
 /* the password of the PAKE and the multicast datagrams' key, both derived
  * from the secret's key */
 static uint8_t pake_key[32], datagram_key[crypto_auth_hmacsha256_KEYBYTES];
+/* RoCEv2's tag key: a chosen secret's only, set once derived */
+static uint8_t roce_key[ROCE_KEY_BYTES];
+static atomic_bool roce_key_ready;
 static char source[1100];
 
 /* Read a secret file that must be ours alone into buf (SECRET_MAX); its
@@ -197,6 +205,11 @@ static int derive(const uint8_t *s, size_t len, bool chosen)
 	crypto_kdf_derive_from_key(pake_key, sizeof(pake_key), SUBKEY_PAKE, KDF_CONTEXT, master);
 	crypto_kdf_derive_from_key(datagram_key, sizeof(datagram_key), SUBKEY_DATAGRAM, KDF_CONTEXT,
 				   master);
+	if (chosen) {
+		crypto_kdf_derive_from_key(roce_key, sizeof(roce_key), SUBKEY_ROCE, KDF_CONTEXT,
+					   master);
+		atomic_store_explicit(&roce_key_ready, true, memory_order_release);
+	}
 	sodium_memzero(master, sizeof(master));
 	return 0;
 }
@@ -228,6 +241,16 @@ int sv_auth_init(void)
 {
 	pthread_once(&key_once, load);
 	return key_rc;
+}
+
+bool sv_auth_roce_keyed(void)
+{
+	return !sv_auth_check() && kind != SRC_HOST;
+}
+
+const uint8_t *sv_auth_roce_key(void)
+{
+	return atomic_load_explicit(&roce_key_ready, memory_order_acquire) ? roce_key : NULL;
 }
 
 const char *sv_auth_source(void)

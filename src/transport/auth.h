@@ -135,4 +135,19 @@ void sv_auth_datagram_mac(uint8_t mac[SV_AUTH_MAC], const struct iovec *iov, int
 /* Does mac match those pieces?  Constant time; false without a secret. */
 bool sv_auth_datagram_verify(const uint8_t mac[SV_AUTH_MAC], const struct iovec *iov, int n);
 
+/*
+ * RoCEv2 (rocev2.c, roce_wire.h): a job whose secret a person chose
+ * (SOFTVERBS_SECRET, SOFTVERBS_SECRET_FILE) tags its RoCEv2 packets with a
+ * key of their own derived from the secret's, in place of the ICRC.  This
+ * host's random secret (nothing set) does not: rocev2 then stays standard
+ * RoCEv2, which rxe and RoCE NICs take (docs/SECURITY.md says why).
+ *
+ * sv_auth_roce_keyed: does this job tag its packets?  Cheap (the check
+ * above).  sv_auth_roce_key: the tag key (SV_ROCE_TAG_KEY bytes), or NULL
+ * while it is not derived (sv_auth_init runs the KDF; it never runs here) or
+ * the job does not tag.
+ */
+bool sv_auth_roce_keyed(void);
+const uint8_t *sv_auth_roce_key(void);
+
 #endif

@@ -5,6 +5,7 @@
 
 #include <arpa/inet.h>
 #include <pthread.h>
+#include <sodium.h>
 #include <string.h>
 #include <zlib.h>
 
@@ -76,6 +77,37 @@ uint32_t sv_roce_icrc(const struct sv_roce_path *path, const void *dgram, size_t
 	crc = crc32(crc, bth, sizeof(bth));
 	crc = crc32(crc, d + sizeof(bth), (uInt)(body - sizeof(bth)));
 	return (uint32_t)crc;
+}
+
+#define TAG_LABEL "svroce1"
+_Static_assert(SV_ROCE_TAG_KEY == crypto_shorthash_KEYBYTES, "a tag key is SipHash's");
+_Static_assert(crypto_shorthash_siphashx24_BYTES == crypto_shorthash_KEYBYTES,
+	       "the per-header key is a SipHash-128 output");
+
+uint32_t sv_roce_tag(const struct sv_roce_path *path, const void *dgram, size_t len)
+{
+	const uint8_t *d = dgram;
+	uint8_t h[sizeof(TAG_LABEL) + 1 + 32 + 6 + sizeof(struct sv_bth)], *p = h;
+	uint8_t k[crypto_shorthash_siphashx24_BYTES], t[crypto_shorthash_BYTES];
+	size_t alen = path->v6 ? 16 : 4;
+	uint16_t f[3] = { htons(path->sport), htons(path->dport), htons((uint16_t)(8 + len)) };
+
+	memset(h, 0, sizeof(h));
+	memcpy(p, TAG_LABEL, sizeof(TAG_LABEL)); /* its NUL too */
+	p += sizeof(TAG_LABEL);
+	*p++ = path->v6 ? 6 : 4;
+	memcpy(p, path->src, alen);
+	memcpy(p + 16, path->dst, alen);
+	p += 32;
+	memcpy(p, f, sizeof(f));
+	p += sizeof(f);
+	memcpy(p, d, sizeof(struct sv_bth));
+	p[IB_BTH_FECN_BYTE] = 0; /* FECN, BECN: marked on the way */
+	crypto_shorthash_siphashx24(k, h, sizeof(h), path->tag_key);
+	crypto_shorthash(t, d + sizeof(struct sv_bth), len - SV_ROCE_ICRC_LEN - sizeof(struct sv_bth),
+			 k);
+	sodium_memzero(k, sizeof(k));
+	return (uint32_t)t[0] | (uint32_t)t[1] << 8 | (uint32_t)t[2] << 16 | (uint32_t)t[3] << 24;
 }
 
 /*
@@ -182,7 +214,7 @@ size_t sv_roce_encode(const struct sv_roce_path *path, const void *pkt, size_t l
 	o[IB_BTH_FECN_BYTE] = o[0] == SV_OP_CNP ? IB_BTH_BECN : 0;
 	o[IB_BTH_ACK_BYTE] = (flags & SV_BTH_ACKREQ) ? IB_BTH_ACKREQ : 0;
 	memset(o + len, 0, pad);
-	icrc = sv_roce_icrc(path, o, total);
+	icrc = path->tag_key ? sv_roce_tag(path, o, total) : sv_roce_icrc(path, o, total);
 	for (int i = 0; i < SV_ROCE_ICRC_LEN; i++)
 		o[len + pad + (size_t)i] = (uint8_t)(icrc >> (8 * i)); /* little-endian */
 	return total;
@@ -208,10 +240,15 @@ int sv_roce_decode(const struct sv_roce_path *path, const void *dgram, size_t le
 		return SV_ROCE_SHORT;
 	for (int i = 0; i < SV_ROCE_ICRC_LEN; i++)
 		icrc |= (uint32_t)d[len - SV_ROCE_ICRC_LEN + (size_t)i] << (8 * i);
-	uint32_t mine = sv_roce_icrc(path, d, len);
+	if (path->tag_key) {
+		if (icrc != sv_roce_tag(path, d, len))
+			return SV_ROCE_BAD_TAG;
+	} else {
+		uint32_t mine = sv_roce_icrc(path, d, len);
 
-	if (icrc != mine && (path->v6 || !ipv4_id_explains(icrc, mine, len)))
-		return SV_ROCE_BAD_ICRC;
+		if (icrc != mine && (path->v6 || !ipv4_id_explains(icrc, mine, len)))
+			return SV_ROCE_BAD_ICRC;
+	}
 	n = len - SV_ROCE_ICRC_LEN - pad;
 	if (n > cap)
 		return SV_ROCE_NO_ROOM;

@@ -21,6 +21,28 @@
  * ports, the lengths, and, for IPv4, identification 0 and DF, which is what
  * Linux sends from an unconnected socket with path-MTU discovery on
  * (IP_PMTUDISC_DO) and what rxe sends.
+ *
+ * A job with a secret a person chose (SOFTVERBS_SECRET or
+ * SOFTVERBS_SECRET_FILE, auth.h) puts a keyed tag in the ICRC's place
+ * instead (path->tag_key, sv_roce_tag), so that only holders of the secret
+ * can make a packet the receiver takes; such packets are RoCEv2 in every
+ * other respect, but no RoCE NIC or rxe takes them, and softverbs with a
+ * tag key takes none of theirs.  The tag is SipHash-2-4 (libsodium's
+ * crypto_shorthash) in two steps, since it has no incremental form:
+ *
+ *   K_p = SipHash-2-4-128(key; "svroce1" | IP version | source, destination
+ *         address (16 bytes each, IPv4 in the first 4, zeros after) | UDP
+ *         source, destination port | UDP length | the BTH, its FECN/BECN
+ *         byte 4 zero)
+ *   tag = the first 4 bytes of SipHash-2-4(K_p; what follows the BTH, pad
+ *         included, up to the tag)
+ *
+ * over the same fields as the ICRC but what a router or the kernel may
+ * change (TOS/traffic class, TTL/hop limit, flow label, the IPv4
+ * identification, the checksums, FECN/BECN).  A key per header and a PRF
+ * over the rest is a PRF of the whole: a header cannot be given another
+ * packet's payload.  4 bytes, so a forgery made blind passes 1 time in 2^32
+ * (docs/SECURITY.md says what that means).
  */
 #ifndef SV_ROCE_WIRE_H
 #define SV_ROCE_WIRE_H
@@ -31,6 +53,7 @@
 
 #define SV_ROCE_UDP_PORT 4791
 #define SV_ROCE_ICRC_LEN 4
+#define SV_ROCE_TAG_KEY 16 /* bytes of a tag key (crypto_shorthash_KEYBYTES) */
 
 /* What the ICRC covers of the IP and UDP headers around a packet. */
 struct sv_roce_path {
@@ -41,6 +64,9 @@ struct sv_roce_path {
 	 * softverbs' own.  Decoding cannot know it (a UDP socket does not show
 	 * the IP header) and takes whichever one makes the ICRC right. */
 	uint16_t ip_id;
+	/* NULL: the ICRC, standard RoCEv2.  Else the job's tag key
+	 * (SV_ROCE_TAG_KEY bytes, auth.h): the keyed tag in the ICRC's place. */
+	const uint8_t *tag_key;
 };
 
 /* Why a datagram was refused (sv_roce_decode). */
@@ -51,6 +77,8 @@ enum sv_roce_err {
 	SV_ROCE_BAD_OPCODE = -3,  /* an opcode softverbs does not know */
 	SV_ROCE_BAD_ICRC = -4,	  /* the invariant CRC does not match */
 	SV_ROCE_NO_ROOM = -5,	  /* the output buffer is too small */
+	SV_ROCE_BAD_TAG = -6,	  /* with a tag key: the tag does not match (a sender
+				   * without the job's secret, or changed on the way) */
 };
 
 /*
@@ -73,5 +101,8 @@ int sv_roce_decode(const struct sv_roce_path *path, const void *dgram, size_t le
 
 /* The ICRC of UDP payload dgram, its last 4 bytes (the ICRC's place) excluded. */
 uint32_t sv_roce_icrc(const struct sv_roce_path *path, const void *dgram, size_t len);
+/* The keyed tag of UDP payload dgram with path->tag_key (which must be set),
+ * its last 4 bytes excluded; carried little-endian, as the ICRC. */
+uint32_t sv_roce_tag(const struct sv_roce_path *path, const void *dgram, size_t len);
 
 #endif

@@ -28,12 +28,17 @@
  * QPN picks the socket, so the UDP source port, a QP pair's entropy for
  * ECMP, stays the same for each QP pair, as the annex asks.
  *
- * Peers are not authenticated: a RoCE peer (a NIC, rxe) has no way to, so
- * this transport is an explicit choice, and it takes datagrams only from
- * the addresses it is told to (SOFTVERBS_ROCEV2_PEERS, by default the
- * device's own subnet; docs/SECURITY.md).
+ * Without a secret a person chose, peers are not authenticated: a RoCE
+ * peer (a NIC, rxe) has no way to, so this transport is an explicit choice,
+ * and it takes datagrams only from the addresses it is told to
+ * (SOFTVERBS_ROCEV2_PEERS, by default the device's own subnet).  With
+ * SOFTVERBS_SECRET (or SOFTVERBS_SECRET_FILE) every datagram carries a tag
+ * keyed by the secret in the ICRC's place (roce_wire.h, auth.h), and one
+ * whose tag does not verify is dropped and counted: only holders of the
+ * secret are heard, and RoCE NICs and rxe are not (docs/SECURITY.md).
  */
 #include "transport/transport.h"
+#include "transport/auth.h"
 #include "transport/roce_wire.h"
 #include "transport/registry.h"
 #include "engine/wire.h"
@@ -210,6 +215,37 @@ static void path_addrs(struct sv_roce_path *path, const struct in6_addr *src,
 	memcpy(path->dst, &dst->s6_addr[v4 ? 12 : 0], v4 ? 4 : 16);
 }
 
+/*
+ * The tag key this job's packets carry, and must carry, into path (auth.h,
+ * roce_wire.h): 0, path->tag_key NULL for standard RoCEv2 (no secret a
+ * person chose); or -1 when the job tags its packets but has no key (its
+ * KDF has not run or failed): then nothing is sent or taken.
+ */
+static int tag_key(struct sv_roce_path *path)
+{
+	path->tag_key = NULL;
+	if (!sv_auth_roce_keyed())
+		return 0;
+	path->tag_key = sv_auth_roce_key();
+	return path->tag_key ? 0 : -1;
+}
+
+/* What protects this process's RoCEv2 traffic, said once, at the first
+ * device's listener (SOFTVERBS_LOG=info shows it; docs/SECURITY.md). */
+static void say_protection(void)
+{
+	if (sv_auth_roce_keyed())
+		sv_info("rocev2: every packet carries a tag keyed by the job's secret (%s) in "
+			"place of the ICRC; only peers holding that secret are heard, and RoCE "
+			"NICs and Linux rxe are not (docs/SECURITY.md)",
+			sv_auth_source());
+	else
+		sv_info("rocev2: standard RoCEv2, unauthenticated, as RoCE hardware: a sender "
+			"at an admitted address (SOFTVERBS_ROCEV2_PEERS) that knows a QPN, a PSN "
+			"in the window and an rkey is taken; SOFTVERBS_SECRET on every peer keys "
+			"the packets, without rxe interoperability (docs/SECURITY.md)");
+}
+
 /* ---- a peer address ---- */
 
 /*
@@ -244,6 +280,10 @@ static int rocev2_connect(struct sv_conn *c)
 
 	if (sv_ip_is_v4(&c->peer.ip) && !sv_ip_is_v4(&src))
 		return -EAFNOSUPPORT; /* an interface with IPv6 only reaches no IPv4 peer */
+	/* the tag key, when the job tags its packets: the KDF has run at the
+	 * first QP already (qp.c); one that failed leaves no peer reachable */
+	if (sv_auth_roce_keyed() && sv_auth_init())
+		return -EACCES;
 
 	if (!sv_ip_is_v4(&c->peer.ip) && !IN6_IS_ADDR_LINKLOCAL(&c->peer.ip) &&
 	    c->has_local_ip6) {
@@ -363,6 +403,8 @@ static int rocev2_send(struct sv_conn *c, const struct sv_frames *f)
 		flags = dg[1]; /* fault marks: the encoding rewrites the byte */
 		path_addrs(&path, &t->ip, &c->peer.ip);
 		path.sport = t->port[s];
+		if (tag_key(&path))
+			continue; /* no key: nothing a peer of this job would take */
 		n = sv_roce_encode(&path, dg, len, dg, sizeof(dg));
 		if (!n)
 			continue; /* cannot go on a RoCE wire (a GPU reference) */
@@ -476,7 +518,10 @@ static int port_held(int fd, const struct in6_addr *ip)
 
 static int rocev2_listen(const struct in6_addr *ip, uint16_t *port)
 {
+	static pthread_once_t said = PTHREAD_ONCE_INIT;
+
 	(void)port; /* every context of the address shares 4791 */
+	pthread_once(&said, say_protection);
 	if (!sv_ip_is_v4(ip))
 		return -ENOENT; /* an interface with IPv6 only: rocev2_listen6 hears it */
 	return port_held(listen_socket(ip, 0), ip);
@@ -846,6 +891,43 @@ static bool admitted(const struct in6_addr *local, const struct in6_addr *from)
 	return ok;
 }
 
+/*
+ * A datagram whose ICRC (r SV_ROCE_BAD_ICRC) or, in a job that tags its
+ * packets, whose tag (SV_ROCE_BAD_TAG) does not verify: counted, and said
+ * (rate limited).  When the line is written, a bad tag is looked at again
+ * as standard RoCEv2: a valid ICRC there means a sender without the secret
+ * (rxe, softverbs without SOFTVERBS_SECRET).
+ */
+static void refused_check(struct sv_dgram *d, const struct sv_roce_path *path, const uint8_t *raw,
+			  size_t n, uint16_t sport, int r)
+{
+	static struct sv_log_limit lim;
+	uint32_t held;
+	const char *why;
+
+	d->refused = r == SV_ROCE_BAD_TAG ? SV_DGRAM_BAD_TAG : SV_DGRAM_BAD_ICRC;
+	if (!sv_log_enabled(SV_LOG_WARN) || !sv_log_limit_pass(&lim, &held))
+		return;
+	if (r == SV_ROCE_BAD_TAG) {
+		struct sv_roce_path plain = *path;
+
+		/* decoded as standard RoCEv2 into d->buf, which holds nothing now */
+		plain.tag_key = NULL;
+		why = sv_roce_decode(&plain, raw, n, d->buf, d->cap, NULL) >= 0
+			      ? "it carries a valid plain ICRC, so its sender does not use "
+				"SOFTVERBS_SECRET (Linux rxe, a RoCE NIC, softverbs without the secret)"
+			      : "its sender has another secret, or it was changed on the way, or "
+				"forged";
+	} else {
+		why = "it was changed on the way, or forged, or its sender tags its packets with "
+		      "a SOFTVERBS_SECRET this process does not have";
+	}
+	if (held)
+		sv_warn("(%u more like the next held back)", held);
+	sv_warn("a RoCEv2 datagram from %s:%u was refused (%s) and dropped: %s",
+		SV_IP_STR(&d->from), sport, r == SV_ROCE_BAD_TAG ? "the secret's tag" : "ICRC", why);
+}
+
 /* A datagram from d->from to d->to, UDP source port sport, whose IP header
  * had TOS (traffic class) tos: admitted, checked and decoded into d (1), or
  * refused (-1). */
@@ -863,13 +945,16 @@ static int decode(struct sv_dgram *d, const uint8_t *raw, size_t n, uint16_t spo
 	if (sv_ip_is_v4(&d->from) != sv_ip_is_v4(&d->to))
 		return -1;
 	path_addrs(&path, &d->from, &d->to);
-	r = sv_roce_decode(&path, raw, n, d->buf, d->cap, &d->ecn);
+	r = tag_key(&path) ? SV_ROCE_BAD_TAG
+			   : sv_roce_decode(&path, raw, n, d->buf, d->cap, &d->ecn);
+	if (r == SV_ROCE_BAD_TAG || r == SV_ROCE_BAD_ICRC) {
+		refused_check(d, &path, raw, n, sport, r);
+		return -1;
+	}
 	if (r < 0) {
 		sv_warn_limited("a RoCEv2 datagram from %s:%u was refused (%s); dropped",
 				SV_IP_STR(&d->from), sport,
-				r == SV_ROCE_BAD_ICRC	  ? "ICRC"
-				: r == SV_ROCE_BAD_OPCODE ? "opcode"
-							  : "format");
+				r == SV_ROCE_BAD_OPCODE ? "opcode" : "format");
 		return -1;
 	}
 	d->len = (size_t)r;

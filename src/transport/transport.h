@@ -380,7 +380,12 @@ struct sv_dgram {
 	struct in6_addr to;   /* the address it was sent to (ours) */
 	size_t len;	     /* the packet's length in buf */
 	bool ecn;	     /* it arrived marked (IP ECN CE or FECN): congestion on the way */
+	uint8_t refused;     /* recv returned -1: why, to count (SV_DGRAM_BAD_*), or 0 */
 };
+
+/* Why a datagram was refused, where the engine counts it (sv_dgram.refused). */
+#define SV_DGRAM_BAD_ICRC 1 /* its RoCEv2 ICRC does not verify */
+#define SV_DGRAM_BAD_TAG 2  /* its tag keyed by the job's secret does not (rocev2) */
 
 struct sv_transport_ops {
 	const char *name;

@@ -15,6 +15,12 @@
  *     may change (FECN, here) does not, and FECN is reported
  *   - transport version 1, an unknown opcode, a datagram shorter than its
  *     headers are refused; a GPU reference is never encoded
+ *   - with a tag key (a job with SOFTVERBS_SECRET): the same round trips;
+ *     the tag is what roce_wire.h says (computed here from libsodium's
+ *     SipHash directly); a change to any byte it covers, to an address or
+ *     port, or another key refuses the datagram (SV_ROCE_BAD_TAG), FECN
+ *     does not; a datagram with a valid ICRC is refused with a key, a
+ *     tagged one without
  *
  * --emit FILE writes encoded datagrams for tests/transport/roce_scapy.py,
  * which decodes them with scapy's RoCE layer (its own ICRC code);
@@ -27,6 +33,7 @@
 #include "engine/wire.h"
 
 #include <arpa/inet.h>
+#include <sodium.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,7 +126,8 @@ static void round_trips(const struct sv_roce_path *path)
 			for (size_t i = 0; i < pad; i++)
 				CHECK(dg[len + i] == 0, "pad byte not zero");
 			{
-				uint32_t icrc = sv_roce_icrc(path, dg, n);
+				uint32_t icrc = path->tag_key ? sv_roce_tag(path, dg, n)
+							: sv_roce_icrc(path, dg, n);
 
 				CHECK(dg[n - 4] == (uint8_t)icrc && dg[n - 1] == (uint8_t)(icrc >> 24),
 				      "ICRC not little-endian at the end");
@@ -231,6 +239,118 @@ static void refusals(void)
 	CHECK(sv_roce_encode(&path, pkt, len, dg, len + 2) == 0, "encoded past cap");
 }
 
+/* The tag as roce_wire.h specifies it, from SipHash itself. */
+static uint32_t spec_tag(const struct sv_roce_path *p, const uint8_t *dg, size_t n)
+{
+	uint8_t h[8 + 1 + 32 + 6 + 12], k[16], t[8];
+	uint16_t udplen = htons((uint16_t)(8 + n)), sp = htons(p->sport), dp = htons(p->dport);
+
+	memset(h, 0, sizeof(h));
+	memcpy(h, "svroce1", 8);
+	h[8] = p->v6 ? 6 : 4;
+	memcpy(h + 9, p->src, p->v6 ? 16 : 4);
+	memcpy(h + 25, p->dst, p->v6 ? 16 : 4);
+	memcpy(h + 41, &sp, 2);
+	memcpy(h + 43, &dp, 2);
+	memcpy(h + 45, &udplen, 2);
+	memcpy(h + 47, dg, 12);
+	h[47 + 4] = 0;
+	crypto_shorthash_siphashx24(k, h, sizeof(h), p->tag_key);
+	crypto_shorthash(t, dg + 12, n - 12 - 4, k);
+	return (uint32_t)t[0] | (uint32_t)t[1] << 8 | (uint32_t)t[2] << 16 | (uint32_t)t[3] << 24;
+}
+
+/* The last 4 bytes of a datagram, little-endian: its ICRC or tag. */
+static uint32_t carried(const uint8_t *dg, size_t n)
+{
+	return (uint32_t)dg[n - 4] | (uint32_t)dg[n - 3] << 8 | (uint32_t)dg[n - 2] << 16 |
+	       (uint32_t)dg[n - 1] << 24;
+}
+
+static void tagged(const struct sv_roce_path *v4, const struct sv_roce_path *v6)
+{
+	static const uint8_t key[SV_ROCE_TAG_KEY] = "0123456789abcdef",
+			     key2[SV_ROCE_TAG_KEY] = "0123456789abcdeF";
+	struct sv_roce_path path = *v4, other, plain = *v4, path6 = *v6;
+	uint8_t pkt[256], dg[300], bad[300], back[300];
+	size_t len = make_packet(pkt, SV_OP_RC | SV_OP_WRITE_ONLY, 77, 1000, false, true, 9, 3);
+	size_t n, m;
+	bool ecn = false;
+	uint32_t tag;
+
+	path.tag_key = key;
+	path6.tag_key = key;
+	round_trips(&path);
+	round_trips(&path6);
+	n = sv_roce_encode(&path, pkt, len, dg, sizeof(dg));
+	CHECK(n > 0, "tagged encode");
+	tag = carried(dg, n);
+	CHECK(tag == spec_tag(&path, dg, n), "the tag is not roce_wire.h's construction");
+	CHECK(tag != sv_roce_icrc(&plain, dg, n), "the tag is the ICRC");
+	m = sv_roce_encode(&path6, pkt, len, bad, sizeof(bad));
+	CHECK(m == n && !memcmp(bad, dg, n - 4), "IPv6 changed more than the tag");
+	CHECK(carried(bad, n) == spec_tag(&path6, bad, n),
+	      "the IPv6 tag is not roce_wire.h's construction");
+	/* every byte the tag covers, flipped in turn, is noticed (but FECN/BECN) */
+	for (size_t i = 2; i < n; i++) {
+		if (i == 4)
+			continue;
+		memcpy(bad, dg, n);
+		bad[i] ^= 0x01;
+		CHECK(sv_roce_decode(&path, bad, n, back, sizeof(back), NULL) == SV_ROCE_BAD_TAG,
+		      "tagged: byte %zu changed, accepted", i);
+	}
+	memcpy(bad, dg, n);
+	bad[4] |= 0x80;
+	CHECK(sv_roce_decode(&path, bad, n, back, sizeof(back), &ecn) == (int)len && ecn &&
+		      !memcmp(back, pkt, len),
+	      "tagged: FECN-marked packet refused or not reported");
+	other = path;
+	other.src[3] = 9;
+	CHECK(sv_roce_decode(&other, dg, n, back, sizeof(back), NULL) == SV_ROCE_BAD_TAG,
+	      "tagged: other source address accepted");
+	other = path;
+	other.dst[0] = 11;
+	CHECK(sv_roce_decode(&other, dg, n, back, sizeof(back), NULL) == SV_ROCE_BAD_TAG,
+	      "tagged: other destination address accepted");
+	other = path;
+	other.sport++;
+	CHECK(sv_roce_decode(&other, dg, n, back, sizeof(back), NULL) == SV_ROCE_BAD_TAG,
+	      "tagged: other source port accepted");
+	other = path;
+	other.ip_id = 0x1234; /* not covered: the kernel's */
+	CHECK(sv_roce_decode(&other, dg, n, back, sizeof(back), NULL) == (int)len,
+	      "tagged: refused for the IPv4 identification");
+	other = path;
+	other.tag_key = key2;
+	CHECK(sv_roce_decode(&other, dg, n, back, sizeof(back), NULL) == SV_ROCE_BAD_TAG,
+	      "tagged: accepted with another key");
+	/* a standard RoCEv2 datagram (rxe's) with a key, a tagged one without */
+	CHECK(sv_roce_decode(&plain, dg, n, back, sizeof(back), NULL) == SV_ROCE_BAD_ICRC,
+	      "a tagged datagram passed as an ICRC");
+	m = sv_roce_encode(&plain, pkt, len, bad, sizeof(bad));
+	CHECK(sv_roce_decode(&path, bad, m, back, sizeof(back), NULL) == SV_ROCE_BAD_TAG,
+	      "a datagram with a valid ICRC passed the tag check");
+	/* the tag binds the header to the payload: another packet's payload
+	 * under this header, or this payload under a header with another PSN */
+	{
+		uint8_t pkt2[256], dg2[300];
+		size_t len2 = make_packet(pkt2, SV_OP_RC | SV_OP_WRITE_ONLY, 77, 1001, false, true, 9,
+					  4);
+
+		CHECK(len2 == len && sv_roce_encode(&path, pkt2, len2, dg2, sizeof(dg2)) == n,
+		      "second packet");
+		memcpy(bad, dg, 12);
+		memcpy(bad + 12, dg2 + 12, n - 12);
+		CHECK(sv_roce_decode(&path, bad, n, back, sizeof(back), NULL) == SV_ROCE_BAD_TAG,
+		      "tagged: a header spliced onto another packet's payload and tag accepted");
+		memcpy(bad, dg2, 12);
+		memcpy(bad + 12, dg + 12, n - 12);
+		CHECK(sv_roce_decode(&path, bad, n, back, sizeof(back), NULL) == SV_ROCE_BAD_TAG,
+		      "tagged: another PSN's header on this payload and tag accepted");
+	}
+}
+
 static void hex(FILE *f, const uint8_t *b, size_t n)
 {
 	for (size_t i = 0; i < n; i++)
@@ -324,6 +444,11 @@ int main(int argc, char **argv)
 	round_trips(&v4);
 	round_trips(&v6);
 	refusals();
+	if (sodium_init() < 0) {
+		fprintf(stderr, "libsodium failed to start\n");
+		return 1;
+	}
+	tagged(&v4, &v6);
 	if (failures) {
 		fprintf(stderr, "%d checks failed\n", failures);
 		return 1;

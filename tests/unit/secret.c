@@ -19,6 +19,9 @@
  *     other from SOFTVERBS_SECRET_FILE, derive the same key: an RC SEND
  *     between them arrives.  A process with another secret of the same
  *     length gets nothing through: the SEND fails with RETRY_EXC_ERR.
+ *     Over rocev2 too, where no handshake refuses the peer: there the
+ *     secret keys a tag in every packet (docs/SECURITY.md "RoCEv2"), and
+ *     the peer drops what fails it.
  */
 #include "sv_test.h"
 #include "transport/auth.h"
