@@ -107,6 +107,19 @@ start_bg() {
 	PGIDS+=("$BG_PID")
 }
 
+# start_load N: N busy loops (plain CPU spinners, nice 0) for the rest of
+# the run, killed by the EXIT trap: the "busy machine" of LOAD=N, which
+# loads softverbs and the TCP peers it is compared with the same way, as
+# every measurement of one size runs back to back beside the same loops.
+start_load() {
+	local i
+	for ((i = 0; i < $1; i++)); do
+		setsid bash -c 'while :; do :; done' &
+		PGIDS+=("$!")
+	done
+	log "$1 busy loops beside the measurements (LOAD)"
+}
+
 # run_fg SECS NS OUT CMD...: the same in the foreground; its exit status.
 run_fg() {
 	start_bg "$@"

@@ -27,6 +27,10 @@
 #   BENCH_DEADLINE=S seconds after which remaining measurements are skipped
 #   REPORT_ONLY=1    measure nothing: re-print the table and re-draw the plot
 #                    from an existing results.csv
+#   LOAD=N           a loaded machine: N busy loops (LOAD=1: twice the CPU
+#                    count) run beside every measurement, softverbs' and the
+#                    TCP peers' alike; results go to bench/results/loaded/
+#                    unless RESULTS is given
 #
 # Exit status: 0 when every measurement produced a number, 1 otherwise (the
 # results that were measured are still written).  A target MISS is a
@@ -43,7 +47,13 @@ export SOFTVERBS_LOOPBACK=${SOFTVERBS_LOOPBACK:-1}
 BENCH_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 ROOT=$(dirname "$BENCH_DIR")
 QUICK=${QUICK:-0}
-RESULTS=${RESULTS:-$BENCH_DIR/results}
+LOAD=${LOAD:-0}
+[ "$LOAD" = 1 ] && LOAD=$(($(nproc) * 2))
+if [ "$LOAD" -gt 0 ]; then
+	RESULTS=${RESULTS:-$BENCH_DIR/results/loaded}
+else
+	RESULTS=${RESULTS:-$BENCH_DIR/results}
+fi
 PATHS=${PATHS:-lo veth}
 LOGS=$RESULTS/logs
 CSV=$RESULTS/results.csv
@@ -339,7 +349,13 @@ if [ "${REPORT_ONLY:-0}" != 1 ]; then
 	{
 		run_info
 		echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+		if [ "$LOAD" -gt 0 ]; then
+			echo "LOAD: $LOAD busy loops beside every measurement ($(nproc) CPUs)"
+		fi
 	} >"$INFO"
+	if [ "$LOAD" -gt 0 ]; then
+		start_load "$LOAD"
+	fi
 	echo "path,size_bytes,column,repeat,value" >"$RAW_CSV"
 	DEADLINE=$((SECONDS + DEADLINE))
 	DONE_PATHS=()
