@@ -1607,12 +1607,77 @@ static void take_alive(struct sv_engine *eng)
 		eng->alive_held = m;
 }
 
+/*
+ * The sockets' lease.  While an application thread polls (it did within
+ * SV_POLL_LEASE_NS), it takes in what the sockets bring itself
+ * (progress_locked), and the engine thread waiting on them too would be
+ * woken by every packet only to find it taken, or to take it first and
+ * keep the poller waiting for progress_lock: on a machine whose cores the
+ * spinning applications fill, each such wake-up is a context switch in the
+ * round trip.  So the engine thread waits on its doorbell alone, and ticks
+ * (SV_POLL_SLOW_TICK_NS) to see whether the polling goes on; when it has
+ * stopped, the thread looks at everything and waits on the sockets again.
+ * Not while one-sided requests come by the wire: the application may spin
+ * on its memory rather than on a CQ, and a WRITE would wait for the tick.
+ * A thread that arms a completion channel ends the lease
+ * (sv_engine_end_lease), so that what it sleeps for is not left to a tick.
+ * Returns whether to wait on bell_ep; *tick_ns is set for it.
+ */
+static bool socket_lease(struct sv_engine *eng, uint64_t *tick_ns)
+{
+	uint64_t now = sv_now_ns();
+	uint64_t last = atomic_load_explicit(&eng->last_poll_ns, memory_order_relaxed);
+
+	if (!last || now - last >= SV_POLL_LEASE_NS || now < eng->one_sided_until ||
+	    !(atomic_load_explicit(&eng->nconns_polled, memory_order_relaxed) ||
+	      eng->dgram_listening))
+		return false;
+	if (!*tick_ns)
+		*tick_ns = SV_POLL_SLOW_TICK_NS;
+	return true;
+}
+
+/* Wait on the doorbell for a tick (or the next timer, if sooner); true when
+ * the tick ended it and an application thread has polled since: nothing
+ * for this thread to do. */
+static bool lease_wait(struct sv_engine *eng, uint64_t tick, int timeout)
+{
+	uint64_t ns = timeout > 0 ? SV_MIN(tick, (uint64_t)timeout * 1000000u) : tick;
+	struct timespec ts = { 0, (long)ns };
+	struct epoll_event ev;
+	int n = 0;
+
+	atomic_store(&eng->lease_wait, true);
+	/* against sv_engine_end_lease: it clears last_poll_ns, then looks at
+	 * lease_wait; this stores lease_wait, then looks at last_poll_ns
+	 * (both sequentially consistent): one of the two sees the other */
+	if (atomic_load(&eng->last_poll_ns)) {
+		n = epoll_pwait2(eng->bell_ep, &ev, 1, &ts, NULL);
+		if (n < 0 && errno == ENOSYS)
+			n = epoll_wait(eng->bell_ep, &ev, 1, 1); /* kernels before 5.11 */
+	}
+	atomic_store(&eng->lease_wait, false);
+	return n == 0 && atomic_load(&eng->last_poll_ns) &&
+	       sv_now_ns() - atomic_load_explicit(&eng->last_poll_ns, memory_order_relaxed) < tick;
+}
+
+void sv_engine_end_lease(struct sv_engine *eng)
+{
+	if (!eng || !atomic_load_explicit(&eng->last_poll_ns, memory_order_relaxed))
+		return;
+	atomic_store(&eng->last_poll_ns, 0);
+	if (atomic_load(&eng->lease_wait))
+		wake(eng);
+}
+
 static void *engine_main(void *arg)
 {
 	struct sv_engine *eng = arg;
 	struct epoll_event evs[64];
 	int timeout = -1;
 	uint64_t tick = 0;
+
+	bool leased = false;
 
 	tls_engine_thread = eng;
 	/* the ticks below are tens of microseconds: no 50 us default slack */
@@ -1622,7 +1687,12 @@ static void *engine_main(void *arg)
 		int n;
 
 		take_alive(eng);
-		if (tick && timeout != 0) {
+		if (leased && timeout != 0 && lease_wait(eng, tick, timeout)) {
+			/* the tick ended it, and the application still polls */
+			continue;
+		} else if (leased && timeout != 0) {
+			n = epoll_wait(eng->epfd, evs, 64, 0);
+		} else if (tick && timeout != 0) {
 			/* a timer due before the tick ends it early */
 			uint64_t ns = timeout > 0 ? SV_MIN(tick, (uint64_t)timeout * 1000000u) : tick;
 			struct timespec ts = { 0, (long)ns };
@@ -1657,6 +1727,7 @@ static void *engine_main(void *arg)
 		timeout = run_timers(eng);
 		if (arm_in_memory(eng, &tick) || held_ready(eng))
 			timeout = 0;
+		leased = socket_lease(eng, &tick);
 		/* the connections failed in this pass or a polling thread's: no
 		 * event of the wait before can name them any more; nor does the
 		 * copy of scan_in_memory keep them (and their rings) while this
@@ -1755,7 +1826,7 @@ int sv_engine_start(struct sv_context *ctx, const struct in6_addr *ip)
 	if (!eng)
 		return ENOMEM;
 	eng->ctx = ctx;
-	eng->wake_fd = eng->epfd = -1;
+	eng->wake_fd = eng->epfd = eng->bell_ep = -1;
 	eng->sleep_until = UINT64_MAX;
 	eng->handshake_ns = (uint64_t)SV_MAX(1, sv_env_long("SOFTVERBS_HANDSHAKE_TIMEOUT_MS", 10000)) *
 			    1000000ull;
@@ -1771,7 +1842,8 @@ int sv_engine_start(struct sv_context *ctx, const struct in6_addr *ip)
 
 	eng->epfd = epoll_create1(EPOLL_CLOEXEC);
 	eng->wake_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-	if (eng->epfd < 0 || eng->wake_fd < 0)
+	eng->bell_ep = epoll_create1(EPOLL_CLOEXEC);
+	if (eng->epfd < 0 || eng->wake_fd < 0 || eng->bell_ep < 0)
 		goto fail_errno;
 	eng->mode = sv_transport_mode();
 	ntps = sv_transports_listening(eng->mode, tps);
@@ -1802,7 +1874,8 @@ int sv_engine_start(struct sv_context *ctx, const struct in6_addr *ip)
 	sv_qpn_publish(&eng->qpns, eng->port);
 	ctx->qpn_base = eng->qpns.block << SV_QPN_BLOCK_SHIFT;
 	ev.data.ptr = &tag_wake;
-	if (epoll_ctl(eng->epfd, EPOLL_CTL_ADD, eng->wake_fd, &ev))
+	if (epoll_ctl(eng->epfd, EPOLL_CTL_ADD, eng->wake_fd, &ev) ||
+	    epoll_ctl(eng->bell_ep, EPOLL_CTL_ADD, eng->wake_fd, &ev))
 		goto fail_errno;
 	sv_gid_encode(&ctx->gid, ip, eng->port);
 	err = pthread_create(&eng->thread, NULL, engine_main, eng);
@@ -2004,6 +2077,8 @@ void sv_engine_stop(struct sv_engine *eng)
 		close(eng->wake_fd);
 	if (eng->epfd >= 0)
 		close(eng->epfd);
+	if (eng->bell_ep >= 0)
+		close(eng->bell_ep);
 	pthread_mutex_destroy(&eng->lock);
 	pthread_mutex_destroy(&eng->progress_lock);
 	pthread_mutex_destroy(&eng->connect_lock);

@@ -66,6 +66,11 @@ struct sv_engine {
 	 * in (SV_MAX_FRAME + SV_DGRAM_RAW_MAX bytes), while it is taken in */
 	uint8_t *dgram_buf;
 	int wake_fd; /* eventfd: doorbell */
+	/* epoll set of the doorbell alone: what the engine thread waits on
+	 * while an application thread polls and takes the sockets' input
+	 * itself (engine.c, lease_wait) */
+	int bell_ep;
+	atomic_bool lease_wait; /* the engine thread waits on bell_ep */
 	uint16_t port;
 	struct sv_qpn_claim qpns; /* this context's block of the host's QP numbers */
 	atomic_bool stop;
@@ -125,6 +130,9 @@ static inline void sv_engine_saw_one_sided(struct sv_engine *eng)
 
 int sv_engine_start(struct sv_context *ctx, const struct in6_addr *ip);
 void sv_engine_stop(struct sv_engine *eng);
+/* An application thread is about to sleep on a completion channel: the
+ * engine thread takes the sockets' input again from now on (engine.c). */
+void sv_engine_end_lease(struct sv_engine *eng);
 void sv_engine_halt(struct sv_engine *eng); /* stop the thread only (library unload) */
 /* The engine thread takes m at its next pass and holds it until it ends, so
  * that the kernel marks it when the thread, or the process, is gone. */

@@ -261,6 +261,9 @@ int sv_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 		cq->solicited_only = solicited_only;
 	cq->armed = true;
 	pthread_mutex_unlock(&cq->lock);
+	/* the caller is about to sleep on the channel: the engine thread must
+	 * take in what it waits for, not leave it to a polling thread */
+	sv_engine_end_lease(cq->ctx->eng);
 	return 0;
 }
 
