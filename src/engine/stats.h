@@ -65,8 +65,14 @@ extern struct sv_stat_qp sv_stat_nowhere;
 
 static inline struct sv_stat_qp *sv_stat_qp(struct sv_qp *qp)
 {
-	uint32_t slot = sv_qpn_slot(qp->ctx, qp->ex.qp_base.qp_num);
+	/* on the data path: a QP of the context's table has its slot as its
+	 * handle (verbs/qp.c), with no permutation to undo; others (an
+	 * ibv_open_qp handle, another process's XRC receive QP) go by number */
+	uint32_t slot = qp->ex.qp_base.handle;
 
+	if (__builtin_expect(slot >= SV_STAT_NSLOTS ||
+				     !sv_qpn_ours(qp->ctx, qp->ex.qp_base.qp_num), 0))
+		slot = sv_qpn_slot(qp->ctx, qp->ex.qp_base.qp_num);
 	if (__builtin_expect(slot >= SV_STAT_NSLOTS, 0))
 		return &sv_stat_nowhere;
 	return sv_stat_slot(qp->ctx, slot);
