@@ -179,12 +179,15 @@ static bool executes_requests(const struct sv_qp *qp)
 void sv_export_qp(struct sv_qp *qp)
 {
 	struct sv_context *ctx = qp->ctx;
+	uint32_t slot = sv_qpn_slot(ctx, qp->ex.qp_base.qp_num);
 	struct sv_xqp *q;
 	bool open;
 
-	if (!ctx->xseg)
+	/* (another process's XRC receive QP, whose requests we execute, has
+	 * no record here) */
+	if (!ctx->xseg || slot >= SV_QPN_BLOCK)
 		return;
-	q = &ctx->xseg->qp[sv_qpn_slot(ctx, qp->ex.qp_base.qp_num) & SV_QPN_LOW];
+	q = &ctx->xseg->qp[slot];
 	open = executes_requests(qp);
 	if (open && atomic_load(&q->open) && atomic_load(&q->pd) == qp->pd->ibpd.handle &&
 	    atomic_load(&q->access) == qp->attr.qp_access_flags &&
