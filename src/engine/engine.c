@@ -1821,6 +1821,7 @@ int sv_engine_start(struct sv_context *ctx, const struct in6_addr *ip)
 	struct sv_engine *eng = calloc(1, sizeof(*eng));
 	struct epoll_event ev = { .events = EPOLLIN };
 	const struct sv_transport_ops *tps[SV_MAX_TRANSPORTS];
+	struct sv_qpn_skip tried = { { 0 } }; /* blocks whose ports another program holds */
 	int ntps, err;
 
 	if (!eng)
@@ -1850,20 +1851,22 @@ int sv_engine_start(struct sv_context *ctx, const struct in6_addr *ip)
 	/* the endpoint: a block of the host's QP numbers, whose port it
 	 * listens on (registry.h); a block whose port or names another
 	 * program holds is passed over */
-	for (uint32_t from = 1;; from++) {
+	for (;;) {
 		bool held = false;
+		uint32_t b;
 
-		err = sv_qpn_claim(ip, from, &eng->qpns);
+		err = sv_qpn_claim(ip, &tried, &eng->qpns);
 		if (err) {
 			sv_err("no free block of QP numbers (and port) for %s", SV_IP_STR(ip));
 			goto fail;
 		}
-		from = eng->qpns.block;
-		eng->port = sv_qpn_block_port(from);
+		b = eng->qpns.block;
+		eng->port = sv_qpn_block_port(b);
 		err = listen_all(eng, ip, tps, ntps, &held);
 		if (!err)
 			break;
 		sv_qpn_release(&eng->qpns);
+		sv_qpn_skip_add(&tried, b);
 		if (held)
 			goto fail; /* EADDRINUSE: the transport said which port */
 		if (err != EADDRINUSE) {
@@ -1873,6 +1876,11 @@ int sv_engine_start(struct sv_context *ctx, const struct in6_addr *ip)
 	}
 	sv_qpn_publish(&eng->qpns, eng->port);
 	ctx->qpn_base = eng->qpns.block << SV_QPN_BLOCK_SHIFT;
+	/* the numbers within the block: a permutation of the slots, keyed at
+	 * random (registry.h), one for QPs and one for SRQs */
+	ctx->qpn_key = (uint64_t)sv_random_u32() << 32 | sv_random_u32();
+	sv_qpn_perm_init(&ctx->qpn_perm, ctx->qpn_key);
+	sv_qpn_perm_init(&ctx->srqn_perm, (uint64_t)sv_random_u32() << 32 | sv_random_u32());
 	ev.data.ptr = &tag_wake;
 	if (epoll_ctl(eng->epfd, EPOLL_CTL_ADD, eng->wake_fd, &ev) ||
 	    epoll_ctl(eng->bell_ep, EPOLL_CTL_ADD, eng->wake_fd, &ev))

@@ -43,6 +43,7 @@ bool sv_export_open(struct sv_context *ctx)
 	x->magic = SV_XSEG_MAGIC;
 	x->version = SV_XSEG_VERSION;
 	x->qpn_base = ctx->qpn_base;
+	x->qpn_key = ctx->qpn_key;
 	if (!pthread_mutexattr_init(&ma)) {
 		if (!pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED) &&
 		    !pthread_mutexattr_setrobust(&ma, PTHREAD_MUTEX_ROBUST) &&
@@ -84,7 +85,7 @@ static void wait_quiet(struct sv_context *ctx, struct sv_xqp *only)
 			if (sv_now_ns() > deadline) {
 				sv_warn_limited("a peer's access through QP %#x has not ended in 1 s; "
 						"going on",
-						ctx->qpn_base + (uint32_t)(q + i - ctx->xseg->qp));
+						sv_qpn_of_slot(ctx, (uint32_t)(q + i - ctx->xseg->qp)));
 				break;
 			}
 			sched_yield();
@@ -178,12 +179,15 @@ static bool executes_requests(const struct sv_qp *qp)
 void sv_export_qp(struct sv_qp *qp)
 {
 	struct sv_context *ctx = qp->ctx;
+	uint32_t slot = sv_qpn_slot(ctx, qp->ex.qp_base.qp_num);
 	struct sv_xqp *q;
 	bool open;
 
-	if (!ctx->xseg)
+	/* (another process's XRC receive QP, whose requests we execute, has
+	 * no record here) */
+	if (!ctx->xseg || slot >= SV_QPN_BLOCK)
 		return;
-	q = &ctx->xseg->qp[(qp->ex.qp_base.qp_num - ctx->qpn_base) & (SV_QPN_BLOCK - 1)];
+	q = &ctx->xseg->qp[slot];
 	open = executes_requests(qp);
 	if (open && atomic_load(&q->open) && atomic_load(&q->pd) == qp->pd->ibpd.handle &&
 	    atomic_load(&q->access) == qp->attr.qp_access_flags &&

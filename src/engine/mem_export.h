@@ -25,10 +25,11 @@
 #include <stdint.h>
 
 #define SV_XSEG_MAGIC 0x53565845u /* "SVXE" */
-#define SV_XSEG_VERSION 2u
+#define SV_XSEG_VERSION 3u /* 3: QPs by slot, qpn_key */
 #define SV_XMR_SLOTS 4096 /* MRs a context exports; more go through its engine */
 
-/* A QP, at index qpn - qpn_base. */
+/* A QP, at the index of its slot: sv_qpn_unpermute of its number's low
+ * bits, by the permutation made from qpn_key (transport/registry.h). */
 struct sv_xqp {
 	_Atomic uint32_t busy; /* peers' accesses through it in progress */
 	_Atomic uint32_t open; /* 1: RC, in a state that executes requests */
@@ -56,7 +57,8 @@ struct sv_xseg {
 	uint32_t magic, version;
 	uint32_t qpn_base;
 	_Atomic uint32_t nmr; /* slots in use or used: peers search [0, nmr) */
-	uint32_t pad[12];
+	uint64_t qpn_key; /* the key of the permutation of its QP numbers */
+	uint32_t pad[10];
 	/*
 	 * A robust, process-shared mutex that the owner's engine thread holds
 	 * for as long as it runs.  When that thread ends (the process exits,

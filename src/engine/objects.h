@@ -18,6 +18,7 @@
 #include "common/util.h"
 #include "common/ref.h"
 #include "common/arwlock.h"
+#include "transport/registry.h"
 #include "common/cuda.h"
 #include "transport/transport.h"
 #include "engine/wr_opcode.h"
@@ -117,13 +118,17 @@ struct sv_context {
 
 	pthread_mutex_t lock; /* qp table, object counts */
 	uint32_t qpn_base;    /* the first QPN of this context's block */
-	struct sv_qp **qpt;   /* index = qpn - qpn_base */
+	/* the low bits of its QP and SRQ numbers from their slots, keyed at
+	 * random (transport/registry.h; sv_qpn_of_slot, sv_qpn_slot below) */
+	uint64_t qpn_key;
+	struct sv_qpn_perm qpn_perm, srqn_perm;
+	struct sv_qp **qpt;   /* index = slot = sv_qpn_slot(ctx, qpn) */
 	uint32_t qpt_size;
 	uint32_t qpt_hint;    /* every slot below it is taken: the search for a
 				 free QPN starts here, so creating n QPs costs
 				 O(n), not O(n^2) (10,000 QPs: tests/scale) */
 	uint32_t nqp, ncq, nsrq, npd, nah;
-	/* SRQs by number (srq_num - qpn_base; SRQ numbers are their own
+	/* SRQs by number (sv_srqn_slot; SRQ numbers are their own
 	 * space, unique on the host as QP numbers are), under srqt_lock, a
 	 * leaf (the responder looks XRC SRQs up with a QP's lock held) */
 	pthread_mutex_t srqt_lock;
@@ -157,6 +162,36 @@ struct sv_context {
 	/* MR slots: the lowest free one is searched from xmr_hint (MR write lock) */
 	uint32_t xmr_hint;
 };
+
+/*
+ * QP and SRQ numbers and the slots of the context's tables: the only place
+ * that maps one to the other.  A number of another block has no slot here
+ * (UINT32_MAX).
+ */
+static inline bool sv_qpn_ours(const struct sv_context *ctx, uint32_t qpn)
+{
+	return (qpn & ~(uint32_t)SV_QPN_LOW) == ctx->qpn_base;
+}
+
+static inline uint32_t sv_qpn_of_slot(const struct sv_context *ctx, uint32_t slot)
+{
+	return ctx->qpn_base | sv_qpn_permute(&ctx->qpn_perm, slot);
+}
+
+static inline uint32_t sv_qpn_slot(const struct sv_context *ctx, uint32_t qpn)
+{
+	return sv_qpn_ours(ctx, qpn) ? sv_qpn_unpermute(&ctx->qpn_perm, qpn) : UINT32_MAX;
+}
+
+static inline uint32_t sv_srqn_of_slot(const struct sv_context *ctx, uint32_t slot)
+{
+	return ctx->qpn_base | sv_qpn_permute(&ctx->srqn_perm, slot);
+}
+
+static inline uint32_t sv_srqn_slot(const struct sv_context *ctx, uint32_t srqn)
+{
+	return sv_qpn_ours(ctx, srqn) ? sv_qpn_unpermute(&ctx->srqn_perm, srqn) : UINT32_MAX;
+}
 
 static inline struct sv_context *to_sv_ctx(struct ibv_context *c)
 {

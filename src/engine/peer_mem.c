@@ -60,6 +60,8 @@ struct sv_peer_mem {
 	_Atomic uint64_t alive_at; /* when the peer was last seen alive (ns) */
 	int pidfd;
 	struct sv_xseg *x;
+	uint32_t qpn_base;         /* the table's, read once */
+	struct sv_qpn_perm perm;   /* from its qpn_key: a QPN's slot in x->qp */
 	struct pm_map map[PM_MAPS];
 	int nmap;
 	_Atomic uint32_t epoch; /* moves when a mapping goes: QP caches are stale */
@@ -122,6 +124,9 @@ static void pm_setup(struct sv_peer_mem *pm, struct sv_conn *conn, uint32_t qpn)
 	if (pm->x->magic != SV_XSEG_MAGIC || pm->x->version != SV_XSEG_VERSION ||
 	    pm->x->qpn_base != (qpn & ~(SV_QPN_BLOCK - 1)))
 		return;
+	/* read once: whatever the table says later, a QPN's slot is < SV_QPN_BLOCK */
+	pm->qpn_base = qpn & ~(SV_QPN_BLOCK - 1);
+	sv_qpn_perm_init(&pm->perm, pm->x->qpn_key);
 	atomic_store(&pm->usable, true);
 	atomic_store(&pm->alive_at, sv_now_ns());
 	sv_dbg("peer memory: one-sided operations to pid %d run here", (int)conn->peer_pid);
@@ -442,9 +447,9 @@ enum sv_direct sv_peer_direct(struct sv_qp *qp, struct sv_conn *conn, struct sv_
 		va = w->wr.wr.rdma.remote_addr;
 		rkey = w->wr.wr.rdma.rkey;
 	}
-	if (dq - pm->x->qpn_base >= SV_QPN_BLOCK)
+	if ((dq & ~(uint32_t)SV_QPN_LOW) != pm->qpn_base)
 		return SV_DIRECT_WIRE;
-	q = &pm->x->qp[dq - pm->x->qpn_base];
+	q = &pm->x->qp[sv_qpn_unpermute(&pm->perm, dq)];
 	/* our own MR table first: a deregistration here that revokes an
 	 * export waits for busy counts with that lock held (a peer of this
 	 * very process may be the one counted).  Inline data (a WRITE's,

@@ -15,10 +15,10 @@
 struct sv_qp *sv_qp_lookup(struct sv_context *ctx, uint32_t qpn)
 {
 	struct sv_qp *qp = NULL;
-	uint32_t i = qpn - ctx->qpn_base;
+	uint32_t i = sv_qpn_slot(ctx, qpn);
 
 	pthread_mutex_lock(&ctx->lock);
-	if (qpn >= ctx->qpn_base && i < ctx->qpt_size && ctx->qpt[i]) {
+	if (i < ctx->qpt_size && ctx->qpt[i]) {
 		qp = ctx->qpt[i];
 		sv_qp_get(qp);
 	}

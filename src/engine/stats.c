@@ -130,7 +130,7 @@ void sv_stats_qp_create(struct sv_qp *qp)
 	struct sv_stat_hdr *h = qp->ctx->stats;
 	struct sv_stat_qp *s = sv_stat_qp(qp);
 	uint32_t used = __atomic_load_n(&h->slots_used, __ATOMIC_RELAXED);
-	uint32_t need = qp->ex.qp_base.qp_num - qp->ctx->qpn_base + 1;
+	uint32_t need = sv_qpn_slot(qp->ctx, qp->ex.qp_base.qp_num) + 1;
 
 	/* counters of the slot's previous QP went to `gone` at its destroy */
 	memset(s, 0, sizeof(*s));

@@ -52,9 +52,10 @@ static inline void sv_stat_add_locked(uint64_t *c, uint64_t n)
 	__atomic_store_n(c, __atomic_load_n(c, __ATOMIC_RELAXED) + n, __ATOMIC_RELAXED);
 }
 
-static inline struct sv_stat_qp *sv_stat_slot(struct sv_context *ctx, uint32_t qpn)
+/* The counters of the QP at slot (< SV_STAT_NSLOTS) of ctx's QP table. */
+static inline struct sv_stat_qp *sv_stat_slot(struct sv_context *ctx, uint32_t slot)
 {
-	return (struct sv_stat_qp *)((char *)ctx->stats + SV_STAT_HDR_SIZE) + (qpn - ctx->qpn_base);
+	return (struct sv_stat_qp *)((char *)ctx->stats + SV_STAT_HDR_SIZE) + slot;
 }
 
 /* Where the counts of a QP of no slot go: another process's XRC receive
@@ -64,9 +65,17 @@ extern struct sv_stat_qp sv_stat_nowhere;
 
 static inline struct sv_stat_qp *sv_stat_qp(struct sv_qp *qp)
 {
-	if (__builtin_expect(qp->ex.qp_base.qp_num - qp->ctx->qpn_base >= SV_QPN_BLOCK, 0))
+	/* on the data path: a QP of the context's table has its slot as its
+	 * handle (verbs/qp.c), with no permutation to undo; others (an
+	 * ibv_open_qp handle, another process's XRC receive QP) go by number */
+	uint32_t slot = qp->ex.qp_base.handle;
+
+	if (__builtin_expect(slot >= SV_STAT_NSLOTS ||
+				     !sv_qpn_ours(qp->ctx, qp->ex.qp_base.qp_num), 0))
+		slot = sv_qpn_slot(qp->ctx, qp->ex.qp_base.qp_num);
+	if (__builtin_expect(slot >= SV_STAT_NSLOTS, 0))
 		return &sv_stat_nowhere;
-	return sv_stat_slot(qp->ctx, qp->ex.qp_base.qp_num);
+	return sv_stat_slot(qp->ctx, slot);
 }
 
 /* qp counts one more c. */
@@ -159,8 +168,10 @@ static inline void sv_stat_cqe(struct sv_cq *cq, const struct ibv_wc *wc, bool s
 		sv_stat_add(&h->ctx_c[SV_CTXC_CQ_OVERRUN], 1);
 		return;
 	}
-	if (wc->qp_num - cq->ctx->qpn_base < SV_STAT_NSLOTS)
-		sv_stat_add(&sv_stat_slot(cq->ctx, wc->qp_num)
+	uint32_t slot = sv_qpn_slot(cq->ctx, wc->qp_num);
+
+	if (slot < SV_STAT_NSLOTS)
+		sv_stat_add(&sv_stat_slot(cq->ctx, slot)
 				     ->c[wc->status == IBV_WC_SUCCESS ? SV_QPC_CQE_OK : SV_QPC_CQE_ERR],
 			    1);
 	if (wc->status != IBV_WC_SUCCESS && (unsigned)wc->status < SV_STAT_WC_MAX)

@@ -56,7 +56,7 @@ bool sv_xrc_relay_possible(const struct sv_qp *qp, uint32_t srqn)
 	/* a domain of a file, an SRQ number outside our own block, and a
 	 * transport that says who its peer is to reach its owner (shm, tcp) */
 	return qp->xrcd && qp->xrcd->by_inode && sv_qpn_port(srqn) &&
-	       (srqn < qp->ctx->qpn_base || srqn - qp->ctx->qpn_base >= SV_QPN_BLOCK) &&
+	       !sv_qpn_ours(qp->ctx, srqn) &&
 	       eng->mode != SV_TRANSPORT_ROCEV2;
 }
 
@@ -289,7 +289,7 @@ void sv_xrc_relay_rx(struct sv_conn *conn, const uint8_t *pkt, const uint8_t *or
 	const struct sv_opcode_info *op;
 	uint32_t psn, srqn = ntohl(bth->dqpn) & SV_PSN_MASK;
 	uint32_t tgt = ntohl(x->tgt_qpn) & SV_PSN_MASK, mtu = ntohs(x->mtu);
-	uint32_t slot = srqn - ctx->qpn_base;
+	uint32_t slot = sv_srqn_slot(ctx, srqn);
 	struct sv_xrc_proxy *px;
 	struct sv_srq *srq = NULL;
 	int32_t who = sv_xrc_peer_id(conn);
@@ -326,7 +326,7 @@ void sv_xrc_relay_rx(struct sv_conn *conn, const uint8_t *pkt, const uint8_t *or
 	 * (sv_xrc_proxies_detach): with q->lock held, srq stays */
 	pthread_mutex_lock(&q->lock);
 	pthread_mutex_lock(&ctx->srqt_lock);
-	if (srqn >= ctx->qpn_base && slot < ctx->srqt_size && ctx->srqt[slot] &&
+	if (slot < ctx->srqt_size && ctx->srqt[slot] &&
 	    ctx->srqt[slot]->xrcd && ctx->srqt[slot]->xrcd->by_inode &&
 	    (uint64_t)ctx->srqt[slot]->xrcd->dev == be64toh(x->dev) &&
 	    (uint64_t)ctx->srqt[slot]->xrcd->ino == be64toh(x->ino))

@@ -84,7 +84,7 @@ static int init_qp_attr(struct cm_id *id, struct ibv_qp_attr *a, int *mask)
 		}
 		return 0;
 	case IBV_QPS_RTS:
-		a->sq_psn = ud ? 0 : id->local_psn;
+		a->sq_psn = id->local_psn; /* random (id.c), UD's too */
 		*mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
 		if (ud || uc)
 			return 0;

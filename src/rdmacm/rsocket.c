@@ -105,6 +105,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
+#include <sys/random.h>
 #include <sys/select.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
@@ -1078,7 +1079,12 @@ static int rs_dg_setup(struct rsock *rs, struct ibv_context *ctx, uint8_t port)
 	m = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTR};
 	if (ibv_modify_qp(rs->dqp, &m, IBV_QP_STATE))
 		goto fail;
-	m = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTS, .sq_psn = 0};
+	/* a random first PSN, as everywhere softverbs picks one (SECURITY.md) */
+	uint32_t psn = 0;
+
+	if (getrandom(&psn, sizeof(psn), 0) != (ssize_t)sizeof(psn))
+		psn = (uint32_t)time(NULL) * 2654435761u;
+	m = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTS, .sq_psn = psn & 0xffffff};
 	if (ibv_modify_qp(rs->dqp, &m, IBV_QP_STATE | IBV_QP_SQ_PSN))
 		goto fail;
 	for (uint32_t i = 0; i < RS_DG_NBUF; i++)

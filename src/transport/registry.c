@@ -119,16 +119,53 @@ uint16_t sv_qpn_port(uint32_t qpn)
 	return sv_qpn_block_port((qpn & 0xffffffu) >> SV_QPN_BLOCK_SHIFT);
 }
 
-int sv_qpn_claim(const struct in6_addr *ip, uint32_t from, struct sv_qpn_claim *c)
+/* The blocks a context may take, those with a port: [*lo, *hi]; *hi 0:
+ * none.  Not block 0 (QPNs 0 and 1), nor the last, whose numbers include
+ * 0xffffff (the multicast QPN): any of a block's numbers may be a QP's. */
+static void port_blocks(uint32_t *lo, uint32_t *hi)
+{
+	*lo = *hi = 0;
+	for (uint32_t b = 1; b < SV_QPN_NBLOCKS - 1; b++) {
+		if (!sv_qpn_block_port(b))
+			continue;
+		if (!*lo)
+			*lo = b;
+		*hi = b;
+	}
+}
+
+/* Take block b if it is free or abandoned. */
+static bool take(struct sv_qpn_claim *c, uint32_t b, uint64_t me, uint64_t mystart)
+{
+	struct sv_qpn_slot *s = &c->map->slot[b];
+	uint64_t o = atomic_load(&s->owner);
+
+	if (o && !abandoned(s, o))
+		return false;
+	if (!atomic_compare_exchange_strong(&s->owner, &o, me))
+		return false; /* someone else took it first */
+	atomic_store(&s->start, mystart);
+	atomic_store(&s->port, 0);
+	atomic_store(&s->xino, 0);
+	c->block = b;
+	c->owner = me;
+	return true;
+}
+
+int sv_qpn_claim(const struct in6_addr *ip, const struct sv_qpn_skip *skip,
+		 struct sv_qpn_claim *c)
 {
 	static _Atomic uint32_t tags;
 	uint64_t me = (uint64_t)(uint32_t)getpid() | (uint64_t)(atomic_fetch_add(&tags, 1) + 1)
 							     << 32;
 	uint64_t mystart = sv_proc_stat(getpid(), NULL);
+	uint32_t lo, hi, n, first;
 
 	memset(c, 0, sizeof(*c));
-	if (!from)
-		from = 1;
+	port_blocks(&lo, &hi);
+	if (!hi)
+		return ENOSPC;
+	n = hi - lo + 1;
 	c->map = registry_map(ip);
 	if (!c->map) {
 		static atomic_bool said;
@@ -136,29 +173,54 @@ int sv_qpn_claim(const struct in6_addr *ip, uint32_t from, struct sv_qpn_claim *
 		if (!atomic_exchange(&said, true))
 			sv_warn("no QPN registry in /dev/shm (%s): QP numbers are chosen at random "
 				"and only probably unique on this host", strerror(errno));
-		c->block = from > 1 ? from : 1 + sv_random_u32() % (SV_QPN_NBLOCKS - 1);
-		return c->block < SV_QPN_NBLOCKS && sv_qpn_block_port(c->block) ? 0 : ENOSPC;
-	}
-	/* the lowest block free or abandoned: a dead process's numbers are
-	 * the first to be used again */
-	for (uint32_t b = from; b < SV_QPN_NBLOCKS && sv_qpn_block_port(b); b++) {
-		struct sv_qpn_slot *s = &c->map->slot[b];
-		uint64_t o = atomic_load(&s->owner);
+		for (int i = 0; i < 64; i++) {
+			uint32_t b = lo + sv_random_u32() % n;
 
-		if (o && !abandoned(s, o))
-			continue;
-		if (!atomic_compare_exchange_strong(&s->owner, &o, me))
-			continue; /* someone else took it first */
-		atomic_store(&s->start, mystart);
-		atomic_store(&s->port, 0);
-		atomic_store(&s->xino, 0);
-		c->block = b;
-		c->owner = me;
-		return 0;
+			if (!sv_qpn_skipped(skip, b)) {
+				c->block = b;
+				return 0;
+			}
+		}
+		return ENOSPC;
+	}
+	/*
+	 * A block drawn at random among the free ones, so that the first QP
+	 * numbers of a context cannot be guessed (docs/SECURITY.md): random
+	 * probes first, which find a free block at once unless most are held,
+	 * then every block once from a random one.
+	 */
+	for (int i = 0; i < 8; i++) {
+		uint32_t b = lo + sv_random_u32() % n;
+
+		if (!sv_qpn_skipped(skip, b) && take(c, b, me, mystart))
+			return 0;
+	}
+	first = sv_random_u32() % n;
+	for (uint32_t i = 0; i < n; i++) {
+		uint32_t b = lo + (first + i) % n;
+
+		if (!sv_qpn_skipped(skip, b) && take(c, b, me, mystart))
+			return 0;
 	}
 	munmap(c->map, sizeof(*c->map));
 	c->map = NULL;
 	return ENOSPC;
+}
+
+/* splitmix64's finaliser */
+static uint64_t mix64(uint64_t z)
+{
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+	return z ^ (z >> 31);
+}
+
+void sv_qpn_perm_init(struct sv_qpn_perm *p, uint64_t key)
+{
+	for (uint32_t i = 0; i < 4; i++)
+		for (uint32_t r = 0; r < 128; r++)
+			p->f[i][r] = (uint8_t)(mix64(key + 0x9e3779b97f4a7c15ull * (i << 7 | r)) >>
+					       57);
 }
 
 void sv_qpn_publish(struct sv_qpn_claim *c, uint16_t port)

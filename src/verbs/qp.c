@@ -168,8 +168,8 @@ static struct ibv_qp *qp_create(struct ibv_context *context, struct ibv_qp_init_
 		qp->ex.qp_base.recv_cq = ia->qp_type == IBV_QPT_XRC_SEND ? NULL : ia->recv_cq;
 		qp->ex.qp_base.srq = ia->srq;
 	}
-	qp->ex.qp_base.handle = idx;
-	qp->ex.qp_base.qp_num = ctx->qpn_base + idx;
+	qp->ex.qp_base.handle = idx; /* its slot: engine/stats.h counts by it */
+	qp->ex.qp_base.qp_num = sv_qpn_of_slot(ctx, idx);
 	qp->ex.qp_base.state = IBV_QPS_RESET;
 	qp->ex.qp_base.qp_type = ia->qp_type;
 	pthread_mutex_init(&qp->ex.qp_base.mutex, NULL);

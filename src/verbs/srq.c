@@ -76,7 +76,7 @@ static struct ibv_srq *srq_create(struct ibv_pd *ibpd, struct ibv_srq_attr *a, v
 	srq->ibsrq.context = ibpd->context;
 	srq->ibsrq.srq_context = srq_context;
 	srq->ibsrq.pd = ibpd;
-	srq->srq_num = ctx->qpn_base + srq->slot;
+	srq->srq_num = sv_srqn_of_slot(ctx, srq->slot);
 	pthread_mutex_init(&srq->ibsrq.mutex, NULL);
 	pthread_cond_init(&srq->ibsrq.cond, NULL);
 	sv_ref_get(&srq->pd->users);
@@ -145,11 +145,11 @@ int sv_get_srq_num(struct ibv_srq *ibsrq, uint32_t *srq_num)
  */
 struct sv_srq *sv_xrc_srq_lookup(struct sv_context *ctx, struct sv_xrcd *xrcd, uint32_t srq_num)
 {
-	uint32_t slot = srq_num - ctx->qpn_base;
+	uint32_t slot = sv_srqn_slot(ctx, srq_num);
 	struct sv_srq *srq = NULL;
 
 	pthread_mutex_lock(&ctx->srqt_lock);
-	if (srq_num >= ctx->qpn_base && slot < ctx->srqt_size && ctx->srqt[slot] &&
+	if (slot < ctx->srqt_size && ctx->srqt[slot] &&
 	    ctx->srqt[slot]->xrcd == xrcd)
 		srq = ctx->srqt[slot];
 	pthread_mutex_unlock(&ctx->srqt_lock);

@@ -284,8 +284,7 @@ struct ibv_qp *sv_open_qp(struct ibv_context *context, struct ibv_qp_open_attr *
 		return NULL;
 	}
 	x = to_sv_xrcd(attr->xrcd);
-	if (x->by_inode && (attr->qp_num < ctx->qpn_base ||
-			    attr->qp_num - ctx->qpn_base >= SV_QPN_BLOCK))
+	if (x->by_inode && !sv_qpn_ours(ctx, attr->qp_num))
 		return open_remote(ctx, attr, x);
 	real = sv_qp_lookup(ctx, attr->qp_num);
 	if (!real || !real->ti->xrc || !real->ti->receives || real->xrcd != x ||

@@ -5,10 +5,15 @@
 
 #include <arpa/inet.h>
 #include <fcntl.h>
+#include <net/if.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -119,6 +124,36 @@ void svt_sleep_ms(unsigned int ms)
 
 	while (nanosleep(&ts, &ts) != 0 && errno == EINTR)
 		;
+}
+
+bool svt_private_netns(void)
+{
+	struct ifreq ifr = { 0 };
+	int s;
+
+	if (geteuid() != 0 || unshare(CLONE_NEWNET))
+		return false;
+	s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	SVT_CHECK(s >= 0);
+	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "lo");
+	SVT_CHECK_OK(ioctl(s, SIOCGIFFLAGS, &ifr));
+	ifr.ifr_flags |= IFF_UP;
+	SVT_CHECK_OK(ioctl(s, SIOCSIFFLAGS, &ifr));
+	close(s);
+	return true;
+}
+
+void svt_private_netns_done(void)
+{
+	struct stat st;
+	char path[128];
+
+	/* the QPN registry of the namespace's lo (src/transport/registry.c) */
+	if (!stat("/proc/self/ns/net", &st)) {
+		snprintf(path, sizeof(path), "/dev/shm/softverbs-%u-%lu-7f000001.qpn",
+			 (unsigned)getuid(), (unsigned long)st.st_ino);
+		unlink(path);
+	}
 }
 
 /* Brief pause used inside polling loops: spin a little, then sleep 20 us so

@@ -189,6 +189,15 @@ void svt_watchdog(unsigned int seconds);
 uint64_t svt_now_ms(void);
 /* Sleep for ms milliseconds. */
 void svt_sleep_ms(unsigned int ms);
+/*
+ * Root: move this process (call it before any thread or device exists)
+ * into a network namespace of its own, with lo up: its devices' QPN
+ * registry and ports are then its own (and its children's).  false when
+ * not root or it cannot.  svt_private_netns_done() removes the registry
+ * file that namespace's sv_lo left in /dev/shm.
+ */
+bool svt_private_netns(void);
+void svt_private_netns_done(void);
 
 /* ------------------------------------------------------------------------- */
 /* Buffers                                                                    */

@@ -198,7 +198,7 @@ static void unknown_qpn(void)
 	SVT_CHECK_OK(svt_post_recv(p.b.qp, 5, p.b.buf, 4096, p.b.mr->lkey));
 	/* A QP number next to the real one that no QP of b's context has. */
 	uint32_t qpn = (p.a.remote_qpn + 0x1234) & 0xffffff;
-	if (qpn == p.a.remote_qpn || qpn == p.b.qp->qp_num)
+	if (qpn == p.a.remote_qpn || qpn == p.b.qp->qp_num || qpn == p.a.qp->qp_num)
 		qpn ^= 0x10000;
 	send_dgram(&p, 13, p.a.buf, 256, qpn, qkey_of(&p));
 	svt_expect_no_wc(p.b.recv_cq, 200);

@@ -169,6 +169,21 @@ static union ibv_gid peer_gid;	/* the device's own IPv4 RoCEv2 GID (index 3) */
 static union ibv_gid peer_gid6; /* its IPv6 RoCEv2 GID (index 5), when have_v6 */
 static bool have_v6;
 static uint32_t qpn_base, fake_qpn;
+
+/* n, or the next number of its block that none of our QPs has: a block's
+ * QP numbers are a random permutation of its slots, any may be a QP's */
+static uint32_t no_qp(uint32_t n)
+{
+	for (;;) {
+		bool held = sync_qp && n == sync_qp->qp_num;
+
+		for (int i = 0; i < NQPS && !held; i++)
+			held = qp[i] && n == qp[i]->qp_num;
+		if (!held)
+			return n;
+		n = (n & ~(SV_QPN_BLOCK - 1)) | ((n + 1) & (SV_QPN_BLOCK - 1));
+	}
+}
 static struct in_addr dev_ip, alt_ip;
 static struct in6_addr dev_ip6;
 static int fd = -1, alt_fd = -1, fd6 = -1;
@@ -335,9 +350,9 @@ static void setup(void)
 	for (int k = 0; k < NSYNC; k++)
 		SVT_CHECK_OK(svt_post_recv(sync_qp, (uint64_t)k, smem + k * SYNC_SLOT, SYNC_SLOT,
 					   smr->lkey));
-	/* the peer: this context's last QPN, which no QP here takes */
+	/* the peer: a QPN of this context's block that no QP here has */
 	qpn_base = sync_qp->qp_num & ~(SV_QPN_BLOCK - 1);
-	fake_qpn = qpn_base + SV_QPN_BLOCK - 1;
+	fake_qpn = no_qp(qpn_base + SV_QPN_BLOCK - 1);
 	for (int i = 0; i < nqps; i++)
 		connect_target(i);
 	if (have_v6) {
@@ -436,7 +451,7 @@ static int target_qp(int t, bool v6, bool cross)
 static uint32_t target_qpn(int q, uint32_t in)
 {
 	/* none: a number of this block that no QP has (the sync QP is never named) */
-	return q >= 0 ? qp[q]->qp_num : qpn_base + 0x3000 + (in & 0xfff);
+	return q >= 0 ? qp[q]->qp_num : no_qp(qpn_base + 0x3000 + (in & 0xfff));
 }
 
 /* Keys and addresses of the real buffer, the UD Q_Key, the rkey of window
@@ -494,6 +509,8 @@ static void send_record(uint8_t kind, uint8_t aux, const uint8_t *body, size_t l
 				/* and never the sync QP */
 				dq = dq == sync_qp->qp_num ? fake_qpn
 							   : qpn_base | (dq & (SV_QPN_BLOCK - 1));
+				if (dq == sync_qp->qp_num)
+					dq = fake_qpn;
 				dg[5] = (uint8_t)(dq >> 16);
 				dg[6] = (uint8_t)(dq >> 8);
 				dg[7] = (uint8_t)dq;

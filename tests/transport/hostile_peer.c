@@ -43,7 +43,8 @@ static uint32_t rnd(void)
 /* The peer the victim's RC and UC QPs are connected to, which the hostile
  * peer claims to be (and proves, holding the secret: the fuzzing is of what
  * an authenticated but broken peer can send). */
-#define PEER_QPN (((SV_QPN_NBLOCKS - 2) << SV_QPN_BLOCK_SHIFT) | 0x777)
+static uint32_t peer_block; /* svt_wire_spare_block */
+#define PEER_QPN ((peer_block << SV_QPN_BLOCK_SHIFT) | 0x777)
 
 struct victim {
 	struct svt_dev d;
@@ -177,6 +178,7 @@ int main(void)
 		rng = 1;
 	svt_log("seed %llu (SOFTVERBS_FUZZ_SEED replays it)", (unsigned long long)rng);
 	memset(&v, 0, sizeof(v));
+	peer_block = svt_wire_spare_block();
 	victim_make(&v);
 	fd = peer_connect(&v);
 	for (long k = 0; k < nframes; k++) {

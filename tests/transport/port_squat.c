@@ -59,19 +59,6 @@
 
 #define NOBODY 65534
 
-static void lo_up(void)
-{
-	struct ifreq ifr = { 0 };
-	int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-
-	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "lo");
-	SVT_CHECK(s >= 0);
-	SVT_CHECK_OK(ioctl(s, SIOCGIFFLAGS, &ifr));
-	ifr.ifr_flags |= IFF_UP;
-	SVT_CHECK_OK(ioctl(s, SIOCSIFFLAGS, &ifr));
-	close(s);
-}
-
 /* ibv_open_device of the test's device, with what the library logs
  * meanwhile in log (cap bytes, NUL-terminated); errno set when NULL. */
 static struct ibv_context *open_logged(char *log, size_t cap)
@@ -391,27 +378,14 @@ static int hello_to(uint16_t to_port)
 	return fd;
 }
 
-static void remove_registry(void)
-{
-	struct stat st;
-	char path[128];
-
-	if (!stat("/proc/self/ns/net", &st)) {
-		snprintf(path, sizeof(path), "/dev/shm/softverbs-%u-%lu-7f000001.qpn",
-			 (unsigned)getuid(), (unsigned long)st.st_ino);
-		unlink(path);
-	}
-}
-
 int main(void)
 {
 	char log[4096];
 	int sq, sq6;
 
 	svt_watchdog(60);
-	if (geteuid() != 0 || unshare(CLONE_NEWNET))
+	if (!svt_private_netns())
 		svt_skip("needs root: a network namespace of its own");
-	lo_up();
 	signal(SIGPIPE, SIG_IGN);
 	setenv("SOFTVERBS_TRANSPORT", "tcp", 1);
 
@@ -501,7 +475,7 @@ int main(void)
 	svt_log("4. uid 65534's names were given %zu bytes, %d descriptors", got, fds);
 	if (got || fds)
 		fails++;
-	remove_registry();
+	svt_private_netns_done();
 	SVT_CHECK_MSG(!fails, "%d of the steps above let a squatter in, or ran deaf", fails);
 	return 0;
 }

@@ -281,16 +281,28 @@ class Counters:
     def __init__(self, tool, pid, qpn):
         self.tool, self.pid, self.qpn = tool, pid, qpn
 
-    def get(self):
+    def stat(self):
         r = subprocess.run([self.tool, "stat", "--json", "--pid", str(self.pid)],
                            capture_output=True, text=True, timeout=10)
         if r.returncode:
             raise AgentError(f"softverbs stat exited {r.returncode}: {r.stderr.strip()}")
-        for c in json.loads(r.stdout)["contexts"]:
-            for q in c.get("qps", []):
-                if q["qpn"] == self.qpn:
-                    return q["counters"]
+        return [q for c in json.loads(r.stdout)["contexts"] for q in c.get("qps", [])]
+
+    def get(self):
+        for q in self.stat():
+            if q["qpn"] == self.qpn:
+                return q["counters"]
         raise AgentError(f"softverbs stat --pid {self.pid}: no QP {self.qpn:#x}")
+
+    def no_qp(self):
+        """A QPN of the agent's block that none of its QPs has (its QPNs
+        are a permutation of their slots: any number of the block may be
+        one)."""
+        held = {q["qpn"] for q in self.stat()}
+        n = self.qpn + 7
+        while n in held or (n >> 14) != (self.qpn >> 14):
+            n = (self.qpn & ~0x3fff) | ((n + 1) & 0x3fff)
+        return n
 
     def expect(self, before, what, **want):
         """Each counter of WANT went up by exactly that since BEFORE; now's."""
@@ -651,10 +663,11 @@ def run(agent, tool):
     log("7 duplicate WRITE: ACKed, not executed again; duplicate READ: answered again")
 
     # 8. wrong QPN, wrong rkey
-    w.send(0x0a, E, reth(addr + 0x7000, rkey, 64), data(64), dqpn=qpn + 7)
+    none = counters.no_qp()
+    w.send(0x0a, E, reth(addr + 0x7000, rkey, 64), data(64), dqpn=none)
     rs = w.responses(1, timeout=0.8)
     if rs:
-        fail(f"8 QPN {qpn + 7:#x} (no QP): answered {describe(rs)}")
+        fail(f"8 QPN {none:#x} (no QP): answered {describe(rs)}")
     if agent.peek(0x7000, 64) != bytes(64):
         fail("8 QPN with no QP: memory written")
     log("8 WRITE to a QPN with no QP: ignored")

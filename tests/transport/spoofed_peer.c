@@ -47,25 +47,6 @@
 
 static uint8_t pkt[SV_MAX_PACKET_LEN];
 
-/* Root: a network namespace of our own (gone with the process), its lo
- * up; the host's shared port there is ours alone. */
-static bool private_netns(void)
-{
-	struct ifreq ifr = { 0 };
-	int s;
-
-	if (geteuid() != 0 || unshare(CLONE_NEWNET))
-		return false;
-	s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	snprintf(ifr.ifr_name, sizeof(ifr.ifr_name), "lo");
-	SVT_CHECK(s >= 0);
-	SVT_CHECK_OK(ioctl(s, SIOCGIFFLAGS, &ifr));
-	ifr.ifr_flags |= IFF_UP;
-	SVT_CHECK_OK(ioctl(s, SIOCSIFFLAGS, &ifr));
-	close(s);
-	return true;
-}
-
 /* A zero-length (or len-byte) RDMA WRITE ONLY asking for an ACK. */
 static bool send_write(int fd, uint32_t dqpn, uint32_t psn, uint64_t va, uint32_t rkey,
 		       uint32_t len)
@@ -126,7 +107,9 @@ static uint32_t attack(int x, uint32_t bqpn, uint64_t va, char *out, size_t cap)
 
 int main(void)
 {
-	bool ns = private_netns();
+	/* root: a network namespace of our own (gone with the process); the
+	 * host's shared port there is ours alone */
+	bool ns = svt_private_netns();
 	struct svt_dev v, r;
 	struct svt_qp_init qi;
 	struct svt_conn c;
@@ -232,17 +215,8 @@ int main(void)
 	SVT_CHECK_OK(ibv_destroy_cq(rcq));
 	svt_dev_close(&v);
 	svt_dev_close(&r);
-	if (ns) {
-		/* the QPN registry of our namespace's lo (transport/registry.c) */
-		struct stat st;
-		char path[128];
-
-		if (!stat("/proc/self/ns/net", &st)) {
-			snprintf(path, sizeof(path), "/dev/shm/softverbs-%u-%lu-7f000001.qpn",
-				 (unsigned)getuid(), (unsigned long)st.st_ino);
-			unlink(path);
-		}
-	}
+	if (ns)
+		svt_private_netns_done();
 	free(vmem);
 	free(rmem);
 	return 0;

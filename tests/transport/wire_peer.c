@@ -149,7 +149,9 @@ void svt_wire_listen(struct svt_wire_listener *l)
 	l->fd = socket(AF_INET, SOCK_STREAM, 0);
 	SVT_CHECK(l->fd >= 0);
 	setsockopt(l->fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	/* the registry hands out low blocks first: try from the top */
+	/* a block whose port is free: no context holds it, and none will
+	 * while we listen there (blocks are drawn at random; one whose port
+	 * is held is passed over) */
 	for (uint32_t b = SV_QPN_NBLOCKS - 1; b > SV_QPN_NBLOCKS / 2; b--) {
 		struct sockaddr_in sa = { .sin_family = AF_INET,
 					  .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
@@ -162,6 +164,23 @@ void svt_wire_listen(struct svt_wire_listener *l)
 		return;
 	}
 	SVT_CHECK_MSG(0, "no free port for a fake peer");
+}
+
+uint32_t svt_wire_spare_block(void)
+{
+	for (uint32_t b = SV_QPN_NBLOCKS - 2; b > SV_QPN_NBLOCKS / 2; b--) {
+		struct sockaddr_in sa = { .sin_family = AF_INET,
+					  .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+					  .sin_port = htons(sv_qpn_block_port(b)) };
+		int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+		SVT_CHECK(fd >= 0);
+		if (sa.sin_port && !bind(fd, (struct sockaddr *)&sa, sizeof(sa)))
+			return b; /* fd stays open, bound, until we exit */
+		close(fd);
+	}
+	SVT_CHECK_MSG(0, "no free port for a block of a peer that is not there");
+	return 0;
 }
 
 int svt_wire_accept(struct svt_wire_listener *l)

@@ -29,6 +29,14 @@ struct svt_wire_listener {
 /* Listen on the port of a block of QP numbers nobody on this host claims
  * (and load the secret this user's devices use: the peer holds it). */
 void svt_wire_listen(struct svt_wire_listener *l);
+/*
+ * A block of QP numbers for a peer the test plays but that is not there
+ * (a QP "connected" to it, an endpoint a connection claims to be): its TCP
+ * port on 127.0.0.1 is bound here for the rest of the process's life, so
+ * that no context of the host takes that block meanwhile (contexts draw
+ * their blocks at random, and pass over one whose port is held).
+ */
+uint32_t svt_wire_spare_block(void);
 /* Accept a connection and go through the handshake; the connected socket. */
 int svt_wire_accept(struct svt_wire_listener *l);
 /*

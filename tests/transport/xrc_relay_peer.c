@@ -40,7 +40,8 @@
 
 #define PAGE 4096
 /* the receive QP and send QP the peer claims to relay for */
-#define TGT_QPN (((SV_QPN_NBLOCKS - 2) << SV_QPN_BLOCK_SHIFT) | 0x321)
+static uint32_t tgt_block; /* svt_wire_spare_block */
+#define TGT_QPN ((tgt_block << SV_QPN_BLOCK_SHIFT) | 0x321)
 #define SRC_QPN 0x4567
 
 struct victim {
@@ -437,6 +438,7 @@ int main(void)
 
 	svt_watchdog(60);
 	memset(&v, 0, sizeof(v));
+	tgt_block = svt_wire_spare_block();
 	victim_make(&v);
 	scenario(&v);
 	random_relays(&v);

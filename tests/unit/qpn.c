@@ -6,7 +6,12 @@
  *   - 100 of them are killed with SIGKILL (no chance to let go of their
  *     numbers), then 150 new processes come: again no collision with the
  *     100 still alive, and the dead ones' numbers are used again (the
- *     registry reclaims what a crashed process held)
+ *     registry reclaims what a crashed process held).  Blocks are drawn
+ *     at random among the free ones (issue 35), so a new process takes a
+ *     dead one's block with a probability of about 100 in the ~900 free:
+ *     about 16 of the 150, and fewer than 3 once in some 10^5 runs
+ *     (unit_qpn_random takes every block of a small range, all of them
+ *     dead processes', deterministically)
  *   - two contexts of one process get different numbers
  */
 #include "sv_test.h"
@@ -99,7 +104,7 @@ static void test_processes(void)
 	check_unique(ps, WAVE1 + WAVE2);
 	svt_log("%d processes, %d killed, %d new; %d new ones use a dead one's numbers",
 		WAVE1, KILLED, WAVE2, reused);
-	SVT_CHECK(reused >= KILLED / 2);
+	SVT_CHECK(reused >= 3);
 	for (int i = 0; i < WAVE1 + WAVE2; i++) {
 		if (!ps[i].alive)
 			continue;

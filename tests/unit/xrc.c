@@ -464,7 +464,9 @@ static void test_open_qp(struct xrc *x)
 	oa.xrcd = other; /* not its domain */
 	SVT_CHECK_NULL_ERRNO(ibv_open_qp(x->b.ctx, &oa), EINVAL);
 	oa.xrcd = x->xrcd;
-	oa.qp_num = x->recv->qp_num + 100; /* no QP */
+	/* no QP: another number of the receive QP's block (QP numbers are
+	 * not consecutive, and the block's only QP is the receive QP) */
+	oa.qp_num = (x->recv->qp_num & ~0x3fffu) | ((x->recv->qp_num + 100) & 0x3fff);
 	SVT_CHECK_NULL_ERRNO(ibv_open_qp(x->b.ctx, &oa), EINVAL);
 	oa.qp_num = x->send->qp_num; /* another context's, an XRC send QP */
 	SVT_CHECK_NULL_ERRNO(ibv_open_qp(x->b.ctx, &oa), EINVAL);
