@@ -3,12 +3,12 @@
  * CPU time of sv_roce_encode + sv_roce_decode of one WRITE packet of 8 B,
  * 1 KiB and 4 KiB payload, with and without a tag key, on one core.
  *   cc -O2 -Isrc bench/roce_tag_cost.c src/transport/roce_wire.c \
- *      src/engine/opcode.c -lsodium -lz -lpthread -o roce_tag_cost
+ *      src/wire/opcode.c -lsodium -lz -lpthread -o roce_tag_cost
  * Prints ns per packet (encode + decode), the best of ROUNDS rounds.
  */
 #include "transport/roce_wire.h"
-#include "engine/opcode.h"
-#include "engine/wire.h"
+#include "wire/opcode.h"
+#include "wire/wire.h"
 
 #include <arpa/inet.h>
 #include <sodium.h>

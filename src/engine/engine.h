@@ -12,8 +12,8 @@
 
 #include "engine/objects.h"
 #include "transport/registry.h"
-#include "engine/wire.h"
-#include "engine/opcode.h"
+#include "wire/wire.h"
+#include "wire/opcode.h"
 
 
 /* One transport's listening socket for the endpoint (epoll data points here). */

@@ -10,7 +10,7 @@
 #define SV_GPU_H
 
 #include "engine/objects.h"
-#include "engine/wire.h"
+#include "wire/wire.h"
 
 #define SV_GPU_STAGE (1u << 20)
 

@@ -16,7 +16,7 @@
  */
 #include "engine/engine.h"
 #include "engine/stats.h"
-#include "engine/wire.h"
+#include "wire/wire.h"
 
 #include <arpa/inet.h>
 #include <stdlib.h>

@@ -15,7 +15,7 @@
 #define SV_VERBS_STATS_H
 
 #include "engine/objects.h"
-#include "engine/wire.h"
+#include "wire/wire.h"
 #include "stats/layout.h"
 #include "transport/registry.h"
 

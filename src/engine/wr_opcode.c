@@ -5,7 +5,7 @@
  * write (IBA 1.5) on RC only.
  */
 #include "engine/wr_opcode.h"
-#include "engine/opcode.h"
+#include "wire/opcode.h"
 
 #include <stddef.h>
 

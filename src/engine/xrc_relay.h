@@ -8,7 +8,7 @@
 #define SV_XRC_RELAY_H
 
 #include "engine/objects.h"
-#include "engine/opcode.h"
+#include "wire/opcode.h"
 
 /* What an XRC receive QP keeps beyond an RC QP's state (qp->xrc, allocated
  * when first needed). */

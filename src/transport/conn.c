@@ -8,8 +8,8 @@
 #include "transport/transport.h"
 #include "common/cuda.h"
 #include "transport/auth.h"
-#include "engine/wire.h"
-#include "engine/opcode.h"
+#include "wire/wire.h"
+#include "wire/opcode.h"
 
 #include <errno.h>
 #include <stdlib.h>

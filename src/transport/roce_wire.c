@@ -1,7 +1,7 @@
 /* The RoCEv2 packet format: softverbs packets to UDP payloads and back (see roce_wire.h). */
 #include "transport/roce_wire.h"
-#include "engine/opcode.h"
-#include "engine/wire.h"
+#include "wire/opcode.h"
+#include "wire/wire.h"
 
 #include <arpa/inet.h>
 #include <pthread.h>

@@ -2,7 +2,7 @@
  * The RoCEv2 packet format (IBA annex A17): what a softverbs packet becomes
  * inside a UDP datagram to port 4791, and back.
  *
- * A softverbs packet (engine/wire.h) already carries the InfiniBand
+ * A softverbs packet (wire/wire.h) already carries the InfiniBand
  * transport's headers in their wire order with IB's opcodes; only the BTH's
  * flag bytes differ (softverbs keeps SE and AckReq in one byte of its own),
  * and IB adds what a byte stream did not need: the payload is padded to a

@@ -41,7 +41,7 @@
 #include "transport/auth.h"
 #include "transport/roce_wire.h"
 #include "transport/registry.h"
-#include "engine/wire.h"
+#include "wire/wire.h"
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>

@@ -54,7 +54,7 @@
  *             the fake peer at the IPv6 address too)
  *   record := kind aux len_hi len_lo body[len]   (len clipped to the input)
  *   kind   := bits 0-1 mode: 0 raw (body is the UDP payload as is), 1 and
- *                      3 packet (body is a softverbs packet, engine/wire.h,
+ *                      3 packet (body is a softverbs packet, wire/wire.h,
  *                      byte 1 softverbs' own flags: encoded with a valid
  *                      ICRC by sv_roce_encode), 2 CNP (a valid one; the
  *                      body's first 3 bytes, if any, are its PSN);
@@ -121,8 +121,8 @@
  */
 #include "sv_test.h"
 #include "common/util.h"
-#include "engine/opcode.h"
-#include "engine/wire.h"
+#include "wire/opcode.h"
+#include "wire/wire.h"
 #include "transport/registry.h"
 #include "transport/roce_wire.h"
 

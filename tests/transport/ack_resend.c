@@ -35,8 +35,8 @@
  */
 #include "sv_test.h"
 #include "common/util.h"
-#include "engine/opcode.h"
-#include "engine/wire.h"
+#include "wire/opcode.h"
+#include "wire/wire.h"
 #include "transport/roce_wire.h"
 
 #include <arpa/inet.h>

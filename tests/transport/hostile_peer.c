@@ -14,8 +14,8 @@
  * SOFTVERBS_FUZZ_SEED=N replays one run; SOFTVERBS_FUZZ_FRAMES=N sets its length.
  */
 #include "sv_test.h"
-#include "engine/opcode.h"
-#include "engine/wire.h"
+#include "wire/opcode.h"
+#include "wire/wire.h"
 #include "transport/transport.h"
 #include "transport/registry.h"
 #include "wire_peer.h"

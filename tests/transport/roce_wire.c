@@ -29,8 +29,8 @@
  * (IPv4 addresses, dotted).
  */
 #include "transport/roce_wire.h"
-#include "engine/opcode.h"
-#include "engine/wire.h"
+#include "wire/opcode.h"
+#include "wire/wire.h"
 
 #include <arpa/inet.h>
 #include <sodium.h>

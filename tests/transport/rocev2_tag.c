@@ -27,8 +27,8 @@
 #include "sv_test.h"
 #include "svt_counters.h"
 #include "common/util.h"
-#include "engine/opcode.h"
-#include "engine/wire.h"
+#include "wire/opcode.h"
+#include "wire/wire.h"
 #include "transport/auth.h"
 #include "transport/roce_wire.h"
 

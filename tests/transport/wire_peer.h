@@ -13,8 +13,8 @@
 #ifndef SVT_WIRE_PEER_H
 #define SVT_WIRE_PEER_H
 
-#include "engine/opcode.h"
-#include "engine/wire.h"
+#include "wire/opcode.h"
+#include "wire/wire.h"
 
 #include <netinet/in.h>
 #include <stdbool.h>

@@ -3,8 +3,8 @@
  * offsets are derived once at start-up from that order so that the table
  * stays declarative.
  */
-#include "engine/opcode.h"
-#include "engine/wire.h"
+#include "wire/opcode.h"
+#include "wire/wire.h"
 
 #include <pthread.h>
 
