@@ -265,7 +265,7 @@ static int fault_filter(struct sv_conn *conn, const struct sv_frames *f, struct 
 		int copies = kind == SV_FAULT_DUP ? 2 : kind == SV_FAULT_NONE ? 1 : 0;
 
 		if (kind == SV_FAULT_CE || (kind == SV_FAULT_CORRUPT && conn->ops->datagram)) {
-			/* a copy carries the mark in its BTH flags (engine/wire.h),
+			/* a copy carries the mark in its BTH flags (wire/wire.h),
 			 * which the transport turns into the IP ECN bits or a
 			 * flipped bit past the ICRC (rocev2.c), and a stream's
 			 * receiver reads as a congestion mark */

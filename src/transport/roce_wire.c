@@ -9,7 +9,7 @@
 #include <string.h>
 #include <zlib.h>
 
-/* The IB BTH's bytes that differ from softverbs' (engine/wire.h). */
+/* The IB BTH's bytes that differ from softverbs' (wire/wire.h). */
 #define IB_BTH_FLAGS 1	   /* SE | MigReq | PadCnt(2) | TVer(4) */
 #define IB_BTH_SE 0x80
 #define IB_BTH_PAD_SHIFT 4

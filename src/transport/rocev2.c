@@ -306,7 +306,7 @@ static int rocev2_connect(struct sv_conn *c)
 	return 0;
 }
 
-/* The destination QP of a softverbs packet (engine/wire.h: BTH bytes 4..7). */
+/* The destination QP of a softverbs packet (wire/wire.h: BTH bytes 4..7). */
 static uint32_t pkt_dqpn(const uint8_t *pkt)
 {
 	uint32_t v;
@@ -316,7 +316,7 @@ static uint32_t pkt_dqpn(const uint8_t *pkt)
 }
 
 /*
- * What SOFTVERBS_FAULTS asked of a frame (engine/wire.h): a bit of the
+ * What SOFTVERBS_FAULTS asked of a frame (wire/wire.h): a bit of the
  * datagram flipped after its ICRC is computed, so that the receiver's ICRC
  * check is what drops it; or the congestion mark a queueing hop would put
  * in its IP header.  Returns the TOS to send it with.
