@@ -1102,17 +1102,14 @@ static void conn_proven(struct sv_conn *c)
 	sv_conn_put(old);
 }
 
-/*
- * A datagram listener: each packet goes up on the connection of the address
- * it came from (made on its first packet), as if it had arrived there.  At
- * most a batch a call: epoll reports the rest again.
- */
-/* A datagram to receive into the engine's buffer (progress_lock held). */
-static struct sv_dgram dgram_slot(struct sv_engine *eng)
+/* A datagram from listener l to receive into the engine's buffer
+ * (progress_lock held). */
+static struct sv_dgram dgram_slot(struct sv_engine *eng, struct sv_listener *l)
 {
 	return (struct sv_dgram){ .local_ip = eng->ctx->dev->addr, .local_port = eng->port,
 				  .buf = eng->dgram_buf, .cap = SV_MAX_FRAME,
-				  .raw = eng->dgram_buf + SV_MAX_FRAME, .raw_cap = SV_DGRAM_RAW_MAX };
+				  .raw = eng->dgram_buf + SV_MAX_FRAME, .raw_cap = SV_DGRAM_RAW_MAX,
+				  .rx_state = &l->rx_state };
 }
 
 /*
@@ -1133,13 +1130,26 @@ static void dgram_refused(struct sv_engine *eng, const struct sv_dgram *d)
 		sv_stat_ctx_count(eng->ctx, SV_CTXC_RX_BAD_TAG);
 }
 
-static void dgram_input(struct sv_engine *eng, const struct sv_listener *l)
+/*
+ * A datagram listener: each packet goes up on the connection of the address
+ * it came from (made on its first packet), as if it had arrived there.  At
+ * most SV_DGRAM_PASS a call, and what the transport read ahead of them
+ * (less than a batch of its own): epoll reports the rest again, and the
+ * caller goes on to its timers and sends in between, so that a flood of
+ * datagrams, whatever they are, never keeps a QP's ACKs and retransmissions
+ * waiting for more than one pass.  A datagram the transport refuses costs
+ * its share of the receive system call and its checks, never a connection,
+ * a lookup or a log line of its own (rocev2.c).
+ */
+#define SV_DGRAM_PASS 64
+
+static void dgram_input(struct sv_engine *eng, struct sv_listener *l)
 {
 	uint8_t *buf = eng->dgram_buf;
 	bool behind = false;
 
-	for (int i = 0; i < 64; i++) {
-		struct sv_dgram d = dgram_slot(eng);
+	for (int i = 0;; i++) {
+		struct sv_dgram d = dgram_slot(eng, l);
 		struct sv_endpoint_addr from;
 		struct sv_conn *c;
 		int r = l->ops->recv(l->fd, &d);
@@ -1148,19 +1158,22 @@ static void dgram_input(struct sv_engine *eng, const struct sv_listener *l)
 			return;
 		if (r < 0) {
 			dgram_refused(eng, &d);
-			continue;
+		} else {
+			from = (struct sv_endpoint_addr){ d.from, 0 };
+			if ((c = sv_engine_conn_to(eng, &from))) {
+				if (i == SV_DGRAM_BEHIND && l->ops->backlogged)
+					behind = l->ops->backlogged(l->fd);
+				if (behind && d.len > 1)
+					buf[1] |= SV_BTH_CE;
+				if (atomic_load(&c->state) == SV_CONN_UP)
+					rx_frame(c, buf, d.len);
+				sv_conn_put(c);
+			}
 		}
-		from = (struct sv_endpoint_addr){ d.from, 0 };
-		c = sv_engine_conn_to(eng, &from);
-		if (!c)
-			continue;
-		if (i == SV_DGRAM_BEHIND && l->ops->backlogged)
-			behind = l->ops->backlogged(l->fd);
-		if (behind && d.len > 1)
-			buf[1] |= SV_BTH_CE;
-		if (atomic_load(&c->state) == SV_CONN_UP)
-			rx_frame(c, buf, d.len);
-		sv_conn_put(c);
+		/* what the transport read ahead is not left behind: epoll
+		 * says nothing of it */
+		if (i >= SV_DGRAM_PASS - 1 && !d.more)
+			return;
 	}
 }
 
@@ -1490,7 +1503,7 @@ static void handle_events(struct sv_engine *eng, struct epoll_event *evs, int n,
 
 			(void)r;
 		} else if (p >= (void *)eng->listeners && p < (void *)(eng->listeners + eng->nlisteners)) {
-			const struct sv_listener *l = p;
+			struct sv_listener *l = p;
 
 			if (l->ops->recv)
 				dgram_input(eng, l);
@@ -1747,6 +1760,9 @@ static void *engine_main(void *arg)
 
 static void listener_close(struct sv_listener *l)
 {
+	if (l->rx_state && l->ops->recv_end)
+		l->ops->recv_end(l->rx_state);
+	l->rx_state = NULL;
 	if (l->ops->unlisten)
 		l->ops->unlisten(l->fd);
 	else
@@ -1938,7 +1954,7 @@ void sv_engine_quiesce(struct sv_engine *eng, uint64_t deadline_ns)
 static void drain_datagrams(struct sv_engine *eng, struct sv_listener *l)
 {
 	for (int n = 0; n < 65536; n++) {
-		struct sv_dgram d = dgram_slot(eng);
+		struct sv_dgram d = dgram_slot(eng, l);
 
 		if (!l->ops->recv(l->fd, &d))
 			break;

@@ -20,6 +20,7 @@
 struct sv_listener {
 	const struct sv_transport_ops *ops;
 	int fd;
+	void *rx_state; /* a datagram listener's recv's (sv_dgram.rx_state) */
 };
 
 /*

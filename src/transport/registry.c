@@ -5,6 +5,7 @@
 #include "common/proc.h"
 
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -271,4 +272,46 @@ void sv_qpn_release(struct sv_qpn_claim *c)
 	if (c->map)
 		munmap(c->map, sizeof(*c->map));
 	memset(c, 0, sizeof(*c));
+}
+
+/*
+ * The registries this process has looked at for sv_qpn_claimed, mapped for
+ * its life (64 KiB each): an entry is filled under the lock and published
+ * by the count, then read without it.  A NULL map: that address has no
+ * usable registry.
+ */
+static struct {
+	struct in6_addr ip;
+	struct sv_qpn_file *_Atomic map;
+} claimed_maps[16];
+static _Atomic int nclaimed_maps;
+static pthread_mutex_t claimed_lock = PTHREAD_MUTEX_INITIALIZER;
+
+bool sv_qpn_claimed(const struct in6_addr *ip, uint32_t qpn)
+{
+	uint32_t b = (qpn & 0xffffffu) >> SV_QPN_BLOCK_SHIFT;
+	int n = atomic_load_explicit(&nclaimed_maps, memory_order_acquire), k;
+	struct sv_qpn_file *f;
+
+	for (k = 0; k < n; k++)
+		if (sv_ip_eq(&claimed_maps[k].ip, ip))
+			break;
+	if (k == n) {
+		pthread_mutex_lock(&claimed_lock);
+		n = atomic_load(&nclaimed_maps);
+		for (k = 0; k < n; k++)
+			if (sv_ip_eq(&claimed_maps[k].ip, ip))
+				break;
+		if (k == n && n < (int)SV_ARRAY_SIZE(claimed_maps)) {
+			claimed_maps[k].ip = *ip;
+			atomic_store(&claimed_maps[k].map, registry_map(ip));
+			atomic_store_explicit(&nclaimed_maps, n + 1, memory_order_release);
+		}
+		pthread_mutex_unlock(&claimed_lock);
+		if (k == n)
+			return true; /* more addresses than kept: cannot tell */
+	}
+	f = atomic_load_explicit(&claimed_maps[k].map, memory_order_acquire);
+	/* no registry: a block chosen at random may be anyone's */
+	return !f || atomic_load_explicit(&f->slot[b].owner, memory_order_relaxed) != 0;
 }

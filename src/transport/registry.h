@@ -75,6 +75,11 @@ void sv_qpn_publish_export(struct sv_qpn_claim *c, int fd, uint64_t ino);
 /* The export table of the block of qpn on the device at ip, if process pid
  * owns that block: its descriptor there and its inode. */
 bool sv_qpn_export_of(const struct in6_addr *ip, uint32_t qpn, pid_t pid, int *fd, uint64_t *ino);
+/* Is the block of qpn held on the device at ip by a context of this host
+ * (of this user, in this network namespace), or might it be (no registry
+ * here)?  A load from a registry kept mapped: no system call after the
+ * first for an address.  A block whose holder died unseen still counts. */
+bool sv_qpn_claimed(const struct in6_addr *ip, uint32_t qpn);
 /* The TCP port of the endpoint that owns qpn (on any host); 0 for none. */
 uint16_t sv_qpn_port(uint32_t qpn_or_block_shifted);
 /* The port of block b. */

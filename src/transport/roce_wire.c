@@ -6,6 +6,7 @@
 #include <arpa/inet.h>
 #include <pthread.h>
 #include <sodium.h>
+#include <stdatomic.h>
 #include <string.h>
 #include <zlib.h>
 
@@ -112,40 +113,33 @@ uint32_t sv_roce_tag(const struct sv_roce_path *path, const void *dgram, size_t 
 
 /*
  * The images of the identification's 16 bits depend on the datagram's
- * length alone, and a peer's datagrams come in few lengths (full packets of
- * its MTU, ACKs): the reduced bases of the last few lengths are kept, so
- * that a datagram from rxe costs an elimination of a 32-bit word, not 16
- * crc32_combine calls (1.5 us of a 1 KiB packet's 2 us to decode).
+ * length alone: their basis, reduced (each vector's highest bit set in no
+ * other, highest first, at most 16), is kept for every length a datagram
+ * can have here, computed the first time that length needs it, so that a
+ * datagram from rxe costs an elimination of a 32-bit word.  A flood of
+ * datagrams with a wrong ICRC and ever other lengths then costs little more
+ * than their CRC: before, the last 8 lengths were kept and any other cost
+ * 16 crc32_combine calls (4.5 us a datagram; such a flood at 50,000 a
+ * second stopped a RoCEv2 transfer, issue 35).  The table is 288 KiB of
+ * zero pages until lengths are seen; filled under a lock, read without one.
  */
-#define ID_BASES 8
-static struct {
-	size_t len; /* 0: empty */
-	uint32_t basis[32];
-} id_bases[ID_BASES];
-static unsigned id_bases_next;
-static pthread_mutex_t id_bases_lock = PTHREAD_MUTEX_INITIALIZER;
+#define ID_LENS 4608 /* above the longest datagram (SV_DGRAM_RAW_MAX, transport.h) */
+static uint32_t id_vecs[ID_LENS][16];
+static _Atomic uint8_t id_ready[ID_LENS];
+static pthread_mutex_t id_lock = PTHREAD_MUTEX_INITIALIZER;
 
-static void id_basis(size_t len, uint32_t basis[32])
+static void id_basis_compute(size_t len, uint32_t vecs[16])
 {
 	static const uint8_t zero[2];
 	/* bytes of the ICRC's input after the identification: ones (8) and the
 	 * IP header up to it (4 + 2) come first of 8 + 20 + 8 + len - 4 */
-	z_off_t after = (z_off_t)len + 18;
-	uLong z = crc32(0L, zero, 2);
-	unsigned k;
+	uLong z = crc32(0L, zero, 2), op = crc32_combine_gen((z_off_t)len + 18);
+	uint32_t basis[32] = { 0 };
+	int n = 0;
 
-	pthread_mutex_lock(&id_bases_lock);
-	for (k = 0; k < ID_BASES && id_bases[k].len != len; k++)
-		;
-	if (k < ID_BASES)
-		memcpy(basis, id_bases[k].basis, sizeof(id_bases[k].basis));
-	pthread_mutex_unlock(&id_bases_lock);
-	if (k < ID_BASES)
-		return;
-	memset(basis, 0, 32 * sizeof(*basis));
 	for (int i = 0; i < 16; i++) {
 		uint8_t v[2] = { (uint8_t)((1u << i) >> 8), (uint8_t)(1u << i) };
-		uint32_t c = (uint32_t)crc32_combine(crc32(0L, v, 2) ^ z, 0, after);
+		uint32_t c = (uint32_t)crc32_combine_op(crc32(0L, v, 2) ^ z, 0, op);
 
 		/* reduce c by the basis so far, keyed by its highest set bit */
 		for (int b = 31; b >= 0 && c; b--)
@@ -158,11 +152,28 @@ static void id_basis(size_t len, uint32_t basis[32])
 				}
 			}
 	}
-	pthread_mutex_lock(&id_bases_lock);
-	k = id_bases_next++ % ID_BASES;
-	id_bases[k].len = len;
-	memcpy(id_bases[k].basis, basis, sizeof(id_bases[k].basis));
-	pthread_mutex_unlock(&id_bases_lock);
+	memset(vecs, 0, 16 * sizeof(*vecs));
+	for (int b = 31; b >= 0; b--)
+		if (basis[b])
+			vecs[n++] = basis[b];
+}
+
+/* The reduced basis of length len into vecs (0 after the last). */
+static const uint32_t *id_basis(size_t len, uint32_t vecs[16])
+{
+	if (len >= ID_LENS) {
+		id_basis_compute(len, vecs);
+		return vecs;
+	}
+	if (!atomic_load_explicit(&id_ready[len], memory_order_acquire)) {
+		pthread_mutex_lock(&id_lock);
+		if (!atomic_load_explicit(&id_ready[len], memory_order_relaxed)) {
+			id_basis_compute(len, id_vecs[len]);
+			atomic_store_explicit(&id_ready[len], 1, memory_order_release);
+		}
+		pthread_mutex_unlock(&id_lock);
+	}
+	return id_vecs[len];
 }
 
 /*
@@ -178,16 +189,13 @@ static void id_basis(size_t len, uint32_t basis[32])
  */
 static bool ipv4_id_explains(uint32_t want, uint32_t have, size_t len)
 {
-	uint32_t basis[32], diff = want ^ have;
+	uint32_t mine[16], diff = want ^ have;
+	const uint32_t *v = id_basis(len, mine);
 
-	id_basis(len, basis);
-	for (int b = 31; b >= 0 && diff; b--)
-		if ((diff >> b) & 1) {
-			if (!basis[b])
-				return false;
-			diff ^= basis[b];
-		}
-	return true;
+	for (int k = 0; k < 16 && v[k] && diff; k++)
+		if (diff & (1u << (31 - __builtin_clz(v[k]))))
+			diff ^= v[k];
+	return !diff;
 }
 
 size_t sv_roce_encode(const struct sv_roce_path *path, const void *pkt, size_t len, void *out,
@@ -220,14 +228,11 @@ size_t sv_roce_encode(const struct sv_roce_path *path, const void *pkt, size_t l
 	return total;
 }
 
-int sv_roce_decode(const struct sv_roce_path *path, const void *dgram, size_t len, void *out,
-		   size_t cap, bool *ecn_marked)
+int sv_roce_check(const void *dgram, size_t len)
 {
 	const uint8_t *d = dgram;
-	uint8_t *o = out;
 	const struct sv_opcode_info *op;
-	uint32_t icrc = 0;
-	size_t pad, n;
+	size_t pad;
 
 	if (len < sizeof(struct sv_bth) + SV_ROCE_ICRC_LEN)
 		return SV_ROCE_SHORT;
@@ -238,6 +243,21 @@ int sv_roce_decode(const struct sv_roce_path *path, const void *dgram, size_t le
 	pad = (d[IB_BTH_FLAGS] & IB_BTH_PAD_MASK) >> IB_BTH_PAD_SHIFT;
 	if (len < op->hdr_len + pad + SV_ROCE_ICRC_LEN)
 		return SV_ROCE_SHORT;
+	return SV_ROCE_OK;
+}
+
+int sv_roce_decode(const struct sv_roce_path *path, const void *dgram, size_t len, void *out,
+		   size_t cap, bool *ecn_marked)
+{
+	const uint8_t *d = dgram;
+	uint8_t *o = out;
+	uint32_t icrc = 0;
+	size_t pad, n;
+	int r = sv_roce_check(dgram, len);
+
+	if (r < 0)
+		return r;
+	pad = (d[IB_BTH_FLAGS] & IB_BTH_PAD_MASK) >> IB_BTH_PAD_SHIFT;
 	for (int i = 0; i < SV_ROCE_ICRC_LEN; i++)
 		icrc |= (uint32_t)d[len - SV_ROCE_ICRC_LEN + (size_t)i] << (8 * i);
 	if (path->tag_key) {

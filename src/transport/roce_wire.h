@@ -99,6 +99,11 @@ size_t sv_roce_encode(const struct sv_roce_path *path, const void *pkt, size_t l
 int sv_roce_decode(const struct sv_roce_path *path, const void *dgram, size_t len, void *out,
 		   size_t cap, bool *ecn_marked);
 
+/* The checks of sv_roce_decode that read nothing but the datagram's first
+ * bytes and its length (the BTH's version and opcode, the length its
+ * headers, pad and ICRC need): SV_ROCE_OK or an sv_roce_err.  No CRC. */
+int sv_roce_check(const void *dgram, size_t len);
+
 /* The ICRC of UDP payload dgram, its last 4 bytes (the ICRC's place) excluded. */
 uint32_t sv_roce_icrc(const struct sv_roce_path *path, const void *dgram, size_t len);
 /* The keyed tag of UDP payload dgram with path->tag_key (which must be set),

@@ -929,14 +929,15 @@ static void refused_check(struct sv_dgram *d, const struct sv_roce_path *path, c
 }
 
 /* A datagram from d->from to d->to, UDP source port sport, whose IP header
- * had TOS (traffic class) tos: admitted, checked and decoded into d (1), or
- * refused (-1). */
-static int decode(struct sv_dgram *d, const uint8_t *raw, size_t n, uint16_t sport, uint8_t tos)
+ * had TOS (traffic class) tos: admitted (unless the caller has seen to
+ * that), checked and decoded into d (1), or refused (-1). */
+static int decode(struct sv_dgram *d, const uint8_t *raw, size_t n, uint16_t sport, uint8_t tos,
+		  bool admit_checked)
 {
 	struct sv_roce_path path = { .sport = sport, .dport = SV_ROCE_UDP_PORT };
 	int r;
 
-	if (!admitted(&d->local_ip, &d->from)) {
+	if (!admit_checked && !admitted(&d->local_ip, &d->from)) {
 		sv_warn_limited("a RoCEv2 datagram from %s, which SOFTVERBS_ROCEV2_PEERS does not "
 				"admit; dropped",
 				SV_IP_STR(&d->from));
@@ -1060,45 +1061,78 @@ static void forward(const struct sv_dgram *d, uint16_t from_port, const uint8_t 
 	pthread_mutex_unlock(&fwd_lock);
 }
 
-/* One datagram from listener lfd (IPv4 or IPv6), into d or to its owner. */
-static int rocev2_recv(int lfd, struct sv_dgram *d)
-{
+/*
+ * What one recvmmsg(2) took from a listener, handed out one datagram a
+ * recv (the listener's rx_state, kept by the engine): a flood costs a
+ * system call per RX_BATCH datagrams, not one each.
+ */
+#define RX_BATCH 32
+#define RX_CTRL (CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(struct in6_pktinfo)))
+
+union rx_from {
+	struct sockaddr sa;
+	struct sockaddr_in v4;
+	struct sockaddr_in6 v6;
+};
+
+struct rx_batch {
+	int n, next; /* datagrams in it, the next to hand out */
+	struct mmsghdr mm[RX_BATCH];
+	struct iovec iov[RX_BATCH];
+	union rx_from from[RX_BATCH];
 	union {
-		struct sockaddr sa;
-		struct sockaddr_in v4;
-		struct sockaddr_in6 v6;
-	} from;
-	uint8_t *rx_raw = d->raw;
-	union {
-		char buf[CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(struct in6_pktinfo))];
+		char buf[RX_CTRL];
 		struct cmsghdr align;
-	} u;
-	struct iovec v = { rx_raw, d->raw_cap };
-	struct msghdr mh = { .msg_name = &from, .msg_namelen = sizeof(from), .msg_iov = &v,
-			     .msg_iovlen = 1, .msg_control = u.buf, .msg_controllen = sizeof(u.buf) };
-	ssize_t n = recvmsg(lfd, &mh, MSG_DONTWAIT);
+	} ctl[RX_BATCH];
+	uint8_t raw[RX_BATCH][SV_DGRAM_RAW_MAX];
+};
+
+static void rocev2_recv_end(void *state)
+{
+	free(state);
+}
+
+/*
+ * Datagram raw (n bytes, which arrived as mh says) from listener of d: into
+ * d (1), or passed to the context that owns its QPN, or dropped (-1).  The
+ * cheap checks come first, so that a flood of garbage costs what it must
+ * and no more: the sender's address (admitted), the BTH (version, opcode,
+ * length), then whose QPN it is; only a datagram that passed all that is
+ * passed on to another context (one system call), or has its ICRC computed
+ * here.  A datagram for a block of QPNs that no context of the host holds
+ * is dropped on a look at the registry, where it used to cost a new unix
+ * socket and a connect each.
+ */
+static int rx_one(struct sv_dgram *d, const struct msghdr *mh, const uint8_t *raw, size_t n)
+{
+	const union rx_from *from = mh->msg_name;
 	bool to_known = false;
 	uint16_t sport, owner;
 	uint8_t tos = 0;
 	uint32_t dqpn;
+	int r;
 
-	if (n < 0)
-		return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
-	if (n < 12 + SV_ROCE_ICRC_LEN)
+	if (n < 12 + SV_ROCE_ICRC_LEN || (mh->msg_flags & (MSG_TRUNC | MSG_CTRUNC)))
 		return -1;
-	if (mh.msg_namelen == sizeof(from.v4) && from.sa.sa_family == AF_INET) {
-		d->from = sv_ip_from_v4(from.v4.sin_addr);
+	if (mh->msg_namelen == sizeof(from->v4) && from->sa.sa_family == AF_INET) {
+		d->from = sv_ip_from_v4(from->v4.sin_addr);
 		d->to = d->local_ip; /* what the listener is bound to */
-		sport = ntohs(from.v4.sin_port);
+		sport = ntohs(from->v4.sin_port);
 		to_known = true;
-	} else if (mh.msg_namelen == sizeof(from.v6) && from.sa.sa_family == AF_INET6 &&
-		   !IN6_IS_ADDR_V4MAPPED(&from.v6.sin6_addr)) {
-		d->from = from.v6.sin6_addr;
-		sport = ntohs(from.v6.sin6_port);
+	} else if (mh->msg_namelen == sizeof(from->v6) && from->sa.sa_family == AF_INET6 &&
+		   !IN6_IS_ADDR_V4MAPPED(&from->v6.sin6_addr)) {
+		d->from = from->v6.sin6_addr;
+		sport = ntohs(from->v6.sin6_port);
 	} else {
 		return -1;
 	}
-	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+	if (!admitted(&d->local_ip, &d->from)) {
+		sv_warn_limited("a RoCEv2 datagram from %s, which SOFTVERBS_ROCEV2_PEERS does not "
+				"admit; dropped",
+				SV_IP_STR(&d->from));
+		return -1;
+	}
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR((struct msghdr *)mh, cm)) {
 		if (cm->cmsg_level == IPPROTO_IP && cm->cmsg_type == IP_TOS &&
 		    cm->cmsg_len >= CMSG_LEN(1))
 			tos = *(const uint8_t *)CMSG_DATA(cm);
@@ -1120,15 +1154,73 @@ static int rocev2_recv(int lfd, struct sv_dgram *d)
 	}
 	if (!to_known)
 		return -1;
-	dqpn = pkt_dqpn(rx_raw);
+	if ((r = sv_roce_check(raw, n)) < 0) {
+		sv_warn_limited("a RoCEv2 datagram from %s:%u was refused (%s); dropped",
+				SV_IP_STR(&d->from), sport,
+				r == SV_ROCE_BAD_OPCODE ? "opcode" : "format");
+		return -1;
+	}
+	dqpn = pkt_dqpn(raw);
 	owner = sv_qpn_port(dqpn);
 	/* QPNs of block 0 (the special QPs) and the multicast QPN have no
 	 * owner: they stay here and meet no QP */
 	if (owner && owner != d->local_port && dqpn != 0xffffffu) {
-		forward(d, sport, rx_raw, (size_t)n, owner, tos);
+		if (sv_qpn_claimed(&d->local_ip, dqpn))
+			forward(d, sport, raw, n, owner, tos);
 		return -1;
 	}
-	return decode(d, rx_raw, (size_t)n, sport, tos);
+	return decode(d, raw, n, sport, tos, true);
+}
+
+/* One datagram from listener lfd (IPv4 or IPv6), into d or to its owner. */
+static int rocev2_recv(int lfd, struct sv_dgram *d)
+{
+	struct rx_batch *b = d->rx_state ? *d->rx_state : NULL;
+	int r;
+
+	if (!b && d->rx_state && (b = malloc(sizeof(*b))))
+		*d->rx_state = b, b->n = b->next = 0;
+	if (!b) {
+		/* no room kept: one datagram, into d's */
+		union rx_from from;
+		union {
+			char buf[RX_CTRL];
+			struct cmsghdr align;
+		} u;
+		struct iovec v = { d->raw, d->raw_cap };
+		struct msghdr mh = { .msg_name = &from, .msg_namelen = sizeof(from), .msg_iov = &v,
+				     .msg_iovlen = 1, .msg_control = u.buf,
+				     .msg_controllen = sizeof(u.buf) };
+		ssize_t n = recvmsg(lfd, &mh, MSG_DONTWAIT);
+
+		d->more = false;
+		if (n < 0)
+			return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
+		return rx_one(d, &mh, d->raw, (size_t)n);
+	}
+	if (b->next == b->n) {
+		int n;
+
+		for (int i = 0; i < RX_BATCH; i++) {
+			b->iov[i] = (struct iovec){ b->raw[i], sizeof(b->raw[i]) };
+			b->mm[i].msg_hdr = (struct msghdr){ .msg_name = &b->from[i],
+							    .msg_namelen = sizeof(b->from[i]),
+							    .msg_iov = &b->iov[i],
+							    .msg_iovlen = 1,
+							    .msg_control = b->ctl[i].buf,
+							    .msg_controllen = sizeof(b->ctl[i].buf) };
+		}
+		b->next = b->n = 0;
+		n = recvmmsg(lfd, b->mm, RX_BATCH, MSG_DONTWAIT, NULL);
+		if (n <= 0) {
+			d->more = false;
+			return n == 0 || errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
+		}
+		b->n = n;
+	}
+	r = b->next++;
+	d->more = b->next < b->n;
+	return rx_one(d, &b->mm[r].msg_hdr, b->raw[r], b->mm[r].msg_len);
 }
 
 static int rocev2_fwd_recv(int ep, struct sv_dgram *d)
@@ -1163,7 +1255,10 @@ static int rocev2_fwd_recv(int ep, struct sv_dgram *d)
 		return -1;
 	memcpy(&d->from, h.from, 16);
 	memcpy(&d->to, h.to, 16);
-	return decode(d, rx_raw + sizeof(h), (size_t)n - sizeof(h), ntohs(h.from_port), h.tos);
+	/* (admitted by the context that passed it on, by the same list or
+	 * subnets: once more costs little) */
+	return decode(d, rx_raw + sizeof(h), (size_t)n - sizeof(h), ntohs(h.from_port), h.tos,
+		      false);
 }
 
 /* What the kernel holds of lfd's datagrams against its buffer (SO_MEMINFO). */
@@ -1183,6 +1278,7 @@ const struct sv_transport_ops sv_rocev2_listen_ops = {
 	.listen = rocev2_listen,
 	.host_port = true,
 	.recv = rocev2_recv,
+	.recv_end = rocev2_recv_end,
 	.backlogged = rocev2_backlogged,
 	.shared_port = true,
 };
@@ -1193,6 +1289,7 @@ const struct sv_transport_ops sv_rocev2_listen6_ops = {
 	.listen = rocev2_listen6,
 	.host_port = true,
 	.recv = rocev2_recv,
+	.recv_end = rocev2_recv_end,
 	.backlogged = rocev2_backlogged,
 };
 
@@ -1202,6 +1299,7 @@ const struct sv_transport_ops sv_rocev2_listen6ll_ops = {
 	.listen = rocev2_listen6ll,
 	.host_port = true,
 	.recv = rocev2_recv,
+	.recv_end = rocev2_recv_end,
 	.backlogged = rocev2_backlogged,
 	.shared_port = true,
 };

@@ -375,7 +375,12 @@ struct sv_dgram {
 	size_t cap;
 	uint8_t *raw;		 /* room for the datagram as it arrived */
 	size_t raw_cap;
+	/* the listener's place for what its recv keeps between calls (datagrams
+	 * read ahead, transport/rocev2.c), which recv_end frees when the
+	 * listener closes; NULL: recv keeps nothing */
+	void **rx_state;
 	/* set by recv */
+	bool more;	      /* recv read ahead: the next call returns one without a system call */
 	struct in6_addr from; /* the sender's address */
 	struct in6_addr to;   /* the address it was sent to (ours) */
 	size_t len;	     /* the packet's length in buf */
@@ -396,6 +401,9 @@ struct sv_transport_ops {
 	/* A datagram listener: one packet into d, 1; 0 when none waits; -1 for
 	 * one dropped (refused, or passed to the context it is for). */
 	int (*recv)(int lfd, struct sv_dgram *d);
+	/* What recv kept in *d->rx_state, freed (the listener closes; what it
+	 * still held is dropped).  Optional. */
+	void (*recv_end)(void *rx_state);
 	/* A datagram listener: is more than half its socket's buffer taken by
 	 * what waits there (the receiver is falling behind)?  Optional. */
 	bool (*backlogged)(int lfd);
