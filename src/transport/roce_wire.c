@@ -1,4 +1,5 @@
 /* The RoCEv2 packet format: softverbs packets to UDP payloads and back (see roce_wire.h). */
+#include "common/lock_order.h"
 #include "transport/roce_wire.h"
 #include "wire/opcode.h"
 #include "wire/wire.h"
@@ -123,7 +124,7 @@ static struct {
 	uint32_t basis[32];
 } id_bases[ID_BASES];
 static unsigned id_bases_next;
-static pthread_mutex_t id_bases_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct sv_mutex id_bases_lock = SV_MUTEX_INITIALIZER(SV_LOCK_ROCE_IDS);
 
 static void id_basis(size_t len, uint32_t basis[32])
 {
@@ -134,12 +135,12 @@ static void id_basis(size_t len, uint32_t basis[32])
 	uLong z = crc32(0L, zero, 2);
 	unsigned k;
 
-	pthread_mutex_lock(&id_bases_lock);
+	sv_mutex_lock(&id_bases_lock);
 	for (k = 0; k < ID_BASES && id_bases[k].len != len; k++)
 		;
 	if (k < ID_BASES)
 		memcpy(basis, id_bases[k].basis, sizeof(id_bases[k].basis));
-	pthread_mutex_unlock(&id_bases_lock);
+	sv_mutex_unlock(&id_bases_lock);
 	if (k < ID_BASES)
 		return;
 	memset(basis, 0, 32 * sizeof(*basis));
@@ -158,11 +159,11 @@ static void id_basis(size_t len, uint32_t basis[32])
 				}
 			}
 	}
-	pthread_mutex_lock(&id_bases_lock);
+	sv_mutex_lock(&id_bases_lock);
 	k = id_bases_next++ % ID_BASES;
 	id_bases[k].len = len;
 	memcpy(id_bases[k].basis, basis, sizeof(id_bases[k].basis));
-	pthread_mutex_unlock(&id_bases_lock);
+	sv_mutex_unlock(&id_bases_lock);
 }
 
 /*
