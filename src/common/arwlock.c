@@ -86,8 +86,13 @@ __attribute__((destructor)) static void arw_unload(void)
 		pthread_key_delete(reader_key);
 }
 
-int sv_arwlock_init(struct sv_arwlock *l)
+int sv_arwlock_init(struct sv_arwlock *l, enum sv_lock_level level)
 {
+#ifdef SV_LOCK_ORDER
+	l->level = (unsigned char)level;
+#else
+	(void)level;
+#endif
 	pthread_once(&once, init_once);
 	atomic_init(&l->writing, 0);
 	return pthread_rwlock_init(&l->rw, NULL);
@@ -211,7 +216,7 @@ static bool others_read(void)
 	return false;
 }
 
-void sv_arwlock_wrlock(struct sv_arwlock *l)
+void sv_arwlock_wrlock_(struct sv_arwlock *l)
 {
 	unsigned int spins = 0;
 
@@ -239,7 +244,7 @@ void sv_arwlock_wrlock(struct sv_arwlock *l)
 			}
 }
 
-void sv_arwlock_wrunlock(struct sv_arwlock *l)
+void sv_arwlock_wrunlock_(struct sv_arwlock *l)
 {
 	if (sv_arw_fast)
 		atomic_store_explicit(&l->writing, 0, memory_order_release);

@@ -39,11 +39,16 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/lock_order.h"
+
 #define SV_ARW_NEST 8
 
 struct sv_arwlock {
 	pthread_rwlock_t rw; /* writers; readers that found a writer about */
 	atomic_int writing;  /* a writer holds rw (or is taking it) */
+#ifdef SV_LOCK_ORDER
+	unsigned char level; /* in the lock order (lock_order.h) */
+#endif
 };
 
 /* A thread's slot: what it holds, the lock's address (| 1 when held
@@ -59,14 +64,14 @@ struct sv_arw_reader {
 extern __thread struct sv_arw_reader *sv_arw_me __attribute__((tls_model("initial-exec")));
 extern bool sv_arw_fast; /* membarrier registered: readers may skip rw */
 
-int sv_arwlock_init(struct sv_arwlock *l);
+int sv_arwlock_init(struct sv_arwlock *l, enum sv_lock_level level);
 void sv_arwlock_destroy(struct sv_arwlock *l);
-void sv_arwlock_wrlock(struct sv_arwlock *l);
-void sv_arwlock_wrunlock(struct sv_arwlock *l);
+void sv_arwlock_wrlock_(struct sv_arwlock *l);
+void sv_arwlock_wrunlock_(struct sv_arwlock *l);
 void sv_arwlock_rdlock_slow(struct sv_arwlock *l);
 void sv_arwlock_rdunlock_slow(struct sv_arwlock *l);
 
-static inline void sv_arwlock_rdlock(struct sv_arwlock *l)
+static inline void sv_arwlock_rdlock_(struct sv_arwlock *l)
 {
 	struct sv_arw_reader *r = sv_arw_me;
 
@@ -87,7 +92,7 @@ static inline void sv_arwlock_rdlock(struct sv_arwlock *l)
 	sv_arwlock_rdlock_slow(l);
 }
 
-static inline void sv_arwlock_rdunlock(struct sv_arwlock *l)
+static inline void sv_arwlock_rdunlock_(struct sv_arwlock *l)
 {
 	struct sv_arw_reader *r = sv_arw_me;
 
@@ -101,5 +106,22 @@ static inline void sv_arwlock_rdunlock(struct sv_arwlock *l)
 	}
 	sv_arwlock_rdunlock_slow(l);
 }
+
+/* The lock order (lock_order.h): checked in SV_LOCK_ORDER builds. */
+#ifdef SV_LOCK_ORDER
+#define SV_ARW_TAKE_(l, kind, take)                                   \
+	(sv_lock_check((l), (l)->level, (kind), __FILE__, __LINE__), take(l), \
+	 sv_lock_push((l), (l)->level, (kind), __FILE__, __LINE__))
+#define SV_ARW_GIVE_(l, give) (sv_lock_pop((l), __FILE__, __LINE__), give(l))
+#define sv_arwlock_rdlock(l) SV_ARW_TAKE_(l, 'r', sv_arwlock_rdlock_)
+#define sv_arwlock_rdunlock(l) SV_ARW_GIVE_(l, sv_arwlock_rdunlock_)
+#define sv_arwlock_wrlock(l) SV_ARW_TAKE_(l, 'w', sv_arwlock_wrlock_)
+#define sv_arwlock_wrunlock(l) SV_ARW_GIVE_(l, sv_arwlock_wrunlock_)
+#else
+#define sv_arwlock_rdlock(l) sv_arwlock_rdlock_(l)
+#define sv_arwlock_rdunlock(l) sv_arwlock_rdunlock_(l)
+#define sv_arwlock_wrlock(l) sv_arwlock_wrlock_(l)
+#define sv_arwlock_wrunlock(l) sv_arwlock_wrunlock_(l)
+#endif
 
 #endif

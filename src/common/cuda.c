@@ -1,4 +1,5 @@
 /* The CUDA driver, reached by dlopen; see cuda.h. */
+#include "common/lock_order.h"
 #include "common/cuda.h"
 #include "common/util.h"
 
@@ -9,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static pthread_mutex_t cuda_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct sv_mutex cuda_lock = SV_MUTEX_INITIALIZER(SV_LOCK_CUDA);
 static struct sv_cuda_driver drv;
 static _Atomic(const struct sv_cuda_driver *) loaded;
 static int disabled = -1; /* SOFTVERBS_CUDA=0, read once */
@@ -68,7 +69,7 @@ const struct sv_cuda_driver *sv_cuda(void)
 
 	if (d)
 		return d;
-	pthread_mutex_lock(&cuda_lock);
+	sv_mutex_lock(&cuda_lock);
 	if (disabled < 0) {
 		const char *e = getenv("SOFTVERBS_CUDA");
 
@@ -95,7 +96,7 @@ const struct sv_cuda_driver *sv_cuda(void)
 			dlclose(h);
 		/* else: looked up again at the next registration */
 	}
-	pthread_mutex_unlock(&cuda_lock);
+	sv_mutex_unlock(&cuda_lock);
 	return d;
 }
 
@@ -170,7 +171,7 @@ static sv_cu_strm stream_of(const struct sv_cuda_driver *d, sv_cu_ctx ctx)
 	sv_cu_strm s = NULL;
 	int i;
 
-	pthread_mutex_lock(&cuda_lock);
+	sv_mutex_lock(&cuda_lock);
 	for (i = 0; i < SV_CUDA_MAX_CTX && streams[i].ctx; i++)
 		if (streams[i].ctx == ctx) {
 			s = streams[i].strm;
@@ -180,7 +181,7 @@ static sv_cu_strm stream_of(const struct sv_cuda_driver *d, sv_cu_ctx ctx)
 		streams[i].ctx = ctx;
 		streams[i].strm = s;
 	}
-	pthread_mutex_unlock(&cuda_lock);
+	sv_mutex_unlock(&cuda_lock);
 	return s;
 }
 
@@ -303,7 +304,7 @@ void *sv_cuda_import(const sv_cu_ipc_handle *h, int ordinal, sv_cu_ctx *ctx, siz
 
 	if (!d || !d->DeviceGet || !d->DevicePrimaryCtxRetain)
 		return NULL;
-	pthread_mutex_lock(&cuda_lock);
+	sv_mutex_lock(&cuda_lock);
 	for (im = imports; im; im = im->next)
 		if (!memcmp(&im->h, h, sizeof(*h)))
 			break;
@@ -330,7 +331,7 @@ void *sv_cuda_import(const sv_cu_ipc_handle *h, int ordinal, sv_cu_ctx *ctx, siz
 		*ctx = im->ctx;
 		*size = im->size;
 	}
-	pthread_mutex_unlock(&cuda_lock);
+	sv_mutex_unlock(&cuda_lock);
 	return addr;
 }
 
@@ -340,18 +341,18 @@ static unsigned int nrefused;
 
 void sv_cuda_refuse_peer(pid_t pid)
 {
-	pthread_mutex_lock(&cuda_lock);
+	sv_mutex_lock(&cuda_lock);
 	refused[nrefused++ % SV_CUDA_REFUSED] = pid; /* the oldest go first */
-	pthread_mutex_unlock(&cuda_lock);
+	sv_mutex_unlock(&cuda_lock);
 }
 
 bool sv_cuda_peer_refused(pid_t pid)
 {
 	bool r = false;
 
-	pthread_mutex_lock(&cuda_lock);
+	sv_mutex_lock(&cuda_lock);
 	for (unsigned int i = 0; i < SV_CUDA_REFUSED && !r; i++)
 		r = refused[i] == pid;
-	pthread_mutex_unlock(&cuda_lock);
+	sv_mutex_unlock(&cuda_lock);
 	return r;
 }

@@ -1,8 +1,9 @@
 /* The slow path of the reference model (ref.h): an owner waiting for the last put. */
 #include "common/ref.h"
+#include "common/lock_order.h"
 
 struct sv_ref_waiter {
-	pthread_mutex_t lock;
+	struct sv_mutex lock;
 	pthread_cond_t cond;
 	bool done;
 };
@@ -16,24 +17,24 @@ struct sv_ref_waiter {
  */
 void sv_ref_drop_and_wait(struct sv_ref *r)
 {
-	struct sv_ref_waiter w = { PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, false };
+	struct sv_ref_waiter w = { SV_MUTEX_INITIALIZER(SV_LOCK_REF_WAIT), PTHREAD_COND_INITIALIZER, false };
 
 	atomic_store(&r->waiter, &w);
 	if (atomic_fetch_sub(&r->n, 1) != 1) {
-		pthread_mutex_lock(&w.lock);
+		sv_mutex_lock(&w.lock);
 		while (!w.done)
-			pthread_cond_wait(&w.cond, &w.lock);
-		pthread_mutex_unlock(&w.lock);
+			sv_cond_wait(&w.cond, &w.lock);
+		sv_mutex_unlock(&w.lock);
 	}
 	atomic_store(&r->waiter, NULL);
 	pthread_cond_destroy(&w.cond);
-	pthread_mutex_destroy(&w.lock);
+	sv_mutex_destroy(&w.lock);
 }
 
 void sv_ref_wake(struct sv_ref_waiter *w)
 {
-	pthread_mutex_lock(&w->lock);
+	sv_mutex_lock(&w->lock);
 	w->done = true;
 	pthread_cond_signal(&w->cond);
-	pthread_mutex_unlock(&w->lock);
+	sv_mutex_unlock(&w->lock);
 }

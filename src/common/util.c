@@ -1,5 +1,6 @@
 /* Logging and environment configuration shared by every layer. */
 #include "common/util.h"
+#include "common/lock_order.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -32,6 +33,8 @@ static void log_init(void)
 
 bool sv_log_enabled(enum sv_log_level level)
 {
+	/* never under the engine lock, whether it writes or not (lock_order.h) */
+	sv_lock_assert_may_block("logging");
 	pthread_once(&log_once, log_init);
 	return (int)level <= log_level;
 }

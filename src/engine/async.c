@@ -29,7 +29,7 @@ struct sv_async_pending {
 
 void sv_async_init(struct sv_context *ctx)
 {
-	pthread_mutex_init(&ctx->async_lock, NULL);
+	sv_mutex_init(&ctx->async_lock, SV_LOCK_ASYNC);
 	pthread_cond_init(&ctx->async_acked, NULL);
 	ctx->async_head = ctx->async_tail = NULL;
 }
@@ -43,7 +43,7 @@ void sv_async_fini(struct sv_context *ctx)
 		free(e);
 	}
 	pthread_cond_destroy(&ctx->async_acked);
-	pthread_mutex_destroy(&ctx->async_lock);
+	sv_mutex_destroy(&ctx->async_lock);
 }
 
 void sv_async_event(struct sv_context *ctx, enum ibv_event_type type, void *element,
@@ -57,9 +57,9 @@ void sv_async_event(struct sv_context *ctx, enum ibv_event_type type, void *elem
 		return;
 	}
 	*e = (struct sv_async_pending){ NULL, type, port, element, obj };
-	pthread_mutex_lock(&ctx->async_lock);
+	sv_mutex_lock(&ctx->async_lock);
 	if (write(ctx->async_wfd, &byte, 1) != 1) {
-		pthread_mutex_unlock(&ctx->async_lock);
+		sv_mutex_unlock(&ctx->async_lock);
 		sv_err("async event %d lost: event pipe full", (int)type);
 		free(e);
 		return;
@@ -67,7 +67,7 @@ void sv_async_event(struct sv_context *ctx, enum ibv_event_type type, void *elem
 	at = ctx->async_tail ? &ctx->async_tail->next : &ctx->async_head;
 	*at = e;
 	ctx->async_tail = e;
-	pthread_mutex_unlock(&ctx->async_lock);
+	sv_mutex_unlock(&ctx->async_lock);
 }
 
 /* The list lost e's predecessor links: recompute the tail. */
@@ -80,7 +80,7 @@ static void fix_tail(struct sv_context *ctx)
 
 void sv_async_forget(struct sv_context *ctx, struct sv_async_count *obj)
 {
-	pthread_mutex_lock(&ctx->async_lock);
+	sv_mutex_lock(&ctx->async_lock);
 	for (struct sv_async_pending **p = &ctx->async_head; *p;) {
 		struct sv_async_pending *e = *p;
 
@@ -93,15 +93,15 @@ void sv_async_forget(struct sv_context *ctx, struct sv_async_count *obj)
 	}
 	fix_tail(ctx);
 	while (obj->acked != obj->reported)
-		pthread_cond_wait(&ctx->async_acked, &ctx->async_lock);
-	pthread_mutex_unlock(&ctx->async_lock);
+		sv_cond_wait(&ctx->async_acked, &ctx->async_lock);
+	sv_mutex_unlock(&ctx->async_lock);
 }
 
 bool sv_async_take(struct sv_context *ctx, enum ibv_event_type *type, void **element, int *port)
 {
 	struct sv_async_pending *e;
 
-	pthread_mutex_lock(&ctx->async_lock);
+	sv_mutex_lock(&ctx->async_lock);
 	e = ctx->async_head;
 	if (e) {
 		ctx->async_head = e->next;
@@ -110,7 +110,7 @@ bool sv_async_take(struct sv_context *ctx, enum ibv_event_type *type, void **ele
 		if (e->obj)
 			e->obj->reported++;
 	}
-	pthread_mutex_unlock(&ctx->async_lock);
+	sv_mutex_unlock(&ctx->async_lock);
 	if (!e)
 		return false;
 	*type = e->type;
@@ -122,8 +122,8 @@ bool sv_async_take(struct sv_context *ctx, enum ibv_event_type *type, void **ele
 
 void sv_async_acked(struct sv_context *ctx, struct sv_async_count *obj)
 {
-	pthread_mutex_lock(&ctx->async_lock);
+	sv_mutex_lock(&ctx->async_lock);
 	obj->acked++;
 	pthread_cond_broadcast(&ctx->async_acked);
-	pthread_mutex_unlock(&ctx->async_lock);
+	sv_mutex_unlock(&ctx->async_lock);
 }

@@ -14,7 +14,7 @@ bool sv_cq_push(struct sv_cq *cq, const struct ibv_wc *wc, bool solicited)
 	bool notify = false, overrun = false, stored = false;
 	struct ibv_comp_channel *ch = cq->ex.channel;
 
-	pthread_mutex_lock(&cq->lock);
+	sv_mutex_lock(&cq->lock);
 	if (cq->count == cq->size - 1) {
 		overrun = !cq->overrun;
 		cq->overrun = true;
@@ -29,7 +29,7 @@ bool sv_cq_push(struct sv_cq *cq, const struct ibv_wc *wc, bool solicited)
 			atomic_fetch_add(&cq->events_in_pipe, 1);
 		}
 	}
-	pthread_mutex_unlock(&cq->lock);
+	sv_mutex_unlock(&cq->lock);
 	sv_stat_cqe(cq, wc, stored);
 	if (notify) {
 		struct sv_comp_channel *sch = SV_CONTAINER_OF(ch, struct sv_comp_channel, ibch);

@@ -49,11 +49,11 @@ bool sv_engine_rx_plan(struct sv_conn *c, const uint8_t *f, uint32_t plen, uint3
 		return false;
 	/* the pointer stays valid while the MR read lock is held; it is taken
 	 * inside qp->lock, as everywhere, and kept until sv_engine_rx_plan_end */
-	pthread_mutex_lock(&qp->lock);
+	sv_mutex_lock(&qp->lock);
 	sv_mr_read_lock(ctx);
 	ok = sv_responder_direct(qp, op, f, plen, &dst, &msg_left);
 	mtu = qp->mtu;
-	pthread_mutex_unlock(&qp->lock);
+	sv_mutex_unlock(&qp->lock);
 	sv_qp_put(qp);
 	/* the kernel (or the shm ring) writes the rest of the range this read
 	 * may take: memory the application unmapped goes the plain way, where

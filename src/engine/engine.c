@@ -97,7 +97,7 @@ static struct sv_conn *conn_new(struct sv_engine *eng, int fd, bool outgoing,
 	c->born_ns = sv_now_ns();
 	sv_ref_init(&c->ref, 1); /* the engine's list reference */
 	atomic_init(&c->state, outgoing ? SV_CONN_CONNECTING : SV_CONN_UP);
-	pthread_mutex_init(&c->tx_lock, NULL);
+	sv_mutex_init(&c->tx_lock, SV_LOCK_CONN_TX);
 	sv_list_init(&c->link);
 	sv_list_init(&ec->tx_waiters);
 	sv_list_init(&ec->held_link);
@@ -120,6 +120,7 @@ static int conn_arm(struct sv_conn *c, bool out)
 					    (out && !c->ops->room_by_bell ? EPOLLOUT : 0),
 				  .data.ptr = c };
 
+	sv_lock_assert_may_block("epoll_ctl");
 	return epoll_ctl(c->eng->epfd, EPOLL_CTL_MOD, c->fd, &ev);
 }
 
@@ -152,10 +153,11 @@ static bool housekeep_by(struct sv_engine *eng, uint64_t when)
 	return true;
 }
 
-/* eng->lock held: the listeners are polled (or, resting, not). */
+/* progress_lock held, eng->lock not (a system call each): the listeners
+ * are polled (or, resting, not), as eng->listeners_resting last said */
 static void poll_listeners(struct sv_engine *eng, bool on)
 {
-	eng->listeners_resting = !on;
+	sv_lock_assert_may_block("epoll_ctl");
 	for (int i = 0; i < eng->nlisteners; i++) {
 		struct epoll_event ev = { .events = on ? EPOLLIN : 0, .data.ptr = &eng->listeners[i] };
 
@@ -178,10 +180,10 @@ static int conn_register(struct sv_engine *eng, struct sv_conn *c)
 		atomic_store(&c->hello_seen, true);
 		atomic_store(&c->peer_authed, true);
 		c->registered = true;
-		pthread_mutex_lock(&eng->lock);
+		sv_mutex_lock(&eng->lock);
 		sv_list_add_tail(&eng->conns, &c->link);
 		conns_changed(eng);
-		pthread_mutex_unlock(&eng->lock);
+		sv_mutex_unlock(&eng->lock);
 		return 0;
 	}
 	if (c->ops->init && (err = c->ops->init(c)))
@@ -196,21 +198,21 @@ static int conn_register(struct sv_engine *eng, struct sv_conn *c)
 	/* on the list before epoll can report it: the engine thread may fail
 	 * it at once (a refused connect), and a failed connection must leave
 	 * the list, not join it afterwards */
-	pthread_mutex_lock(&eng->lock);
+	sv_mutex_lock(&eng->lock);
 	sv_list_add_tail(&eng->conns, &c->link);
 	conns_changed(eng);
 	if (!c->ops->rx_pending)
 		eng->nconns_polled++;
 	/* its handshake has eng->handshake_ns; the engine looks in time */
 	kick = housekeep_by(eng, c->born_ns + eng->handshake_ns);
-	pthread_mutex_unlock(&eng->lock);
+	sv_mutex_unlock(&eng->lock);
 	if (kick && tls_engine_thread != eng)
 		wake(eng);
 	if (epoll_ctl(eng->epfd, EPOLL_CTL_ADD, c->fd, &ev)) {
 		err = -errno;
-		pthread_mutex_lock(&eng->lock);
+		sv_mutex_lock(&eng->lock);
 		conn_unlist(eng, c);
-		pthread_mutex_unlock(&eng->lock);
+		sv_mutex_unlock(&eng->lock);
 		return err;
 	}
 	return 0;
@@ -221,7 +223,7 @@ static struct sv_conn *find_outgoing(struct sv_engine *eng, const struct sv_endp
 {
 	struct sv_conn *c, *found = NULL;
 
-	pthread_mutex_lock(&eng->lock);
+	sv_mutex_lock(&eng->lock);
 	for (struct sv_list *l = eng->conns.next; l != &eng->conns && !found; l = l->next) {
 		c = SV_CONTAINER_OF(l, struct sv_conn, link);
 		if (c->outgoing && atomic_load(&c->state) != SV_CONN_DEAD && !atomic_load(&c->abandoned) &&
@@ -230,7 +232,7 @@ static struct sv_conn *find_outgoing(struct sv_engine *eng, const struct sv_endp
 			found = c;
 		}
 	}
-	pthread_mutex_unlock(&eng->lock);
+	sv_mutex_unlock(&eng->lock);
 	return found;
 }
 
@@ -270,56 +272,72 @@ struct sv_conn *sv_engine_conn_to(struct sv_engine *eng, const struct sv_endpoin
 	/* none yet: make it, one thread at a time, and look again first, as
 	 * another thread may have made it meanwhile (two QPs' first requests
 	 * to one peer would otherwise make two connections) */
-	pthread_mutex_lock(&eng->connect_lock);
+	sv_mutex_lock(&eng->connect_lock);
 	c = find_outgoing(eng, peer);
 	if (!c)
 		c = conn_make(eng, peer);
-	pthread_mutex_unlock(&eng->connect_lock);
+	sv_mutex_unlock(&eng->connect_lock);
 	return c;
+}
+
+/* The live connection of group mgid, with a reference, or NULL. */
+static struct sv_conn *find_mcast(struct sv_engine *eng, const union ibv_gid *mgid)
+{
+	struct sv_conn *c, *found = NULL;
+
+	sv_mutex_lock(&eng->lock);
+	for (struct sv_list *l = eng->conns.next; l != &eng->conns && !found; l = l->next) {
+		c = SV_CONTAINER_OF(l, struct sv_conn, link);
+		if (sv_conn_is_mcast(c) && atomic_load(&c->state) != SV_CONN_DEAD &&
+		    !memcmp(sv_mcast_mgid(c)->raw, mgid->raw, 16)) {
+			sv_conn_get(c);
+			found = c;
+		}
+	}
+	sv_mutex_unlock(&eng->lock);
+	return found;
 }
 
 struct sv_conn *sv_engine_conn_mcast(struct sv_engine *eng, const union ibv_gid *mgid, int *err)
 {
 	struct epoll_event ev = { .events = EPOLLIN };
-	struct sv_conn *c;
-	struct sv_list *l;
+	struct sv_conn *c = find_mcast(eng, mgid);
 
-	/* under eng->lock throughout: one connection per group, however many
-	 * threads ask at once */
-	pthread_mutex_lock(&eng->lock);
-	for (l = eng->conns.next; l != &eng->conns; l = l->next) {
-		c = SV_CONTAINER_OF(l, struct sv_conn, link);
-		if (sv_conn_is_mcast(c) && atomic_load(&c->state) != SV_CONN_DEAD &&
-		    !memcmp(sv_mcast_mgid(c)->raw, mgid->raw, 16)) {
-			sv_conn_get(c);
-			pthread_mutex_unlock(&eng->lock);
-			return c;
-		}
-	}
+	if (c)
+		return c;
+	/* one connection per group, however many threads ask at once: made
+	 * by one thread at a time (as sv_engine_conn_to's), which looks
+	 * again first; its socket and epoll registration outside eng->lock */
+	sv_mutex_lock(&eng->connect_lock);
+	c = find_mcast(eng, mgid);
+	if (c)
+		goto out;
 	c = conn_new(eng, -1, false, &sv_mcast_ops);
 	if (!c) {
-		pthread_mutex_unlock(&eng->lock);
 		*err = ENOMEM;
-		return NULL;
-	}
-	*err = -sv_mcast_open(c, mgid, eng->ctx->dev->ip);
-	ev.data.ptr = c;
-	if (!*err && epoll_ctl(eng->epfd, EPOLL_CTL_ADD, c->fd, &ev))
-		*err = errno;
-	if (*err) {
-		pthread_mutex_unlock(&eng->lock);
-		sv_conn_put(c);
-		return NULL;
+		goto out;
 	}
 	/* no handshake: each datagram proves itself (transport/mcast.c) */
 	atomic_store(&c->hello_seen, true);
 	atomic_store(&c->peer_authed, true);
 	c->registered = true;
+	*err = -sv_mcast_open(c, mgid, eng->ctx->dev->ip);
+	ev.data.ptr = c;
+	if (!*err && epoll_ctl(eng->epfd, EPOLL_CTL_ADD, c->fd, &ev))
+		*err = errno;
+	if (*err) {
+		sv_conn_put(c);
+		c = NULL;
+		goto out;
+	}
+	sv_mutex_lock(&eng->lock);
 	sv_list_add_tail(&eng->conns, &c->link);
 	conns_changed(eng);
 	eng->nconns_polled++;
+	sv_mutex_unlock(&eng->lock);
 	sv_conn_get(c); /* the caller's, beside the list's */
-	pthread_mutex_unlock(&eng->lock);
+out:
+	sv_mutex_unlock(&eng->connect_lock);
 	return c;
 }
 
@@ -334,7 +352,10 @@ static void want_output(struct sv_conn *conn)
 static void wake(struct sv_engine *eng)
 {
 	uint64_t one = 1;
-	ssize_t r = write(eng->wake_fd, &one, sizeof(one));
+	ssize_t r;
+
+	sv_lock_assert_may_block("wake (a write to the doorbell)");
+	r = write(eng->wake_fd, &one, sizeof(one));
 
 	(void)r;
 }
@@ -343,11 +364,11 @@ bool sv_engine_others_waiting(struct sv_engine *eng, struct sv_qp *qp)
 {
 	bool waiting;
 
-	pthread_mutex_lock(&eng->lock);
+	sv_mutex_lock(&eng->lock);
 	/* qp itself may be on the list, scheduled while we ran it directly */
 	waiting = !sv_list_empty(&eng->run_qps) &&
 		  (eng->run_qps.next != &qp->run_link || eng->run_qps.prev != &qp->run_link);
-	pthread_mutex_unlock(&eng->lock);
+	sv_mutex_unlock(&eng->lock);
 	return waiting;
 }
 
@@ -355,14 +376,14 @@ void sv_engine_schedule(struct sv_engine *eng, struct sv_qp *qp)
 {
 	bool kick = false;
 
-	pthread_mutex_lock(&eng->lock);
+	sv_mutex_lock(&eng->lock);
 	if (!sv_list_linked(&qp->run_link) && !qp->destroyed) {
 		sv_qp_get(qp);
 		sv_list_add_tail(&eng->run_qps, &qp->run_link);
 		atomic_fetch_add_explicit(&eng->nrun, 1, memory_order_relaxed);
 		kick = true;
 	}
-	pthread_mutex_unlock(&eng->lock);
+	sv_mutex_unlock(&eng->lock);
 	if (kick && tls_progress != eng)
 		wake(eng);
 }
@@ -377,7 +398,7 @@ void sv_engine_timer_update(struct sv_engine *eng, struct sv_qp *qp)
 	 * on a peer's memory): no engine lock, which the engine thread shares */
 	if (!d && !atomic_load_explicit(&qp->timer_linked, memory_order_relaxed))
 		return;
-	pthread_mutex_lock(&eng->lock);
+	sv_mutex_lock(&eng->lock);
 	if (d && !sv_list_linked(&qp->timer_link) && !qp->destroyed) {
 		sv_list_add_tail(&eng->timer_qps, &qp->timer_link);
 		atomic_store_explicit(&qp->timer_linked, true, memory_order_relaxed);
@@ -390,14 +411,16 @@ void sv_engine_timer_update(struct sv_engine *eng, struct sv_qp *qp)
 		eng->sleep_until = d;
 		kick = true;
 	}
-	pthread_mutex_unlock(&eng->lock);
+	sv_mutex_unlock(&eng->lock);
 	if (kick && tls_engine_thread != eng)
 		wake(eng);
 }
 
 void sv_engine_forget_qp(struct sv_engine *eng, struct sv_qp *qp)
 {
-	pthread_mutex_lock(&eng->lock);
+	bool put = false;
+
+	sv_mutex_lock(&eng->lock);
 	if (sv_list_linked(&qp->timer_link)) {
 		sv_list_del(&qp->timer_link);
 		atomic_store_explicit(&qp->timer_linked, false, memory_order_relaxed);
@@ -405,9 +428,11 @@ void sv_engine_forget_qp(struct sv_engine *eng, struct sv_qp *qp)
 	if (sv_list_linked(&qp->run_link)) {
 		sv_list_del(&qp->run_link);
 		atomic_fetch_sub_explicit(&eng->nrun, 1, memory_order_relaxed);
-		sv_qp_put(qp);
+		put = true;
 	}
-	pthread_mutex_unlock(&eng->lock);
+	sv_mutex_unlock(&eng->lock);
+	if (put)
+		sv_qp_put(qp); /* a last put wakes the destroyer: not under the lock */
 	sv_engine_unpark_qp(qp);
 }
 
@@ -417,10 +442,10 @@ void sv_engine_unpark_qp(struct sv_qp *qp)
 	struct sv_conn *c = atomic_exchange(&qp->txwait_conn, NULL);
 
 	if (c) {
-		pthread_mutex_lock(&c->tx_lock);
+		sv_mutex_lock(&c->tx_lock);
 		if (sv_list_linked(&qp->txwait_link))
 			sv_list_del(&qp->txwait_link);
-		pthread_mutex_unlock(&c->tx_lock);
+		sv_mutex_unlock(&c->tx_lock);
 		sv_conn_put(c);
 	}
 }
@@ -457,7 +482,7 @@ bool sv_engine_read_wait(struct sv_conn *conn, struct sv_qp *qp)
 	struct sv_engine_conn *ec = to_ec(conn);
 	bool wait = false;
 
-	pthread_mutex_lock(&conn->tx_lock);
+	sv_mutex_lock(&conn->tx_lock);
 	if (!ec->rd_waiter && atomic_load(&conn->state) == SV_CONN_UP &&
 	    sv_conn_tx_waiting(conn)) {
 		sv_qp_get(qp);
@@ -465,7 +490,7 @@ bool sv_engine_read_wait(struct sv_conn *conn, struct sv_qp *qp)
 		atomic_fetch_add(&ec->reads_left, 1);
 		wait = true;
 	}
-	pthread_mutex_unlock(&conn->tx_lock);
+	sv_mutex_unlock(&conn->tx_lock);
 	return wait;
 }
 
@@ -473,12 +498,12 @@ void sv_engine_read_done(struct sv_conn *conn, struct sv_qp *qp)
 {
 	struct sv_engine_conn *ec = to_ec(conn);
 
-	pthread_mutex_lock(&conn->tx_lock);
+	sv_mutex_lock(&conn->tx_lock);
 	if (ec->rd_waiter == qp) {
 		sv_qp_put(qp);
 		ec->rd_waiter = NULL;
 	}
-	pthread_mutex_unlock(&conn->tx_lock);
+	sv_mutex_unlock(&conn->tx_lock);
 	/* the connection's input may go on now (release_held): an application
 	 * thread (destroy, reset) has the engine thread look */
 	if (atomic_fetch_sub(&ec->reads_left, 1) == 1 && tls_progress != conn->eng)
@@ -496,9 +521,9 @@ static bool read_parked(struct sv_conn *conn, struct sv_qp *qp)
 {
 	bool parked;
 
-	pthread_mutex_lock(&conn->tx_lock);
+	sv_mutex_lock(&conn->tx_lock);
 	parked = to_ec(conn)->rd_waiter == qp;
-	pthread_mutex_unlock(&conn->tx_lock);
+	sv_mutex_unlock(&conn->tx_lock);
 	return parked;
 }
 
@@ -534,16 +559,24 @@ static struct sv_conn *conn_redial(struct sv_conn *old)
 
 	if (!c)
 		return NULL; /* the frames go with old */
+	/* c's tx_lock is taken (its HELLO queued) under old's: a connection's
+	 * before its replacement's.  Nothing takes them the other way: a
+	 * frame for old goes on to old->next after old's is let go
+	 * (conn_write), and c's other users never take old's
+	 * (lock_order.h, sv_lock_nest_allow) */
+	sv_lock_nest_allow(&old->tx_lock);
 	frames = sv_conn_take_gated(old, &bytes);
 	c->peer = old->peer;
 	to_ec(c)->redials = to_ec(old)->redials + 1;
 	c->direct = to_ec(c)->redials == 1;
 	sv_conn_requeue(c, frames, bytes); /* behind the HELLO conn_register queues */
 	if (sv_transport_connect(c, eng->mode) || conn_register(eng, c)) {
+		sv_lock_nest_allow(NULL);
 		atomic_store(&c->state, SV_CONN_DEAD);
 		sv_conn_put(c); /* never listed: the frames go with it */
 		return NULL;
 	}
+	sv_lock_nest_allow(NULL);
 	sv_dbg("connection to %s:%u ended before the peer's HELLO; %zu bytes go on a new one",
 	       SV_IP_STR(&c->peer.ip), c->peer.port, bytes);
 	sv_conn_get(c);
@@ -560,11 +593,11 @@ void sv_engine_conn_fail(struct sv_conn *conn)
 	if (redial_wanted(conn)) {
 		/* the queue moves, and later frames are sent on (conn->next),
 		 * under tx_lock: a frame posted meanwhile is never dropped */
-		pthread_mutex_lock(&conn->tx_lock);
+		sv_mutex_lock(&conn->tx_lock);
 		was = atomic_exchange(&conn->state, SV_CONN_DEAD);
 		if (was != SV_CONN_DEAD)
 			conn->next = conn_redial(conn);
-		pthread_mutex_unlock(&conn->tx_lock);
+		sv_mutex_unlock(&conn->tx_lock);
 	} else {
 		was = atomic_exchange(&conn->state, SV_CONN_DEAD);
 	}
@@ -586,23 +619,23 @@ void sv_engine_conn_fail(struct sv_conn *conn)
 	if (was != SV_CONN_DEAD || conn->fd >= 0) {
 		if (conn->fd >= 0)
 			epoll_ctl(eng->epfd, EPOLL_CTL_DEL, conn->fd, NULL);
-		pthread_mutex_lock(&conn->tx_lock);
+		sv_mutex_lock(&conn->tx_lock);
 		conn->ops->close(conn);
 		/* blocked QPs must not wait for room that never comes: rerun them */
 		while (!sv_list_empty(sv_conn_waiters(conn)))
 			unpark_first(conn);
 		unpark_read(conn); /* it sees the connection dead and ends */
-		pthread_mutex_unlock(&conn->tx_lock);
+		sv_mutex_unlock(&conn->tx_lock);
 	}
 	/* the list's reference is dropped later by the engine thread, at a point
 	 * where no stale epoll event can still name this connection */
-	pthread_mutex_lock(&eng->lock);
+	sv_mutex_lock(&eng->lock);
 	if (sv_list_linked(&conn->link)) {
 		conn_unlist(eng, conn);
 		sv_list_add_tail(&eng->graveyard, &conn->link);
 		buried = true;
 	}
-	pthread_mutex_unlock(&eng->lock);
+	sv_mutex_unlock(&eng->lock);
 	/* failed by a polling thread: the engine thread, maybe asleep with no
 	 * deadline, releases it (and its memory) now, not at its next wake-up */
 	if (buried && tls_engine_thread != eng)
@@ -611,25 +644,25 @@ void sv_engine_conn_fail(struct sv_conn *conn)
 
 static void bury_dead(struct sv_engine *eng)
 {
-	pthread_mutex_lock(&eng->lock);
+	sv_mutex_lock(&eng->lock);
 	while (!sv_list_empty(&eng->graveyard)) {
 		struct sv_conn *c = SV_CONTAINER_OF(eng->graveyard.next, struct sv_conn, link);
 
 		sv_list_del(&c->link);
-		pthread_mutex_unlock(&eng->lock);
+		sv_mutex_unlock(&eng->lock);
 		sv_conn_put(c);
-		pthread_mutex_lock(&eng->lock);
+		sv_mutex_lock(&eng->lock);
 	}
-	pthread_mutex_unlock(&eng->lock);
+	sv_mutex_unlock(&eng->lock);
 }
 
 /* Engine thread: write queued output; wake QPs waiting for room. */
 static void conn_flush(struct sv_conn *c)
 {
-	pthread_mutex_lock(&c->tx_lock);
+	sv_mutex_lock(&c->tx_lock);
 	atomic_store_explicit(&c->tx_corked, false, memory_order_relaxed);
 	if (sv_conn_txq_write(c) < 0) {
-		pthread_mutex_unlock(&c->tx_lock);
+		sv_mutex_unlock(&c->tx_lock);
 		sv_engine_conn_fail(c);
 		return;
 	}
@@ -648,7 +681,7 @@ static void conn_flush(struct sv_conn *c)
 			unpark_first(c);
 		unpark_read(c);
 	}
-	pthread_mutex_unlock(&c->tx_lock);
+	sv_mutex_unlock(&c->tx_lock);
 }
 
 /*
@@ -692,7 +725,7 @@ static void dispatch(struct sv_conn *conn, const struct sv_opcode_info *op, uint
 		sv_stat_rx(conn->eng->ctx, NULL, plen);
 		return; /* no such QP: dropped, as a NIC drops it */
 	}
-	pthread_mutex_lock(&qp->lock);
+	sv_mutex_lock(&qp->lock);
 	if ((op->mask & SV_OPF_RESPONSE) && qp->ti->xrc && qp->ti->receives) {
 		/* an XRC receive QP sends no requests: an answer to it is the
 		 * SRQ process's to requests it relayed (it checks that conn is
@@ -704,7 +737,7 @@ static void dispatch(struct sv_conn *conn, const struct sv_opcode_info *op, uint
 		/* a connected QP hears its own peer only: anyone else could
 		 * otherwise forge ACKs and READ responses, draw ACKs that tell
 		 * the expected PSN, or move the QP to the error state */
-		pthread_mutex_unlock(&qp->lock);
+		sv_mutex_unlock(&qp->lock);
 		sv_stat_ctx_count(conn->eng->ctx, SV_CTXC_RX_WRONG_PEER);
 		sv_qp_put(qp);
 		return;
@@ -725,7 +758,7 @@ static void dispatch(struct sv_conn *conn, const struct sv_opcode_info *op, uint
 		sv_completer_rx(qp, op, hdr, payload, plen, src_gpu);
 	}
 out:
-	pthread_mutex_unlock(&qp->lock);
+	sv_mutex_unlock(&qp->lock);
 	sv_qp_put(qp);
 }
 
@@ -825,11 +858,11 @@ static bool rx_held(struct sv_conn *c)
 	if (!atomic_load_explicit(&ec->reads_left, memory_order_relaxed) &&
 	    !answers_over(c, SV_CONN_RX_HOLD))
 		return false;
-	pthread_mutex_lock(&c->tx_lock);
+	sv_mutex_lock(&c->tx_lock);
 	ec->rx_held = true;
 	if (c->fd >= 0 && atomic_load(&c->state) != SV_CONN_DEAD)
 		conn_arm(c, c->want_out);
-	pthread_mutex_unlock(&c->tx_lock);
+	sv_mutex_unlock(&c->tx_lock);
 	sv_conn_get(c);
 	sv_list_add_tail(&c->eng->held_conns, &ec->held_link);
 	return true;
@@ -868,11 +901,11 @@ static bool release_held(struct sv_engine *eng)
 		if (!hold_over(ec))
 			continue;
 		sv_list_del(&ec->held_link);
-		pthread_mutex_lock(&c->tx_lock);
+		sv_mutex_lock(&c->tx_lock);
 		ec->rx_held = false;
 		if (!dead && c->fd >= 0)
 			conn_arm(c, c->want_out);
-		pthread_mutex_unlock(&c->tx_lock);
+		sv_mutex_unlock(&c->tx_lock);
 		if (!dead) {
 			conn_event(c, EPOLLIN);
 			any = true;
@@ -891,9 +924,9 @@ static void fault_timer(struct sv_conn *c, uint64_t when)
 	struct sv_engine *eng = c->eng;
 	bool kick;
 
-	pthread_mutex_lock(&eng->lock);
+	sv_mutex_lock(&eng->lock);
 	kick = housekeep_by(eng, when);
-	pthread_mutex_unlock(&eng->lock);
+	sv_mutex_unlock(&eng->lock);
 	if (kick && tls_engine_thread != eng)
 		wake(eng);
 }
@@ -929,7 +962,7 @@ static void take_in_ready(struct sv_engine *eng, bool opened_only)
 	struct sv_conn *ready[32];
 	int n = 0;
 
-	pthread_mutex_lock(&eng->lock);
+	sv_mutex_lock(&eng->lock);
 	for (struct sv_list *l = eng->conns.next; l != &eng->conns && n < 32; l = l->next) {
 		struct sv_conn *c = SV_CONTAINER_OF(l, struct sv_conn, link);
 
@@ -938,7 +971,7 @@ static void take_in_ready(struct sv_engine *eng, bool opened_only)
 			ready[n++] = c;
 		}
 	}
-	pthread_mutex_unlock(&eng->lock);
+	sv_mutex_unlock(&eng->lock);
 	for (int i = 0; i < n; i++) {
 		conn_event(ready[i], EPOLLIN);
 		sv_conn_put(ready[i]);
@@ -1009,9 +1042,9 @@ static void conn_event(struct sv_conn *c, uint32_t events)
 	if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
 		if (!c->outgoing && c->ops->rx_pending)
 			answers_first(c->eng);
-		pthread_mutex_lock(&c->tx_lock);
+		sv_mutex_lock(&c->tx_lock);
 		atomic_store_explicit(&c->tx_corked, true, memory_order_relaxed);
-		pthread_mutex_unlock(&c->tx_lock);
+		sv_mutex_unlock(&c->tx_lock);
 		c->ops->input(c, events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR));
 		if (atomic_load(&c->state) == SV_CONN_DEAD)
 			return;
@@ -1025,14 +1058,19 @@ static void conn_event(struct sv_conn *c, uint32_t events)
 /* Out of descriptors: the listeners are not polled for a while. */
 static void rest_listeners(struct sv_engine *eng)
 {
-	pthread_mutex_lock(&eng->lock);
-	if (!eng->listeners_resting) {
+	bool rest;
+
+	sv_mutex_lock(&eng->lock);
+	rest = !eng->listeners_resting;
+	eng->listeners_resting = true;
+	housekeep_by(eng, sv_now_ns() + SV_LISTEN_REST_NS);
+	sv_mutex_unlock(&eng->lock);
+	/* the progress holder's, as housekeep's polling them again is */
+	if (rest) {
 		poll_listeners(eng, false);
 		sv_warn_limited("out of file descriptors: not accepting connections for %llu ms",
 				SV_LISTEN_REST_NS / 1000000ull);
 	}
-	housekeep_by(eng, sv_now_ns() + SV_LISTEN_REST_NS);
-	pthread_mutex_unlock(&eng->lock);
 }
 
 /* Which connections a cap counts (`like`: the one that made it count). */
@@ -1050,7 +1088,7 @@ static struct sv_conn *oldest_over_cap(struct sv_engine *eng, conn_pick pick,
 	struct sv_conn *oldest = NULL;
 	int n = 0;
 
-	pthread_mutex_lock(&eng->lock);
+	sv_mutex_lock(&eng->lock);
 	for (struct sv_list *l = eng->conns.next; l != &eng->conns; l = l->next) {
 		struct sv_conn *o = SV_CONTAINER_OF(l, struct sv_conn, link);
 
@@ -1064,7 +1102,7 @@ static struct sv_conn *oldest_over_cap(struct sv_engine *eng, conn_pick pick,
 		sv_conn_get(oldest);
 	else
 		oldest = NULL;
-	pthread_mutex_unlock(&eng->lock);
+	sv_mutex_unlock(&eng->lock);
 	return oldest;
 }
 
@@ -1217,12 +1255,12 @@ static void housekeep(struct sv_engine *eng, uint64_t now)
 {
 	struct sv_conn *late[32], *held[32];
 	int nlate = 0, nheld = 0;
-	bool waiting = false;
+	bool waiting = false, unrest;
 
-	pthread_mutex_lock(&eng->lock);
+	sv_mutex_lock(&eng->lock);
 	eng->housekeep_ns = 0;
-	if (eng->listeners_resting)
-		poll_listeners(eng, true);
+	unrest = eng->listeners_resting;
+	eng->listeners_resting = false;
 	for (struct sv_list *l = eng->conns.next; l != &eng->conns; l = l->next) {
 		struct sv_conn *c = SV_CONTAINER_OF(l, struct sv_conn, link);
 
@@ -1246,14 +1284,16 @@ static void housekeep(struct sv_engine *eng, uint64_t now)
 	}
 	if (waiting || nlate == (int)SV_ARRAY_SIZE(late))
 		housekeep_by(eng, now + eng->handshake_ns / 10);
-	pthread_mutex_unlock(&eng->lock);
+	sv_mutex_unlock(&eng->lock);
+	if (unrest)
+		poll_listeners(eng, true);
 	for (int i = 0; i < nheld; i++) {
 		uint64_t next = sv_conn_fault_release(held[i], now);
 
 		if (next) {
-			pthread_mutex_lock(&eng->lock);
+			sv_mutex_lock(&eng->lock);
 			housekeep_by(eng, next);
-			pthread_mutex_unlock(&eng->lock);
+			sv_mutex_unlock(&eng->lock);
 		}
 		sv_conn_put(held[i]);
 	}
@@ -1295,7 +1335,7 @@ static void scan_build(struct sv_engine *eng, unsigned gen)
 	int nold = SV_MAX(eng->nscan, 0), n = 0;
 
 	memcpy(old, eng->scan, sizeof(old[0]) * (size_t)nold);
-	pthread_mutex_lock(&eng->lock);
+	sv_mutex_lock(&eng->lock);
 	for (struct sv_list *l = eng->conns.next; l != &eng->conns; l = l->next) {
 		struct sv_conn *c = SV_CONTAINER_OF(l, struct sv_conn, link);
 
@@ -1313,7 +1353,7 @@ static void scan_build(struct sv_engine *eng, unsigned gen)
 	eng->scan_gen = gen;
 	eng->nscan = n;
 	eng->scan_built = true;
-	pthread_mutex_unlock(&eng->lock);
+	sv_mutex_unlock(&eng->lock);
 	/* after the lock: a last reference frees its connection */
 	for (int i = 0; i < nold; i++)
 		sv_conn_put(old[i]);
@@ -1349,7 +1389,7 @@ static bool arm_in_memory(struct sv_engine *eng, uint64_t *tick_ns)
 		eng->one_sided_until = now + SV_POLL_LEASE_NS;
 	}
 	*tick_ns = 0;
-	pthread_mutex_lock(&eng->lock);
+	sv_mutex_lock(&eng->lock);
 	for (struct sv_list *l = eng->conns.next; l != &eng->conns; l = l->next) {
 		struct sv_conn *c = SV_CONTAINER_OF(l, struct sv_conn, link);
 
@@ -1364,7 +1404,7 @@ static bool arm_in_memory(struct sv_engine *eng, uint64_t *tick_ns)
 		if (c->ops->arm(c))
 			pending = true;
 	}
-	pthread_mutex_unlock(&eng->lock);
+	sv_mutex_unlock(&eng->lock);
 	return pending;
 }
 
@@ -1389,23 +1429,23 @@ static void run_deferred(struct sv_engine *eng)
 			wake(eng);
 			return;
 		}
-		pthread_mutex_lock(&eng->lock);
+		sv_mutex_lock(&eng->lock);
 		if (sv_list_empty(&eng->run_qps)) {
-			pthread_mutex_unlock(&eng->lock);
+			sv_mutex_unlock(&eng->lock);
 			return;
 		}
 		qp = SV_CONTAINER_OF(eng->run_qps.next, struct sv_qp, run_link);
 		sv_list_del(&qp->run_link);
 		atomic_fetch_sub_explicit(&eng->nrun, 1, memory_order_relaxed);
-		pthread_mutex_unlock(&eng->lock);
-		pthread_mutex_lock(&qp->lock);
+		sv_mutex_unlock(&eng->lock);
+		sv_mutex_lock(&qp->lock);
 		if (!qp->destroyed) {
 			/* a READ answered as its connection drains, once it has */
 			if (qp->rd_left.conn && !read_parked(qp->rd_left.conn, qp))
 				sv_responder_resume(qp);
 			sv_requester_run(qp);
 		}
-		pthread_mutex_unlock(&qp->lock);
+		sv_mutex_unlock(&qp->lock);
 		sv_qp_put(qp);
 	}
 }
@@ -1418,11 +1458,11 @@ static int run_timers(struct sv_engine *eng)
 	int ndue = 0;
 	struct sv_list *l;
 
-	pthread_mutex_lock(&eng->lock);
+	sv_mutex_lock(&eng->lock);
 	if (eng->housekeep_ns && now >= eng->housekeep_ns) {
-		pthread_mutex_unlock(&eng->lock);
+		sv_mutex_unlock(&eng->lock);
 		housekeep(eng, now);
-		pthread_mutex_lock(&eng->lock);
+		sv_mutex_lock(&eng->lock);
 	}
 	/*
 	 * sleep_until is a lower bound of every armed deadline: the last scan
@@ -1433,7 +1473,7 @@ static int run_timers(struct sv_engine *eng)
 	 */
 	if (now < eng->sleep_until) {
 		next = eng->sleep_until;
-		pthread_mutex_unlock(&eng->lock);
+		sv_mutex_unlock(&eng->lock);
 		return next == UINT64_MAX ? -1 : (int)((next - now) / 1000000u) + 1;
 	}
 	for (l = eng->timer_qps.next; l != &eng->timer_qps; l = l->next) {
@@ -1452,12 +1492,12 @@ static int run_timers(struct sv_engine *eng)
 	if (eng->housekeep_ns && eng->housekeep_ns < next)
 		next = eng->housekeep_ns;
 	eng->sleep_until = ndue ? now : next;
-	pthread_mutex_unlock(&eng->lock);
+	sv_mutex_unlock(&eng->lock);
 	for (int i = 0; i < ndue; i++) {
-		pthread_mutex_lock(&due[i]->lock);
+		sv_mutex_lock(&due[i]->lock);
 		if (!due[i]->destroyed)
 			sv_requester_timeout(due[i], now);
-		pthread_mutex_unlock(&due[i]->lock);
+		sv_mutex_unlock(&due[i]->lock);
 		sv_qp_put(due[i]);
 	}
 	if (ndue)
@@ -1569,7 +1609,7 @@ static void progress_locked(struct sv_engine *eng, uint64_t now)
 
 void sv_engine_progress(struct sv_engine *eng)
 {
-	if (pthread_mutex_trylock(&eng->progress_lock))
+	if (sv_mutex_trylock(&eng->progress_lock))
 		return; /* someone is already making progress */
 	if (++eng->polls_unclocked >= SV_POLLS_PER_CLOCK || !eng->poll_now) {
 		eng->polls_unclocked = 0;
@@ -1577,7 +1617,7 @@ void sv_engine_progress(struct sv_engine *eng)
 		atomic_store_explicit(&eng->last_poll_ns, eng->poll_now, memory_order_relaxed);
 	}
 	progress_locked(eng, eng->poll_now);
-	pthread_mutex_unlock(&eng->progress_lock);
+	sv_mutex_unlock(&eng->progress_lock);
 }
 
 /*
@@ -1590,9 +1630,9 @@ void sv_engine_settle(struct sv_engine *eng)
 {
 	if (!eng || tls_progress == eng || tls_engine_thread == eng)
 		return; /* called from within a pass: what is there is being handled */
-	pthread_mutex_lock(&eng->progress_lock);
+	sv_mutex_lock(&eng->progress_lock);
 	progress_locked(eng, sv_now_ns());
-	pthread_mutex_unlock(&eng->progress_lock);
+	sv_mutex_unlock(&eng->progress_lock);
 }
 
 void sv_engine_hold_alive(struct sv_engine *eng, pthread_mutex_t *m)
@@ -1613,7 +1653,7 @@ static void take_alive(struct sv_engine *eng)
 	m = atomic_exchange_explicit(&eng->alive_give, NULL, memory_order_acquire);
 	if (!m || eng->alive_held)
 		return;
-	e = pthread_mutex_lock(m);
+	e = sv_pmutex_lock(m, SV_LOCK_ALIVE);
 	if (e == EOWNERDEAD)
 		e = pthread_mutex_consistent(m);
 	if (!e)
@@ -1728,7 +1768,7 @@ static void *engine_main(void *arg)
 		if (n == 0 && tick && timeout != 0 &&
 		    sv_now_ns() - atomic_load_explicit(&eng->last_poll_ns, memory_order_relaxed) < tick)
 			continue;
-		pthread_mutex_lock(&eng->progress_lock);
+		sv_mutex_lock(&eng->progress_lock);
 		tls_progress = eng;
 		if (n > 0)
 			handle_events(eng, evs, n, true);
@@ -1749,12 +1789,12 @@ static void *engine_main(void *arg)
 		gen = atomic_load_explicit(&eng->conns_gen, memory_order_acquire);
 		if (eng->scan_built && gen != eng->scan_gen)
 			scan_build(eng, gen);
-		pthread_mutex_unlock(&eng->progress_lock);
+		sv_mutex_unlock(&eng->progress_lock);
 	}
 	/* before the table goes (sv_export_close): glibc keeps a held robust
 	 * mutex in the thread's list, which must not point at unmapped memory */
 	if (eng->alive_held)
-		pthread_mutex_unlock(eng->alive_held);
+		sv_pmutex_unlock(eng->alive_held);
 	return NULL;
 }
 
@@ -1847,9 +1887,9 @@ int sv_engine_start(struct sv_context *ctx, const struct in6_addr *ip)
 	eng->sleep_until = UINT64_MAX;
 	eng->handshake_ns = (uint64_t)SV_MAX(1, sv_env_long("SOFTVERBS_HANDSHAKE_TIMEOUT_MS", 10000)) *
 			    1000000ull;
-	pthread_mutex_init(&eng->lock, NULL);
-	pthread_mutex_init(&eng->progress_lock, NULL);
-	pthread_mutex_init(&eng->connect_lock, NULL);
+	sv_mutex_init(&eng->lock, SV_LOCK_ENGINE);
+	sv_mutex_init(&eng->progress_lock, SV_LOCK_PROGRESS);
+	sv_mutex_init(&eng->connect_lock, SV_LOCK_CONNECT);
 	sv_list_init(&eng->conns);
 	sv_list_init(&eng->graveyard);
 	sv_list_init(&eng->timer_qps);
@@ -1930,20 +1970,50 @@ static void conn_drain(struct sv_conn *c)
 		c->ops->drain(c, sv_now_ns() + 200000000ull);
 }
 
-void sv_engine_quiesce(struct sv_engine *eng, uint64_t deadline_ns)
+/* Is any connection of eng still connecting, or sending?  A socket's send
+ * queue is asked of the kernel (sv_conn_busy): outside eng->lock, on the
+ * connections taken from the list a batch at a time, with references. */
+static bool conns_pending(struct sv_engine *eng)
 {
-	while (eng && eng->thread_started && sv_now_ns() < deadline_ns) {
-		bool pending = false;
+	struct sv_conn *batch[32];
+	unsigned skip = 0;
+	bool pending = false, more = true;
 
-		pthread_mutex_lock(&eng->lock);
+	while (!pending && more) {
+		unsigned n = 0, i = 0;
+
+		more = false;
+		sv_mutex_lock(&eng->lock);
 		for (struct sv_list *l = eng->conns.next; l != &eng->conns && !pending; l = l->next) {
 			struct sv_conn *c = SV_CONTAINER_OF(l, struct sv_conn, link);
 			int st = atomic_load(&c->state);
 
-			pending = st == SV_CONN_CONNECTING || (st == SV_CONN_UP && sv_conn_busy(c));
+			if (i++ < skip || st != SV_CONN_UP) {
+				pending = st == SV_CONN_CONNECTING;
+				continue;
+			}
+			if (n == SV_ARRAY_SIZE(batch)) {
+				i--; /* this one opens the next batch */
+				more = true;
+				break;
+			}
+			sv_conn_get(c);
+			batch[n++] = c;
 		}
-		pthread_mutex_unlock(&eng->lock);
-		if (!pending)
+		sv_mutex_unlock(&eng->lock);
+		skip = i;
+		for (unsigned k = 0; k < n; k++) {
+			pending = pending || sv_conn_busy(batch[k]);
+			sv_conn_put(batch[k]);
+		}
+	}
+	return pending;
+}
+
+void sv_engine_quiesce(struct sv_engine *eng, uint64_t deadline_ns)
+{
+	while (eng && eng->thread_started && sv_now_ns() < deadline_ns) {
+		if (!conns_pending(eng))
 			return;
 		poll(NULL, 0, 1);
 	}
@@ -2022,7 +2092,7 @@ static void leave_shared_datagram_port(struct sv_engine *eng)
 		until.tv_sec++;
 		until.tv_nsec -= 1000000000;
 	}
-	locked = !pthread_mutex_timedlock(&eng->progress_lock, &until);
+	locked = !sv_mutex_timedlock(&eng->progress_lock, &until);
 	for (int i = 0; i < eng->nlisteners; i++) {
 		struct sv_listener *l = &eng->listeners[i];
 		int quiet;
@@ -2038,7 +2108,7 @@ static void leave_shared_datagram_port(struct sv_engine *eng)
 			close(quiet);
 	}
 	if (locked)
-		pthread_mutex_unlock(&eng->progress_lock);
+		sv_mutex_unlock(&eng->progress_lock);
 }
 
 /*
@@ -2103,9 +2173,9 @@ void sv_engine_stop(struct sv_engine *eng)
 		close(eng->epfd);
 	if (eng->bell_ep >= 0)
 		close(eng->bell_ep);
-	pthread_mutex_destroy(&eng->lock);
-	pthread_mutex_destroy(&eng->progress_lock);
-	pthread_mutex_destroy(&eng->connect_lock);
+	sv_mutex_destroy(&eng->lock);
+	sv_mutex_destroy(&eng->progress_lock);
+	sv_mutex_destroy(&eng->connect_lock);
 	free(eng->dgram_buf);
 	free(eng);
 }

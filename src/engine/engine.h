@@ -10,6 +10,7 @@
 #ifndef SV_ENGINE_H
 #define SV_ENGINE_H
 
+#include "common/lock_order.h"
 #include "engine/objects.h"
 #include "transport/registry.h"
 #include "wire/wire.h"
@@ -76,11 +77,11 @@ struct sv_engine {
 	struct sv_qpn_claim qpns; /* this context's block of the host's QP numbers */
 	atomic_bool stop;
 
-	pthread_mutex_t lock;      /* conns, graveyard, timer_qps, run_qps */
-	pthread_mutex_t progress_lock; /* whoever processes events holds it */
+	struct sv_mutex lock;      /* conns, graveyard, timer_qps, run_qps */
+	struct sv_mutex progress_lock; /* whoever processes events holds it */
 	/* a thread making a connection (sv_engine_conn_to): one at a time,
 	 * so that two first requests to one peer make one connection */
-	pthread_mutex_t connect_lock;
+	struct sv_mutex connect_lock;
 	struct sv_list conns;
 	struct sv_list graveyard;  /* failed conns, released by the engine thread */
 	struct sv_list timer_qps;

@@ -1,4 +1,5 @@
 /* GPU memory in the data path; see gpu.h. */
+#include "common/lock_order.h"
 #include "engine/gpu.h"
 #include "engine/dma.h"
 
@@ -201,14 +202,14 @@ void sv_gpu_sink_free(struct sv_gpu_sink **ps)
 	*ps = NULL;
 }
 
-static pthread_mutex_t atomic_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct sv_mutex atomic_lock = SV_MUTEX_INITIALIZER(SV_LOCK_GPU_ATOMIC);
 
 static bool rmw(sv_cu_ctx gpu, uint64_t *word, int op, uint64_t a, uint64_t b, uint64_t *orig)
 {
 	uint64_t v, n;
 	bool ok;
 
-	pthread_mutex_lock(&atomic_lock);
+	sv_mutex_lock(&atomic_lock);
 	ok = !sv_dma_read(gpu, &v, word, 8);
 	if (ok) {
 		n = op == 0 ? (v == a ? b : v) : v + a;
@@ -216,7 +217,7 @@ static bool rmw(sv_cu_ctx gpu, uint64_t *word, int op, uint64_t a, uint64_t b, u
 			ok = !sv_dma_place(gpu, word, &n, 8);
 		*orig = v;
 	}
-	pthread_mutex_unlock(&atomic_lock);
+	sv_mutex_unlock(&atomic_lock);
 	return ok;
 }
 
@@ -234,9 +235,9 @@ bool sv_gpu_store(sv_cu_ctx gpu, uint64_t *word, uint64_t v)
 {
 	bool ok;
 
-	pthread_mutex_lock(&atomic_lock);
+	sv_mutex_lock(&atomic_lock);
 	ok = !sv_dma_place(gpu, word, &v, 8);
-	pthread_mutex_unlock(&atomic_lock);
+	sv_mutex_unlock(&atomic_lock);
 	return ok;
 }
 

@@ -50,7 +50,7 @@ int sv_mcast_attach(struct sv_qp *qp, const union ibv_gid *gid)
 
 	if (qp->ex.qp_base.qp_type != IBV_QPT_UD || !sv_gid_is_mcast(gid))
 		return EINVAL;
-	pthread_mutex_lock(&t->lock);
+	sv_mutex_lock(&t->lock);
 	g = find(t, gid);
 	if (g)
 		for (int i = 0; i < g->nqp; i++)
@@ -79,7 +79,7 @@ int sv_mcast_attach(struct sv_qp *qp, const union ibv_gid *gid)
 	t->total++;
 	qp->mcast_attached++;
 out:
-	pthread_mutex_unlock(&t->lock);
+	sv_mutex_unlock(&t->lock);
 	return err;
 }
 
@@ -90,7 +90,7 @@ int sv_mcast_detach(struct sv_qp *qp, const union ibv_gid *gid)
 	struct sv_mcast_group *g;
 	int err = EINVAL;
 
-	pthread_mutex_lock(&t->lock);
+	sv_mutex_lock(&t->lock);
 	g = find(t, gid);
 	for (int i = 0; g && i < g->nqp; i++) {
 		if (g->qpn[i] != qpn)
@@ -103,7 +103,7 @@ int sv_mcast_detach(struct sv_qp *qp, const union ibv_gid *gid)
 		err = 0;
 		break;
 	}
-	pthread_mutex_unlock(&t->lock);
+	sv_mutex_unlock(&t->lock);
 	return err;
 }
 
@@ -112,9 +112,9 @@ bool sv_mcast_busy(struct sv_qp *qp)
 	struct sv_mcast_table *t = &qp->ctx->mcast;
 	bool busy;
 
-	pthread_mutex_lock(&t->lock);
+	sv_mutex_lock(&t->lock);
 	busy = qp->mcast_attached > 0;
-	pthread_mutex_unlock(&t->lock);
+	sv_mutex_unlock(&t->lock);
 	return busy;
 }
 
@@ -127,13 +127,13 @@ void sv_mcast_deliver(struct sv_conn *conn, const struct sv_opcode_info *op, uin
 	struct sv_mcast_group *g;
 	int n = 0;
 
-	pthread_mutex_lock(&t->lock);
+	sv_mutex_lock(&t->lock);
 	g = find(t, sv_mcast_mgid(conn));
 	if (g) {
 		n = g->nqp;
 		memcpy(qpn, g->qpn, sizeof(*qpn) * (size_t)n);
 	}
-	pthread_mutex_unlock(&t->lock);
+	sv_mutex_unlock(&t->lock);
 	/* each attached QP gets the datagram as if sent to it alone, but for
 	 * the sender itself when it asked not to (BLOCK_SELF_MCAST_LB) */
 	const struct sv_deth *deth = (const void *)(hdr + op->off_deth);
@@ -150,10 +150,10 @@ void sv_mcast_deliver(struct sv_conn *conn, const struct sv_opcode_info *op, uin
 			sv_qp_put(qp);
 			continue;
 		}
-		pthread_mutex_lock(&qp->lock);
+		sv_mutex_lock(&qp->lock);
 		sv_stat_rx(ctx, qp, plen);
 		sv_responder_rx(qp, conn, op, hdr, payload, plen, NULL);
-		pthread_mutex_unlock(&qp->lock);
+		sv_mutex_unlock(&qp->lock);
 		sv_qp_put(qp);
 	}
 	if (!n)
@@ -166,5 +166,5 @@ void sv_mcast_table_fini(struct sv_context *ctx)
 
 	while (t->ngroups)
 		drop_group(t, &t->g[t->ngroups - 1]);
-	pthread_mutex_destroy(&t->lock);
+	sv_mutex_destroy(&t->lock);
 }

@@ -15,8 +15,9 @@
  *
  * fork(): a child would share the pages with its parent, where it expects
  * a copy.  The child's atfork handler copies every exported extent into
- * private pages before it does anything else (at_fork_child).
+ * private pages before it does anything else (sv_share_fork_child).
  */
+#include "common/lock_order.h"
 #include "engine/mem_share.h"
 #include "common/fault_guard.h"
 #include "common/util.h"
@@ -37,7 +38,7 @@
 
 #define MEMFD_NAME "softverbs-mr"
 
-static pthread_mutex_t share_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct sv_mutex share_lock = SV_MUTEX_INITIALIZER(SV_LOCK_SHARE);
 static struct sv_extent *extents; /* share_lock */
 static atomic_bool ever_shared;	  /* an extent was made: a fork has pages to copy */
 
@@ -127,7 +128,7 @@ static const char *hex_field(const char *p, unsigned long long *v, char end)
 
 /*
  * Parsed by hand, not with sscanf: the child of a fork reads the maps
- * before it may store into its heap (at_fork_child), and this takes
+ * before it may store into its heap (sv_share_fork_child), and this takes
  * neither memory nor a lock.
  */
 static bool maps_line(const char *line, struct vma *v)
@@ -482,7 +483,7 @@ struct sv_extent *sv_share_get(void *addr, size_t len)
 		return NULL;
 	s = a & ~(uintptr_t)(pg - 1);
 	e = (a + len + pg - 1) & ~(uintptr_t)(pg - 1);
-	pthread_mutex_lock(&share_lock);
+	sv_mutex_lock(&share_lock);
 	ar = survey(s, e);
 	if (ar.kind == AREA_OURS) {
 		for (x = extents; x && x->ino != ar.ino; x = x->next)
@@ -512,7 +513,7 @@ struct sv_extent *sv_share_get(void *addr, size_t len)
 		extents = x;
 	}
 out:
-	pthread_mutex_unlock(&share_lock);
+	sv_mutex_unlock(&share_lock);
 	if (!x)
 		sv_dbg("MR pages %#lx+%zu stay private: %s", (unsigned long)s, (size_t)(e - s),
 		       ar.kind == AREA_OURS ? "partly in another MR's shared pages"
@@ -539,7 +540,7 @@ out:
  * still mapped where it was (the program may have unmapped some).  Not for
  * hugetlb pages: a private copy of one is taken at the first store, and
  * without a free huge page then that store would get SIGBUS; those stay
- * shared, as all did before, and a fork copies them (at_fork_child).
+ * shared, as all did before, and a fork copies them (sv_share_fork_child).
  */
 struct pieces {
 	const struct sv_extent *x;
@@ -585,9 +586,9 @@ void sv_share_put(struct sv_extent *x)
 
 	if (!x)
 		return;
-	pthread_mutex_lock(&share_lock);
+	sv_mutex_lock(&share_lock);
 	if (--x->refs) {
-		pthread_mutex_unlock(&share_lock);
+		sv_mutex_unlock(&share_lock);
 		return;
 	}
 	for (p = &extents; *p && *p != x; p = &(*p)->next)
@@ -596,7 +597,7 @@ void sv_share_put(struct sv_extent *x)
 		*p = x->next;
 	/* peers see the extent gone from every table before this */
 	unshare_pages(x);
-	pthread_mutex_unlock(&share_lock);
+	sv_mutex_unlock(&share_lock);
 	close(x->fd);
 	free(x);
 }
@@ -729,13 +730,13 @@ static bool collect_held(const struct vma *v, void *arg)
 	return true;
 }
 
-static void at_fork_prepare(void)
+void sv_share_fork_prepare(void)
 {
 	size_t pg = (size_t)sysconf(_SC_PAGESIZE);
 
 	/* fork() waits for a replacement in progress, and the child gets the
 	 * list whole */
-	pthread_mutex_lock(&share_lock);
+	sv_mutex_lock(&share_lock);
 	nfrozen = 0;
 	if (!atomic_load(&ever_shared))
 		return;
@@ -762,7 +763,7 @@ static void at_fork_prepare(void)
 	freezing = true;
 }
 
-static void at_fork_parent(void)
+void sv_share_fork_parent(void)
 {
 	if (freezing) {
 		struct pollfd pfd = { .fd = copied_pipe[0], .events = POLLIN };
@@ -797,7 +798,7 @@ static void at_fork_parent(void)
 		sv_fault_guard_thaw();
 		freezing = false;
 	}
-	pthread_mutex_unlock(&share_lock);
+	sv_mutex_unlock(&share_lock);
 }
 
 /* Shared mappings of ours, the first few met. */
@@ -857,7 +858,7 @@ static void privatize_all(void)
  * the rest; only then anything that stores into the heap, and the extents
  * are the parent's, not ours.
  */
-static void at_fork_child(void)
+void sv_share_fork_child(void)
 {
 	if (freezing) {
 		for (int pass = 0; pass < 2; pass++)
@@ -879,10 +880,5 @@ static void at_fork_child(void)
 		close(x->fd);
 		free(x);
 	}
-	pthread_mutex_init(&share_lock, NULL);
-}
-
-__attribute__((constructor)) static void share_at_fork(void)
-{
-	pthread_atfork(at_fork_prepare, at_fork_parent, at_fork_child);
+	sv_mutex_init(&share_lock, SV_LOCK_SHARE);
 }

@@ -41,4 +41,12 @@ struct sv_extent *sv_share_get(void *addr, size_t len);
  * extent become private anonymous memory again, with the same bytes. */
 void sv_share_put(struct sv_extent *e);
 
+/* fork(): the library's atfork handlers call these (verbs/device.c), so
+ * that its locks are taken in the lock order (lock_order.h).  The child's
+ * runs first of the library's: it copies the shared pages before anything
+ * stores into the heap. */
+void sv_share_fork_prepare(void);
+void sv_share_fork_parent(void);
+void sv_share_fork_child(void);
+
 #endif

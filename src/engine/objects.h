@@ -15,6 +15,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/lock_order.h"
 #include "common/util.h"
 #include "common/ref.h"
 #include "common/arwlock.h"
@@ -101,7 +102,7 @@ struct sv_mcast_group {
 	uint32_t qpn[SV_MCAST_MAX_QP_ATTACH];
 };
 struct sv_mcast_table {
-	pthread_mutex_t lock;
+	struct sv_mutex lock;
 	struct sv_mcast_group g[SV_MCAST_MAX_GRP]; /* ngroups used, each with a QP */
 	int ngroups, total;
 };
@@ -116,7 +117,7 @@ struct sv_context {
 	union ibv_gid gid; /* this context's endpoint (transport/endpoint.c), said in
 			      HELLOs; not a GID of the port (verbs/gid.c) */
 
-	pthread_mutex_t lock; /* qp table, object counts */
+	struct sv_mutex lock; /* qp table, object counts */
 	uint32_t qpn_base;    /* the first QPN of this context's block */
 	/* the low bits of its QP and SRQ numbers from their slots, keyed at
 	 * random (transport/registry.h; sv_qpn_of_slot, sv_qpn_slot below) */
@@ -131,7 +132,7 @@ struct sv_context {
 	/* SRQs by number (sv_srqn_slot; SRQ numbers are their own
 	 * space, unique on the host as QP numbers are), under srqt_lock, a
 	 * leaf (the responder looks XRC SRQs up with a QP's lock held) */
-	pthread_mutex_t srqt_lock;
+	struct sv_mutex srqt_lock;
 	struct sv_srq **srqt;
 	uint32_t srqt_size;
 	struct sv_list xrcds; /* the XRC domains opened here (sv_xrcd.link), under lock */
@@ -140,14 +141,14 @@ struct sv_context {
 	struct sv_list xrc_proxies;
 	/* questions asked of other processes about their XRC receive QPs
 	 * (sv_xrc_ctrl_call), answered by the engine under xrc_call_lock */
-	pthread_mutex_t xrc_call_lock;
+	struct sv_mutex xrc_call_lock;
 	pthread_cond_t xrc_call_cond;
 	struct sv_list xrc_calls;
 	uint32_t xrc_call_next;
 
 	struct sv_mr_table mrs;
 	int async_wfd; /* write end of the async event pipe (read end: async_fd) */
-	pthread_mutex_t async_lock;       /* the pending events and every object's counts */
+	struct sv_mutex async_lock;       /* the pending events and every object's counts */
 	pthread_cond_t async_acked;
 	struct sv_async_pending *async_head, *async_tail; /* one pipe byte each */
 	struct sv_stat_hdr *stats; /* counters segment (verbs/stats.[ch]) */
@@ -268,7 +269,7 @@ struct sv_cq {
 	struct ibv_cq_ex ex; /* ibv_cq is its prefix */
 	struct sv_context *ctx;
 	struct sv_async_count async;
-	pthread_mutex_t lock;
+	struct sv_mutex lock;
 	struct ibv_wc *ring;
 	uint32_t size; /* slots = cqe + 1 */
 	uint32_t head, count;
@@ -334,7 +335,7 @@ struct sv_srq {
 	struct sv_context *ctx;
 	struct sv_async_count async;
 	struct sv_pd *pd;
-	pthread_mutex_t lock;
+	struct sv_mutex lock;
 	struct sv_rq rq;
 	uint32_t srq_limit; /* armed when nonzero */
 	struct sv_ref users; /* QPs using it: destroy fails with EBUSY */
@@ -361,7 +362,7 @@ struct sv_ah {
 	struct sv_endpoint_addr peer;
 	bool mcast;           /* its GID is a multicast group's: sends go there */
 	struct sv_pd *pd;
-	pthread_mutex_t lock;
+	struct sv_mutex lock;
 	struct sv_conn *conn; /* cached connection to the peer endpoint (or group) */
 };
 static inline struct sv_ah *to_sv_ah(struct ibv_ah *a)
@@ -469,7 +470,7 @@ struct sv_qp {
 	int mcast_attached;   /* ctx->mcast.lock: groups it is attached to */
 	bool mcast_no_self;   /* IBV_QP_CREATE_BLOCK_SELF_MCAST_LB: not its own datagrams */
 
-	pthread_mutex_t lock; /* everything below */
+	struct sv_mutex lock; /* everything below */
 	enum ibv_qp_state state;
 	struct ibv_qp_attr attr; /* current attributes, as query_qp reports */
 	struct ibv_qp_cap cap;

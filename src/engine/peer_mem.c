@@ -192,7 +192,7 @@ static struct sv_peer_mem *peer_mem(struct sv_conn *conn, uint32_t qpn)
 	pm = calloc(1, sizeof(*pm));
 	if (!pm)
 		return NULL;
-	sv_arwlock_init(&pm->lock);
+	sv_arwlock_init(&pm->lock, SV_LOCK_PEER_MAP);
 	pm->pidfd = -1;
 	pm_setup(pm, conn, qpn);
 	cur = NULL;

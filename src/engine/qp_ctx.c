@@ -17,12 +17,12 @@ struct sv_qp *sv_qp_lookup(struct sv_context *ctx, uint32_t qpn)
 	struct sv_qp *qp = NULL;
 	uint32_t i = sv_qpn_slot(ctx, qpn);
 
-	pthread_mutex_lock(&ctx->lock);
+	sv_mutex_lock(&ctx->lock);
 	if (i < ctx->qpt_size && ctx->qpt[i]) {
 		qp = ctx->qpt[i];
 		sv_qp_get(qp);
 	}
-	pthread_mutex_unlock(&ctx->lock);
+	sv_mutex_unlock(&ctx->lock);
 	return qp;
 }
 
@@ -41,7 +41,7 @@ void sv_ah_put(struct sv_ah *ah)
 	if (ah->conn)
 		sv_conn_put(ah->conn);
 	sv_ref_put(&ah->pd->users);
-	pthread_mutex_destroy(&ah->lock);
+	sv_mutex_destroy(&ah->lock);
 	free(ah);
 }
 
@@ -115,14 +115,14 @@ bool sv_qp_take_recv(struct sv_qp *qp)
 	bool limit = false;
 
 	if (qp->srq) {
-		pthread_mutex_lock(&qp->srq->lock);
+		sv_mutex_lock(&qp->srq->lock);
 		rq = &qp->srq->rq;
 	} else {
 		rq = &qp->rq;
 	}
 	if (!rq->count) {
 		if (qp->srq)
-			pthread_mutex_unlock(&qp->srq->lock);
+			sv_mutex_unlock(&qp->srq->lock);
 		return false;
 	}
 	w = &rq->wqe[rq->head];
@@ -138,7 +138,7 @@ bool sv_qp_take_recv(struct sv_qp *qp)
 			qp->srq->srq_limit = 0; /* the limit is one-shot: disarm */
 			limit = true;
 		}
-		pthread_mutex_unlock(&qp->srq->lock);
+		sv_mutex_unlock(&qp->srq->lock);
 		if (limit)
 			sv_async_event(qp->ctx, IBV_EVENT_SRQ_LIMIT_REACHED, qp->srq, &qp->srq->async, 0);
 	}

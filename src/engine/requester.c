@@ -71,7 +71,7 @@ static struct sv_conn *ah_conn(struct sv_qp *qp, struct sv_ah *ah, uint32_t remo
 	uint16_t port = sv_qpn_port(remote_qpn);
 	struct sv_conn *c;
 
-	pthread_mutex_lock(&ah->lock);
+	sv_mutex_lock(&ah->lock);
 	if (ah->mcast) {
 		/* a multicast GID: the group's connection, whatever the QPN
 		 * (receivers take only the multicast QPN) */
@@ -91,7 +91,7 @@ static struct sv_conn *ah_conn(struct sv_qp *qp, struct sv_ah *ah, uint32_t remo
 	c = ah->conn;
 	if (c)
 		sv_conn_get(c);
-	pthread_mutex_unlock(&ah->lock);
+	sv_mutex_unlock(&ah->lock);
 	return c;
 }
 
@@ -367,7 +367,7 @@ static bool park_on(struct sv_qp *qp, struct sv_conn *conn)
 {
 	bool parked = false;
 
-	pthread_mutex_lock(&conn->tx_lock);
+	sv_mutex_lock(&conn->tx_lock);
 	if (congested(qp, conn)) {
 		if (!sv_list_linked(&qp->txwait_link)) {
 			sv_list_add_tail(sv_conn_waiters(conn), &qp->txwait_link);
@@ -378,7 +378,7 @@ static bool park_on(struct sv_qp *qp, struct sv_conn *conn)
 		}
 		parked = true;
 	}
-	pthread_mutex_unlock(&conn->tx_lock);
+	sv_mutex_unlock(&conn->tx_lock);
 	return parked;
 }
 

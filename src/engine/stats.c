@@ -168,7 +168,7 @@ void sv_stats_qp_destroy(struct sv_qp *qp)
 	 * the counters move and read again; ctx->lock makes one destroy at a
 	 * time step it.
 	 */
-	pthread_mutex_lock(&qp->ctx->lock);
+	sv_mutex_lock(&qp->ctx->lock);
 	__atomic_add_fetch(&h->gone_seq, 1, __ATOMIC_ACQ_REL);
 	for (unsigned c = 0; c < SV_QPC_COUNT; c++) {
 		sv_stat_add(&h->gone[c], __atomic_load_n(&s->c[c], __ATOMIC_RELAXED));
@@ -176,7 +176,7 @@ void sv_stats_qp_destroy(struct sv_qp *qp)
 	}
 	__atomic_store_n(&s->in_use, 0, __ATOMIC_RELAXED);
 	__atomic_add_fetch(&h->gone_seq, 1, __ATOMIC_ACQ_REL);
-	pthread_mutex_unlock(&qp->ctx->lock);
+	sv_mutex_unlock(&qp->ctx->lock);
 }
 
 uint64_t sv_stats_device_counter(struct sv_context *ctx, enum sv_stat_qp_counter c)

@@ -213,7 +213,7 @@ static void proxy_free(struct sv_xrc_proxy *x)
 	free(q->xrc);
 	sv_gpu_stage_free(&q->gpu_rd);
 	sv_gpu_sink_free(&q->gpu_in);
-	pthread_mutex_destroy(&q->lock);
+	sv_mutex_destroy(&q->lock);
 	free(q);
 	free(x);
 }
@@ -274,7 +274,7 @@ static struct sv_xrc_proxy *proxy_of(struct sv_context *ctx, pid_t pid, uint32_t
 	x->qp->ex.qp_base.qp_num = qpn;
 	x->qp->ex.qp_base.qp_type = IBV_QPT_XRC_RECV;
 	sv_ref_init(&x->qp->ref, 1);
-	pthread_mutex_init(&x->qp->lock, NULL);
+	sv_mutex_init(&x->qp->lock, SV_LOCK_QP);
 	sv_list_add_tail(&ctx->xrc_proxies, &x->link);
 	return x;
 }
@@ -313,25 +313,25 @@ void sv_xrc_relay_rx(struct sv_conn *conn, const uint8_t *pkt, const uint8_t *or
 		return;
 	}
 	psn = ntohl(obth->psn) & SV_PSN_MASK;
-	pthread_mutex_lock(&ctx->srqt_lock);
+	sv_mutex_lock(&ctx->srqt_lock);
 	px = proxy_of(ctx, who, tgt);
 	if (px)
 		px->users++;
-	pthread_mutex_unlock(&ctx->srqt_lock);
+	sv_mutex_unlock(&ctx->srqt_lock);
 	if (!px)
 		return; /* no room for its state: the requester tries again */
 	q = px->qp;
 	/* a proxy's lock comes before srqt_lock, as a QP's does (check_xrc);
 	 * an SRQ being destroyed takes every proxy's lock before it goes
 	 * (sv_xrc_proxies_detach): with q->lock held, srq stays */
-	pthread_mutex_lock(&q->lock);
-	pthread_mutex_lock(&ctx->srqt_lock);
+	sv_mutex_lock(&q->lock);
+	sv_mutex_lock(&ctx->srqt_lock);
 	if (slot < ctx->srqt_size && ctx->srqt[slot] &&
 	    ctx->srqt[slot]->xrcd && ctx->srqt[slot]->xrcd->by_inode &&
 	    (uint64_t)ctx->srqt[slot]->xrcd->dev == be64toh(x->dev) &&
 	    (uint64_t)ctx->srqt[slot]->xrcd->ino == be64toh(x->ino))
 		srq = ctx->srqt[slot];
-	pthread_mutex_unlock(&ctx->srqt_lock);
+	sv_mutex_unlock(&ctx->srqt_lock);
 	if ((x->flags & SV_RELAY_WINDOW) && (op->mask & SV_OPF_FIRST)) {
 		/* a new window: whatever was refused before is behind.  A
 		 * message left half placed starts again in its receive WQE
@@ -366,10 +366,10 @@ void sv_xrc_relay_rx(struct sv_conn *conn, const uint8_t *pkt, const uint8_t *or
 	if (q->state != IBV_QPS_RTS || sv_psn_cmp(q->epsn, psn) <= 0)
 		px->dropping = true;
 out:
-	pthread_mutex_unlock(&q->lock);
-	pthread_mutex_lock(&ctx->srqt_lock);
+	sv_mutex_unlock(&q->lock);
+	sv_mutex_lock(&ctx->srqt_lock);
 	px->users--;
-	pthread_mutex_unlock(&ctx->srqt_lock);
+	sv_mutex_unlock(&ctx->srqt_lock);
 }
 
 void sv_xrc_proxies_detach(struct sv_context *ctx, struct sv_srq *srq)
@@ -378,7 +378,7 @@ void sv_xrc_proxies_detach(struct sv_context *ctx, struct sv_srq *srq)
 	uint32_t n = 0, cap = 0;
 
 	/* each proxy's lock after srqt_lock is let go (the lock order) */
-	pthread_mutex_lock(&ctx->srqt_lock);
+	sv_mutex_lock(&ctx->srqt_lock);
 	for (struct sv_list *l = ctx->xrc_proxies.next; l != &ctx->xrc_proxies; l = l->next)
 		cap++;
 	held = calloc(cap ? cap : 1, sizeof(*held));
@@ -386,21 +386,21 @@ void sv_xrc_proxies_detach(struct sv_context *ctx, struct sv_srq *srq)
 		held[n] = SV_CONTAINER_OF(l, struct sv_xrc_proxy, link);
 		held[n++]->users++;
 	}
-	pthread_mutex_unlock(&ctx->srqt_lock);
+	sv_mutex_unlock(&ctx->srqt_lock);
 	for (uint32_t i = 0; i < n; i++) {
 		struct sv_qp *q = held[i]->qp;
 
-		pthread_mutex_lock(&q->lock);
+		sv_mutex_lock(&q->lock);
 		if (q->srq == srq) {
 			q->srq = NULL;
 			q->resp_have_rwqe = q->resp_in_msg = false;
 		}
-		pthread_mutex_unlock(&q->lock);
+		sv_mutex_unlock(&q->lock);
 	}
-	pthread_mutex_lock(&ctx->srqt_lock);
+	sv_mutex_lock(&ctx->srqt_lock);
 	for (uint32_t i = 0; i < n; i++)
 		held[i]->users--;
-	pthread_mutex_unlock(&ctx->srqt_lock);
+	sv_mutex_unlock(&ctx->srqt_lock);
 	free(held);
 }
 
@@ -453,20 +453,20 @@ int sv_xrc_ctrl_call(struct sv_context *ctx, struct sv_conn *conn, uint8_t op, u
 
 	clock_gettime(CLOCK_REALTIME, &until);
 	until.tv_sec += 2;
-	pthread_mutex_lock(&ctx->xrc_call_lock);
+	sv_mutex_lock(&ctx->xrc_call_lock);
 	c.id = q.id = ++ctx->xrc_call_next;
 	sv_list_add_tail(&ctx->xrc_calls, &c.link);
-	pthread_mutex_unlock(&ctx->xrc_call_lock);
+	sv_mutex_unlock(&ctx->xrc_call_lock);
 	if (!ctrl_send(conn, &q, op == SV_XRC_CTRL_MODIFY ? attr : NULL))
 		err = EIO;
-	pthread_mutex_lock(&ctx->xrc_call_lock);
+	sv_mutex_lock(&ctx->xrc_call_lock);
 	while (!err && !c.done && atomic_load(&conn->state) != SV_CONN_DEAD)
-		if (pthread_cond_timedwait(&ctx->xrc_call_cond, &ctx->xrc_call_lock, &until) == ETIMEDOUT)
+		if (sv_cond_timedwait(&ctx->xrc_call_cond, &ctx->xrc_call_lock, &until) == ETIMEDOUT)
 			err = ETIMEDOUT;
 	if (!err)
 		err = c.done ? c.status : EIO; /* (the process went) */
 	sv_list_del(&c.link);
-	pthread_mutex_unlock(&ctx->xrc_call_lock);
+	sv_mutex_unlock(&ctx->xrc_call_lock);
 	return err;
 }
 
@@ -527,11 +527,11 @@ static void *ctrl_job_run(void *arg)
 	if (qp && qp->ti->xrc && qp->ti->receives && qp->xrcd && qp->xrcd->by_inode &&
 	    (uint64_t)qp->xrcd->dev == j->q.dev && (uint64_t)qp->xrcd->ino == j->q.ino &&
 	    !(qp->xrc && qp->xrc->alias_of)) {
-		pthread_mutex_lock(&qp->lock);
+		sv_mutex_lock(&qp->lock);
 		if (!qp->xrc)
 			qp->xrc = calloc(1, sizeof(*qp->xrc));
-		pthread_mutex_unlock(&qp->lock);
-		pthread_mutex_lock(&ctx->lock);
+		sv_mutex_unlock(&qp->lock);
+		sv_mutex_lock(&ctx->lock);
 		sv_xrc_openers_prune(qp);
 		if (!qp->xrc) {
 			a.status = ENOMEM;
@@ -554,7 +554,7 @@ static void *ctrl_job_run(void *arg)
 			    qp->xrc->creator_closed)
 				last = qp; /* its last handle: it goes */
 		}
-		pthread_mutex_unlock(&ctx->lock);
+		sv_mutex_unlock(&ctx->lock);
 	} else {
 		a.status = EINVAL; /* no XRC receive QP of that number in that domain */
 	}
@@ -590,7 +590,7 @@ void sv_xrc_ctrl_rx(struct sv_conn *conn, const uint8_t *pkt, const uint8_t *pay
 	}
 	if (q.reply) {
 		/* the answer to one of our questions */
-		pthread_mutex_lock(&ctx->xrc_call_lock);
+		sv_mutex_lock(&ctx->xrc_call_lock);
 		for (struct sv_list *l = ctx->xrc_calls.next; l != &ctx->xrc_calls; l = l->next) {
 			struct xrc_call *c = SV_CONTAINER_OF(l, struct xrc_call, link);
 
@@ -603,7 +603,7 @@ void sv_xrc_ctrl_rx(struct sv_conn *conn, const uint8_t *pkt, const uint8_t *pay
 			pthread_cond_broadcast(&ctx->xrc_call_cond);
 			break;
 		}
-		pthread_mutex_unlock(&ctx->xrc_call_lock);
+		sv_mutex_unlock(&ctx->xrc_call_lock);
 		return;
 	}
 	if (q.op < SV_XRC_CTRL_OPEN || q.op > SV_XRC_CTRL_CLOSE || !(j = calloc(1, sizeof(*j))))

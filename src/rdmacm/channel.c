@@ -13,7 +13,7 @@
 
 #include "rdmacm/cm.h"
 
-pthread_mutex_t cm_lock = PTHREAD_MUTEX_INITIALIZER;
+struct sv_mutex cm_lock = SV_MUTEX_INITIALIZER(SV_LOCK_CM);
 
 struct cm_channel *cm_channel_create(void)
 {
@@ -73,9 +73,9 @@ void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 		return;
 	struct cm_channel *ch = cm_channel_of(channel);
 
-	pthread_mutex_lock(&cm_lock);
+	sv_mutex_lock(&cm_lock);
 	if (ch->destroyed) {
-		pthread_mutex_unlock(&cm_lock);
+		sv_mutex_unlock(&cm_lock);
 		return;
 	}
 	ch->destroyed = true;
@@ -96,7 +96,7 @@ void rdma_destroy_event_channel(struct rdma_event_channel *channel)
 	}
 	ch->retired_next = retired_channels;
 	retired_channels = ch;
-	pthread_mutex_unlock(&cm_lock);
+	sv_mutex_unlock(&cm_lock);
 }
 
 struct cm_event *cm_event_new(struct cm_id *id, enum rdma_cm_event_type type, int status)
@@ -199,11 +199,11 @@ int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event *
 	 * itself among the channel's waiters: a destroy in between would free
 	 * the channel under it (rping destroys it while its event thread reads).
 	 */
-	pthread_mutex_lock(&cm_lock);
+	sv_mutex_lock(&cm_lock);
 	for (;;) {
 		if (ch->destroyed) {
 			/* nothing wakes a destroyed channel; wait as the kernel would */
-			pthread_mutex_unlock(&cm_lock);
+			sv_mutex_unlock(&cm_lock);
 			for (;;)
 				pause();
 		}
@@ -212,7 +212,7 @@ int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event *
 
 			sv_list_del(&ev->link);
 			channel_arm(ch);
-			pthread_mutex_unlock(&cm_lock);
+			sv_mutex_unlock(&cm_lock);
 			*event = &ev->pub;
 			return 0;
 		}
@@ -220,20 +220,20 @@ int rdma_get_cm_event(struct rdma_event_channel *channel, struct rdma_cm_event *
 		int fl = fcntl(channel->fd, F_GETFL);
 
 		if (fl >= 0 && (fl & O_NONBLOCK)) {
-			pthread_mutex_unlock(&cm_lock);
+			sv_mutex_unlock(&cm_lock);
 			return cm_err(EAGAIN);
 		}
 		struct pollfd pfd = { .fd = channel->fd, .events = POLLIN };
 		int n, e;
 
 		ch->waiters++;
-		pthread_mutex_unlock(&cm_lock);
+		sv_mutex_unlock(&cm_lock);
 		n = poll(&pfd, 1, -1);
 		e = errno;
-		pthread_mutex_lock(&cm_lock);
+		sv_mutex_lock(&cm_lock);
 		ch->waiters--;
 		if (n < 0 && e != EINTR && !ch->destroyed) {
-			pthread_mutex_unlock(&cm_lock);
+			sv_mutex_unlock(&cm_lock);
 			return cm_err(e);
 		}
 	}

@@ -28,6 +28,7 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "common/lock_order.h"
 #include "common/util.h"
 #include "transport/auth.h"
 
@@ -214,7 +215,7 @@ static inline int cm_err(int e)
 }
 
 /* The process-wide lock: ids, channels' queues, devices, the CM thread. */
-extern pthread_mutex_t cm_lock;
+extern struct sv_mutex cm_lock;
 
 /* channel.c */
 struct cm_event *cm_event_new(struct cm_id *id, enum rdma_cm_event_type type, int status);

@@ -25,7 +25,7 @@ int rdma_listen(struct rdma_cm_id *pub, int backlog)
 	/* the secret's key, made here (the KDF) rather than in the CM thread
 	 * at the first peer's HELLO; a failure shows there */
 	(void)sv_auth_init();
-	pthread_mutex_lock(&cm_lock);
+	sv_mutex_lock(&cm_lock);
 	if (id->state == CM_IDLE) {
 		/* listening unbound: the IPv4 wildcard (as the kernel's CM), a
 		 * port of the system's choice */
@@ -44,7 +44,7 @@ int rdma_listen(struct rdma_cm_id *pub, int backlog)
 		id->state = CM_LISTEN;
 		cm_sock_watch(id);
 	}
-	pthread_mutex_unlock(&cm_lock);
+	sv_mutex_unlock(&cm_lock);
 	return err ? cm_err(err) : 0;
 }
 
@@ -114,10 +114,10 @@ int rdma_connect(struct rdma_cm_id *pub, struct rdma_conn_param *conn_param)
 		.rnr_retry_count = 7,
 	};
 
-	pthread_mutex_lock(&cm_lock);
+	sv_mutex_lock(&cm_lock);
 	int err = connect_locked(id, conn_param ? conn_param : &dflt);
 
-	pthread_mutex_unlock(&cm_lock);
+	sv_mutex_unlock(&cm_lock);
 	if (err)
 		return cm_err(err);
 	if (!id->sync)
@@ -187,7 +187,7 @@ int rdma_accept(struct rdma_cm_id *pub, struct rdma_conn_param *conn_param)
 		.rnr_retry_count = 7,
 	};
 
-	pthread_mutex_lock(&cm_lock);
+	sv_mutex_lock(&cm_lock);
 	if (!conn_param && id->pub.event) {
 		/* no parameters: take what the request offered, within the device's limits */
 		dflt.responder_resources = id->pub.event->param.conn.responder_resources;
@@ -200,7 +200,7 @@ int rdma_accept(struct rdma_cm_id *pub, struct rdma_conn_param *conn_param)
 	int err = accept_locked(id, conn_param ? conn_param : &dflt);
 	bool wait = !err && id->sync && id->state == CM_REP_SENT;
 
-	pthread_mutex_unlock(&cm_lock);
+	sv_mutex_unlock(&cm_lock);
 	if (err)
 		return cm_err(err);
 	return wait ? cm_wait_sync(id, RDMA_CM_EVENT_ESTABLISHED) : 0;
@@ -214,7 +214,7 @@ static int reject(struct rdma_cm_id *pub, const void *pdata, uint8_t len, uint32
 	bool ud = cm_ps_is_ud(pub->ps);
 	int err = 0;
 
-	pthread_mutex_lock(&cm_lock);
+	sv_mutex_lock(&cm_lock);
 	if (id->state != CM_REQ_RCVD || len > (ud ? CM_SIDR_REP_PDATA : CM_REJ_PDATA) ||
 	    (len && !pdata)) {
 		err = EINVAL;
@@ -226,7 +226,7 @@ static int reject(struct rdma_cm_id *pub, const void *pdata, uint8_t len, uint32
 		id->state = CM_FAILED;
 		cm_sock_close(id);
 	}
-	pthread_mutex_unlock(&cm_lock);
+	sv_mutex_unlock(&cm_lock);
 	return err ? cm_err(err) : 0;
 }
 
@@ -247,14 +247,14 @@ int rdma_establish(struct rdma_cm_id *pub)
 	struct cm_id *id = cm_id_of(pub);
 	int err = 0;
 
-	pthread_mutex_lock(&cm_lock);
+	sv_mutex_lock(&cm_lock);
 	if (id->state != CM_REP_RCVD)
 		err = EINVAL;
 	else if (cm_send_simple(id, MSG_RTU, 0, NULL, 0))
 		err = ECONNRESET;
 	else
 		id->state = CM_ESTABLISHED;
-	pthread_mutex_unlock(&cm_lock);
+	sv_mutex_unlock(&cm_lock);
 	return err ? cm_err(err) : 0;
 }
 
@@ -265,7 +265,7 @@ int rdma_disconnect(struct rdma_cm_id *pub)
 	struct cm_id *id = cm_id_of(pub);
 	int err = 0;
 
-	pthread_mutex_lock(&cm_lock);
+	sv_mutex_lock(&cm_lock);
 	switch (id->state) {
 	case CM_ESTABLISHED:
 	case CM_REP_SENT:
@@ -288,7 +288,7 @@ int rdma_disconnect(struct rdma_cm_id *pub)
 	default:
 		err = EINVAL;
 	}
-	pthread_mutex_unlock(&cm_lock);
+	sv_mutex_unlock(&cm_lock);
 	return err ? cm_err(err) : 0;
 }
 
@@ -299,7 +299,7 @@ int rdma_notify(struct rdma_cm_id *pub, enum ibv_event_type event)
 	struct cm_id *id = cm_id_of(pub);
 	int err = 0;
 
-	pthread_mutex_lock(&cm_lock);
+	sv_mutex_lock(&cm_lock);
 	if (id->state == CM_REP_SENT && event == IBV_EVENT_COMM_EST) {
 		/* data arrived before the RTU: the connection is up */
 		id->state = CM_ESTABLISHED;
@@ -308,7 +308,7 @@ int rdma_notify(struct rdma_cm_id *pub, enum ibv_event_type event)
 	} else if (id->state != CM_ESTABLISHED && id->state != CM_REP_SENT) {
 		err = EINVAL;
 	}
-	pthread_mutex_unlock(&cm_lock);
+	sv_mutex_unlock(&cm_lock);
 	return err ? cm_err(err) : 0;
 }
 

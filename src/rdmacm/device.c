@@ -283,10 +283,10 @@ struct ibv_context **rdma_get_devices(int *num_devices)
 	struct ibv_context **out;
 	int n, k = 0;
 
-	pthread_mutex_lock(&cm_lock);
+	sv_mutex_lock(&cm_lock);
 	list = ibv_get_device_list(&n);
 	if (!list) {
-		pthread_mutex_unlock(&cm_lock);
+		sv_mutex_unlock(&cm_lock);
 		return NULL;
 	}
 	out = calloc((size_t)n + 1, sizeof(*out));
@@ -302,7 +302,7 @@ struct ibv_context **rdma_get_devices(int *num_devices)
 		errno = ENOMEM;
 	}
 	ibv_free_device_list(list);
-	pthread_mutex_unlock(&cm_lock);
+	sv_mutex_unlock(&cm_lock);
 	if (num_devices)
 		*num_devices = out ? k : 0;
 	return out;
@@ -314,12 +314,12 @@ void rdma_free_devices(struct ibv_context **list)
 		return;
 	/* the contexts stay open (ids share them for the process's life); the
 	 * list's hold on each device's PD ends */
-	pthread_mutex_lock(&cm_lock);
+	sv_mutex_lock(&cm_lock);
 	for (int i = 0; list[i]; i++)
 		for (int k = 0; k < ndevices; k++)
 			if (devices[k].verbs == list[i] && devices[k].refcnt > 0)
 				cm_device_put(&devices[k]);
-	pthread_mutex_unlock(&cm_lock);
+	sv_mutex_unlock(&cm_lock);
 	free(list);
 }
 

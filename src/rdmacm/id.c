@@ -125,11 +125,11 @@ int rdma_create_id(struct rdma_event_channel *channel, struct rdma_cm_id **out, 
 	/* a secret that is set but refused fails here, EACCES (transport/auth.h) */
 	if (sv_auth_check())
 		return cm_err(EACCES);
-	pthread_mutex_lock(&cm_lock);
+	sv_mutex_lock(&cm_lock);
 	int err = cm_thread_start();
 	struct cm_id *id = err ? NULL : cm_id_alloc(channel, context, ps, qpt);
 
-	pthread_mutex_unlock(&cm_lock);
+	sv_mutex_unlock(&cm_lock);
 	if (!id)
 		return cm_err(err ? err : ENOMEM);
 	*out = &id->pub;
@@ -142,7 +142,7 @@ int rdma_destroy_id(struct rdma_cm_id *pub)
 		return cm_err(EINVAL);
 	struct cm_id *id = cm_id_of(pub);
 
-	pthread_mutex_lock(&cm_lock);
+	sv_mutex_lock(&cm_lock);
 	switch (id->state) {
 	case CM_REQ_RCVD:
 		/* never answered: the peer hears a reject, as from a real CM */
@@ -161,7 +161,7 @@ int rdma_destroy_id(struct rdma_cm_id *pub)
 		break;
 	}
 	cm_id_free(id);
-	pthread_mutex_unlock(&cm_lock);
+	sv_mutex_unlock(&cm_lock);
 	return 0;
 }
 
@@ -284,10 +284,10 @@ int rdma_bind_addr(struct rdma_cm_id *pub, struct sockaddr *addr)
 {
 	if (!pub || !addr)
 		return cm_err(EINVAL);
-	pthread_mutex_lock(&cm_lock);
+	sv_mutex_lock(&cm_lock);
 	int err = bind_locked(cm_id_of(pub), addr);
 
-	pthread_mutex_unlock(&cm_lock);
+	sv_mutex_unlock(&cm_lock);
 	return err ? cm_err(err) : 0;
 }
 
@@ -395,10 +395,10 @@ int rdma_resolve_addr(struct rdma_cm_id *pub, struct sockaddr *src_addr, struct 
 		return cm_err(EINVAL);
 	struct cm_id *id = cm_id_of(pub);
 
-	pthread_mutex_lock(&cm_lock);
+	sv_mutex_lock(&cm_lock);
 	int err = resolve_addr_locked(id, src_addr, dst_addr);
 
-	pthread_mutex_unlock(&cm_lock);
+	sv_mutex_unlock(&cm_lock);
 	if (err)
 		return cm_err(err);
 	return id->sync ? cm_wait_sync(id, RDMA_CM_EVENT_ADDR_RESOLVED) : 0;
@@ -410,15 +410,15 @@ int rdma_resolve_route(struct rdma_cm_id *pub, int timeout_ms)
 		return cm_err(EINVAL);
 	struct cm_id *id = cm_id_of(pub);
 
-	pthread_mutex_lock(&cm_lock);
+	sv_mutex_lock(&cm_lock);
 	if (id->state != CM_ADDR_RESOLVED) {
-		pthread_mutex_unlock(&cm_lock);
+		sv_mutex_unlock(&cm_lock);
 		return cm_err(EINVAL);
 	}
 	id->state = CM_ROUTE_RESOLVED;
 	cm_fill_route(id);
 	cm_post_simple(id, RDMA_CM_EVENT_ROUTE_RESOLVED, 0);
-	pthread_mutex_unlock(&cm_lock);
+	sv_mutex_unlock(&cm_lock);
 	return id->sync ? cm_wait_sync(id, RDMA_CM_EVENT_ROUTE_RESOLVED) : 0;
 }
 
@@ -459,7 +459,7 @@ int rdma_set_option(struct rdma_cm_id *pub, int level, int optname, void *optval
 	struct cm_id *id = cm_id_of(pub);
 	int err = 0;
 
-	pthread_mutex_lock(&cm_lock);
+	sv_mutex_lock(&cm_lock);
 	if (level == RDMA_OPTION_ID) {
 		switch (optname) {
 		case RDMA_OPTION_ID_TOS:
@@ -498,7 +498,7 @@ int rdma_set_option(struct rdma_cm_id *pub, int level, int optname, void *optval
 	} else {
 		err = ENOSYS;
 	}
-	pthread_mutex_unlock(&cm_lock);
+	sv_mutex_unlock(&cm_lock);
 	return err ? cm_err(err) : 0;
 }
 
@@ -509,18 +509,18 @@ int rdma_migrate_id(struct rdma_cm_id *pub, struct rdma_event_channel *channel)
 	struct cm_id *id = cm_id_of(pub);
 	struct cm_channel *old_own = id->own_channel, *to;
 
-	pthread_mutex_lock(&cm_lock);
+	sv_mutex_lock(&cm_lock);
 	if (channel) {
 		to = cm_channel_of(channel);
 	} else {
 		to = cm_channel_create();
 		if (!to) {
-			pthread_mutex_unlock(&cm_lock);
+			sv_mutex_unlock(&cm_lock);
 			return cm_err(ENOMEM);
 		}
 	}
 	if (&to->pub == id->pub.channel) {
-		pthread_mutex_unlock(&cm_lock);
+		sv_mutex_unlock(&cm_lock);
 		return 0;
 	}
 	cm_channel_move(id, to);
@@ -529,7 +529,7 @@ int rdma_migrate_id(struct rdma_cm_id *pub, struct rdma_event_channel *channel)
 	id->sync = !channel;
 	if (old_own)
 		cm_channel_destroy(old_own);
-	pthread_mutex_unlock(&cm_lock);
+	sv_mutex_unlock(&cm_lock);
 	return 0;
 }
 
@@ -551,10 +551,10 @@ int rdma_set_local_ece(struct rdma_cm_id *pub, struct ibv_ece *ece)
 		return cm_err(EINVAL);
 	struct cm_id *id = cm_id_of(pub);
 
-	pthread_mutex_lock(&cm_lock);
+	sv_mutex_lock(&cm_lock);
 	id->local_ece_vendor = ece->vendor_id;
 	id->local_ece_options = ece->options;
-	pthread_mutex_unlock(&cm_lock);
+	sv_mutex_unlock(&cm_lock);
 	return 0;
 }
 
@@ -564,10 +564,10 @@ int rdma_get_remote_ece(struct rdma_cm_id *pub, struct ibv_ece *ece)
 		return cm_err(EINVAL);
 	struct cm_id *id = cm_id_of(pub);
 
-	pthread_mutex_lock(&cm_lock);
+	sv_mutex_lock(&cm_lock);
 	ece->vendor_id = id->remote_ece_vendor;
 	ece->options = id->remote_ece_options;
 	ece->comp_mask = 0;
-	pthread_mutex_unlock(&cm_lock);
+	sv_mutex_unlock(&cm_lock);
 	return 0;
 }

@@ -135,10 +135,10 @@ int rdma_join_multicast_ex(struct rdma_cm_id *pub, struct rdma_cm_join_mc_attr_e
 
 	struct cm_id *id = cm_id_of(pub);
 
-	pthread_mutex_lock(&cm_lock);
+	sv_mutex_lock(&cm_lock);
 	int err = join(id, attr->addr, attr->join_flags, context);
 
-	pthread_mutex_unlock(&cm_lock);
+	sv_mutex_unlock(&cm_lock);
 	if (err)
 		return cm_err(err);
 	return id->sync ? cm_wait_sync(id, RDMA_CM_EVENT_MULTICAST_JOIN) : 0;
@@ -162,7 +162,7 @@ int rdma_leave_multicast(struct rdma_cm_id *pub, struct sockaddr *addr)
 	struct cm_id *id = cm_id_of(pub);
 	struct cm_mcast **at, *mc = NULL;
 
-	pthread_mutex_lock(&cm_lock);
+	sv_mutex_lock(&cm_lock);
 	for (at = &id->mcasts; *at; at = &(*at)->next)
 		if (same_addr((struct sockaddr *)&(*at)->addr, addr)) {
 			mc = *at;
@@ -171,7 +171,7 @@ int rdma_leave_multicast(struct rdma_cm_id *pub, struct sockaddr *addr)
 		}
 	if (mc && mc->attached && id->pub.qp)
 		ibv_detach_mcast(id->pub.qp, &mc->mgid, 0);
-	pthread_mutex_unlock(&cm_lock);
+	sv_mutex_unlock(&cm_lock);
 	if (!mc)
 		return cm_err(EADDRNOTAVAIL);
 	free(mc);

@@ -819,12 +819,12 @@ static void *cm_thread(void *arg)
 		struct epoll_event evs[32];
 		int timeout;
 
-		pthread_mutex_lock(&cm_lock);
+		sv_mutex_lock(&cm_lock);
 		timeout = next_timeout_ms();
-		pthread_mutex_unlock(&cm_lock);
+		sv_mutex_unlock(&cm_lock);
 		int n = epoll_wait(epfd, evs, SV_ARRAY_SIZE(evs), timeout);
 
-		pthread_mutex_lock(&cm_lock);
+		sv_mutex_lock(&cm_lock);
 		for (int i = 0; i < n; i++) {
 			if (evs[i].data.u64 == 0) {
 				uint64_t v;
@@ -845,7 +845,7 @@ static void *cm_thread(void *arg)
 				on_readable(id);
 		}
 		expire_deadlines();
-		pthread_mutex_unlock(&cm_lock);
+		sv_mutex_unlock(&cm_lock);
 	}
 	return NULL;
 }
@@ -893,11 +893,11 @@ __attribute__((destructor)) static void cm_thread_stop_at_unload(void)
 	/* a forked child has no CM thread, and cm_lock may have been held at fork */
 	if (!cm_pid || cm_pid != getpid())
 		return;
-	pthread_mutex_lock(&cm_lock);
+	sv_mutex_lock(&cm_lock);
 	bool running = epfd >= 0 && !atomic_load(&cm_stopping);
 	if (running)
 		atomic_store(&cm_stopping, true);
-	pthread_mutex_unlock(&cm_lock);
+	sv_mutex_unlock(&cm_lock);
 	if (!running)
 		return;
 	if (write(wakefd, &one, sizeof(one)) < 0)

@@ -105,10 +105,10 @@ int rdma_init_qp_attr(struct rdma_cm_id *pub, struct ibv_qp_attr *qp_attr, int *
 {
 	if (!pub || !qp_attr || !qp_attr_mask)
 		return cm_err(EINVAL);
-	pthread_mutex_lock(&cm_lock);
+	sv_mutex_lock(&cm_lock);
 	int err = init_qp_attr(cm_id_of(pub), qp_attr, qp_attr_mask);
 
-	pthread_mutex_unlock(&cm_lock);
+	sv_mutex_unlock(&cm_lock);
 	return err ? cm_err(err) : 0;
 }
 
@@ -208,18 +208,18 @@ int rdma_create_qp_ex(struct rdma_cm_id *pub, struct ibv_qp_init_attr_ex *attr)
 	if (pub->qp)
 		return cm_err(EINVAL);
 	if (xrecv) {
-		pthread_mutex_lock(&cm_lock);
+		sv_mutex_lock(&cm_lock);
 		xrcd = cm_device_xrcd(id->dev);
-		pthread_mutex_unlock(&cm_lock);
+		sv_mutex_unlock(&cm_lock);
 		if (!xrcd)
 			return cm_err(errno ? errno : ENOMEM);
 	}
 	if (!pd)
 		pd = pub->pd;
 	if (!pd) {
-		pthread_mutex_lock(&cm_lock);
+		sv_mutex_lock(&cm_lock);
 		pd = cm_device_pd(id->dev);
-		pthread_mutex_unlock(&cm_lock);
+		sv_mutex_unlock(&cm_lock);
 		if (!pd)
 			return cm_err(ENOMEM);
 	}
@@ -256,7 +256,7 @@ int rdma_create_qp_ex(struct rdma_cm_id *pub, struct ibv_qp_init_attr_ex *attr)
 		cm_release_qp_resources(id);
 		return cm_err(err);
 	}
-	pthread_mutex_lock(&cm_lock);
+	sv_mutex_lock(&cm_lock);
 	pub->qp = qp;
 	pub->qp_type = attr->qp_type;
 	pub->pd = pd;
@@ -268,7 +268,7 @@ int rdma_create_qp_ex(struct rdma_cm_id *pub, struct ibv_qp_init_attr_ex *attr)
 	}
 	if (err)
 		pub->qp = NULL;
-	pthread_mutex_unlock(&cm_lock);
+	sv_mutex_unlock(&cm_lock);
 	if (err) {
 		ibv_destroy_qp(qp);
 		cm_release_qp_resources(id);
@@ -311,13 +311,13 @@ void rdma_destroy_qp(struct rdma_cm_id *pub)
 	if (!pub)
 		return;
 	/* the CM thread moves id->qp (to ERR on a reject or disconnect): take it away under the lock */
-	pthread_mutex_lock(&cm_lock);
+	sv_mutex_lock(&cm_lock);
 	struct ibv_qp *qp = pub->qp;
 
 	/* a QP still attached to a group cannot be destroyed (EBUSY) */
 	cm_mcast_detach_all(cm_id_of(pub), qp);
 	pub->qp = NULL;
-	pthread_mutex_unlock(&cm_lock);
+	sv_mutex_unlock(&cm_lock);
 	if (!qp)
 		return;
 	ibv_destroy_qp(qp);
@@ -339,9 +339,9 @@ static int create_xrc_srq(struct rdma_cm_id *pub, struct ibv_pd *pd,
 	int err;
 
 	if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_XRCD) || !attr->xrcd) {
-		pthread_mutex_lock(&cm_lock);
+		sv_mutex_lock(&cm_lock);
 		attr->xrcd = cm_device_xrcd(id->dev);
-		pthread_mutex_unlock(&cm_lock);
+		sv_mutex_unlock(&cm_lock);
 		if (!attr->xrcd)
 			return cm_err(errno ? errno : ENOMEM);
 		attr->comp_mask |= IBV_SRQ_INIT_ATTR_XRCD;
@@ -383,9 +383,9 @@ int rdma_create_srq_ex(struct rdma_cm_id *pub, struct ibv_srq_init_attr_ex *attr
 	if (!pd)
 		pd = pub->pd;
 	if (!pd) {
-		pthread_mutex_lock(&cm_lock);
+		sv_mutex_lock(&cm_lock);
 		pd = cm_device_pd(cm_id_of(pub)->dev);
-		pthread_mutex_unlock(&cm_lock);
+		sv_mutex_unlock(&cm_lock);
 	}
 	if (!pd)
 		return cm_err(ENOMEM);

@@ -114,6 +114,7 @@
 
 #include <infiniband/verbs.h>
 #include <rdma/rdma_cma.h>
+#include "common/lock_order.h"
 #include <rdma/rsocket.h>
 
 #define RS_NBUF 16
@@ -165,7 +166,7 @@ struct rs_dest {
 struct rsock {
 	int fd; /* the socket number */
 	int domain;
-	pthread_mutex_t lock;
+	struct sv_mutex lock;
 	pthread_cond_t progressed; /* broadcast when events or completions were handled */
 	bool polling;              /* a thread sleeps in rs_block's poll */
 	unsigned rpolling;         /* threads asleep in rpoll on this rsocket */
@@ -214,20 +215,20 @@ struct rsock {
 
 /* ---- the table: socket number -> rsocket ---- */
 
-static pthread_mutex_t rs_table_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct sv_mutex rs_table_lock = SV_MUTEX_INITIALIZER(SV_LOCK_RS_TABLE);
 static struct rsock **rs_table;
 static int rs_table_len;
 
 static int rs_insert(struct rsock *rs)
 {
-	pthread_mutex_lock(&rs_table_lock);
+	sv_mutex_lock(&rs_table_lock);
 	if (rs->fd >= rs_table_len) {
 		int n = rs_table_len ? rs_table_len : 64;
 		while (n <= rs->fd)
 			n *= 2;
 		struct rsock **t = realloc(rs_table, (size_t)n * sizeof(*t));
 		if (!t) {
-			pthread_mutex_unlock(&rs_table_lock);
+			sv_mutex_unlock(&rs_table_lock);
 			return -1;
 		}
 		memset(t + rs_table_len, 0, (size_t)(n - rs_table_len) * sizeof(*t));
@@ -235,17 +236,17 @@ static int rs_insert(struct rsock *rs)
 		rs_table_len = n;
 	}
 	rs_table[rs->fd] = rs;
-	pthread_mutex_unlock(&rs_table_lock);
+	sv_mutex_unlock(&rs_table_lock);
 	return 0;
 }
 
 static struct rsock *rs_get(int s)
 {
 	struct rsock *rs = NULL;
-	pthread_mutex_lock(&rs_table_lock);
+	sv_mutex_lock(&rs_table_lock);
 	if (s >= 0 && s < rs_table_len)
 		rs = rs_table[s];
-	pthread_mutex_unlock(&rs_table_lock);
+	sv_mutex_unlock(&rs_table_lock);
 	if (!rs)
 		errno = EBADF;
 	return rs;
@@ -253,10 +254,10 @@ static struct rsock *rs_get(int s)
 
 static void rs_remove(struct rsock *rs)
 {
-	pthread_mutex_lock(&rs_table_lock);
+	sv_mutex_lock(&rs_table_lock);
 	if (rs->fd >= 0 && rs->fd < rs_table_len && rs_table[rs->fd] == rs)
 		rs_table[rs->fd] = NULL;
-	pthread_mutex_unlock(&rs_table_lock);
+	sv_mutex_unlock(&rs_table_lock);
 }
 
 #define RS_GET(rs, s, type)                                                    \
@@ -286,7 +287,7 @@ static struct rsock *rs_alloc(int domain)
 		return NULL;
 	rs->domain = domain;
 	rs->fd = -1;
-	pthread_mutex_init(&rs->lock, NULL);
+	sv_mutex_init(&rs->lock, SV_LOCK_RSOCKET);
 	pthread_cond_init(&rs->progressed, NULL);
 	rs->peer_bufsz = RS_BUFSZ;
 	rs->rcvbuf = rs->sndbuf = RS_NBUF * RS_BUFSZ;
@@ -362,7 +363,7 @@ static void rs_free(struct rsock *rs)
 	if (rs->fd >= 0)
 		close(rs->fd);
 	pthread_cond_destroy(&rs->progressed);
-	pthread_mutex_destroy(&rs->lock);
+	sv_mutex_destroy(&rs->lock);
 	free(rs);
 }
 
@@ -730,7 +731,7 @@ static void rs_block(struct rsock *rs, int timeout_ms)
 			ts.tv_sec++;
 			ts.tv_nsec -= 1000000000L;
 		}
-		pthread_cond_timedwait(&rs->progressed, &rs->lock, &ts);
+		sv_cond_timedwait(&rs->progressed, &rs->lock, &ts);
 		rs_progress(rs);
 		return;
 	}
@@ -746,9 +747,9 @@ static void rs_block(struct rsock *rs, int timeout_ms)
 	p[n++] = (struct pollfd){.fd = rs->ch->fd, .events = POLLIN};
 	p[n++] = (struct pollfd){.fd = rs->fd, .events = POLLIN};
 	rs->polling = true;
-	pthread_mutex_unlock(&rs->lock);
+	sv_mutex_unlock(&rs->lock);
 	poll(p, n, ms);
-	pthread_mutex_lock(&rs->lock);
+	sv_mutex_lock(&rs->lock);
 	rs->polling = false;
 	rs_clear_wake(rs);
 	rs_progress(rs);
@@ -824,7 +825,7 @@ static ssize_t rs_sendv(int s, const struct iovec *iov, int cnt, int flags)
 		return rs_errno(EINVAL);
 	if (rs->dgram)
 		return rs_dg_sendv(rs, NULL, iov, cnt, flags);
-	pthread_mutex_lock(&rs->lock);
+	sv_mutex_lock(&rs->lock);
 	bool nb = rs->nonblock || (flags & MSG_DONTWAIT);
 	int e = rs_wait_connected(rs, nb);
 	size_t total = iov_total(iov, cnt), done = 0;
@@ -878,7 +879,7 @@ static ssize_t rs_sendv(int s, const struct iovec *iov, int cnt, int flags)
 		rs_progress(rs); /* wakes other threads for what it handled */
 	}
 out:
-	pthread_mutex_unlock(&rs->lock);
+	sv_mutex_unlock(&rs->lock);
 	if (done)
 		return (ssize_t)done;
 	if (e)
@@ -895,7 +896,7 @@ static ssize_t rs_recvv(int s, const struct iovec *iov, int cnt, int flags)
 		return rs_errno(EINVAL);
 	if (rs->dgram)
 		return rs_dg_recvv(rs, iov, cnt, flags, NULL, NULL, NULL);
-	pthread_mutex_lock(&rs->lock);
+	sv_mutex_lock(&rs->lock);
 	bool nb = rs->nonblock || (flags & MSG_DONTWAIT);
 	bool peek = flags & MSG_PEEK, waitall = (flags & MSG_WAITALL) && !peek && !nb;
 	size_t total = iov_total(iov, cnt), done = 0;
@@ -970,7 +971,7 @@ static ssize_t rs_recvv(int s, const struct iovec *iov, int cnt, int flags)
 		rs_block(rs, -1);
 	}
 out:
-	pthread_mutex_unlock(&rs->lock);
+	sv_mutex_unlock(&rs->lock);
 	if (done)
 		return (ssize_t)done;
 	if (e)
@@ -1294,7 +1295,7 @@ static int rs_dg_cq_drain(struct rsock *rs)
 static ssize_t rs_dg_sendv(struct rsock *rs, const struct sockaddr *to, const struct iovec *iov,
 			   int cnt, int flags)
 {
-	pthread_mutex_lock(&rs->lock);
+	sv_mutex_lock(&rs->lock);
 	bool nb = rs->nonblock || (flags & MSG_DONTWAIT);
 	size_t total = iov_total(iov, cnt);
 	long end = rs_now_ms() + RS_CONNECT_MS * 3;
@@ -1377,14 +1378,14 @@ static ssize_t rs_dg_sendv(struct rsock *rs, const struct sockaddr *to, const st
 		rs->wr_out++;
 	}
 out:
-	pthread_mutex_unlock(&rs->lock);
+	sv_mutex_unlock(&rs->lock);
 	return e ? rs_errno(e) : (ssize_t)total;
 }
 
 static ssize_t rs_dg_recvv(struct rsock *rs, const struct iovec *iov, int cnt, int flags,
 			   struct sockaddr *from, socklen_t *flen, int *mflags)
 {
-	pthread_mutex_lock(&rs->lock);
+	sv_mutex_lock(&rs->lock);
 	bool nb = rs->nonblock || (flags & MSG_DONTWAIT);
 	int e = 0;
 	ssize_t ret = 0;
@@ -1433,7 +1434,7 @@ static ssize_t rs_dg_recvv(struct rsock *rs, const struct iovec *iov, int cnt, i
 		rs->rx_cnt--;
 	}
 out:
-	pthread_mutex_unlock(&rs->lock);
+	sv_mutex_unlock(&rs->lock);
 	if (e == EAGAIN)
 		sched_yield(); /* a caller spinning on EAGAIN leaves the CPU to the engine */
 	return e ? rs_errno(e) : ret;
@@ -1441,7 +1442,7 @@ out:
 
 static int rs_dg_connect(struct rsock *rs, const struct sockaddr *addr)
 {
-	pthread_mutex_lock(&rs->lock);
+	sv_mutex_lock(&rs->lock);
 	struct rs_dest *d;
 	long end = rs_now_ms() + RS_CONNECT_MS * 3;
 	int e = rs_dg_dest(rs, addr, &d);
@@ -1461,7 +1462,7 @@ static int rs_dg_connect(struct rsock *rs, const struct sockaddr *addr)
 		}
 		rs_block(rs, -1);
 	}
-	pthread_mutex_unlock(&rs->lock);
+	sv_mutex_unlock(&rs->lock);
 	return e ? rs_errno(e) : 0;
 }
 
@@ -1529,14 +1530,14 @@ int rbind(int s, const struct sockaddr *addr, socklen_t len)
 	RS_GET(rs, s, int);
 	if (!rs_addr_len_ok(addr, len))
 		return rs_errno(EINVAL);
-	pthread_mutex_lock(&rs->lock);
+	sv_mutex_lock(&rs->lock);
 	if (rs->dgram) {
 		int e = rs->dg_bound ? EINVAL : rs_dg_bind(rs, addr);
-		pthread_mutex_unlock(&rs->lock);
+		sv_mutex_unlock(&rs->lock);
 		return e ? rs_errno(e) : 0;
 	}
 	int r = rs->state == RS_INIT ? rdma_bind_addr(rs->id, (struct sockaddr *)addr) : rs_errno(EINVAL);
-	pthread_mutex_unlock(&rs->lock);
+	sv_mutex_unlock(&rs->lock);
 	return r;
 }
 
@@ -1545,7 +1546,7 @@ int rlisten(int s, int backlog)
 	RS_GET(rs, s, int);
 	if (rs->dgram)
 		return rs_errno(EOPNOTSUPP);
-	pthread_mutex_lock(&rs->lock);
+	sv_mutex_lock(&rs->lock);
 	int r = 0;
 	if (rs->state == RS_LISTENING) {
 		rs->bl_max = backlog > 0 ? (unsigned)backlog : 1;
@@ -1559,7 +1560,7 @@ int rlisten(int s, int backlog)
 	} else {
 		r = -1;
 	}
-	pthread_mutex_unlock(&rs->lock);
+	sv_mutex_unlock(&rs->lock);
 	return r;
 }
 
@@ -1577,27 +1578,27 @@ int raccept(int s, struct sockaddr *addr, socklen_t *len)
 	RS_GET(ls, s, int);
 	if (ls->dgram)
 		return rs_errno(EOPNOTSUPP);
-	pthread_mutex_lock(&ls->lock);
+	sv_mutex_lock(&ls->lock);
 	if (ls->state != RS_LISTENING) {
-		pthread_mutex_unlock(&ls->lock);
+		sv_mutex_unlock(&ls->lock);
 		return rs_errno(EINVAL);
 	}
 	rs_progress(ls);
 	while (!ls->bl_cnt) {
 		if (ls->nonblock) {
-			pthread_mutex_unlock(&ls->lock);
+			sv_mutex_unlock(&ls->lock);
 			return rs_errno(EAGAIN);
 		}
 		rs_block(ls, -1);
 		if (ls->state != RS_LISTENING) {
-			pthread_mutex_unlock(&ls->lock);
+			sv_mutex_unlock(&ls->lock);
 			return rs_errno(EINVAL);
 		}
 	}
 	struct rdma_cm_id *id = ls->bl[0];
 	memmove(ls->bl, ls->bl + 1, (ls->bl_cnt - 1) * sizeof(*ls->bl));
 	ls->bl_cnt--;
-	pthread_mutex_unlock(&ls->lock);
+	sv_mutex_unlock(&ls->lock);
 
 	struct rsock *rs = rs_alloc(ls->domain);
 	int e = 0;
@@ -1609,7 +1610,7 @@ int raccept(int s, struct sockaddr *addr, socklen_t *len)
 	}
 	rs->id = id;
 	id->context = rs;
-	pthread_mutex_lock(&rs->lock);
+	sv_mutex_lock(&rs->lock);
 	if (rdma_migrate_id(id, rs->ch))
 		e = errno;
 	if (!e)
@@ -1634,7 +1635,7 @@ int raccept(int s, struct sockaddr *addr, socklen_t *len)
 		else if (rs->state != RS_CONNECTED && !(rs->state == RS_DISCONNECTED))
 			e = ECONNABORTED;
 	}
-	pthread_mutex_unlock(&rs->lock);
+	sv_mutex_unlock(&rs->lock);
 	if (e || rs_insert(rs)) {
 		rs_free(rs);
 		return rs_errno(e ? e : ENOMEM);
@@ -1653,7 +1654,7 @@ int rconnect(int s, const struct sockaddr *addr, socklen_t len)
 		return rs_errno(EAFNOSUPPORT);
 	if (rs->dgram)
 		return rs_dg_connect(rs, addr);
-	pthread_mutex_lock(&rs->lock);
+	sv_mutex_lock(&rs->lock);
 	int e = 0;
 	switch (rs->state) {
 	case RS_INIT:
@@ -1687,7 +1688,7 @@ int rconnect(int s, const struct sockaddr *addr, socklen_t len)
 	default:
 		e = EINVAL;
 	}
-	pthread_mutex_unlock(&rs->lock);
+	sv_mutex_unlock(&rs->lock);
 	return e ? rs_errno(e) : 0;
 }
 
@@ -1717,7 +1718,7 @@ int rshutdown(int s, int how)
 	RS_GET(rs, s, int);
 	if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR)
 		return rs_errno(EINVAL);
-	pthread_mutex_lock(&rs->lock);
+	sv_mutex_lock(&rs->lock);
 	int r = 0;
 	if (rs->state != RS_CONNECTED && rs->state != RS_DISCONNECTED) {
 		r = rs_errno(ENOTCONN);
@@ -1727,7 +1728,7 @@ int rshutdown(int s, int how)
 		if (how != SHUT_RD)
 			rs_close_write(rs, how == SHUT_RDWR);
 	}
-	pthread_mutex_unlock(&rs->lock);
+	sv_mutex_unlock(&rs->lock);
 	return r;
 }
 
@@ -1735,10 +1736,10 @@ int rclose(int s)
 {
 	RS_GET(rs, s, int);
 	rs_remove(rs);
-	pthread_mutex_lock(&rs->lock);
+	sv_mutex_lock(&rs->lock);
 	if (!rs->dgram)
 		rs_close_write(rs, true);
-	pthread_mutex_unlock(&rs->lock);
+	sv_mutex_unlock(&rs->lock);
 	rs_free(rs);
 	return 0;
 }
@@ -1908,7 +1909,7 @@ int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 				used[i] = 1;
 				continue;
 			}
-			pthread_mutex_lock(&rs->lock);
+			sv_mutex_lock(&rs->lock);
 			rs_progress(rs);
 			fds[i].revents = rs_revents(rs, fds[i].events);
 			if (!fds[i].revents) {
@@ -1924,7 +1925,7 @@ int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 				used[i] += 2;
 				rs->rpolling++;
 			}
-			pthread_mutex_unlock(&rs->lock);
+			sv_mutex_unlock(&rs->lock);
 			if (fds[i].revents)
 				ready++;
 		}
@@ -1940,10 +1941,10 @@ int rpoll(struct pollfd *fds, nfds_t nfds, int timeout)
 				continue;
 			struct rsock *rs = rs_get(fds[i].fd);
 			if (rs) {
-				pthread_mutex_lock(&rs->lock);
+				sv_mutex_lock(&rs->lock);
 				rs->rpolling--;
 				rs_clear_wake(rs);
-				pthread_mutex_unlock(&rs->lock);
+				sv_mutex_unlock(&rs->lock);
 			}
 		}
 		errno = perr;
@@ -2039,7 +2040,7 @@ int rgetpeername(int s, struct sockaddr *addr, socklen_t *len)
 	RS_GET(rs, s, int);
 	if (!addr || !len)
 		return rs_errno(EFAULT);
-	pthread_mutex_lock(&rs->lock);
+	sv_mutex_lock(&rs->lock);
 	int r = 0;
 	if (rs->dgram) {
 		if (rs->dg_connected)
@@ -2050,7 +2051,7 @@ int rgetpeername(int s, struct sockaddr *addr, socklen_t *len)
 		r = rs_errno(ENOTCONN);
 	else
 		rs_copy_addr(addr, len, rdma_get_peer_addr(rs->id));
-	pthread_mutex_unlock(&rs->lock);
+	sv_mutex_unlock(&rs->lock);
 	return r;
 }
 
@@ -2059,7 +2060,7 @@ int rgetsockname(int s, struct sockaddr *addr, socklen_t *len)
 	RS_GET(rs, s, int);
 	if (!addr || !len)
 		return rs_errno(EFAULT);
-	pthread_mutex_lock(&rs->lock);
+	sv_mutex_lock(&rs->lock);
 	struct sockaddr *src = rdma_get_local_addr(rs->id);
 	if (src->sa_family != AF_INET && src->sa_family != AF_INET6) {
 		struct sockaddr_storage any = {.ss_family = (sa_family_t)rs->domain};
@@ -2067,7 +2068,7 @@ int rgetsockname(int s, struct sockaddr *addr, socklen_t *len)
 	} else {
 		rs_copy_addr(addr, len, src);
 	}
-	pthread_mutex_unlock(&rs->lock);
+	sv_mutex_unlock(&rs->lock);
 	return 0;
 }
 
@@ -2094,7 +2095,7 @@ int rsetsockopt(int s, int level, int optname, const void *optval, socklen_t opt
 	RS_GET(rs, s, int);
 	if (!optval && optlen)
 		return rs_errno(EFAULT);
-	pthread_mutex_lock(&rs->lock);
+	sv_mutex_lock(&rs->lock);
 	int r = 0;
 	int *ip = rs_int_opt(rs, level, optname);
 	if (ip && level == IPPROTO_IPV6) {
@@ -2140,7 +2141,7 @@ int rsetsockopt(int s, int level, int optname, const void *optval, socklen_t opt
 	} else {
 		r = rs_errno(ENOPROTOOPT);
 	}
-	pthread_mutex_unlock(&rs->lock);
+	sv_mutex_unlock(&rs->lock);
 	return r;
 }
 
@@ -2149,7 +2150,7 @@ int rgetsockopt(int s, int level, int optname, void *optval, socklen_t *optlen)
 	RS_GET(rs, s, int);
 	if (!optval || !optlen)
 		return rs_errno(EFAULT);
-	pthread_mutex_lock(&rs->lock);
+	sv_mutex_lock(&rs->lock);
 	rs_progress(rs);
 	int r = 0, v = 0;
 	const void *src = &v;
@@ -2180,7 +2181,7 @@ int rgetsockopt(int s, int level, int optname, void *optval, socklen_t *optlen)
 		memcpy(optval, src, n);
 		*optlen = n;
 	}
-	pthread_mutex_unlock(&rs->lock);
+	sv_mutex_unlock(&rs->lock);
 	return r;
 }
 
@@ -2190,7 +2191,7 @@ int rfcntl(int s, int cmd, ...)
 	va_list ap;
 	int r = 0;
 	va_start(ap, cmd);
-	pthread_mutex_lock(&rs->lock);
+	sv_mutex_lock(&rs->lock);
 	switch (cmd) {
 	case F_GETFL:
 		r = O_RDWR | (rs->nonblock ? O_NONBLOCK : 0);
@@ -2201,7 +2202,7 @@ int rfcntl(int s, int cmd, ...)
 	default:
 		r = rs_errno(ENOSYS);
 	}
-	pthread_mutex_unlock(&rs->lock);
+	sv_mutex_unlock(&rs->lock);
 	va_end(ap);
 	return r;
 }
@@ -2233,7 +2234,7 @@ off_t riomap(int s, void *buf, size_t len, int prot, int flags, off_t offset)
 	if (!buf || !len || prot != PROT_WRITE)
 		return rs_errno(EINVAL);
 	(void)flags;
-	pthread_mutex_lock(&rs->lock);
+	sv_mutex_lock(&rs->lock);
 	int e = 0;
 	struct rs_map *m = NULL;
 	if (rs->state != RS_CONNECTED) {
@@ -2267,14 +2268,14 @@ off_t riomap(int s, void *buf, size_t len, int prot, int flags, off_t offset)
 		m->used = false;
 	}
 out:
-	pthread_mutex_unlock(&rs->lock);
+	sv_mutex_unlock(&rs->lock);
 	return e ? rs_errno(e) : (off_t)m->off;
 }
 
 int riounmap(int s, void *buf, size_t len)
 {
 	RS_GET(rs, s, int);
-	pthread_mutex_lock(&rs->lock);
+	sv_mutex_lock(&rs->lock);
 	int e = EINVAL;
 	for (int i = 0; i < RS_MAXMAP; i++) {
 		struct rs_map *m = &rs->lmap[i];
@@ -2289,14 +2290,14 @@ int riounmap(int s, void *buf, size_t len)
 			break;
 		}
 	}
-	pthread_mutex_unlock(&rs->lock);
+	sv_mutex_unlock(&rs->lock);
 	return e ? rs_errno(e) : 0;
 }
 
 size_t riowrite(int s, const void *buf, size_t count, off_t offset, int flags)
 {
 	RS_GET(rs, s, size_t);
-	pthread_mutex_lock(&rs->lock);
+	sv_mutex_lock(&rs->lock);
 	bool nb = rs->nonblock || (flags & MSG_DONTWAIT);
 	size_t done = 0;
 	int e = rs_wait_connected(rs, nb);
@@ -2354,7 +2355,7 @@ size_t riowrite(int s, const void *buf, size_t count, off_t offset, int flags)
 		rs->slot_head++;
 		done += n;
 	}
-	pthread_mutex_unlock(&rs->lock);
+	sv_mutex_unlock(&rs->lock);
 	if (done)
 		return done;
 	if (e)

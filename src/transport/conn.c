@@ -44,7 +44,7 @@ void sv_conn_put(struct sv_conn *conn)
 	}
 	if (conn->peer_mem_free)
 		conn->peer_mem_free(atomic_load(&conn->peer_mem));
-	pthread_mutex_destroy(&conn->tx_lock);
+	sv_mutex_destroy(&conn->tx_lock);
 	sv_auth_forget(&conn->auth);
 	if (conn->next)
 		sv_conn_put(conn->next);
@@ -131,9 +131,9 @@ int sv_conn_flush_queue(struct sv_conn *c)
 {
 	int r;
 
-	pthread_mutex_lock(&c->tx_lock);
+	sv_mutex_lock(&c->tx_lock);
 	r = sv_conn_txq_write(c);
-	pthread_mutex_unlock(&c->tx_lock);
+	sv_mutex_unlock(&c->tx_lock);
 	return r;
 }
 
@@ -230,12 +230,12 @@ int sv_conn_txq_write(struct sv_conn *c)
 
 void sv_conn_uncork_now(struct sv_conn *conn)
 {
-	pthread_mutex_lock(&conn->tx_lock);
+	sv_mutex_lock(&conn->tx_lock);
 	/* a broken socket is noticed by the engine, which fails the conn;
 	 * what the socket refuses now goes with the flush at the pass's end */
 	if (atomic_load(&conn->state) == SV_CONN_UP && sv_conn_tx_waiting(conn))
 		(void)sv_conn_txq_write(conn);
-	pthread_mutex_unlock(&conn->tx_lock);
+	sv_mutex_unlock(&conn->tx_lock);
 }
 
 /*
@@ -319,7 +319,7 @@ uint64_t sv_conn_fault_release(struct sv_conn *conn, uint64_t now)
 	uint64_t next = 0;
 	bool dead;
 
-	pthread_mutex_lock(&conn->tx_lock);
+	sv_mutex_lock(&conn->tx_lock);
 	dead = atomic_load(&conn->state) == SV_CONN_DEAD;
 	for (at = &conn->fault_held; (h = *at);) {
 		if (h->due_ns > now && !dead) {
@@ -345,7 +345,7 @@ uint64_t sv_conn_fault_release(struct sv_conn *conn, uint64_t now)
 			conn->host->want_output(conn);
 		}
 	}
-	pthread_mutex_unlock(&conn->tx_lock);
+	sv_mutex_unlock(&conn->tx_lock);
 	return next;
 }
 
@@ -359,7 +359,7 @@ static int conn_write(struct sv_conn *conn, const struct sv_frames *f, size_t to
 	struct sv_conn *next = NULL;
 	bool up;
 
-	pthread_mutex_lock(&conn->tx_lock);
+	sv_mutex_lock(&conn->tx_lock);
 	if (sv_faults_enabled && atomic_load(&conn->state) != SV_CONN_DEAD) {
 		ret = fault_filter(conn, f, &faulted, &total, &marked);
 		if (ret)
@@ -404,7 +404,7 @@ static int conn_write(struct sv_conn *conn, const struct sv_frames *f, size_t to
 		conn->host->want_output(conn); /* ask the engine to poll for room */
 	}
 out:
-	pthread_mutex_unlock(&conn->tx_lock);
+	sv_mutex_unlock(&conn->tx_lock);
 	if (next) {
 		ret = conn_write(next, f, total);
 		sv_conn_put(next);
@@ -533,7 +533,7 @@ static int send_handshake(struct sv_conn *conn, const void *f, size_t len, bool 
 {
 	int err;
 
-	pthread_mutex_lock(&conn->tx_lock);
+	sv_mutex_lock(&conn->tx_lock);
 	err = f ? queue_handshake(conn, f, len) : 0;
 	if (!err && open)
 		atomic_store_explicit(&conn->peer_authed, true, memory_order_release);
@@ -545,7 +545,7 @@ static int send_handshake(struct sv_conn *conn, const void *f, size_t len, bool 
 		conn->want_out = true;
 		conn->host->want_output(conn);
 	}
-	pthread_mutex_unlock(&conn->tx_lock);
+	sv_mutex_unlock(&conn->tx_lock);
 	return err;
 }
 

@@ -1,6 +1,7 @@
 /* The host-wide QPN registry; see registry.h. */
 #include "transport/registry.h"
 #include "transport/transport.h"
+#include "common/lock_order.h"
 #include "common/util.h"
 #include "common/proc.h"
 
@@ -285,7 +286,7 @@ static struct {
 	struct sv_qpn_file *_Atomic map;
 } claimed_maps[16];
 static _Atomic int nclaimed_maps;
-static pthread_mutex_t claimed_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct sv_mutex claimed_lock = SV_MUTEX_INITIALIZER(SV_LOCK_QPN_CLAIMED);
 
 bool sv_qpn_claimed(const struct in6_addr *ip, uint32_t qpn)
 {
@@ -297,7 +298,7 @@ bool sv_qpn_claimed(const struct in6_addr *ip, uint32_t qpn)
 		if (sv_ip_eq(&claimed_maps[k].ip, ip))
 			break;
 	if (k == n) {
-		pthread_mutex_lock(&claimed_lock);
+		sv_mutex_lock(&claimed_lock);
 		n = atomic_load(&nclaimed_maps);
 		for (k = 0; k < n; k++)
 			if (sv_ip_eq(&claimed_maps[k].ip, ip))
@@ -307,7 +308,7 @@ bool sv_qpn_claimed(const struct in6_addr *ip, uint32_t qpn)
 			atomic_store(&claimed_maps[k].map, registry_map(ip));
 			atomic_store_explicit(&nclaimed_maps, n + 1, memory_order_release);
 		}
-		pthread_mutex_unlock(&claimed_lock);
+		sv_mutex_unlock(&claimed_lock);
 		if (k == n)
 			return true; /* more addresses than kept: cannot tell */
 	}

@@ -1,4 +1,5 @@
 /* The RoCEv2 packet format: softverbs packets to UDP payloads and back (see roce_wire.h). */
+#include "common/lock_order.h"
 #include "transport/roce_wire.h"
 #include "wire/opcode.h"
 #include "wire/wire.h"
@@ -126,7 +127,7 @@ uint32_t sv_roce_tag(const struct sv_roce_path *path, const void *dgram, size_t 
 #define ID_LENS 4608 /* above the longest datagram (SV_DGRAM_RAW_MAX, transport.h) */
 static uint32_t id_vecs[ID_LENS][16];
 static _Atomic uint8_t id_ready[ID_LENS];
-static pthread_mutex_t id_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct sv_mutex id_lock = SV_MUTEX_INITIALIZER(SV_LOCK_ROCE_IDS);
 
 static void id_basis_compute(size_t len, uint32_t vecs[16])
 {
@@ -166,12 +167,12 @@ static const uint32_t *id_basis(size_t len, uint32_t vecs[16])
 		return vecs;
 	}
 	if (!atomic_load_explicit(&id_ready[len], memory_order_acquire)) {
-		pthread_mutex_lock(&id_lock);
+		sv_mutex_lock(&id_lock);
 		if (!atomic_load_explicit(&id_ready[len], memory_order_relaxed)) {
 			id_basis_compute(len, id_vecs[len]);
 			atomic_store_explicit(&id_ready[len], 1, memory_order_release);
 		}
-		pthread_mutex_unlock(&id_lock);
+		sv_mutex_unlock(&id_lock);
 	}
 	return id_vecs[len];
 }

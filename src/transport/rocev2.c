@@ -37,6 +37,7 @@
  * whose tag does not verify is dropped and counted: only holders of the
  * secret are heard, and RoCE NICs and rxe are not (docs/SECURITY.md).
  */
+#include "common/lock_order.h"
 #include "transport/transport.h"
 #include "transport/auth.h"
 #include "transport/roce_wire.h"
@@ -91,7 +92,7 @@ struct sv_rocev2_tx {
 	uint16_t port[SV_ROCEV2_TX_SOCKS]; /* host order */
 };
 
-static pthread_mutex_t tx_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct sv_mutex tx_lock = SV_MUTEX_INITIALIZER(SV_LOCK_ROCE_TX);
 static struct sv_rocev2_tx *tx_pools[16];
 
 static void bufsize(int fd, int opt_force, int opt, int bytes)
@@ -146,7 +147,7 @@ static struct sv_rocev2_tx *tx_get(const struct in6_addr *ip, int scope)
 	bool v4 = sv_ip_is_v4(ip);
 	int slot = -1;
 
-	pthread_mutex_lock(&tx_lock);
+	sv_mutex_lock(&tx_lock);
 	for (int i = 0; i < (int)SV_ARRAY_SIZE(tx_pools); i++) {
 		if (tx_pools[i] && sv_ip_eq(&tx_pools[i]->ip, ip) && tx_pools[i]->scope == scope) {
 			t = tx_pools[i];
@@ -187,20 +188,20 @@ static struct sv_rocev2_tx *tx_get(const struct in6_addr *ip, int scope)
 	}
 	tx_pools[slot] = t;
 out:
-	pthread_mutex_unlock(&tx_lock);
+	sv_mutex_unlock(&tx_lock);
 	return t;
 }
 
 static void tx_put(struct sv_rocev2_tx *t)
 {
-	pthread_mutex_lock(&tx_lock);
+	sv_mutex_lock(&tx_lock);
 	if (--t->refs == 0) {
 		for (int i = 0; i < (int)SV_ARRAY_SIZE(tx_pools); i++)
 			if (tx_pools[i] == t)
 				tx_pools[i] = NULL;
 		tx_free(t);
 	}
-	pthread_mutex_unlock(&tx_lock);
+	sv_mutex_unlock(&tx_lock);
 }
 
 /* The ICRC's addresses of a datagram from src to dst (roce_wire.h: IPv4 in
@@ -594,7 +595,7 @@ struct fwd_tx {
 	struct fwd_tx *next;
 };
 
-static pthread_mutex_t fwd_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct sv_mutex fwd_lock = SV_MUTEX_INITIALIZER(SV_LOCK_ROCE_FWD);
 static struct fwd_rx *fwd_rxs;
 static struct fwd_tx *fwd_txs;
 
@@ -624,10 +625,10 @@ static int rocev2_fwd_listen(const struct in6_addr *ip, uint16_t *port)
 	}
 	r->ip = *ip;
 	r->port = *port;
-	pthread_mutex_lock(&fwd_lock);
+	sv_mutex_lock(&fwd_lock);
 	r->next = fwd_rxs;
 	fwd_rxs = r;
-	pthread_mutex_unlock(&fwd_lock);
+	sv_mutex_unlock(&fwd_lock);
 	return r->ep;
 }
 
@@ -659,7 +660,7 @@ static void rocev2_fwd_unlisten(int ep)
 {
 	struct fwd_rx *r = NULL;
 
-	pthread_mutex_lock(&fwd_lock);
+	sv_mutex_lock(&fwd_lock);
 	for (struct fwd_rx **pp = &fwd_rxs; *pp; pp = &(*pp)->next)
 		if ((*pp)->ep == ep) {
 			r = *pp;
@@ -677,7 +678,7 @@ static void rocev2_fwd_unlisten(int ep)
 			pp = &t->next;
 		}
 	}
-	pthread_mutex_unlock(&fwd_lock);
+	sv_mutex_unlock(&fwd_lock);
 	if (r) {
 		close(r->lsock);
 		free(r->conns);
@@ -731,7 +732,7 @@ struct range {
 };
 
 #define ADMIT_MAX 32
-static pthread_mutex_t admit_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct sv_mutex admit_lock = SV_MUTEX_INITIALIZER(SV_LOCK_ROCE_ADMIT);
 static bool admit_parsed;
 static struct range admit_env[ADMIT_MAX];
 static int admit_nenv = -1; /* -1: unset */
@@ -875,7 +876,7 @@ static bool admitted(const struct in6_addr *local, const struct in6_addr *from)
 {
 	bool ok = false;
 
-	pthread_mutex_lock(&admit_lock);
+	sv_mutex_lock(&admit_lock);
 	if (!admit_parsed)
 		admit_parse();
 	if (admit_nenv < 0) {
@@ -887,7 +888,7 @@ static bool admitted(const struct in6_addr *local, const struct in6_addr *from)
 	}
 	for (int k = 0; k < admit_nenv && !ok; k++)
 		ok = in_range(from, &admit_env[k]);
-	pthread_mutex_unlock(&admit_lock);
+	sv_mutex_unlock(&admit_lock);
 	return ok;
 }
 
@@ -1023,7 +1024,7 @@ static void forward(const struct sv_dgram *d, uint16_t from_port, const uint8_t 
 
 	memcpy(h.from, &d->from, 16);
 	memcpy(h.to, &d->to, 16);
-	pthread_mutex_lock(&fwd_lock);
+	sv_mutex_lock(&fwd_lock);
 	for (;;) {
 		for (pp = &fwd_txs; (t = *pp); pp = &t->next)
 			if (sv_ip_eq(&t->ip, &d->local_ip) && t->port == to_port)
@@ -1058,7 +1059,7 @@ static void forward(const struct sv_dgram *d, uint16_t from_port, const uint8_t 
 			break;
 		}
 	}
-	pthread_mutex_unlock(&fwd_lock);
+	sv_mutex_unlock(&fwd_lock);
 }
 
 /*
@@ -1234,12 +1235,12 @@ static int rocev2_fwd_recv(int ep, struct sv_dgram *d)
 
 	if (epoll_wait(ep, &ev, 1, 0) != 1)
 		return 0;
-	pthread_mutex_lock(&fwd_lock);
+	sv_mutex_lock(&fwd_lock);
 	r = fwd_rx_of(ep);
 	if (!r || ev.data.fd == r->lsock) {
 		if (r)
 			fwd_accept(r);
-		pthread_mutex_unlock(&fwd_lock);
+		sv_mutex_unlock(&fwd_lock);
 		return -1;
 	}
 	for (k = 0; k < r->nconns && r->conns[k] != ev.data.fd; k++)
@@ -1247,7 +1248,7 @@ static int rocev2_fwd_recv(int ep, struct sv_dgram *d)
 	n = k < r->nconns ? recv(ev.data.fd, rx_raw, d->raw_cap, MSG_DONTWAIT) : -1;
 	if (k < r->nconns && (n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK)))
 		fwd_rx_drop(r, k); /* the passing context ended */
-	pthread_mutex_unlock(&fwd_lock);
+	sv_mutex_unlock(&fwd_lock);
 	if (n < (ssize_t)(sizeof(h) + 12 + SV_ROCE_ICRC_LEN))
 		return -1;
 	memcpy(&h, rx_raw, sizeof(h));

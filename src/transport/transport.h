@@ -23,6 +23,7 @@
 #include <string.h>
 #include <sys/uio.h>
 
+#include "common/lock_order.h"
 #include "common/util.h"
 #include "common/ref.h"
 #include "transport/auth.h"
@@ -274,7 +275,7 @@ struct sv_conn {
 	struct sv_list link;   /* engine->conns */
 
 	/* output (conn.c): whole frames the transport did not take yet */
-	pthread_mutex_t tx_lock;
+	struct sv_mutex tx_lock;
 	struct sv_txbuf *txq_head, *txq_tail;
 	_Atomic size_t txq_bytes;
 	bool tx_held;          /* tx_lock: the transport holds part of a frame it took */

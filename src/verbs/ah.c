@@ -46,7 +46,7 @@ struct ibv_ah *ibv_create_ah(struct ibv_pd *pd, struct ibv_ah_attr *attr)
 	ah->peer = peer;
 	ah->mcast = mcast;
 	ah->pd = to_sv_pd(pd);
-	pthread_mutex_init(&ah->lock, NULL);
+	sv_mutex_init(&ah->lock, SV_LOCK_AH);
 	ah->ibah.context = pd->context;
 	ah->ibah.pd = pd;
 	sv_ref_get(&ah->pd->users);

@@ -110,7 +110,7 @@ static struct sv_cq *cq_create(struct ibv_context *context, int cqe, void *cq_co
 	cq->ctx = ctx;
 	sv_ref_init(&cq->users, 0);
 	cq->size = (uint32_t)cqe + 1;
-	pthread_mutex_init(&cq->lock, NULL);
+	sv_mutex_init(&cq->lock, SV_LOCK_CQ);
 	cq->ex.context = context;
 	cq->ex.channel = channel;
 	cq->ex.cq_context = cq_context;
@@ -170,16 +170,16 @@ int ibv_destroy_cq(struct ibv_cq *ibcq)
 	if (cq->ex.channel)
 		sv_ref_put(&SV_CONTAINER_OF(cq->ex.channel, struct sv_comp_channel, ibch)->cqs);
 	sv_ctx_release(ctx, &ctx->ncq);
-	pthread_mutex_destroy(&cq->lock);
+	sv_mutex_destroy(&cq->lock);
 	free(cq->ring);
 	cq->ring = NULL;
 	/* like rdma-core: wait until every event handed out was acknowledged;
 	 * events still unread in the channel are discarded by the reader */
-	pthread_mutex_lock(&cq->ex.mutex);
+	sv_pmutex_lock(&cq->ex.mutex, SV_LOCK_CQ_EVENTS);
 	while (cq->ex.comp_events_completed != cq->events_reported)
 		pthread_cond_wait(&cq->ex.cond, &cq->ex.mutex);
 	zombie = cq->zombie = atomic_load(&cq->events_in_pipe) > 0;
-	pthread_mutex_unlock(&cq->ex.mutex);
+	sv_pmutex_unlock(&cq->ex.mutex);
 	if (!zombie)
 		free(cq);
 	return 0;
@@ -193,14 +193,14 @@ int ibv_resize_cq(struct ibv_cq *ibcq, int cqe)
 	if (cqe < 1 || cqe > SV_MAX_CQE)
 		return EINVAL;
 	cqe = cq_round(cqe);
-	pthread_mutex_lock(&cq->lock);
+	sv_mutex_lock(&cq->lock);
 	if ((uint32_t)cqe < cq->count) {
-		pthread_mutex_unlock(&cq->lock);
+		sv_mutex_unlock(&cq->lock);
 		return EINVAL; /* would drop completions */
 	}
 	ring = calloc((size_t)cqe + 1, sizeof(*ring));
 	if (!ring) {
-		pthread_mutex_unlock(&cq->lock);
+		sv_mutex_unlock(&cq->lock);
 		return ENOMEM;
 	}
 	for (uint32_t i = 0; i < cq->count; i++)
@@ -210,7 +210,7 @@ int ibv_resize_cq(struct ibv_cq *ibcq, int cqe)
 	cq->head = 0;
 	cq->size = (uint32_t)cqe + 1;
 	ibcq->cqe = cqe;
-	pthread_mutex_unlock(&cq->lock);
+	sv_mutex_unlock(&cq->lock);
 	return 0;
 }
 
@@ -222,14 +222,14 @@ static int cq_drain(struct sv_cq *cq, int num, struct ibv_wc *wc)
 	 * it come a moment later */
 	if (!atomic_load_explicit(&cq->avail, memory_order_relaxed))
 		return 0;
-	pthread_mutex_lock(&cq->lock);
+	sv_mutex_lock(&cq->lock);
 	while (n < num && cq->count) {
 		wc[n++] = cq->ring[cq->head];
 		cq->head = (cq->head + 1) % cq->size;
 		cq->count--;
 	}
 	sv_cq_count_changed(cq);
-	pthread_mutex_unlock(&cq->lock);
+	sv_mutex_unlock(&cq->lock);
 	return n;
 }
 
@@ -255,12 +255,12 @@ int sv_req_notify_cq(struct ibv_cq *ibcq, int solicited_only)
 
 	if (!ibcq->channel)
 		return EINVAL;
-	pthread_mutex_lock(&cq->lock);
+	sv_mutex_lock(&cq->lock);
 	/* "next completion" wins over "solicited only" if both were asked */
 	if (!cq->armed || !solicited_only)
 		cq->solicited_only = solicited_only;
 	cq->armed = true;
-	pthread_mutex_unlock(&cq->lock);
+	sv_mutex_unlock(&cq->lock);
 	/* the caller is about to sleep on the channel: the engine thread must
 	 * take in what it waits for, not leave it to a polling thread */
 	sv_engine_end_lease(cq->ctx->eng);
@@ -279,7 +279,7 @@ void sv_cq_clean(struct sv_cq *cq, uint32_t qpn)
 {
 	uint32_t kept = 0;
 
-	pthread_mutex_lock(&cq->lock);
+	sv_mutex_lock(&cq->lock);
 	for (uint32_t i = 0; i < cq->count; i++) {
 		const struct ibv_wc *wc = &cq->ring[(cq->head + i) % cq->size];
 
@@ -288,7 +288,7 @@ void sv_cq_clean(struct sv_cq *cq, uint32_t qpn)
 	}
 	cq->count = kept;
 	sv_cq_count_changed(cq);
-	pthread_mutex_unlock(&cq->lock);
+	sv_mutex_unlock(&cq->lock);
 }
 
 int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq, void **cq_context)
@@ -300,12 +300,12 @@ int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq, void 
 
 		if (r != (ssize_t)sizeof(p))
 			return -1; /* errno from read: EAGAIN when the fd is non-blocking */
-		pthread_mutex_lock(&p->ex.mutex);
+		sv_pmutex_lock(&p->ex.mutex, SV_LOCK_CQ_EVENTS);
 		last = atomic_fetch_sub(&p->events_in_pipe, 1) == 1;
 		zombie = p->zombie;
 		if (!zombie)
 			p->events_reported++;
-		pthread_mutex_unlock(&p->ex.mutex);
+		sv_pmutex_unlock(&p->ex.mutex);
 		if (zombie) {
 			/* an event of a CQ destroyed since: dropped, as the kernel does */
 			if (last)
@@ -320,8 +320,8 @@ int ibv_get_cq_event(struct ibv_comp_channel *channel, struct ibv_cq **cq, void 
 
 void ibv_ack_cq_events(struct ibv_cq *ibcq, unsigned int nevents)
 {
-	pthread_mutex_lock(&ibcq->mutex);
+	sv_pmutex_lock(&ibcq->mutex, SV_LOCK_CQ_EVENTS);
 	ibcq->comp_events_completed += nevents;
 	pthread_cond_signal(&ibcq->cond);
-	pthread_mutex_unlock(&ibcq->mutex);
+	sv_pmutex_unlock(&ibcq->mutex);
 }

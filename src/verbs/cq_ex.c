@@ -33,10 +33,10 @@ static int start_poll(struct ibv_cq_ex *ex, struct ibv_poll_cq_attr *attr)
 
 	if (attr && attr->comp_mask)
 		return EINVAL;
-	pthread_mutex_lock(&cq->lock);
+	sv_mutex_lock(&cq->lock);
 	ret = pop_current(cq);
 	if (ret)
-		pthread_mutex_unlock(&cq->lock); /* ENOENT: end_poll must not be called */
+		sv_mutex_unlock(&cq->lock); /* ENOENT: end_poll must not be called */
 	return ret;
 }
 
@@ -47,7 +47,7 @@ static int next_poll(struct ibv_cq_ex *ex)
 
 static void end_poll(struct ibv_cq_ex *ex)
 {
-	pthread_mutex_unlock(&from_ex(ex)->lock);
+	sv_mutex_unlock(&from_ex(ex)->lock);
 }
 
 static enum ibv_wc_opcode read_opcode(struct ibv_cq_ex *ex)

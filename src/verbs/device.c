@@ -16,12 +16,14 @@
  * (over shared memory), and the CM maps 127.0.0.1 to the first device, as
  * the kernel's does.
  */
+#include "common/lock_order.h"
 #include "common/fault_guard.h"
 #include "verbs/verbs.h"
 #include "engine/xrc_relay.h"
 #include "engine/engine.h"
 #include "engine/stats.h"
 #include "engine/mem_export.h"
+#include "engine/mem_share.h"
 #include "transport/auth.h"
 
 #include <arpa/inet.h>
@@ -37,7 +39,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-static pthread_mutex_t devs_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct sv_mutex devs_lock = SV_MUTEX_INITIALIZER(SV_LOCK_DEVICES);
 static struct sv_device **devs;
 static int ndevs;
 
@@ -45,19 +47,19 @@ bool sv_ctx_reserve(struct sv_context *ctx, uint32_t *count, uint32_t max)
 {
 	bool ok;
 
-	pthread_mutex_lock(&ctx->lock);
+	sv_mutex_lock(&ctx->lock);
 	ok = *count < max;
 	if (ok)
 		(*count)++;
-	pthread_mutex_unlock(&ctx->lock);
+	sv_mutex_unlock(&ctx->lock);
 	return ok;
 }
 
 void sv_ctx_release(struct sv_context *ctx, uint32_t *count)
 {
-	pthread_mutex_lock(&ctx->lock);
+	sv_mutex_lock(&ctx->lock);
 	(*count)--;
-	pthread_mutex_unlock(&ctx->lock);
+	sv_mutex_unlock(&ctx->lock);
 }
 
 uint32_t sv_mtu_bytes(enum ibv_mtu mtu)
@@ -248,7 +250,7 @@ struct ibv_device **ibv_get_device_list(int *num_devices)
 {
 	struct ibv_device **list;
 
-	pthread_mutex_lock(&devs_lock);
+	sv_mutex_lock(&devs_lock);
 	scan_devices(); /* devices are kept for the life of the process */
 	list = calloc((size_t)ndevs + 1, sizeof(*list));
 	/*
@@ -268,7 +270,7 @@ struct ibv_device **ibv_get_device_list(int *num_devices)
 	}
 	if (num_devices)
 		*num_devices = list ? ndevs : 0;
-	pthread_mutex_unlock(&devs_lock);
+	sv_mutex_unlock(&devs_lock);
 	if (!list)
 		errno = ENOMEM;
 	return list;
@@ -347,7 +349,7 @@ static bool is_cmd_fd(int fd, const struct stat *st)
 
 /* Contexts open in this process, for the exit-time flush below. */
 static struct sv_list open_contexts = { &open_contexts, &open_contexts };
-static pthread_mutex_t open_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct sv_mutex open_lock = SV_MUTEX_INITIALIZER(SV_LOCK_OPEN);
 
 /*
  * A program may exit without closing its devices (librdmacm never closes the
@@ -368,7 +370,7 @@ __attribute__((destructor)) static void stop_engines_at_unload(void)
 	uint64_t deadline = sv_now_ns() + 200000000ull;
 	pid_t self = getpid();
 
-	pthread_mutex_lock(&open_lock);
+	sv_mutex_lock(&open_lock);
 	/*
 	 * A forked child inherits the parent's contexts but none of their
 	 * threads, and their locks may have been held when it forked: it leaves
@@ -388,26 +390,36 @@ __attribute__((destructor)) static void stop_engines_at_unload(void)
 			sv_stats_unlink(ctx); /* nobody will read this context's counters now */
 		}
 	}
-	pthread_mutex_unlock(&open_lock);
+	sv_mutex_unlock(&open_lock);
 	/* the fault handler's code goes with the library (at exit, a thread
 	 * still polling then meets unmapped memory as any program would) */
 	sv_fault_guard_fini();
 }
 
-/* open_lock is consistent in a forked child: held across fork() */
-static void open_lock_take(void)
+/* open_lock is consistent in a forked child: held across fork().  The
+ * shared MR pages' lock (engine/mem_share.c) after it, in the lock order;
+ * the child copies those pages before anything else. */
+static void fork_prepare(void)
 {
-	pthread_mutex_lock(&open_lock);
+	sv_mutex_lock(&open_lock);
+	sv_share_fork_prepare();
 }
 
-static void open_lock_give(void)
+static void fork_parent(void)
 {
-	pthread_mutex_unlock(&open_lock);
+	sv_share_fork_parent();
+	sv_mutex_unlock(&open_lock);
+}
+
+static void fork_child(void)
+{
+	sv_share_fork_child();
+	sv_mutex_unlock(&open_lock);
 }
 
 __attribute__((constructor)) static void open_lock_at_fork(void)
 {
-	pthread_atfork(open_lock_take, open_lock_give, open_lock_give);
+	pthread_atfork(fork_prepare, fork_parent, fork_child);
 }
 
 struct ibv_context *ibv_open_device(struct ibv_device *device)
@@ -431,12 +443,12 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 	sv_list_init(&ctx->xrcds);
 	sv_list_init(&ctx->xrc_proxies);
 	sv_list_init(&ctx->xrc_calls);
-	pthread_mutex_init(&ctx->xrc_call_lock, NULL);
+	sv_mutex_init(&ctx->xrc_call_lock, SV_LOCK_XRC_CALL);
 	pthread_cond_init(&ctx->xrc_call_cond, NULL);
-	pthread_mutex_init(&ctx->srqt_lock, NULL);
-	pthread_mutex_init(&ctx->lock, NULL);
-	pthread_mutex_init(&ctx->mcast.lock, NULL);
-	sv_arwlock_init(&ctx->mrs.lock);
+	sv_mutex_init(&ctx->srqt_lock, SV_LOCK_SRQT);
+	sv_mutex_init(&ctx->lock, SV_LOCK_CTX);
+	sv_mutex_init(&ctx->mcast.lock, SV_LOCK_MCAST);
+	sv_arwlock_init(&ctx->mrs.lock, SV_LOCK_MR);
 	if (pipe2(pfd, O_CLOEXEC)) {
 		err = errno;
 		goto fail;
@@ -468,9 +480,9 @@ struct ibv_context *ibv_open_device(struct ibv_device *device)
 	sv_stats_publish(ctx);
 	(void)sv_export_open(ctx); /* without it, peers go through the engine */
 	sv_info("opened %s: endpoint %s:%u", device->name, SV_IP_STR(&dev->addr), ctx->eng->port);
-	pthread_mutex_lock(&open_lock);
+	sv_mutex_lock(&open_lock);
 	sv_list_add_tail(&open_contexts, &ctx->open_link);
-	pthread_mutex_unlock(&open_lock);
+	sv_mutex_unlock(&open_lock);
 	return &ctx->vctx.context;
 
 fail_stats:
@@ -483,7 +495,7 @@ fail_pipe:
 	sv_async_fini(ctx);
 fail:
 	sv_arwlock_destroy(&ctx->mrs.lock);
-	pthread_mutex_destroy(&ctx->lock);
+	sv_mutex_destroy(&ctx->lock);
 	free(ctx);
 	errno = err;
 	return NULL;
@@ -493,9 +505,9 @@ int ibv_close_device(struct ibv_context *context)
 {
 	struct sv_context *ctx = to_sv_ctx(context);
 
-	pthread_mutex_lock(&open_lock);
+	sv_mutex_lock(&open_lock);
 	sv_list_del(&ctx->open_link);
-	pthread_mutex_unlock(&open_lock);
+	sv_mutex_unlock(&open_lock);
 	sv_engine_stop(ctx->eng);
 	sv_export_close(ctx); /* after the engine, which released its registry block */
 	sv_mcast_table_fini(ctx); /* after the engine: nothing delivers any more */
@@ -509,7 +521,7 @@ int ibv_close_device(struct ibv_context *context)
 	free(ctx->srqt);
 	free(ctx->mrs.tab);
 	sv_arwlock_destroy(&ctx->mrs.lock);
-	pthread_mutex_destroy(&ctx->lock);
+	sv_mutex_destroy(&ctx->lock);
 	free(ctx);
 	return 0;
 }

@@ -112,7 +112,7 @@ static struct ibv_qp *qp_create(struct ibv_context *context, struct ibv_qp_init_
 	}
 	qp->mtu = sv_mtu_bytes(SV_PORT_MTU);
 	sv_ref_init(&qp->ref, 1);
-	pthread_mutex_init(&qp->lock, NULL);
+	sv_mutex_init(&qp->lock, SV_LOCK_QP);
 	sv_list_init(&qp->timer_link);
 	sv_list_init(&qp->run_link);
 	sv_list_init(&qp->txwait_link);
@@ -133,9 +133,9 @@ static struct ibv_qp *qp_create(struct ibv_context *context, struct ibv_qp_init_
 		qp->sq.wqe[i].sge = qp->sq.sge_pool + (size_t)i * SV_MAX(cap->max_send_sge, 1u);
 
 	/* allocate a QP number */
-	pthread_mutex_lock(&ctx->lock);
+	sv_mutex_lock(&ctx->lock);
 	if (ctx->nqp >= SV_MAX_QP) {
-		pthread_mutex_unlock(&ctx->lock);
+		sv_mutex_unlock(&ctx->lock);
 		err = ENOMEM;
 		goto fail_free;
 	}
@@ -147,7 +147,7 @@ static struct ibv_qp *qp_create(struct ibv_context *context, struct ibv_qp_init_
 		struct sv_qp **t = realloc(ctx->qpt, sizeof(*t) * n);
 
 		if (!t) {
-			pthread_mutex_unlock(&ctx->lock);
+			sv_mutex_unlock(&ctx->lock);
 			err = ENOMEM;
 			goto fail_free;
 		}
@@ -158,7 +158,7 @@ static struct ibv_qp *qp_create(struct ibv_context *context, struct ibv_qp_init_
 	ctx->qpt[idx] = qp;
 	ctx->qpt_hint = idx + 1;
 	ctx->nqp++;
-	pthread_mutex_unlock(&ctx->lock);
+	sv_mutex_unlock(&ctx->lock);
 
 	qp->ex.qp_base.context = context;
 	qp->ex.qp_base.qp_context = ia->qp_context;
@@ -374,9 +374,9 @@ static void settle_sends(struct sv_qp *qp)
 {
 	bool sending;
 
-	pthread_mutex_lock(&qp->lock);
+	sv_mutex_lock(&qp->lock);
 	sending = qp->sq.head != qp->sq.tail && qp->state != IBV_QPS_ERR;
-	pthread_mutex_unlock(&qp->lock);
+	sv_mutex_unlock(&qp->lock);
 	if (sending)
 		sv_engine_settle(qp->ctx->eng);
 }
@@ -394,14 +394,14 @@ int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 		return sv_xrc_remote_modify(qp, attr, mask); /* another process's */
 	if ((mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_ERR)
 		settle_sends(qp);
-	pthread_mutex_lock(&qp->lock);
+	sv_mutex_lock(&qp->lock);
 	cur = qp->state;
 	next = (mask & IBV_QP_STATE) ? attr->qp_state : cur;
 	err = EINVAL; /* check_attr_values' own answer when it is the one that fails */
 	if (next > IBV_QPS_ERR ||
 	    !sv_qp_transition_ok(ibqp->qp_type, cur, next, mask) ||
 	    (err = check_attr_values(qp, attr, mask, &peer))) {
-		pthread_mutex_unlock(&qp->lock);
+		sv_mutex_unlock(&qp->lock);
 		return err;
 	}
 	/* apply attributes */
@@ -488,7 +488,7 @@ int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 	}
 	sv_stats_qp_update(qp);
 	sv_export_qp(qp);
-	pthread_mutex_unlock(&qp->lock);
+	sv_mutex_unlock(&qp->lock);
 	return 0;
 }
 
@@ -502,7 +502,7 @@ int ibv_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int attr_mask,
 		return EINVAL;
 	if (ibqp->handle == SV_QP_HANDLE_OPENED && qp->xrc->remote)
 		return sv_xrc_remote_query(qp, attr, init_attr); /* another process's */
-	pthread_mutex_lock(&qp->lock);
+	sv_mutex_lock(&qp->lock);
 	*attr = qp->attr;
 	attr->qp_state = qp->state;
 	attr->cur_qp_state = qp->state;
@@ -516,7 +516,7 @@ int ibv_query_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int attr_mask,
 	init_attr->cap = qp->cap;
 	init_attr->qp_type = ibqp->qp_type;
 	init_attr->sq_sig_all = qp->sq_sig_all;
-	pthread_mutex_unlock(&qp->lock);
+	sv_mutex_unlock(&qp->lock);
 	return 0;
 }
 
@@ -548,20 +548,20 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 	if (sv_mcast_busy(qp))
 		return EBUSY;
 	settle_sends(qp);
-	pthread_mutex_lock(&ctx->lock);
+	sv_mutex_lock(&ctx->lock);
 	ctx->qpt[ibqp->handle] = NULL;
 	if (ibqp->handle < ctx->qpt_hint)
 		ctx->qpt_hint = ibqp->handle;
 	ctx->nqp--;
-	pthread_mutex_unlock(&ctx->lock);
-	pthread_mutex_lock(&qp->lock);
+	sv_mutex_unlock(&ctx->lock);
+	sv_mutex_lock(&qp->lock);
 	sv_responder_farewell(qp); /* before it stops answering */
 	qp->destroyed = true;
 	sv_export_qp(qp); /* destroyed: no peer reaches memory through it any more */
 	sv_responder_cancel(qp);
 	atomic_store_explicit(&qp->rnr_until, 0, memory_order_relaxed);
 	atomic_store_explicit(&qp->ack_deadline, 0, memory_order_relaxed);
-	pthread_mutex_unlock(&qp->lock);
+	sv_mutex_unlock(&qp->lock);
 	sv_engine_forget_qp(ctx->eng, qp);
 	/* wait for the engine to let go of it (references are short-lived) */
 	sv_ref_drop_and_wait(&qp->ref);
@@ -593,7 +593,7 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 	sv_gpu_stage_free(&qp->gpu_rd);
 	sv_gpu_sink_free(&qp->gpu_in);
 	sv_gpu_sink_free(&qp->gpu_rd_in);
-	pthread_mutex_destroy(&qp->lock);
+	sv_mutex_destroy(&qp->lock);
 	free(qp);
 	return 0;
 }
@@ -707,9 +707,9 @@ int sv_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr
 	struct sv_qp *qp = to_sv_qp(ibqp);
 	int err;
 
-	pthread_mutex_lock(&qp->lock);
+	sv_mutex_lock(&qp->lock);
 	err = post_chain(qp, wr, bad_wr, true);
-	pthread_mutex_unlock(&qp->lock);
+	sv_mutex_unlock(&qp->lock);
 	return err;
 }
 
@@ -732,9 +732,9 @@ int sv_bind_mw(struct ibv_qp *ibqp, struct ibv_mw *mw, struct ibv_mw_bind *mb)
 	wr.bind_mw.rkey = ibv_inc_rkey(mw->rkey);
 	wr.bind_mw.bind_info = mb->bind_info;
 	qp = to_sv_qp(ibqp);
-	pthread_mutex_lock(&qp->lock);
+	sv_mutex_lock(&qp->lock);
 	err = post_chain(qp, &wr, &bad, false);
-	pthread_mutex_unlock(&qp->lock);
+	sv_mutex_unlock(&qp->lock);
 	return err;
 }
 
@@ -743,7 +743,7 @@ int sv_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr
 	struct sv_qp *qp = to_sv_qp(ibqp);
 	int err = 0;
 
-	pthread_mutex_lock(&qp->lock);
+	sv_mutex_lock(&qp->lock);
 	/* XRC QPs have no receive queue: their receives are an XRC SRQ's */
 	if (qp->srq || qp->ti->xrc || qp->state == IBV_QPS_RESET) {
 		err = EINVAL;
@@ -760,7 +760,7 @@ int sv_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr
 	if (qp->state == IBV_QPS_ERR)
 		sv_qp_flush_recv(qp);
 out:
-	pthread_mutex_unlock(&qp->lock);
+	sv_mutex_unlock(&qp->lock);
 	return err;
 }
 

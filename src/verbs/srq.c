@@ -57,9 +57,9 @@ static struct ibv_srq *srq_create(struct ibv_pd *ibpd, struct ibv_srq_attr *a, v
 		free(srq);
 		goto nomem;
 	}
-	pthread_mutex_lock(&ctx->srqt_lock);
+	sv_mutex_lock(&ctx->srqt_lock);
 	slot = srq_slot_take(ctx, srq);
-	pthread_mutex_unlock(&ctx->srqt_lock);
+	sv_mutex_unlock(&ctx->srqt_lock);
 	if (slot < 0) {
 		sv_rq_free(&srq->rq);
 		free(srq);
@@ -72,7 +72,7 @@ static struct ibv_srq *srq_create(struct ibv_pd *ibpd, struct ibv_srq_attr *a, v
 	srq->srq_limit = a->srq_limit;
 	srq->xrcd = xrcd;
 	srq->cq = cq;
-	pthread_mutex_init(&srq->lock, NULL);
+	sv_mutex_init(&srq->lock, SV_LOCK_SRQ);
 	srq->ibsrq.context = ibpd->context;
 	srq->ibsrq.srq_context = srq_context;
 	srq->ibsrq.pd = ibpd;
@@ -148,11 +148,11 @@ struct sv_srq *sv_xrc_srq_lookup(struct sv_context *ctx, struct sv_xrcd *xrcd, u
 	uint32_t slot = sv_srqn_slot(ctx, srq_num);
 	struct sv_srq *srq = NULL;
 
-	pthread_mutex_lock(&ctx->srqt_lock);
+	sv_mutex_lock(&ctx->srqt_lock);
 	if (slot < ctx->srqt_size && ctx->srqt[slot] &&
 	    ctx->srqt[slot]->xrcd == xrcd)
 		srq = ctx->srqt[slot];
-	pthread_mutex_unlock(&ctx->srqt_lock);
+	sv_mutex_unlock(&ctx->srqt_lock);
 	return srq;
 }
 
@@ -168,7 +168,7 @@ static void xrc_srq_detach(struct sv_srq *srq)
 	for (uint32_t i = 0; i < n; i++) {
 		struct sv_qp *qp = held[i];
 
-		pthread_mutex_lock(&qp->lock);
+		sv_mutex_lock(&qp->lock);
 		if (qp->srq == srq) {
 			sv_responder_cancel(qp); /* a READ still being answered */
 			qp->resp_have_rwqe = false;
@@ -176,7 +176,7 @@ static void xrc_srq_detach(struct sv_srq *srq)
 			qp->pd = NULL;
 			qp->rcq = NULL;
 		}
-		pthread_mutex_unlock(&qp->lock);
+		sv_mutex_unlock(&qp->lock);
 		sv_qp_put(qp);
 	}
 	free(held);
@@ -189,7 +189,7 @@ int ibv_modify_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr, int mask)
 
 	if (!attr || (mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT)))
 		return EINVAL;
-	pthread_mutex_lock(&srq->lock);
+	sv_mutex_lock(&srq->lock);
 	/* Checked as rxe does, all before anything changes: a new size within
 	 * the device's limit, not below the limit armed (or being armed), and
 	 * holding the WRs posted; a limit within the (new) size. */
@@ -205,7 +205,7 @@ int ibv_modify_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr, int mask)
 		err = sv_rq_resize(&srq->rq, attr->max_wr);
 	if (!err && (mask & IBV_SRQ_LIMIT))
 		srq->srq_limit = attr->srq_limit;
-	pthread_mutex_unlock(&srq->lock);
+	sv_mutex_unlock(&srq->lock);
 	return err;
 }
 
@@ -215,11 +215,11 @@ int ibv_query_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr)
 
 	if (!attr)
 		return EINVAL;
-	pthread_mutex_lock(&srq->lock);
+	sv_mutex_lock(&srq->lock);
 	attr->max_wr = srq->rq.size;
 	attr->max_sge = srq->rq.max_sge;
 	attr->srq_limit = srq->srq_limit;
-	pthread_mutex_unlock(&srq->lock);
+	sv_mutex_unlock(&srq->lock);
 	return 0;
 }
 
@@ -230,9 +230,9 @@ int ibv_destroy_srq(struct ibv_srq *ibsrq)
 
 	if (sv_ref_count(&srq->users))
 		return EBUSY;
-	pthread_mutex_lock(&ctx->srqt_lock);
+	sv_mutex_lock(&ctx->srqt_lock);
 	ctx->srqt[srq->slot] = NULL;
-	pthread_mutex_unlock(&ctx->srqt_lock);
+	sv_mutex_unlock(&ctx->srqt_lock);
 	if (srq->xrcd) {
 		xrc_srq_detach(srq);
 		sv_xrc_proxies_detach(ctx, srq); /* and other processes' receive QPs */
@@ -243,7 +243,7 @@ int ibv_destroy_srq(struct ibv_srq *ibsrq)
 	sv_ref_put(&srq->pd->users);
 	sv_ctx_release(ctx, &ctx->nsrq);
 	sv_rq_free(&srq->rq);
-	pthread_mutex_destroy(&srq->lock);
+	sv_mutex_destroy(&srq->lock);
 	free(srq);
 	return 0;
 }
@@ -253,7 +253,7 @@ int sv_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr, struct ibv_r
 	struct sv_srq *srq = to_sv_srq(ibsrq);
 	int err = 0;
 
-	pthread_mutex_lock(&srq->lock);
+	sv_mutex_lock(&srq->lock);
 	for (; wr; wr = wr->next) {
 		err = (wr->num_sge && !wr->sg_list) ? EINVAL : sv_rq_post(&srq->rq, wr);
 		if (err) {
@@ -261,6 +261,6 @@ int sv_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr, struct ibv_r
 			break;
 		}
 	}
-	pthread_mutex_unlock(&srq->lock);
+	sv_mutex_unlock(&srq->lock);
 	return err;
 }

@@ -26,6 +26,7 @@
  * is written under a temporary name and renamed into place, so a reader
  * never sees half of one.
  */
+#include "common/lock_order.h"
 #include "verbs/verbs.h"
 #include "stats/reader.h"
 #include "stats/rundir.h"
@@ -520,14 +521,14 @@ out:
  */
 const char *softverbs_fs_view(void)
 {
-	static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+	static struct sv_mutex lock = SV_MUTEX_INITIALIZER(SV_LOCK_SYSFS);
 	static char root[2300];
 	static int err = -1;
 
-	pthread_mutex_lock(&lock);
+	sv_mutex_lock(&lock);
 	if (err < 0)
 		err = write_view(root, sizeof(root)) ? (errno ? errno : EIO) : 0;
-	pthread_mutex_unlock(&lock);
+	sv_mutex_unlock(&lock);
 	if (err) {
 		errno = err;
 		return NULL;

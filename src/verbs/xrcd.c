@@ -42,7 +42,7 @@ struct ibv_xrcd *sv_open_xrcd(struct ibv_context *context, struct ibv_xrcd_init_
 		errno = EBADF;
 		return NULL;
 	}
-	pthread_mutex_lock(&ctx->lock);
+	sv_mutex_lock(&ctx->lock);
 	if (attr->fd != -1) {
 		for (struct sv_list *l = ctx->xrcds.next; l != &ctx->xrcds; l = l->next) {
 			struct sv_xrcd *o = SV_CONTAINER_OF(l, struct sv_xrcd, link);
@@ -58,14 +58,14 @@ struct ibv_xrcd *sv_open_xrcd(struct ibv_context *context, struct ibv_xrcd_init_
 			err = EAGAIN; /* none for that file, and none to be made */
 		if (x && !err) {
 			x->opens++;
-			pthread_mutex_unlock(&ctx->lock);
+			sv_mutex_unlock(&ctx->lock);
 			return &x->ibx;
 		}
 	}
 	if (!err && !(x = calloc(1, sizeof(*x))))
 		err = ENOMEM;
 	if (err) {
-		pthread_mutex_unlock(&ctx->lock);
+		sv_mutex_unlock(&ctx->lock);
 		errno = err;
 		return NULL;
 	}
@@ -79,7 +79,7 @@ struct ibv_xrcd *sv_open_xrcd(struct ibv_context *context, struct ibv_xrcd_init_
 	sv_ref_init(&x->users, 0);
 	x->ibx.context = context;
 	sv_list_add_tail(&ctx->xrcds, &x->link);
-	pthread_mutex_unlock(&ctx->lock);
+	sv_mutex_unlock(&ctx->lock);
 	return &x->ibx;
 }
 
@@ -93,7 +93,7 @@ struct sv_qp **sv_xrcd_hold_qps(struct sv_context *ctx, struct sv_xrcd *x, uint3
 	struct sv_qp **held;
 
 	*n = 0;
-	pthread_mutex_lock(&ctx->lock);
+	sv_mutex_lock(&ctx->lock);
 	held = calloc(ctx->nqp ? ctx->nqp : 1, sizeof(*held));
 	for (uint32_t i = 0; held && i < ctx->qpt_size; i++) {
 		struct sv_qp *qp = ctx->qpt[i];
@@ -103,7 +103,7 @@ struct sv_qp **sv_xrcd_hold_qps(struct sv_context *ctx, struct sv_xrcd *x, uint3
 			held[(*n)++] = qp;
 		}
 	}
-	pthread_mutex_unlock(&ctx->lock);
+	sv_mutex_unlock(&ctx->lock);
 	return held;
 }
 
@@ -117,16 +117,16 @@ static void reap_orphans(struct sv_context *ctx, struct sv_xrcd *x)
 		struct sv_xrc_qp *xq;
 		bool orphan = false;
 
-		pthread_mutex_lock(&qp->lock);
+		sv_mutex_lock(&qp->lock);
 		xq = qp->xrc;
-		pthread_mutex_unlock(&qp->lock);
+		sv_mutex_unlock(&qp->lock);
 		if (xq) {
-			pthread_mutex_lock(&ctx->lock);
+			sv_mutex_lock(&ctx->lock);
 			if (xq->creator_closed && xq->opens) {
 				sv_xrc_openers_prune(qp);
 				orphan = !xq->opens;
 			}
-			pthread_mutex_unlock(&ctx->lock);
+			sv_mutex_unlock(&ctx->lock);
 		}
 		sv_qp_put(qp);
 		if (orphan)
@@ -142,18 +142,18 @@ int sv_close_xrcd(struct ibv_xrcd *ibx)
 
 	if (x->opens == 1 && x->by_inode && sv_ref_count(&x->users))
 		reap_orphans(ctx, x);
-	pthread_mutex_lock(&ctx->lock);
+	sv_mutex_lock(&ctx->lock);
 	/* the last close of a domain still in use by its QPs or SRQs: refused */
 	if (x->opens == 1 && sv_ref_count(&x->users)) {
-		pthread_mutex_unlock(&ctx->lock);
+		sv_mutex_unlock(&ctx->lock);
 		return EBUSY;
 	}
 	if (--x->opens) {
-		pthread_mutex_unlock(&ctx->lock);
+		sv_mutex_unlock(&ctx->lock);
 		return 0;
 	}
 	sv_list_del(&x->link);
-	pthread_mutex_unlock(&ctx->lock);
+	sv_mutex_unlock(&ctx->lock);
 	free(x);
 	return 0;
 }
@@ -173,7 +173,7 @@ static struct sv_qp *handle_new(struct sv_context *ctx, struct ibv_qp_open_attr 
 	h->ti = sv_qp_type_info(IBV_QPT_XRC_RECV);
 	h->state = IBV_QPS_RESET; /* it takes no work of its own */
 	h->xrcd = to_sv_xrcd(attr->xrcd);
-	pthread_mutex_init(&h->lock, NULL);
+	sv_mutex_init(&h->lock, SV_LOCK_QP);
 	sv_ref_init(&h->ref, 1);
 	h->ex.qp_base.context = &ctx->vctx.context;
 	h->ex.qp_base.qp_context = attr->qp_context;
@@ -190,7 +190,7 @@ static void handle_free(struct sv_qp *h)
 {
 	pthread_mutex_destroy(&h->ex.qp_base.mutex);
 	pthread_cond_destroy(&h->ex.qp_base.cond);
-	pthread_mutex_destroy(&h->lock);
+	sv_mutex_destroy(&h->lock);
 	if (h->xrc->remote)
 		sv_conn_put(h->xrc->remote);
 	free(h->xrc);
@@ -295,10 +295,10 @@ struct ibv_qp *sv_open_qp(struct ibv_context *context, struct ibv_qp_open_attr *
 		return NULL;
 	}
 	h = handle_new(ctx, attr);
-	pthread_mutex_lock(&real->lock);
+	sv_mutex_lock(&real->lock);
 	if (!real->xrc)
 		real->xrc = calloc(1, sizeof(*real->xrc));
-	pthread_mutex_unlock(&real->lock);
+	sv_mutex_unlock(&real->lock);
 	if (!h || !real->xrc) {
 		if (h)
 			handle_free(h);
@@ -307,9 +307,9 @@ struct ibv_qp *sv_open_qp(struct ibv_context *context, struct ibv_qp_open_attr *
 		return NULL;
 	}
 	h->xrc->alias_of = real;
-	pthread_mutex_lock(&ctx->lock);
+	sv_mutex_lock(&ctx->lock);
 	real->xrc->opens++;
-	pthread_mutex_unlock(&ctx->lock);
+	sv_mutex_unlock(&ctx->lock);
 	sv_qp_put(real); /* the handle's open count keeps it */
 	return &h->ex.qp_base;
 }
@@ -330,9 +330,9 @@ struct sv_qp *sv_xrc_qp_close(struct sv_qp *qp, bool *handled)
 	struct sv_xrc_qp *x;
 
 	*handled = false;
-	pthread_mutex_lock(&qp->lock); /* the responder may make qp->xrc */
+	sv_mutex_lock(&qp->lock); /* the responder may make qp->xrc */
 	x = qp->xrc;
-	pthread_mutex_unlock(&qp->lock);
+	sv_mutex_unlock(&qp->lock);
 	if (!x)
 		return NULL;
 	if (x->remote) {
@@ -343,7 +343,7 @@ struct sv_qp *sv_xrc_qp_close(struct sv_qp *qp, bool *handled)
 		*handled = true;
 		return NULL;
 	}
-	pthread_mutex_lock(&ctx->lock);
+	sv_mutex_lock(&ctx->lock);
 	sv_xrc_openers_prune(qp); /* other processes' handles, of processes gone */
 	if (x->alias_of) {
 		real = x->alias_of;
@@ -354,13 +354,13 @@ struct sv_qp *sv_xrc_qp_close(struct sv_qp *qp, bool *handled)
 		x->creator_closed = true; /* the opened handles keep it */
 		*handled = true;
 	}
-	pthread_mutex_unlock(&ctx->lock);
+	sv_mutex_unlock(&ctx->lock);
 	if (*handled && !x->alias_of) {
 		/* events name a QP by its creator's handle, which is gone */
-		pthread_mutex_lock(&qp->lock);
+		sv_mutex_lock(&qp->lock);
 		x->no_events = true;
 		qp->comm_est_sent = true;
-		pthread_mutex_unlock(&qp->lock);
+		sv_mutex_unlock(&qp->lock);
 		sv_async_forget(ctx, &qp->async);
 	}
 	if (x->alias_of)

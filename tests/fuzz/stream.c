@@ -140,7 +140,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	c->hello_gid = &gid;
 	atomic_init(&c->state, SV_CONN_UP);
 	sv_ref_init(&c->ref, 1);
-	pthread_mutex_init(&c->tx_lock, NULL);
+	sv_mutex_init(&c->tx_lock, SV_LOCK_CONN_TX);
 	if (c->ops->init(c)) {
 		free(c);
 		return 0;
@@ -157,9 +157,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	wire_off = 0;
 	for (int i = 0; i < 100000 && atomic_load(&c->state) != SV_CONN_DEAD; i++) {
 		c->ops->input(c, wire_off == wire_len);
-		pthread_mutex_lock(&c->tx_lock);
+		sv_mutex_lock(&c->tx_lock);
 		(void)sv_conn_txq_write(c);
-		pthread_mutex_unlock(&c->tx_lock);
+		sv_mutex_unlock(&c->tx_lock);
 		if (wire_off == wire_len)
 			break;
 	}

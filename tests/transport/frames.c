@@ -175,7 +175,7 @@ static struct sv_conn *conn_make(void)
 	c->fd = -1;
 	atomic_init(&c->state, SV_CONN_UP);
 	sv_ref_init(&c->ref, 1);
-	pthread_mutex_init(&c->tx_lock, NULL);
+	sv_mutex_init(&c->tx_lock, SV_LOCK_CONN_TX);
 	CHECK(c->ops->init(c) == 0);
 	return c;
 }
