@@ -24,8 +24,8 @@
  * sent).
  */
 #include "common/util.h"
-#include "engine/opcode.h"
-#include "engine/wire.h"
+#include "wire/opcode.h"
+#include "wire/wire.h"
 #include "transport/roce_wire.h"
 
 #include <arpa/inet.h>
