@@ -54,6 +54,7 @@
 	X(RS_TABLE, "rs_table_lock", 0)                                          \
 	/* libibverbs */                                                         \
 	X(ALIVE, "export table's liveness mutex", 0)                             \
+	X(SYSFS, "sysfs.c lock", 0)                                              \
 	X(DEVICES, "devs_lock", 0)                                               \
 	X(OPEN, "open_lock", 0)                                                  \
 	X(PROGRESS, "eng->progress_lock", 0)                                     \
@@ -79,7 +80,6 @@
 	X(XRC_CALL, "ctx->xrc_call_lock", 0)                                     \
 	X(GPU_ATOMIC, "gpu.c atomic_lock", 0)                                    \
 	X(CUDA, "cuda_lock", 0)                                                  \
-	X(SYSFS, "sysfs.c lock", 0)                                              \
 	X(CQ_EVENTS, "ibv_cq mutex (event counts)", 0)                           \
 	X(REF_WAIT, "sv_ref waiter's lock", 0)
 
