@@ -2,7 +2,7 @@
  * An asymmetric reader-writer lock: readers take no locked instruction;
  * writers pay for both with membarrier(2).
  *
- * Why: a same-host one-sided operation (engine/peer_mem.c) reads two
+ * Why: a same-host one-sided operation (engine/direct_exec.c) reads two
  * tables that are written only by rare verbs calls: its own MR table (the
  * local SGEs, against ibv_dereg_mr) and its mappings of the peer's memory
  * (against their munmap).  A pthread rwlock's read lock and unlock are two

@@ -57,7 +57,7 @@ static int tag_wake;
  * WRITE only a responder serves), every SV_POLL_SLOW_TICK_NS otherwise.
  * Two-sided traffic needs no tick: the polling thread receives it itself.
  * Same-host one-sided operations mostly execute at the initiator
- * (peer_mem.h), and a tick every 20 us is a context switch that, on a
+ * (direct_exec.h), and a tick every 20 us is a context switch that, on a
  * machine with few cores, preempts a spinning application (ib_send_lat:
  * 99th percentile 170 us).
  */

@@ -1,7 +1,7 @@
 /*
  * The export table of a context: its QPs and the MRs whose pages peers of
  * this host may map (mem_export.h).  Written here, by the owner only; read
- * by engine/peer_mem.c in the peers.
+ * by engine/direct_exec.c in the peers.
  */
 #include "engine/mem_export.h"
 #include "engine/engine.h"
@@ -10,16 +10,56 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <sched.h>
+#include <limits.h>
+#include <linux/futex.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 /* How long a revocation waits for a peer's access to end: one takes
  * microseconds; a peer stopped inside one (a debugger) is not waited for
  * longer (what it then stores lands in the pages it was given). */
 #define QUIET_WAIT_NS 1000000000ull
+
+/*
+ * Where the kernel keeps the lock word of the table's liveness mutex: the
+ * word it marks FUTEX_OWNER_DIED when the owner ends.  A thread names the
+ * robust mutexes it holds to the kernel as a list (set_robust_list(2), the
+ * robust futex ABI), each entry's lock word futex_offset bytes from it; so,
+ * holding the mutex, this thread finds the entry whose word lies inside it
+ * and holds its TID, as the kernel would.  The offset inside the mutex is
+ * the same whoever holds it.  0 when it cannot be found.
+ */
+static uint32_t alive_word_offset(struct sv_xseg *x)
+{
+	uintptr_t lo = (uintptr_t)&x->alive, hi = lo + sizeof(x->alive), word;
+	struct robust_list_head *head = NULL;
+	struct robust_list *e;
+	size_t len = 0;
+	uint32_t off = 0;
+
+	if (pthread_mutex_lock(&x->alive.m))
+		return 0;
+	if (!syscall(SYS_get_robust_list, 0, &head, &len) && head && len == sizeof(*head)) {
+		e = head->list.next;
+		/* (the low bit of an entry marks a PI futex) */
+		for (int i = 0; i < 64 && e && e != &head->list; i++) {
+			word = ((uintptr_t)e & ~(uintptr_t)1) + (uintptr_t)head->futex_offset;
+			if (word >= lo && word + sizeof(uint32_t) <= hi && !(word & 3) &&
+			    (__atomic_load_n((uint32_t *)word, __ATOMIC_RELAXED) & FUTEX_TID_MASK) ==
+				    (uint32_t)syscall(SYS_gettid)) {
+				off = (uint32_t)(word - (uintptr_t)x);
+				break;
+			}
+			e = ((struct robust_list *)((uintptr_t)e & ~(uintptr_t)1))->next;
+		}
+	}
+	pthread_mutex_unlock(&x->alive.m);
+	return off;
+}
 
 bool sv_export_open(struct sv_context *ctx)
 {
@@ -47,8 +87,10 @@ bool sv_export_open(struct sv_context *ctx)
 	if (!pthread_mutexattr_init(&ma)) {
 		if (!pthread_mutexattr_setpshared(&ma, PTHREAD_PROCESS_SHARED) &&
 		    !pthread_mutexattr_setrobust(&ma, PTHREAD_MUTEX_ROBUST) &&
-		    !pthread_mutex_init(&x->alive.m, &ma))
+		    !pthread_mutex_init(&x->alive.m, &ma)) {
+			x->alive_off = alive_word_offset(x);
 			sv_engine_hold_alive(ctx->eng, &x->alive.m); /* taken at its next pass */
+		}
 		pthread_mutexattr_destroy(&ma);
 	}
 	ctx->xseg = x;
@@ -69,7 +111,49 @@ void sv_export_close(struct sv_context *ctx)
 	ctx->xfd = -1;
 }
 
-/* Every peer access through a QP of the context that had begun has ended. */
+void sv_xqp_wake(struct sv_xqp *q)
+{
+	uint32_t idle = SV_XQP_WAITER;
+
+	/* cleared only while the count is 0: a waiter that finds it cleared
+	 * after it looked knows the count has been 0 since, even if an access
+	 * began again at once (if one began already, its end clears it) */
+	atomic_compare_exchange_strong(&q->busy, &idle, 0);
+	syscall(SYS_futex, &q->busy, FUTEX_WAKE, INT_MAX, NULL, NULL, 0);
+}
+
+/* The busy count of q has been 0 since this was called (false: not by
+ * the deadline).  Sleeps on the count, with SV_XQP_WAITER set. */
+static bool wait_idle(struct sv_xqp *q, uint64_t deadline)
+{
+	uint32_t v = atomic_load(&q->busy);
+	struct timespec ts;
+	uint64_t now, left;
+
+	for (;;) {
+		if (!(v & ~SV_XQP_WAITER))
+			return true;
+		if (!(v & SV_XQP_WAITER)) {
+			if (!atomic_compare_exchange_weak(&q->busy, &v, v | SV_XQP_WAITER))
+				continue; /* v is the count now */
+			v |= SV_XQP_WAITER;
+		}
+		now = sv_now_ns();
+		if (now >= deadline)
+			return false;
+		left = deadline - now;
+		ts.tv_sec = (time_t)(left / 1000000000u);
+		ts.tv_nsec = (long)(left % 1000000000u);
+		/* (the table is shared with other processes: not a private futex) */
+		syscall(SYS_futex, &q->busy, FUTEX_WAIT, v, &ts, NULL, 0);
+		v = atomic_load(&q->busy);
+		if (!(v & SV_XQP_WAITER))
+			return true; /* cleared by the access that took it to 0 */
+	}
+}
+
+/* Every peer access through a QP of the context (or only that one) that
+ * had begun has ended. */
 static void wait_quiet(struct sv_context *ctx, struct sv_xqp *only)
 {
 	uint64_t deadline = sv_now_ns() + QUIET_WAIT_NS;
@@ -80,17 +164,11 @@ static void wait_quiet(struct sv_context *ctx, struct sv_xqp *only)
 	struct sv_xqp *q = only ? only : ctx->xseg->qp;
 
 	atomic_thread_fence(memory_order_seq_cst);
-	for (uint32_t i = 0; i < n; i++) {
-		while (atomic_load(&q[i].busy)) {
-			if (sv_now_ns() > deadline) {
-				sv_warn_limited("a peer's access through QP %#x has not ended in 1 s; "
-						"going on",
-						sv_qpn_of_slot(ctx, (uint32_t)(q + i - ctx->xseg->qp)));
-				break;
-			}
-			sched_yield();
-		}
-	}
+	for (uint32_t i = 0; i < n; i++)
+		if (!wait_idle(&q[i], deadline))
+			sv_warn_limited("a peer's access through QP %#x has not ended in 1 s; "
+					"going on",
+					sv_qpn_of_slot(ctx, (uint32_t)(q + i - ctx->xseg->qp)));
 }
 
 struct sv_extent *sv_export_share(struct sv_context *ctx, void *addr, size_t len,
@@ -154,20 +232,28 @@ void sv_export_mr(struct sv_context *ctx, struct sv_mr *mr)
 	mr->xslot = i + 1;
 }
 
-void sv_export_mr_revoke(struct sv_context *ctx, struct sv_mr *mr)
+bool sv_export_mr_revoke(struct sv_context *ctx, struct sv_mr *mr)
 {
 	struct sv_xmr *m;
 
 	if (!mr->xslot)
-		return;
+		return false;
 	m = &ctx->xseg->mr[mr->xslot - 1];
 	atomic_fetch_add(&m->seq, 1);
 	atomic_store(&m->rkey, 0);
 	atomic_fetch_add(&m->seq, 1);
-	wait_quiet(ctx, NULL);
+	/* the slot may be taken again at once: a peer that read it before
+	 * works from its copy, and sv_export_quiesce waits for it */
 	if (mr->xslot - 1 < ctx->xmr_hint)
 		ctx->xmr_hint = mr->xslot - 1;
 	mr->xslot = 0;
+	return true;
+}
+
+void sv_export_quiesce(struct sv_context *ctx)
+{
+	if (ctx->xseg)
+		wait_quiet(ctx, NULL);
 }
 
 static bool executes_requests(const struct sv_qp *qp)

@@ -8,10 +8,18 @@
  * The owner writes it; peers only read it, but for each QP's `busy`
  * counter.  Revocation (deregistration, a QP leaving the states that
  * receive, its destruction) is a Dekker handshake with the peers: the owner
- * publishes the change, fences, then waits until every QP's busy count is
- * 0; a peer raises busy (a sequentially consistent RMW), then reads what it
- * checks.  Either the peer sees the change, or the owner sees it busy and
- * waits until its access is over.
+ * publishes the change, fences, then waits until every QP's busy count has
+ * been 0; a peer raises busy (a sequentially consistent RMW), then reads
+ * what it checks.  Either the peer sees the change, or the owner sees it
+ * busy and waits until its access is over.
+ *
+ * The owner waits on the count as on a futex (process-shared: the table is
+ * a shared mapping): it sets SV_XQP_WAITER in it and sleeps; the peer whose
+ * decrement takes the count to 0 with the flag set clears the flag, if the
+ * count is still 0, and wakes it (sv_xqp_leave).  A flag cleared after the
+ * waiter looked is proof that the count has been 0 since, so a stream of
+ * accesses does not keep a waiter waiting; without a waiter, leaving is one
+ * RMW, as before.
  */
 #ifndef SV_MEM_EXPORT_H
 #define SV_MEM_EXPORT_H
@@ -31,13 +39,33 @@
 /* A QP, at the index of its slot: sv_qpn_unpermute of its number's low
  * bits, by the permutation made from qpn_key (transport/registry.h). */
 struct sv_xqp {
-	_Atomic uint32_t busy; /* peers' accesses through it in progress */
+	/* peers' accesses through it in progress, and SV_XQP_WAITER */
+	_Atomic uint32_t busy;
 	_Atomic uint32_t open; /* 1: RC, in a state that executes requests */
 	_Atomic uint32_t pd;     /* its PD's handle */
 	_Atomic uint32_t access; /* qp_access_flags */
 	_Atomic uint32_t dest_qpn;
 	uint32_t pad[3];
 };
+
+/* In busy: the owner waits for the count to be 0 (mem_export.c). */
+#define SV_XQP_WAITER 0x80000000u
+
+/* A peer's access through q begins: before it reads anything it checks. */
+static inline void sv_xqp_enter(struct sv_xqp *q)
+{
+	atomic_fetch_add(&q->busy, 1);
+}
+
+/* The owner waits: its flag is cleared and it is woken (mem_export.c). */
+void sv_xqp_wake(struct sv_xqp *q);
+
+/* A peer's access through q is over. */
+static inline void sv_xqp_leave(struct sv_xqp *q)
+{
+	if (atomic_fetch_sub(&q->busy, 1) == (SV_XQP_WAITER | 1))
+		sv_xqp_wake(q);
+}
 
 /* An exported MR.  seq is odd while the owner rewrites the slot. */
 struct sv_xmr {
@@ -58,15 +86,21 @@ struct sv_xseg {
 	uint32_t qpn_base;
 	_Atomic uint32_t nmr; /* slots in use or used: peers search [0, nmr) */
 	uint64_t qpn_key; /* the key of the permutation of its QP numbers */
-	uint32_t pad[10];
+	/* where in the table the kernel keeps the lock word of `alive` (0:
+	 * not known; then peers ask the process itself) */
+	uint32_t alive_off;
+	uint32_t pad[9];
 	/*
 	 * A robust, process-shared mutex that the owner's engine thread holds
 	 * for as long as it runs.  When that thread ends (the process exits,
-	 * is killed or execs) the kernel marks the lock word FUTEX_OWNER_DIED
-	 * before the process can be reaped, so a peer learns that the owner
-	 * is alive from one load, without a system call or a clock read
-	 * (peer_mem.c).  Alone on its cache line: nobody writes it while it
-	 * is held.
+	 * is killed or execs) the kernel marks its lock word FUTEX_OWNER_DIED
+	 * before the process can be reaped (the robust futex ABI), so a peer
+	 * learns that the owner is alive from one load of that word, without a
+	 * system call or a clock read (direct_exec.c).  The word's place,
+	 * alive_off, is found as the kernel finds it: through the owner's
+	 * robust list (get_robust_list(2)), not from the C library's layout
+	 * of the mutex.  Alone on its cache line: nobody writes it while it is
+	 * held.
 	 */
 	union {
 		pthread_mutex_t m;
@@ -100,13 +134,20 @@ void sv_export_share_all(struct sv_context *ctx);
 /* An MR after its registration (MR table write lock held): exported when
  * peers may reach it and its pages can be shared. */
 void sv_export_mr(struct sv_context *ctx, struct sv_mr *mr);
-/* Before an MR goes or changes (write lock held): peers stop using it, and
- * the accesses in progress are over, when this returns. */
-void sv_export_mr_revoke(struct sv_context *ctx, struct sv_mr *mr);
+/* Before an MR goes or changes (write lock held): peers stop using it.
+ * True if it was exported: then, once the lock is dropped and before the
+ * MR's memory goes or the verb returns, sv_export_quiesce waits out the
+ * accesses in progress. */
+bool sv_export_mr_revoke(struct sv_context *ctx, struct sv_mr *mr);
+/* No lock held: every peer access through a QP of the context that had
+ * begun when this was called has ended (at most 1 s: a peer stopped inside
+ * an access is not waited for longer). */
+void sv_export_quiesce(struct sv_context *ctx);
 /* A QP's state or attributes changed, or it is being destroyed
  * (qp->destroyed; qp->lock held): what peers see now; once it no longer
  * executes requests, no peer access through it is in progress when this
- * returns. */
+ * returns (a sleep on its busy count, for one access at most: a peer
+ * holds no lock of ours while it accesses). */
 void sv_export_qp(struct sv_qp *qp);
 
 #endif

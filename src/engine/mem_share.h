@@ -6,7 +6,7 @@
  * peers may access (malloc, mmap, transparent or hugetlb huge pages) are
  * replaced, in place and with the same bytes, by the pages of a memfd: an
  * extent.  The application sees the same memory at the same address; a
- * peer of this host that maps the memfd (engine/peer_mem.c) writes, reads
+ * peer of this host that maps the memfd (engine/direct_exec.c) writes, reads
  * and performs atomics on it with the target asleep or stopped.
  *
  * Memory that cannot be replaced (file mappings, shared mappings, the

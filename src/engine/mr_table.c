@@ -8,6 +8,7 @@
  * the table's write lock; accesses hold its read lock for as long as they
  * use the address.
  */
+#include "engine/access_check.h"
 #include "engine/objects.h"
 
 #include <stdlib.h>
@@ -101,22 +102,37 @@ void sv_key_remove(struct sv_mr_table *t, struct sv_mr *e)
 	}
 }
 
-/* PD, access and bounds of an MR or a bound MW. */
-static enum sv_mem_err check_range(const struct sv_mr *e, struct sv_pd *pd, uint64_t iova,
-				   uint64_t len, unsigned int need_access, uint8_t **ptr,
-				   sv_cu_ctx *gpu)
+/* The PD a caller asks for: NULL, any (the caller checked it otherwise). */
+static inline uintptr_t want_pd(const struct sv_mr *e, const struct sv_pd *pd)
 {
-	if (pd && e->pd != pd)
-		return SV_MEM_BAD_PD;
-	if (need_access & ~e->access)
-		return SV_MEM_ACCESS;
-	if (iova < e->iova || len > e->len || iova - e->iova > e->len - len)
-		return SV_MEM_BOUNDS;
+	return pd ? (uintptr_t)pd : (uintptr_t)e->pd;
+}
+
+/* What the checks see of an MR or a window (engine/access_check.h). */
+static inline struct sv_key_view key_view(const struct sv_mr *e)
+{
+	bool mw = e->kind == SV_KEY_MW;
+
+	return (struct sv_key_view){
+		.pd = (uintptr_t)e->pd,
+		.access = e->access,
+		.iova = e->iova,
+		.len = e->len,
+		/* unbound or invalidated; a type 2 window answers its own QP only */
+		.unbound = mw && !e->mw_mr,
+		.qp_bound = mw && e->ibmw->type == IBV_MW_TYPE_2,
+		.bound_qpn = mw ? e->mw_qpn : 0,
+	};
+}
+
+/* The address of [iova, ...) of e, once the checks have passed. */
+static inline void key_address(const struct sv_mr *e, uint64_t iova, uint8_t **ptr,
+			       sv_cu_ctx *gpu)
+{
 	/* in integers: an implicit MR's vaddr is NULL (verbs/mr.c) */
 	*ptr = (uint8_t *)((uintptr_t)e->vaddr + (uintptr_t)(iova - e->iova));
 	if (gpu)
 		*gpu = e->gpu;
-	return SV_MEM_OK;
 }
 
 enum sv_mem_err sv_mr_translate(struct sv_context *ctx, uint32_t key, struct sv_pd *pd,
@@ -124,11 +140,17 @@ enum sv_mem_err sv_mr_translate(struct sv_context *ctx, uint32_t key, struct sv_
 				uint8_t **ptr, sv_cu_ctx *gpu)
 {
 	struct sv_mr *e = sv_key_entry(ctx, key);
+	struct sv_key_view k;
+	enum sv_mem_err r;
 
 	/* a window's key is for peers only, never an lkey */
 	if (!e || e->kind != SV_KEY_MR)
 		return SV_MEM_BAD_KEY;
-	return check_range(e, pd, iova, len, need_access, ptr, gpu);
+	k = key_view(e);
+	r = sv_key_allows_range(&k, want_pd(e, pd), need_access, iova, len);
+	if (r == SV_MEM_OK)
+		key_address(e, iova, ptr, gpu);
+	return r;
 }
 
 enum sv_mem_err sv_key_translate_remote(struct sv_context *ctx, uint32_t key, struct sv_pd *pd,
@@ -136,15 +158,16 @@ enum sv_mem_err sv_key_translate_remote(struct sv_context *ctx, uint32_t key, st
 					unsigned int need_access, uint8_t **ptr, sv_cu_ctx *gpu)
 {
 	struct sv_mr *e = sv_key_entry(ctx, key);
+	struct sv_key_view k;
+	enum sv_mem_err r;
 
 	if (!e)
 		return SV_MEM_BAD_KEY;
-	if (e->kind == SV_KEY_MW) {
-		/* unbound or invalidated; a type 2 window answers its own QP only */
-		if (!e->mw_mr || (e->ibmw->type == IBV_MW_TYPE_2 && e->mw_qpn != qpn))
-			return SV_MEM_BAD_KEY;
-	}
-	return check_range(e, pd, iova, len, need_access, ptr, gpu);
+	k = key_view(e);
+	r = sv_key_allows_remote(&k, want_pd(e, pd), qpn, need_access, iova, len);
+	if (r == SV_MEM_OK)
+		key_address(e, iova, ptr, gpu);
+	return r;
 }
 
 /* Write lock held: the window no longer names a range. */

@@ -404,7 +404,7 @@ struct sv_send_wqe {
 	uint8_t state;  /* enum sv_wqe_state */
 	uint8_t status; /* enum ibv_wc_status */
 	/* a packet of it went on the wire: it is resent there, never executed
-	 * on the peer's memory (engine/peer_mem.h), whose responder may have
+	 * on the peer's memory (engine/direct_exec.h), whose responder may have
 	 * executed it already and expects the PSNs after it */
 	bool wired;
 };
@@ -541,7 +541,7 @@ struct sv_qp {
 	struct sv_gpu_sink *gpu_in, *gpu_rd_in;
 
 	struct sv_wr_batch *batch; /* ibv_wr_start() .. ibv_wr_complete() */
-	/* the peer's MR this QP reached last by itself (engine/peer_mem.c) */
+	/* the peer's MR this QP reached last by itself (engine/direct_exec.c) */
 	struct {
 		uint32_t rkey, slot, epoch;
 		uint32_t miss; /* the rkey whose last operation went by the wire */

@@ -9,7 +9,7 @@
 #include "engine/stats.h"
 #include "engine/dma.h"
 #include "engine/gpu.h"
-#include "engine/peer_mem.h"
+#include "engine/direct_exec.h"
 
 #include <arpa/inet.h>
 #include <string.h>
@@ -434,7 +434,7 @@ void sv_requester_run(struct sv_qp *qp)
 	 * direct WRITE; sv_txbatch_init sets what is read */
 	struct req_pass pass;
 	/* a WQE before this one is still on the wire: what follows it goes
-	 * there too (peer_mem.h) */
+	 * there too (direct_exec.h) */
 	bool on_wire = sq->head != sq->next || sq->seg_off;
 	bool arm = false; /* an RC WQE went out whole */
 
@@ -487,7 +487,7 @@ void sv_requester_run(struct sv_qp *qp)
 			/* executed on the peer's memory, it has its local buffers
 			 * checked there, under the MR lock that takes anyway */
 			if (st == IBV_WC_SUCCESS && direct && !on_wire)
-				d = sv_peer_direct(qp, qp->conn, w, posting);
+				d = sv_direct_exec(qp, qp->conn, w, posting);
 			if (d == SV_DIRECT_WIRE && st == IBV_WC_SUCCESS)
 				st = check_sgl(qp, w);
 			if (st != IBV_WC_SUCCESS) {
@@ -509,7 +509,7 @@ void sv_requester_run(struct sv_qp *qp)
 					break; /* retire() moves the QP to ERR */
 				continue;
 			}
-			if (direct && on_wire && sv_peer_direct_soon(qp, qp->conn, w))
+			if (direct && on_wire && sv_direct_soon(qp, qp->conn, w))
 				break; /* its completion runs us again (completer.c) */
 			w->first_psn = sq->psn;
 			w->npkts = wqe_npkts(qp, w);

@@ -6,6 +6,7 @@
  * or atomic acknowledgements.  Runs in the engine thread with qp->lock held,
  * so one-sided operations need nothing from the target application.
  */
+#include "engine/access_check.h"
 #include "engine/engine.h"
 #include "engine/stats.h"
 #include "engine/dma.h"
@@ -432,21 +433,23 @@ static enum resp_result check_sequence(const struct resp_pkt *p, bool write)
 	return qp->resp_in_msg && qp->resp_in_write == write ? RESP_OK : RESP_ERR_SEQUENCE;
 }
 
-/* Step: the QP allows the remote operation (and an atomic's address is aligned). */
+/* Step: the QP allows the remote operation (and an atomic's address is
+ * aligned): the predicate the direct executor applies too (access_check.h). */
 static enum resp_result check_qp_access(const struct resp_pkt *p, unsigned int access,
 					uint64_t va)
 {
-	if (!(p->qp->attr.qp_access_flags & access))
-		return RESP_ERR_QP_ACCESS;
-	if (access == IBV_ACCESS_REMOTE_ATOMIC && (va & 7))
-		return RESP_ERR_QP_ACCESS;
-	return RESP_OK;
+	return sv_qp_allows_remote(p->qp->attr.qp_access_flags, access, va,
+				   access == IBV_ACCESS_REMOTE_ATOMIC)
+		       ? RESP_OK
+		       : RESP_ERR_QP_ACCESS;
 }
 
 /*
  * Step: key, PD, access flag and bounds of [va, va+len) under rkey; *mem is
- * where it is here.  The only place an rkey is checked.  The caller holds
- * the MR read lock for as long as it uses *mem.
+ * where it is here.  The only place the responder checks an rkey, with the
+ * predicates the direct executor applies to the export table too
+ * (access_check.h).  The caller holds the MR read lock for as long as it
+ * uses *mem.
  */
 static enum resp_result check_rkey(const struct sv_qp *qp, uint32_t rkey, uint64_t va,
 				   uint64_t len, unsigned int access, uint8_t **mem, sv_cu_ctx *gpu)

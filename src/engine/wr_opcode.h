@@ -26,6 +26,9 @@ enum {
 					* inline data; a READ response without data back */
 	SV_WRF_LOCAL = 1 << 8,         /* a local operation of the send queue (bind,
 					* invalidate): nothing goes on the wire */
+	SV_WRF_DIRECT = 1 << 9,        /* one-sided, nothing asked of the target's CPU:
+					* the initiator may execute it on a peer of
+					* its host's memory (direct_exec.h) */
 };
 /* the requests that wait for a response (and count against max_rd_atomic) */
 #define SV_WRF_RD_ATOMIC (SV_WRF_READ | SV_WRF_ATOMIC | SV_WRF_ATOMIC_WRITE)
@@ -42,6 +45,10 @@ struct sv_wr_opcode_info {
 	enum ibv_wc_opcode wc_opcode;
 	unsigned int local_access; /* what the local SGL's MRs must allow */
 	uint32_t min_len;          /* shortest local buffer (atomics: 8) */
+	/* what the target's QP and the MR its rkey names must allow
+	 * (IBV_ACCESS_REMOTE_*; 0: no rkey); the responder's and the direct
+	 * executor's checks (access_check.h) */
+	unsigned int remote_access;
 };
 
 /* The row of opcode op, or NULL if softverbs does not execute it. */
@@ -51,6 +58,12 @@ const struct sv_wr_opcode_info *sv_wr_opcode_info(enum ibv_wr_opcode op);
 static inline bool sv_wr_rd_atomic(const struct sv_wr_opcode_info *op)
 {
 	return op->flags & SV_WRF_RD_ATOMIC;
+}
+
+/* An atomic or an atomic write: one 8-byte word, at an aligned address. */
+static inline bool sv_wr_word(const struct sv_wr_opcode_info *op)
+{
+	return op->flags & (SV_WRF_ATOMIC | SV_WRF_ATOMIC_WRITE);
 }
 
 /* Does the request itself carry the message's bytes (not READ, not the atomics)? */

@@ -268,7 +268,7 @@ struct sv_conn {
 	pid_t peer_pid;        /* the peer process, where the transport knows it is on
 				  this host with our uid (shm); 0 otherwise */
 	atomic_bool peer_gpu;  /* its HELLO says it opens our GPU memory (SV_HELLO_GPU) */
-	/* the engine's view of the peer's exported memory (engine/peer_mem.c),
+	/* the engine's view of the peer's exported memory (engine/direct_exec.c),
 	 * made once; freed with the connection by peer_mem_free */
 	_Atomic(void *) peer_mem;
 	void (*peer_mem_free)(void *);

@@ -304,6 +304,7 @@ int ibv_dereg_mr(struct ibv_mr *ibmr)
 {
 	struct sv_mr *mr;
 	struct sv_context *ctx;
+	bool exported;
 
 	if (!ibmr)
 		return EINVAL;
@@ -316,9 +317,13 @@ int ibv_dereg_mr(struct ibv_mr *ibmr)
 		sv_arwlock_wrunlock(&ctx->mrs.lock);
 		return EBUSY;
 	}
-	sv_export_mr_revoke(ctx, mr); /* peers first: they check no key table of ours */
+	exported = sv_export_mr_revoke(ctx, mr); /* peers first: they check no key table of ours */
 	sv_key_remove(&ctx->mrs, mr);
 	sv_arwlock_wrunlock(&ctx->mrs.lock);
+	/* the accesses peers began before are over, the lock no longer held
+	 * (nothing of ours waits on them meanwhile) */
+	if (exported)
+		sv_export_quiesce(ctx);
 	sv_ref_put(&mr->pd->users);
 	sv_share_put(mr->ext);
 	free(mr->gx);
@@ -345,6 +350,7 @@ int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd, void *addr, 
 	struct sv_pd *npd;
 	struct sv_cuda_range gpu = { 0 };
 	struct sv_extent *next, *prev;
+	bool exported;
 	unsigned int nacc;
 	void *naddr;
 	size_t nlen;
@@ -389,7 +395,7 @@ int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd, void *addr, 
 		errno = EBUSY;
 		return IBV_REREG_MR_ERR_CMD;
 	}
-	sv_export_mr_revoke(ctx, mr);
+	exported = sv_export_mr_revoke(ctx, mr);
 	prev = mr->ext;
 	mr->ext = next;
 	if (npd != mr->pd) {
@@ -411,6 +417,8 @@ int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd, void *addr, 
 	}
 	sv_export_mr(ctx, mr);
 	sv_arwlock_wrunlock(&ctx->mrs.lock);
+	if (exported)
+		sv_export_quiesce(ctx); /* as at deregistration */
 	sv_share_put(prev);
 	return 0;
 }

@@ -4,8 +4,9 @@
  *   - the target registers memory of each common kind (malloc'd heap, an
  *     anonymous mapping, transparent huge pages, hugetlb pages when the
  *     host has some reserved), then is stopped with SIGSTOP; WRITE, READ,
- *     compare-and-swap and fetch-and-add on each complete, with the right
- *     data, while it is stopped; once continued it checks its memory
+ *     compare-and-swap, fetch-and-add and atomic write on each complete,
+ *     with the right data, while it is stopped; once continued it checks
+ *     its memory
  *   - revocation: once the target deregisters an MR, a WRITE with its rkey
  *     fails with a remote access error and changes nothing
  *   - pages replaced at registration lose no store of another thread
@@ -21,11 +22,17 @@
  *     malloc's data too, stay on their side
  *   - revocation under fire: a thread WRITEs into an MR as fast as it can
  *     (inline in half of the rounds: then the initiator takes no MR lock)
- *     while the target, a context of the same process, deregisters it;
- *     nothing lands once ibv_dereg_mr has returned, and the writer ends with
- *     a remote access error.  (It cannot show the busy count's fence at
+ *     (atomic writes in a third of them) while the target, a context of the
+ *     same process, deregisters it; nothing lands once ibv_dereg_mr has
+ *     returned, which it does well before the 1 s a peer stopped inside an
+ *     access is waited for, and the writer ends with a remote access error.  (It cannot show the busy count's fence at
  *     work: a store missed by it would have to come after the whole
  *     deregistration, microseconds, not the nanoseconds the fence covers.)
+ *   - deregistration waits for an access in progress, asleep: a 32 MiB
+ *     WRITE (left to the initiator's engine thread) is being copied when
+ *     the target deregisters the MR; ibv_dereg_mr returns once the copy is
+ *     over (the whole WRITE is there, nothing changes after), in much less
+ *     than 1 s
  *   - the local side of the same: a thread WRITEs 1 MiB at a time from a
  *     buffer of its own MR, each executed in its post, while the main
  *     thread deregisters that MR and then fills the buffer with a poison
@@ -63,7 +70,8 @@
 #define NKIND 4
 #define RLEN (2u << 20) /* each region; hugetlb needs a whole huge page */
 #define QUART (RLEN / 4)
-#define WORDS (RLEN - 64) /* the atomic words: FAA at +0, CAS at +8 */
+#define WORDS (RLEN - 64) /* the atomic words: FAA at +0, CAS at +8, ATOMIC_WRITE at +16 */
+#define AW_VALUE 0x0123456789abcd00ull
 
 static const char *const kind_name[NKIND] = { "malloc", "mmap", "thp", "hugetlb" };
 
@@ -141,6 +149,7 @@ static int target(int rfd, int wfd, int argc, char **argv)
 		svt_fill(buf[k], RLEN, 10 + k);
 		((uint64_t *)(buf[k] + WORDS))[0] = 1000 + k;
 		((uint64_t *)(buf[k] + WORDS))[1] = 5;
+		((uint64_t *)(buf[k] + WORDS))[2] = 0;
 		mr[k] = svt_reg_mr(d.pd, buf[k], RLEN, SVT_ACCESS_ALL);
 		me.addr[k] = (uintptr_t)buf[k];
 		me.rkey[k] = mr[k]->rkey;
@@ -169,6 +178,7 @@ static int target(int rfd, int wfd, int argc, char **argv)
 		SVT_CHECK_FILL(buf[k], QUART, 20 + k); /* the parent's WRITE */
 		SVT_CHECK_EQ(((uint64_t *)(buf[k] + WORDS))[0], 1000 + k + 42);
 		SVT_CHECK_EQ(((uint64_t *)(buf[k] + WORDS))[1], 6);
+		SVT_CHECK_EQ(((uint64_t *)(buf[k] + WORDS))[2], AW_VALUE + k);
 	}
 	/* revocation: the first region's MR goes */
 	SVT_CHECK_OK(ibv_dereg_mr(mr[0]));
@@ -195,7 +205,7 @@ static void test_stopped_target(void)
 	struct svt_dev d;
 	struct svt_qp_init qi;
 	struct regions me = { 0 }, peer;
-	struct ibv_wc wc[4 * NKIND];
+	struct ibv_wc wc[5 * NKIND];
 	char *buf = svt_alloc(RLEN + 4096);
 	int status, n = 0;
 	bool shared[NKIND];
@@ -227,7 +237,7 @@ static void test_stopped_target(void)
 	SVT_CHECK_EQ(waitpid(c.pid, &status, WUNTRACED), c.pid);
 	SVT_CHECK(WIFSTOPPED(status));
 	for (int k = 0; k < NKIND; k++) {
-		uint64_t *lw = (uint64_t *)(buf + RLEN + 64 * k);
+		uint64_t *lw = (uint64_t *)(buf + RLEN + 64 * k), aw = AW_VALUE + k;
 		char *rd = buf + QUART;
 
 		if (!peer.rkey[k]) {
@@ -254,19 +264,25 @@ static void test_stopped_target(void)
 		SVT_CHECK_OK(svt_post_atomic(qp, 400 + k, IBV_WR_ATOMIC_CMP_AND_SWP,
 					     IBV_SEND_SIGNALED, &lw[1], mr->lkey,
 					     peer.addr[k] + WORDS + 8, peer.rkey[k], 5, 6));
+		/* (its 8 bytes are taken at the post, as inline data) */
+		SVT_CHECK_OK(svt_post_send(qp, 600 + k, IBV_WR_ATOMIC_WRITE, IBV_SEND_SIGNALED, &aw,
+					   8, 0, peer.addr[k] + WORDS + 16, peer.rkey[k], 0));
 		/* the target's engine is stopped with it: only this process can
 		 * have completed them */
-		svt_poll_ok(cq, 4, wc + n, 5000);
+		svt_poll_ok(cq, 5, wc + n, 5000);
 		SVT_CHECK_EQ(wc[n].wr_id, 100 + k);
 		SVT_CHECK_EQ(wc[n + 3].wr_id, 400 + k);
+		SVT_CHECK_EQ(wc[n + 4].wr_id, 600 + k);
+		SVT_CHECK_EQ(wc[n + 4].opcode, IBV_WC_ATOMIC_WRITE);
 		SVT_CHECK_EQ(wc[n + 1].byte_len, QUART);
-		n += 4;
+		n += 5;
 		/* the READ got the target's bytes: its fill at offset QUART */
 		for (size_t i = 0; i < QUART; i += 4093)
 			SVT_CHECK_EQ((uint8_t)rd[i], svt_pattern_byte(10 + k, QUART + i));
 		SVT_CHECK_EQ(lw[0], 1000 + k);
 		SVT_CHECK_EQ(lw[1], 5);
-		svt_log("%s: WRITE, READ, CAS and FAA done with the target stopped", kind_name[k]);
+		svt_log("%s: WRITE, READ, CAS, FAA and ATOMIC_WRITE done with the target stopped",
+			kind_name[k]);
 	}
 	SVT_CHECK_OK(kill(c.pid, SIGCONT));
 	svt_sync_send(c.wfd, 'C');
@@ -637,6 +653,7 @@ static void test_fork_early_store(struct svt_pair *p)
 struct racer {
 	struct svt_pair *p;
 	uint64_t rkey, addr;
+	enum ibv_wr_opcode op;
 	bool inl;
 	_Atomic uint64_t posted;
 	enum ibv_wc_status last; /* read after the join */
@@ -651,7 +668,7 @@ static void *race_writer(void *arg)
 
 	for (uint64_t i = 0; i < 20000000; i++) {
 		*src = i + 1;
-		SVT_CHECK_OK(svt_post_send(r->p->a.qp, i, IBV_WR_RDMA_WRITE,
+		SVT_CHECK_OK(svt_post_send(r->p->a.qp, i, r->op,
 					   IBV_SEND_SIGNALED | (r->inl ? IBV_SEND_INLINE : 0), src, 8,
 					   r->p->a.mr->lkey, r->addr + (i % (RACE_LEN / 8)) * 8,
 					   (uint32_t)r->rkey, 0));
@@ -669,11 +686,16 @@ static void *race_writer(void *arg)
 static void test_revoke_race(void)
 {
 	uint8_t *tgt = svt_alloc(RACE_LEN), *seen = svt_alloc(RACE_LEN);
+	uint64_t slowest = 0;
 	int changed = 0;
 
 	for (int round = 0; round < RACE_ROUNDS; round++) {
 		struct svt_pair p;
-		struct racer r = { .p = &p, .inl = round & 1 };
+		/* WRITE, inline WRITE (no MR lock at the initiator), atomic write */
+		struct racer r = { .p = &p,
+				   .op = round % 3 == 2 ? IBV_WR_ATOMIC_WRITE : IBV_WR_RDMA_WRITE,
+				   .inl = round % 3 == 1 };
+		uint64_t t0;
 		struct ibv_mr *mr;
 		pthread_t t;
 
@@ -693,8 +715,10 @@ static void test_revoke_race(void)
 		SVT_CHECK_OK(pthread_create(&t, NULL, race_writer, &r));
 		while (atomic_load(&r.posted) < 2000 + (uint64_t)round * 37)
 			;
+		t0 = svt_now_ms();
 		SVT_CHECK_OK(ibv_dereg_mr(mr));
 		memcpy(seen, tgt, RACE_LEN); /* what is there once it is revoked */
+		slowest = (svt_now_ms() - t0 > slowest ? svt_now_ms() - t0 : slowest);
 		SVT_CHECK_OK(pthread_join(t, NULL));
 		SVT_CHECK_EQ((int)r.last, (int)IBV_WC_REM_ACCESS_ERR);
 		if (memcmp(seen, tgt, RACE_LEN))
@@ -702,7 +726,72 @@ static void test_revoke_race(void)
 		svt_pair_destroy(&p);
 	}
 	SVT_CHECK_EQ(changed, 0);
-	svt_log("%d rounds of WRITEs racing deregistration: none landed after it", RACE_ROUNDS);
+	/* waited for on the busy count, not until the 1 s a stopped peer gets */
+	SVT_CHECK(slowest < 500);
+	svt_log("%d rounds of WRITEs and atomic writes racing deregistration: none landed after "
+		"it; the slowest returned in %llu ms",
+		RACE_ROUNDS, (unsigned long long)slowest);
+	free(tgt);
+	free(seen);
+}
+
+#define WAIT_ROUNDS 4
+#define WAIT_LEN (32u << 20) /* longer than SV_DIRECT_INLINE_MAX: the engine thread copies */
+
+/*
+ * Deregistration while a peer's access is in progress waits for it (asleep
+ * on the QP's busy count, woken by the access that ends): the WRITE is being
+ * copied (some of its bytes are there) when ibv_dereg_mr is called, all of it
+ * is there when it returns, and nothing changes after.
+ */
+static void test_revoke_waits(void)
+{
+	uint8_t *src = svt_alloc(WAIT_LEN), *tgt = svt_alloc(WAIT_LEN), *seen = svt_alloc(WAIT_LEN);
+	uint64_t slowest = 0, t0, dt;
+	struct svt_pair p;
+	struct ibv_mr *smr, *mr;
+	struct ibv_wc wc;
+	int during = 0;
+
+	svt_pair_create(&p, IBV_QPT_RC, NULL);
+	SVT_CHECK_OK(svt_post_send(p.a.qp, 1, IBV_WR_RDMA_WRITE, IBV_SEND_SIGNALED, p.a.buf, 64,
+				   p.a.mr->lkey, (uintptr_t)p.b.buf, p.b.mr->rkey, 0));
+	svt_poll_ok(p.a.send_cq, 1, &wc, 0);
+	smr = svt_reg_mr(p.a.pd, src, WAIT_LEN, SVT_ACCESS_ALL);
+	for (int round = 0; round < WAIT_ROUNDS; round++) {
+		/* (a byte a quarter in: memcpy may store its first bytes last) */
+		volatile uint8_t *first = tgt + WAIT_LEN / 4;
+
+		memset(src, 0x40 + round, WAIT_LEN);
+		memset(tgt, 0, WAIT_LEN);
+		mr = svt_reg_mr(p.b.pd, tgt, WAIT_LEN, SVT_ACCESS_ALL);
+		SVT_CHECK(svt_shared_pages(tgt));
+		SVT_CHECK_OK(svt_post_send(p.a.qp, 2, IBV_WR_RDMA_WRITE, IBV_SEND_SIGNALED, src,
+					   WAIT_LEN, smr->lkey, (uintptr_t)tgt, mr->rkey, 0));
+		t0 = svt_now_ms();
+		while (!*first && svt_now_ms() - t0 < 10000)
+			; /* the copy has begun */
+		SVT_CHECK(*first);
+		during += !tgt[WAIT_LEN - 1]; /* and was not over yet */
+		t0 = svt_now_ms();
+		SVT_CHECK_OK(ibv_dereg_mr(mr));
+		dt = svt_now_ms() - t0;
+		memcpy(seen, tgt, WAIT_LEN);
+		slowest = dt > slowest ? dt : slowest;
+		wc = svt_poll_one(p.a.send_cq);
+		SVT_CHECK_WC_OK(wc); /* it had passed its checks */
+		SVT_CHECK_EQ(memcmp(seen, tgt, WAIT_LEN), 0);
+		for (size_t i = 0; i < WAIT_LEN; i += 4093)
+			SVT_CHECK_EQ(seen[i], 0x40 + round);
+		SVT_CHECK_EQ(seen[WAIT_LEN - 1], 0x40 + round);
+	}
+	SVT_CHECK(slowest < 900);
+	svt_log("%d deregistrations during a 32 MiB WRITE (%d caught it mid-copy): each waited for "
+		"it, the slowest %llu ms",
+		WAIT_ROUNDS, during, (unsigned long long)slowest);
+	SVT_CHECK_OK(ibv_dereg_mr(smr));
+	svt_pair_destroy(&p);
+	free(src);
 	free(tgt);
 	free(seen);
 }
@@ -1120,6 +1209,7 @@ int main(int argc, char **argv)
 	test_fork_heap(&p);
 	svt_pair_destroy(&p);
 	test_revoke_race();
+	test_revoke_waits();
 	test_local_revoke_race();
 	test_mapping_churn();
 	hugepages_reserve();

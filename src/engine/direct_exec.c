@@ -1,19 +1,23 @@
 /*
- * One-sided operations executed by the initiator on the memory of a peer of
- * this host (ARCHITECTURE.md §4.6), with the target's CPU out of the path:
- * the target may be asleep, busy, or stopped.
+ * The direct executor (direct_exec.h): RC one-sided operations executed by
+ * the initiator on the memory of a peer of this host (ARCHITECTURE.md
+ * §4.6), with the target's CPU out of the path: the target may be asleep,
+ * busy, or stopped.  Why: a NIC needs nothing from the target's CPU, and
+ * the target's engine thread would add two hand-offs to each operation.
  *
  * Over a shm connection (same host, same uid, the peer's pid known), the
- * requester asks sv_peer_direct() first for an RC WRITE, READ, compare-and-
- * swap or fetch-and-add.  It takes the peer's export table once per
- * connection (the registry names its descriptor; pidfd_getfd(2) takes it,
- * with the same permission as process_vm_readv), and maps the memfd of an
- * MR's pages the first time it is used.  Then, for each operation, it
- * applies the responder's checks from the table (the target QP executes
- * requests, is connected to this QP, and allows the operation; the rkey
- * names an exported MR of the QP's PD, with the access, covering the
- * range) and moves the bytes itself: a memcpy, or a CPU atomic, atomic
- * against the target's own CPU as well.
+ * requester asks sv_direct_exec() first for a WQE whose opcode the WR table
+ * marks SV_WRF_DIRECT (WRITE, READ, compare-and-swap, fetch-and-add, atomic
+ * write).  It takes the peer's export table once per connection (the
+ * registry names its descriptor; pidfd_getfd(2) takes it, with the same
+ * permission as process_vm_readv), and maps the memfd of an MR's pages the
+ * first time it is used.  Then, for each operation, it applies the
+ * responder's checks (access_check.h) to what the table says (the target QP
+ * executes requests, is connected to this QP, and allows the opcode's
+ * remote access; the rkey names an exported MR of the QP's PD, with the
+ * access, covering the range) and moves the bytes itself: a memcpy, a CPU
+ * atomic (atomic against the target's own CPU as well), or the atomic
+ * write's one 8-byte store with release order.
  *
  * Anything else goes by the wire, unchanged: a check that fails (the
  * target's responder then answers with the NAK the IBA requires and moves
@@ -22,11 +26,13 @@
  * wire (RC order: a WQE executes here only when every WQE before it has
  * completed).
  */
-#include "engine/peer_mem.h"
+#include "engine/direct_exec.h"
+#include "engine/access_check.h"
 #include "engine/dma.h"
 #include "engine/mem_export.h"
 #include "engine/objects.h"
 #include "common/fault_guard.h"
+#include "wire/opcode.h"
 
 #include <errno.h>
 #include <linux/futex.h>
@@ -61,6 +67,7 @@ struct sv_peer_mem {
 	int pidfd;
 	struct sv_xseg *x;
 	uint32_t qpn_base;         /* the table's, read once */
+	const _Atomic uint32_t *alive; /* the lock word of its liveness mutex; NULL: unknown */
 	struct sv_qpn_perm perm;   /* from its qpn_key: a QPN's slot in x->qp */
 	struct pm_map map[PM_MAPS];
 	int nmap;
@@ -100,6 +107,7 @@ static int take_fd(struct sv_peer_mem *pm, int fd, uint64_t ino, uint64_t min_si
 static void pm_setup(struct sv_peer_mem *pm, struct sv_conn *conn, uint32_t qpn)
 {
 	uint64_t ino;
+	uint32_t off;
 	int fd, f;
 	void *x;
 
@@ -127,9 +135,14 @@ static void pm_setup(struct sv_peer_mem *pm, struct sv_conn *conn, uint32_t qpn)
 	/* read once: whatever the table says later, a QPN's slot is < SV_QPN_BLOCK */
 	pm->qpn_base = qpn & ~(SV_QPN_BLOCK - 1);
 	sv_qpn_perm_init(&pm->perm, pm->x->qpn_key);
+	off = pm->x->alive_off; /* read once, and checked: it lies inside the mutex */
+	if (off >= offsetof(struct sv_xseg, alive) && !(off & 3) &&
+	    off + sizeof(uint32_t) <= offsetof(struct sv_xseg, alive) + sizeof(pm->x->alive))
+		pm->alive = (const _Atomic uint32_t *)((const uint8_t *)pm->x + off);
 	atomic_store(&pm->usable, true);
 	atomic_store(&pm->alive_at, sv_now_ns());
-	sv_dbg("peer memory: one-sided operations to pid %d run here", (int)conn->peer_pid);
+	sv_dbg("peer memory: one-sided operations to pid %d run here (liveness: %s)",
+	       (int)conn->peer_pid, pm->alive ? "its lock word" : "its pidfd");
 }
 
 /*
@@ -144,18 +157,17 @@ static void pm_setup(struct sv_peer_mem *pm, struct sv_conn *conn, uint32_t qpn)
 #define SV_PEER_ALIVE_NS 50000ull
 
 /* The peer's engine thread holds the table's liveness mutex, and has not
- * ended (mem_export.h): one load of a line nobody writes.  glibc's mutex
- * keeps its futex word, the owner's TID, in __data.__lock. */
-static bool owner_holds(const struct sv_xseg *x)
+ * ended (mem_export.h): one load of a line nobody writes.  The word and its
+ * bits are the kernel's robust futex ABI: the owner's TID, and
+ * FUTEX_OWNER_DIED once the kernel has found the owner gone. */
+static bool owner_holds(const struct sv_peer_mem *pm)
 {
-#ifdef __GLIBC__
-	int w = __atomic_load_n(&x->alive.m.__data.__lock, __ATOMIC_ACQUIRE);
+	uint32_t w;
 
+	if (!pm->alive)
+		return false;
+	w = atomic_load_explicit(pm->alive, memory_order_acquire);
 	return (w & FUTEX_TID_MASK) && !(w & FUTEX_OWNER_DIED);
-#else
-	(void)x;
-	return false;
-#endif
 }
 
 static bool peer_alive(struct sv_peer_mem *pm)
@@ -163,7 +175,7 @@ static bool peer_alive(struct sv_peer_mem *pm)
 	uint64_t now;
 	struct pollfd p = { .fd = pm->pidfd, .events = POLLIN };
 
-	if (owner_holds(pm->x))
+	if (owner_holds(pm))
 		return true;
 	/* not held (yet, or any more: its context is closing): ask the process */
 	now = sv_now_ns();
@@ -268,21 +280,30 @@ static uint8_t *map_extent(struct sv_peer_mem *pm, int fd, uint64_t ino, uint64_
 	return base;
 }
 
+/* An exported MR as the checks see it, and where its bytes are. */
+struct xmr_view {
+	struct sv_key_view key; /* an MR's: bound, to no QP in particular */
+	uint64_t ino, size, off;
+	int fd;
+};
+
 /* A consistent copy of an MR slot, when it carries rkey. */
-static bool read_slot(struct sv_xmr *m, uint32_t rkey, struct sv_xmr *out)
+static bool read_slot(struct sv_xmr *m, uint32_t rkey, struct xmr_view *out)
 {
 	uint32_t s = atomic_load_explicit(&m->seq, memory_order_acquire);
 
 	if ((s & 1) || atomic_load(&m->rkey) != rkey)
 		return false;
-	atomic_store_explicit(&out->pd, atomic_load(&m->pd), memory_order_relaxed);
-	atomic_store_explicit(&out->access, atomic_load(&m->access), memory_order_relaxed);
-	atomic_store_explicit(&out->iova, atomic_load(&m->iova), memory_order_relaxed);
-	atomic_store_explicit(&out->len, atomic_load(&m->len), memory_order_relaxed);
-	atomic_store_explicit(&out->ino, atomic_load(&m->ino), memory_order_relaxed);
-	atomic_store_explicit(&out->size, atomic_load(&m->size), memory_order_relaxed);
-	atomic_store_explicit(&out->off, atomic_load(&m->off), memory_order_relaxed);
-	atomic_store_explicit(&out->fd, atomic_load(&m->fd), memory_order_relaxed);
+	out->key = (struct sv_key_view){
+		.pd = atomic_load(&m->pd),
+		.access = atomic_load(&m->access),
+		.iova = atomic_load(&m->iova),
+		.len = atomic_load(&m->len),
+	};
+	out->ino = atomic_load(&m->ino);
+	out->size = atomic_load(&m->size);
+	out->off = atomic_load(&m->off);
+	out->fd = atomic_load(&m->fd);
 	return atomic_load(&m->seq) == s;
 }
 
@@ -326,37 +347,41 @@ static bool local_iov(struct sv_qp *qp, struct sv_send_wqe *w, uint32_t len, uns
 
 /* Move the bytes: the checks have passed, and `at` is the target's memory
  * (the MR read lock held, for the local SGEs: a WRITE's or READ's are iov,
- * n of them, translated already). */
+ * n of them, translated already).  What to do is the opcode's row: its
+ * kind, and for an atomic the wire opcode that carries it, as the
+ * responder tells them apart. */
 static bool execute(struct sv_qp *qp, struct sv_send_wqe *w, uint8_t *at, struct iovec *iov,
 		    int n, enum ibv_wc_status *st)
 {
-	uint64_t orig;
+	uint32_t kind = w->op->flags;
+	uint64_t orig, v;
 	size_t off = 0;
 	bool ok = true;
 
 	*st = IBV_WC_SUCCESS;
-	/* a WRITE lands in order, its last byte last (sv_dma_write) */
-	if (w->wr.opcode == IBV_WR_RDMA_WRITE && w->inline_buf) {
+	if (kind & SV_WRF_ATOMIC_WRITE) {
+		/* its 8 bytes, copied at the post, stored at once with release
+		 * order: every store before it is visible first (the responder's
+		 * exec_atomic_write) */
+		memcpy(&v, w->inline_buf, sizeof(v));
+		__atomic_store_n((uint64_t *)at, v, __ATOMIC_RELEASE);
+	} else if ((kind & SV_WRF_WRITE) && w->inline_buf) {
+		/* a WRITE lands in order, its last byte last (sv_dma_write) */
 		if (!sv_dma_write(at, w->inline_buf, w->length))
 			*st = IBV_WC_LOC_PROT_ERR;
-		return true;
-	}
-	switch (w->wr.opcode) {
-	case IBV_WR_RDMA_WRITE:
+	} else if (kind & SV_WRF_WRITE) {
 		for (int i = 0; *st == IBV_WC_SUCCESS && i < n; off += iov[i++].iov_len)
 			if (!sv_dma_write(at + off, iov[i].iov_base, iov[i].iov_len))
 				*st = IBV_WC_LOC_PROT_ERR;
-		break;
-	case IBV_WR_RDMA_READ:
+	} else if (kind & SV_WRF_READ) {
 		for (int i = 0; *st == IBV_WC_SUCCESS && i < n; off += iov[i++].iov_len)
 			if (!sv_copy_guarded(iov[i].iov_base, at + off, iov[i].iov_len))
 				*st = IBV_WC_LOC_PROT_ERR;
-		break;
-	default: /* the atomics: 8 bytes, aligned (checked) */
+	} else { /* SV_WRF_ATOMIC: 8 bytes, aligned (checked) */
 		ok = local_iov(qp, w, 8, IBV_ACCESS_LOCAL_WRITE, iov, &n, st);
 		if (!ok || *st != IBV_WC_SUCCESS)
-			break;
-		if (w->wr.opcode == IBV_WR_ATOMIC_CMP_AND_SWP) {
+			return ok;
+		if (w->op->wire_only == SV_OP_CMP_SWAP) {
 			orig = w->wr.wr.atomic.compare_add;
 			__atomic_compare_exchange_n((uint64_t *)at, &orig, w->wr.wr.atomic.swap, false,
 						    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
@@ -368,147 +393,166 @@ static bool execute(struct sv_qp *qp, struct sv_send_wqe *w, uint8_t *at, struct
 		for (int i = 0; i < n; off += iov[i++].iov_len)
 			if (!sv_copy_guarded(iov[i].iov_base, (uint8_t *)&orig + off, iov[i].iov_len))
 				*st = IBV_WC_LOC_PROT_ERR;
-		break;
 	}
 	return ok;
 }
 
-/* The rkey of a one-sided WQE; 0 for anything else. */
-static uint32_t one_sided_rkey(const struct sv_send_wqe *w)
+/* What a WQE asks of the target, from its opcode's row. */
+struct direct_target {
+	uint32_t rkey;
+	uint64_t va, len;
+	unsigned int need; /* the remote access */
+	bool word;         /* one aligned 8-byte word (atomics, atomic write) */
+};
+
+/* False when w cannot run here whatever the target says: its opcode is not
+ * a direct one, or it moves no byte. */
+static bool direct_target(const struct sv_send_wqe *w, struct direct_target *t)
 {
-	switch (w->wr.opcode) {
-	case IBV_WR_RDMA_WRITE:
-	case IBV_WR_RDMA_READ:
-		return w->length ? w->wr.wr.rdma.rkey : 0;
-	case IBV_WR_ATOMIC_CMP_AND_SWP:
-	case IBV_WR_ATOMIC_FETCH_AND_ADD:
-		return w->wr.wr.atomic.rkey;
-	default:
-		return 0;
+	const struct sv_wr_opcode_info *op = w->op;
+
+	if (!(op->flags & SV_WRF_DIRECT))
+		return false;
+	t->need = op->remote_access;
+	t->word = sv_wr_word(op);
+	if (op->flags & SV_WRF_ATOMIC) {
+		t->rkey = w->wr.wr.atomic.rkey;
+		t->va = w->wr.wr.atomic.remote_addr;
+	} else {
+		t->rkey = w->wr.wr.rdma.rkey;
+		t->va = w->wr.wr.rdma.remote_addr;
 	}
+	t->len = t->word ? 8 : w->length;
+	return t->len != 0;
 }
 
-bool sv_peer_direct_soon(struct sv_qp *qp, struct sv_conn *conn, const struct sv_send_wqe *w)
+bool sv_direct_soon(struct sv_qp *qp, struct sv_conn *conn, const struct sv_send_wqe *w)
 {
-	uint32_t rkey = one_sided_rkey(w);
+	struct direct_target t;
 
+	if (!direct_target(w, &t))
+		return false;
 	/* a key the wire served is tried again now and then: what made it
 	 * fail (the peer not yet exporting the MR, say) may have passed, and
-	 * a queue kept full never drains by itself to let sv_peer_direct see */
-	if (rkey && rkey == qp->xcache.miss &&
-	    sv_now_ns() - qp->xcache.miss_ns < SV_DIRECT_RETRY_NS)
+	 * a queue kept full never drains by itself to let sv_direct_exec see */
+	if (t.rkey == qp->xcache.miss && sv_now_ns() - qp->xcache.miss_ns < SV_DIRECT_RETRY_NS)
 		return false;
 	/* (XRC: the target's keys are checked against the PD of the SRQ each
 	 * request names, which only its responder knows: always the wire) */
-	return rkey && !qp->ti->xrc && !sv_faults_enabled &&
-	       atomic_load(&conn->state) == SV_CONN_UP && peer_mem(conn, qp->attr.dest_qp_num);
+	return !qp->ti->xrc && !sv_faults_enabled && atomic_load(&conn->state) == SV_CONN_UP &&
+	       peer_mem(conn, qp->attr.dest_qp_num);
 }
 
-enum sv_direct sv_peer_direct(struct sv_qp *qp, struct sv_conn *conn, struct sv_send_wqe *w,
+/* The responder's checks (access_check.h) against the target's table, q's
+ * busy count raised: the offset of the range in the extent, or false (the
+ * wire then, whose responder answers as the IBA requires). */
+static bool check_target(struct sv_qp *qp, struct sv_peer_mem *pm, struct sv_xqp *q,
+			 const struct direct_target *t, struct xmr_view *m, uint64_t *at_off)
+{
+	int slot;
+
+	if (!atomic_load(&q->open) || atomic_load(&q->dest_qpn) != qp->ex.qp_base.qp_num ||
+	    !sv_qp_allows_remote(atomic_load(&q->access), t->need, t->va, t->word) ||
+	    (slot = find_slot(qp, pm->x, t->rkey)) < 0 || !read_slot(&pm->x->mr[slot], t->rkey, m) ||
+	    sv_key_allows_remote(&m->key, atomic_load(&q->pd), qp->attr.dest_qp_num, t->need,
+				 t->va, t->len) != SV_MEM_OK)
+		return false;
+	/* and the extent, as mapped, holds the range */
+	*at_off = m->off + (t->va - m->key.iova);
+	return *at_off <= m->size && t->len <= m->size - *at_off;
+}
+
+/* The local buffers, checked as the requester would (the MR read lock
+ * held): false with *st set when they fail; a WRITE's or READ's are
+ * translated into iov once, for the copy.  GPU memory: false with *st
+ * SUCCESS (the wire handles it). */
+static bool check_local(struct sv_qp *qp, struct sv_send_wqe *w, struct iovec *iov, int *niov,
+			enum ibv_wc_status *st)
+{
+	enum sv_mem_err e;
+
+	*st = IBV_WC_SUCCESS;
+	if (w->op->flags & SV_WRF_ATOMIC) {
+		e = sv_sgl_check_locked(qp->ctx, qp->pd, w->sge, w->num_sge, w->op->local_access);
+		if (e != SV_MEM_OK)
+			*st = sv_mem_err_to_local_status(e);
+		return e == SV_MEM_OK;
+	}
+	return local_iov(qp, w, w->length, w->op->local_access, iov, niov, st) &&
+	       *st == IBV_WC_SUCCESS;
+}
+
+/* pm->lock held: the mapping of m's extent, the QP's cache first.  May
+ * trade the read lock for the write lock (*wrlocked). */
+static uint8_t *extent_base(struct sv_qp *qp, struct sv_peer_mem *pm, const struct xmr_view *m,
+			    bool *wrlocked)
+{
+	uint8_t *base = qp->xcache.base;
+
+	if (base && qp->xcache.ino == m->ino && qp->xcache.epoch == atomic_load(&pm->epoch))
+		return base;
+	/* mapped already, by another QP or before the epoch moved: found under
+	 * the read lock (a writer costs a membarrier, arwlock.h) */
+	base = mapped_extent(pm, m->ino, m->size);
+	if (!base) {
+		sv_arwlock_rdunlock(&pm->lock);
+		sv_arwlock_wrlock(&pm->lock);
+		*wrlocked = true;
+		base = map_extent(pm, m->fd, m->ino, m->size);
+	}
+	qp->xcache.base = base;
+	qp->xcache.ino = m->ino;
+	qp->xcache.epoch = atomic_load(&pm->epoch);
+	return base;
+}
+
+enum sv_direct sv_direct_exec(struct sv_qp *qp, struct sv_conn *conn, struct sv_send_wqe *w,
 			      bool may_defer)
 {
-	uint32_t dq = qp->attr.dest_qp_num, rkey, need;
+	uint32_t dq = qp->attr.dest_qp_num;
 	struct iovec iov[SV_MAX_SGE];
 	int niov = 0;
+	struct direct_target t;
 	struct sv_peer_mem *pm;
 	struct sv_xqp *q;
-	struct sv_xmr m;
-	uint64_t va, len = w->length, at_off;
+	struct xmr_view m;
+	uint64_t at_off;
 	enum ibv_wc_status st = IBV_WC_SUCCESS;
 	uint8_t *base;
 	enum sv_direct r = SV_DIRECT_WIRE;
-	bool local, wrlocked;
-	int slot;
+	bool local, wrlocked = false;
 
-	switch (w->wr.opcode) {
-	case IBV_WR_RDMA_WRITE:
-		need = IBV_ACCESS_REMOTE_WRITE;
-		break;
-	case IBV_WR_RDMA_READ:
-		need = IBV_ACCESS_REMOTE_READ;
-		break;
-	case IBV_WR_ATOMIC_CMP_AND_SWP:
-	case IBV_WR_ATOMIC_FETCH_AND_ADD:
-		need = IBV_ACCESS_REMOTE_ATOMIC;
-		len = 8;
-		break;
-	default:
+	if (!direct_target(w, &t) || qp->ti->xrc || sv_faults_enabled ||
+	    atomic_load(&conn->state) != SV_CONN_UP || !(pm = peer_mem(conn, dq)))
 		return SV_DIRECT_WIRE;
-	}
-	if (!len || qp->ti->xrc || sv_faults_enabled || atomic_load(&conn->state) != SV_CONN_UP ||
-	    !(pm = peer_mem(conn, dq)))
-		return SV_DIRECT_WIRE;
-	if (need == IBV_ACCESS_REMOTE_ATOMIC) {
-		va = w->wr.wr.atomic.remote_addr;
-		rkey = w->wr.wr.atomic.rkey;
-		if (va & 7)
-			return SV_DIRECT_WIRE; /* the responder's error */
-	} else {
-		va = w->wr.wr.rdma.remote_addr;
-		rkey = w->wr.wr.rdma.rkey;
-	}
-	if ((dq & ~(uint32_t)SV_QPN_LOW) != pm->qpn_base)
-		return SV_DIRECT_WIRE;
+	if ((t.word && (t.va & 7)) || (dq & ~(uint32_t)SV_QPN_LOW) != pm->qpn_base)
+		return SV_DIRECT_WIRE; /* misaligned: the responder's error */
 	q = &pm->x->qp[sv_qpn_unpermute(&pm->perm, dq)];
-	/* our own MR table first: a deregistration here that revokes an
-	 * export waits for busy counts with that lock held (a peer of this
-	 * very process may be the one counted).  Inline data (a WRITE's,
-	 * copied at the post) reaches no local MR: then no MR lock at all */
+	/* the local buffers first, under our MR table's read lock, held until
+	 * the copy is over (a deregistration of ours waits for it).  Inline
+	 * data (a WRITE's, an atomic write's, copied at the post) reaches no
+	 * local MR: then no MR lock at all */
 	local = !w->inline_buf;
 	if (local) {
-		/* the local buffers first, as the requester would (it leaves
-		 * them to us, under the lock taken here anyway): a failure there
-		 * completes the WQE without the peer's memory being looked at.
-		 * A WRITE's or READ's are translated here once, for the copy */
-		enum sv_mem_err e = SV_MEM_OK;
-
 		sv_mr_read_lock(qp->ctx);
-		if (need == IBV_ACCESS_REMOTE_ATOMIC) {
-			e = sv_sgl_check_locked(qp->ctx, qp->pd, w->sge, w->num_sge,
-						w->op->local_access);
-			if (e != SV_MEM_OK)
-				st = sv_mem_err_to_local_status(e);
-		} else if (!local_iov(qp, w, w->length, w->op->local_access, iov, &niov, &st)) {
+		if (!check_local(qp, w, iov, &niov, &st)) {
 			sv_mr_read_unlock(qp->ctx);
-			return SV_DIRECT_WIRE; /* GPU memory */
-		}
-		if (st != IBV_WC_SUCCESS) {
-			sv_mr_read_unlock(qp->ctx);
+			if (st == IBV_WC_SUCCESS)
+				return SV_DIRECT_WIRE; /* GPU memory */
+			/* completed without the peer's memory being looked at */
 			w->status = st;
 			return SV_DIRECT_DONE;
 		}
 	}
-	atomic_fetch_add(&q->busy, 1); /* before anything is checked (mem_export.h) */
-	if (!atomic_load(&q->open) || atomic_load(&q->dest_qpn) != qp->ex.qp_base.qp_num ||
-	    !(atomic_load(&q->access) & need) || (slot = find_slot(qp, pm->x, rkey)) < 0 ||
-	    !read_slot(&pm->x->mr[slot], rkey, &m) || atomic_load(&m.pd) != atomic_load(&q->pd) ||
-	    !(atomic_load(&m.access) & need) || va < m.iova || len > m.len ||
-	    va - m.iova > m.len - len)
+	sv_xqp_enter(q); /* before anything is checked (mem_export.h) */
+	if (!check_target(qp, pm, q, &t, &m, &at_off))
 		goto out;
-	at_off = m.off + (va - m.iova);
-	if (at_off > m.size || len > m.size - at_off)
-		goto out;
-	if (len > SV_DIRECT_INLINE_MAX && may_defer) {
+	if (t.len > SV_DIRECT_INLINE_MAX && may_defer) {
 		r = SV_DIRECT_DEFER;
 		goto out;
 	}
 	sv_arwlock_rdlock(&pm->lock);
-	base = qp->xcache.base;
-	wrlocked = false;
-	if (!base || qp->xcache.ino != m.ino || qp->xcache.epoch != atomic_load(&pm->epoch)) {
-		/* mapped already, by another QP or before the epoch moved: found
-		 * under the read lock (a writer costs a membarrier, arwlock.h) */
-		base = mapped_extent(pm, m.ino, m.size);
-		if (!base) {
-			sv_arwlock_rdunlock(&pm->lock);
-			sv_arwlock_wrlock(&pm->lock);
-			wrlocked = true;
-			base = map_extent(pm, m.fd, m.ino, m.size);
-		}
-		qp->xcache.base = base;
-		qp->xcache.ino = m.ino;
-		qp->xcache.epoch = atomic_load(&pm->epoch);
-	}
+	base = extent_base(qp, pm, &m, &wrlocked);
 	if (base && execute(qp, w, base + at_off, iov, niov, &st))
 		r = SV_DIRECT_DONE;
 	if (wrlocked)
@@ -516,14 +560,14 @@ enum sv_direct sv_peer_direct(struct sv_qp *qp, struct sv_conn *conn, struct sv_
 	else
 		sv_arwlock_rdunlock(&pm->lock);
 out:
-	atomic_fetch_sub(&q->busy, 1);
+	sv_xqp_leave(q);
 	if (local)
 		sv_mr_read_unlock(qp->ctx);
 	if (r == SV_DIRECT_DONE)
 		w->status = st;
 	/* what the wire serves, the wire keeps serving: no waiting for it to
-	 * drain before the next WQE with that key (sv_peer_direct_soon) */
-	qp->xcache.miss = r == SV_DIRECT_WIRE ? rkey : 0;
+	 * drain before the next WQE with that key (sv_direct_soon) */
+	qp->xcache.miss = r == SV_DIRECT_WIRE ? t.rkey : 0;
 	if (r == SV_DIRECT_WIRE)
 		qp->xcache.miss_ns = sv_now_ns();
 	return r;

@@ -1,9 +1,14 @@
 /*
- * One-sided operations that the initiator executes itself on the memory of
- * a peer of this host (peer_mem.c, ARCHITECTURE.md §4.6).
+ * The direct executor: the fourth role beside the requester, responder and
+ * completer.  Between two processes of one host the initiator executes an
+ * RC one-sided operation itself, on the target's memory, in the thread that
+ * runs its requester: the target's CPU takes no part, as with a NIC
+ * (direct_exec.c, ARCHITECTURE.md §4.6).  Which WR opcodes may run so, and
+ * what they need at the target, is the WR opcode table's (SV_WRF_DIRECT,
+ * remote_access); the checks are the responder's (access_check.h).
  */
-#ifndef SV_PEER_MEM_H
-#define SV_PEER_MEM_H
+#ifndef SV_DIRECT_EXEC_H
+#define SV_DIRECT_EXEC_H
 
 #include <stdbool.h>
 
@@ -27,11 +32,11 @@ enum sv_direct {
 
 /*
  * w, an RC WQE behind WQEs still on the wire, would probably be executed
- * here once they complete (a one-sided operation to a peer of this host
- * whose key has not failed before): the requester waits for them rather
- * than keep a pipeline on the wire for good.
+ * here once they complete (a direct opcode to a peer of this host whose key
+ * has not failed before): the requester waits for them rather than keep a
+ * pipeline on the wire for good.
  */
-bool sv_peer_direct_soon(struct sv_qp *qp, struct sv_conn *conn, const struct sv_send_wqe *w);
+bool sv_direct_soon(struct sv_qp *qp, struct sv_conn *conn, const struct sv_send_wqe *w);
 
 /*
  * qp->lock held; w is an RC WQE about to start, every WQE before it
@@ -41,7 +46,7 @@ bool sv_peer_direct_soon(struct sv_qp *qp, struct sv_conn *conn, const struct sv
  * requester would: DONE with a local error status if they fail.  WIRE: the
  * requester checks them itself.
  */
-enum sv_direct sv_peer_direct(struct sv_qp *qp, struct sv_conn *conn, struct sv_send_wqe *w,
+enum sv_direct sv_direct_exec(struct sv_qp *qp, struct sv_conn *conn, struct sv_send_wqe *w,
 			      bool may_defer);
 
 #endif
