@@ -4,9 +4,17 @@
  * readiness, draining at close), its framing and the HELLO handshake; the
  * engine calls the ops below, and a transport calls its connection's owner
  * only through struct sv_conn_host (frames in, failures, room for output).
- * Two exist: tcp (any two endpoints) and shm (same host and network
- * namespace: shared-memory rings plus single-copy transfers between the
- * address spaces), chosen per peer by select.c.
+ * Four exist:
+ *  - tcp (tcp.c): a byte stream to any endpoint, IPv4 or IPv6, with the
+ *    host's shared port and its hand-off;
+ *  - shm (shm.c): same host and network namespace, shared-memory rings plus
+ *    single-copy transfers between the address spaces;
+ *  - rocev2 (rocev2.c, roce_wire.c): RoCEv2 UDP datagrams to port 4791, for
+ *    every peer when SOFTVERBS_TRANSPORT=rocev2;
+ *  - multicast (mcast.c): UD datagrams to an IPv4 multicast group, for UD
+ *    sends to a multicast GID.
+ * select.c chooses among tcp, shm and rocev2 per peer; the engine makes a
+ * group's multicast connection itself (sv_engine_conn_mcast).
  */
 #ifndef SV_TRANSPORT_H
 #define SV_TRANSPORT_H
