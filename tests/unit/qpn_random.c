@@ -255,6 +255,8 @@ static int holder(int rfd, int wfd, int argc, char **argv)
 	for (int i = 0; l && l[i] && !ctx; i++)
 		if (!strcmp(ibv_get_device_name(l[i]), want))
 			ctx = ibv_open_device(l[i]);
+	if (l)
+		ibv_free_device_list(l); /* an open device outlives its list */
 	if (ctx) {
 		struct ibv_pd *pd = ibv_alloc_pd(ctx);
 		struct ibv_cq *cq = ibv_create_cq(ctx, 4, NULL, NULL, 0);
