@@ -38,6 +38,7 @@
 #include "wire/opcode.h"
 #include "wire/wire.h"
 #include "transport/roce_wire.h"
+#include "wire_peer.h"
 
 #include <arpa/inet.h>
 #include <endian.h>
@@ -159,19 +160,6 @@ static void peer_send(const void *pkt, size_t len)
 }
 
 /* A BTH for the requester's QP into pkt; its length. */
-static size_t peer_bth(uint8_t *pkt, uint8_t opcode, uint8_t flags, uint32_t psn)
-{
-	struct sv_bth *bth = (void *)pkt;
-
-	memset(bth, 0, sizeof(*bth));
-	bth->opcode = opcode;
-	bth->flags = flags;
-	bth->pkey = 0xffff;
-	bth->dqpn = htonl(peer.requester);
-	bth->psn = htonl(psn & SV_PSN_MASK);
-	return sizeof(*bth);
-}
-
 /* An ACK (syndrome syn) or, with an opcode of a READ response, that with
  * plen bytes of payload. */
 static void send_aeth(uint8_t opcode, uint32_t psn, uint8_t syn, const void *payload,
@@ -179,7 +167,7 @@ static void send_aeth(uint8_t opcode, uint32_t psn, uint8_t syn, const void *pay
 {
 	uint8_t pkt[sizeof(struct sv_bth) + sizeof(struct sv_aeth) + 64];
 	struct sv_aeth a = { htonl((uint32_t)syn << 24) };
-	size_t n = peer_bth(pkt, SV_OP_RC | opcode, 0, psn);
+	size_t n = svt_wire_bth_flags(pkt, SV_OP_RC | opcode, 0, peer.requester, psn);
 
 	SVT_CHECK_LE(plen, 64);
 	memcpy(pkt + n, &a, sizeof(a));
@@ -390,7 +378,8 @@ static void post_bind(struct ibv_qp *qp, uint64_t id, unsigned int flags, struct
 static uint8_t peer_write(uint32_t psn, uint64_t va, uint32_t rkey, uint32_t len, uint32_t seed)
 {
 	uint8_t pkt[sizeof(struct sv_bth) + sizeof(struct sv_reth) + 256];
-	size_t n = peer_bth(pkt, SV_OP_RC | SV_OP_WRITE_ONLY, SV_BTH_ACKREQ, psn);
+	size_t n = svt_wire_bth_flags(pkt, SV_OP_RC | SV_OP_WRITE_ONLY, SV_BTH_ACKREQ,
+				      peer.requester, psn);
 	struct sv_reth r = { .va = htobe64(va), .rkey = htonl(rkey), .dma_len = htonl(len) };
 	uint8_t op;
 	uint32_t p;

@@ -31,6 +31,7 @@
 #include "wire/wire.h"
 #include "transport/auth.h"
 #include "transport/roce_wire.h"
+#include "wire_peer.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -135,23 +136,10 @@ static int peer_recv(uint8_t *pkt, size_t cap, int timeout_ms)
 	return len;
 }
 
-static size_t bth(uint8_t *pkt, uint8_t opcode, uint8_t flags, uint32_t psn)
-{
-	struct sv_bth *b = (void *)pkt;
-
-	memset(b, 0, sizeof(*b));
-	b->opcode = opcode;
-	b->flags = flags;
-	b->pkey = 0xffff;
-	b->dqpn = htonl(peer.qpn);
-	b->psn = htonl(psn & SV_PSN_MASK);
-	return sizeof(*b);
-}
-
 /* A WRITE ONLY (AckReq) of LEN bytes of fill at psn to (va, rkey). */
 static size_t write_pkt(uint8_t *pkt, uint32_t psn, uint64_t va, uint32_t rkey, uint8_t fill)
 {
-	size_t n = bth(pkt, SV_OP_RC | SV_OP_WRITE_ONLY, SV_BTH_ACKREQ, psn);
+	size_t n = svt_wire_bth_flags(pkt, SV_OP_RC | SV_OP_WRITE_ONLY, SV_BTH_ACKREQ, peer.qpn, psn);
 	struct sv_reth r = { htobe64(va), htonl(rkey), htonl(LEN) };
 
 	memcpy(pkt + n, &r, sizeof(r));
@@ -286,10 +274,10 @@ int main(void)
 		SVT_CHECK_EQ(b->opcode, SV_OP_RC | SV_OP_WRITE_ONLY);
 		SVT_CHECK_EQ(ntohl(b->psn) & SV_PSN_MASK, SQ_PSN);
 		before = bad_tags();
-		len = bth(pkt, SV_OP_RC | SV_OP_ACK, 0, SQ_PSN);
+		len = svt_wire_bth_flags(pkt, SV_OP_RC | SV_OP_ACK, 0, peer.qpn, SQ_PSN);
 		memcpy(pkt + len, &ack, sizeof(ack));
 		peer_send(pkt, len + sizeof(ack), NULL, -1);
-		len = bth(pkt, SV_OP_CNP, 0, 0);
+		len = svt_wire_bth_flags(pkt, SV_OP_CNP, 0, peer.qpn, 0);
 		memset(pkt + len, 0, 16);
 		peer_send(pkt, len + 16, NULL, -1);
 		for (int i = 0; i < 50 && bad_tags() - before < 2; i++)
@@ -297,7 +285,7 @@ int main(void)
 		SVT_CHECK_EQ(bad_tags() - before, 2);
 		SVT_CHECK_EQ(ibv_poll_cq(cq, 1, &wc), 0);
 		SVT_CHECK_EQ(svt_qp_counter(qp->qp_num, PEER_QPN, SV_QPC_CNP_RCVD), cnps);
-		len = bth(pkt, SV_OP_RC | SV_OP_ACK, 0, SQ_PSN);
+		len = svt_wire_bth_flags(pkt, SV_OP_RC | SV_OP_ACK, 0, peer.qpn, SQ_PSN);
 		memcpy(pkt + len, &ack, sizeof(ack));
 		peer_send(pkt, len + sizeof(ack), sv_auth_roce_key(), -1);
 		svt_poll_ok(cq, 1, &wc, 5000);

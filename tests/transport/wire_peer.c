@@ -337,14 +337,21 @@ int svt_wire_connect(uint32_t qpn, uint16_t claim_port)
 	return svt_wire_connect_as(qpn, claim_port, true);
 }
 
-size_t svt_wire_bth(uint8_t *pkt, uint8_t opcode, uint32_t dqpn, uint32_t psn)
+size_t svt_wire_bth_flags(uint8_t *pkt, uint8_t opcode, uint8_t flags, uint32_t dqpn,
+			  uint32_t psn)
 {
 	struct sv_bth *bth = (void *)pkt;
 
 	memset(bth, 0, sizeof(*bth));
 	bth->opcode = opcode;
+	bth->flags = flags;
 	bth->pkey = 0xffff;
 	bth->dqpn = htonl(dqpn & SV_PSN_MASK);
 	bth->psn = htonl(psn & SV_PSN_MASK);
 	return sizeof(*bth);
+}
+
+size_t svt_wire_bth(uint8_t *pkt, uint8_t opcode, uint32_t dqpn, uint32_t psn)
+{
+	return svt_wire_bth_flags(pkt, opcode, 0, dqpn, psn);
 }
