@@ -152,23 +152,22 @@ static bool wait_idle(struct sv_xqp *q, uint64_t deadline)
 	}
 }
 
-/* Every peer access through a QP of the context (or only that one) that
- * had begun has ended. */
-static void wait_quiet(struct sv_context *ctx, struct sv_xqp *only)
+/* Every peer access through a QP of the context that had begun has ended. */
+static void wait_quiet(struct sv_context *ctx)
 {
 	uint64_t deadline = sv_now_ns() + QUIET_WAIT_NS;
 	/* a peer passes its checks only through an open QP's record: those of
 	 * the QP table (whose pages are the only ones touched, so far) */
-	uint32_t n = only ? 1 : SV_MIN(__atomic_load_n(&ctx->qpt_size, __ATOMIC_RELAXED),
-				     (uint32_t)SV_QPN_BLOCK);
-	struct sv_xqp *q = only ? only : ctx->xseg->qp;
+	uint32_t n = SV_MIN(__atomic_load_n(&ctx->qpt_size, __ATOMIC_RELAXED),
+			    (uint32_t)SV_QPN_BLOCK);
+	struct sv_xqp *q = ctx->xseg->qp;
 
 	atomic_thread_fence(memory_order_seq_cst);
 	for (uint32_t i = 0; i < n; i++)
 		if (!wait_idle(&q[i], deadline))
 			sv_warn_limited("a peer's access through QP %#x has not ended in 1 s; "
 					"going on",
-					sv_qpn_of_slot(ctx, (uint32_t)(q + i - ctx->xseg->qp)));
+					sv_qpn_of_slot(ctx, i));
 }
 
 struct sv_extent *sv_export_share(struct sv_context *ctx, void *addr, size_t len,
@@ -253,7 +252,7 @@ bool sv_export_mr_revoke(struct sv_context *ctx, struct sv_mr *mr)
 void sv_export_quiesce(struct sv_context *ctx)
 {
 	if (ctx->xseg)
-		wait_quiet(ctx, NULL);
+		wait_quiet(ctx);
 }
 
 static bool executes_requests(const struct sv_qp *qp)
@@ -262,31 +261,60 @@ static bool executes_requests(const struct sv_qp *qp)
 	       sv_qp_state_receives(qp->state);
 }
 
-void sv_export_qp(struct sv_qp *qp)
+/* The record peers check for qp, or NULL (no shared table, or another
+ * process's XRC receive QP, whose requests we execute, has none here). */
+static struct sv_xqp *xqp_of(struct sv_qp *qp)
 {
 	struct sv_context *ctx = qp->ctx;
 	uint32_t slot = sv_qpn_slot(ctx, qp->ex.qp_base.qp_num);
-	struct sv_xqp *q;
-	bool open;
 
-	/* (another process's XRC receive QP, whose requests we execute, has
-	 * no record here) */
-	if (!ctx->xseg || slot >= SV_QPN_BLOCK)
-		return;
-	q = &ctx->xseg->qp[slot];
-	open = executes_requests(qp);
-	if (open && atomic_load(&q->open) && atomic_load(&q->pd) == qp->pd->ibpd.handle &&
-	    atomic_load(&q->access) == qp->attr.qp_access_flags &&
-	    atomic_load(&q->dest_qpn) == qp->attr.dest_qp_num)
-		return; /* nothing peers check changed */
+	return ctx->xseg && slot < SV_QPN_BLOCK ? &ctx->xseg->qp[slot] : NULL;
+}
+
+static bool xqp_current(const struct sv_xqp *q, const struct sv_qp *qp)
+{
+	return atomic_load(&q->pd) == qp->pd->ibpd.handle &&
+	       atomic_load(&q->access) == qp->attr.qp_access_flags &&
+	       atomic_load(&q->dest_qpn) == qp->attr.dest_qp_num;
+}
+
+bool sv_export_qp(struct sv_qp *qp)
+{
+	struct sv_xqp *q = xqp_of(qp);
+
+	if (!q)
+		return false;
 	if (atomic_load(&q->open)) {
+		if (executes_requests(qp) && xqp_current(q, qp))
+			return false; /* nothing peers check changed */
+		/* a peer that looks from now on goes by the wire; the accesses
+		 * that passed their checks before are waited out by settle */
 		atomic_store(&q->open, 0);
-		wait_quiet(ctx, q);
 	}
-	if (!open)
+	return true;
+}
+
+void sv_export_qp_settle(struct sv_qp *qp)
+{
+	struct sv_xqp *q = xqp_of(qp);
+
+	if (!q)
 		return;
-	atomic_store(&q->pd, qp->pd->ibpd.handle);
-	atomic_store(&q->access, qp->attr.qp_access_flags);
-	atomic_store(&q->dest_qpn, qp->attr.dest_qp_num);
-	atomic_store(&q->open, 1);
+	/* the record has been closed since before this began (sv_export_qp):
+	 * once the accesses in progress end, nobody is inside its checks, and
+	 * it can be filled and opened again without a peer reading half of it */
+	atomic_thread_fence(memory_order_seq_cst);
+	if (!wait_idle(q, sv_now_ns() + QUIET_WAIT_NS))
+		sv_warn_limited("a peer's access through QP %#x has not ended in 1 s; going on",
+				qp->ex.qp_base.qp_num);
+	sv_mutex_lock(&qp->lock);
+	/* (the latest attributes: a change made meanwhile by another thread
+	 * found the record closed and settles it too) */
+	if (executes_requests(qp) && !atomic_load(&q->open)) {
+		atomic_store(&q->pd, qp->pd->ibpd.handle);
+		atomic_store(&q->access, qp->attr.qp_access_flags);
+		atomic_store(&q->dest_qpn, qp->attr.dest_qp_num);
+		atomic_store(&q->open, 1);
+	}
+	sv_mutex_unlock(&qp->lock);
 }

@@ -144,10 +144,17 @@ bool sv_export_mr_revoke(struct sv_context *ctx, struct sv_mr *mr);
  * an access is not waited for longer). */
 void sv_export_quiesce(struct sv_context *ctx);
 /* A QP's state or attributes changed, or it is being destroyed
- * (qp->destroyed; qp->lock held): what peers see now; once it no longer
- * executes requests, no peer access through it is in progress when this
- * returns (a sleep on its busy count, for one access at most: a peer
- * holds no lock of ours while it accesses). */
-void sv_export_qp(struct sv_qp *qp);
+ * (qp->destroyed; qp->lock held): where what peers check no longer holds,
+ * they stop passing their checks now.  Nothing waits here (the engine
+ * calls it when a QP enters the error state).  True when the record is
+ * closed: then the verb, once it has dropped qp->lock and before it
+ * returns, calls sv_export_qp_settle. */
+bool sv_export_qp(struct sv_qp *qp);
+/* No lock held: no peer access through qp that had begun when the record
+ * was closed is in progress any more (a sleep on its busy count, at most
+ * 1 s: a peer stopped inside an access is not waited for longer); then,
+ * under qp->lock, the record shows the QP's present attributes again if
+ * it executes requests. */
+void sv_export_qp_settle(struct sv_qp *qp);
 
 #endif

@@ -94,7 +94,10 @@ void sv_qp_enter_error(struct sv_qp *qp)
 	qp->attr.qp_state = IBV_QPS_ERR;
 	qp->ex.qp_base.state = IBV_QPS_ERR;
 	sv_stats_qp_update(qp);
-	sv_export_qp(qp); /* peers stop reaching memory through it now */
+	/* peers stop passing their checks now; the accesses already past them
+	 * are waited out by the verb that next changes the QP or destroys it,
+	 * not here, where the engine may be the caller */
+	sv_export_qp(qp);
 	sv_qp_flush_send(qp);
 	sv_qp_flush_recv(qp);
 	qp->resp_in_msg = false;

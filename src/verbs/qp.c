@@ -386,6 +386,7 @@ int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 	struct sv_qp *qp = sv_qp_named(to_sv_qp(ibqp));
 	struct sv_endpoint_addr peer = { 0 };
 	enum ibv_qp_state cur, next;
+	bool settle_export;
 	int err;
 
 	if (!attr)
@@ -487,8 +488,12 @@ int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 			sv_requester_run(qp);
 	}
 	sv_stats_qp_update(qp);
-	sv_export_qp(qp);
+	settle_export = sv_export_qp(qp);
 	sv_mutex_unlock(&qp->lock);
+	/* what peers on this host check follows, outside the QP lock: the
+	 * engine never waits there for a peer's access to end */
+	if (settle_export)
+		sv_export_qp_settle(qp);
 	return 0;
 }
 
@@ -533,7 +538,7 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 {
 	struct sv_qp *qp = to_sv_qp(ibqp);
 	struct sv_context *ctx = qp->ctx;
-	bool handled;
+	bool handled, settle_export;
 	struct sv_qp *last = sv_xrc_qp_close(qp, &handled);
 
 	/* an XRC receive QP with ibv_open_qp handles goes with the last one */
@@ -557,11 +562,13 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 	sv_mutex_lock(&qp->lock);
 	sv_responder_farewell(qp); /* before it stops answering */
 	qp->destroyed = true;
-	sv_export_qp(qp); /* destroyed: no peer reaches memory through it any more */
+	settle_export = sv_export_qp(qp); /* destroyed: peers stop passing their checks */
 	sv_responder_cancel(qp);
 	atomic_store_explicit(&qp->rnr_until, 0, memory_order_relaxed);
 	atomic_store_explicit(&qp->ack_deadline, 0, memory_order_relaxed);
 	sv_mutex_unlock(&qp->lock);
+	if (settle_export) /* no peer's access through it is still in progress */
+		sv_export_qp_settle(qp);
 	sv_engine_forget_qp(ctx->eng, qp);
 	/* wait for the engine to let go of it (references are short-lived) */
 	sv_ref_drop_and_wait(&qp->ref);

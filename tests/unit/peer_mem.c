@@ -744,6 +744,29 @@ static void test_revoke_race(void)
  * copied (some of its bytes are there) when ibv_dereg_mr is called, all of it
  * is there when it returns, and nothing changes after.
  */
+/* A WRITE of WAIT_LEN bytes of fill from src (smr) to tgt (registered on
+ * p's b side, returned in *mr), posted on p's a side, once its copy has
+ * begun: whether it was not over yet. */
+static bool big_write_begun(struct svt_pair *p, uint8_t *src, struct ibv_mr *smr, uint8_t *tgt,
+			    uint8_t fill, struct ibv_mr **mr)
+{
+	/* (a byte a quarter in: memcpy may store its first bytes last) */
+	volatile uint8_t *first = tgt + WAIT_LEN / 4;
+	uint64_t t0;
+
+	memset(src, fill, WAIT_LEN);
+	memset(tgt, 0, WAIT_LEN);
+	*mr = svt_reg_mr(p->b.pd, tgt, WAIT_LEN, SVT_ACCESS_ALL);
+	SVT_CHECK(svt_shared_pages(tgt));
+	SVT_CHECK_OK(svt_post_send(p->a.qp, 2, IBV_WR_RDMA_WRITE, IBV_SEND_SIGNALED, src, WAIT_LEN,
+				   smr->lkey, (uintptr_t)tgt, (*mr)->rkey, 0));
+	t0 = svt_now_ms();
+	while (!*first && svt_now_ms() - t0 < 10000)
+		; /* the copy has begun */
+	SVT_CHECK(*first);
+	return !tgt[WAIT_LEN - 1];
+}
+
 static void test_revoke_waits(void)
 {
 	uint8_t *src = svt_alloc(WAIT_LEN), *tgt = svt_alloc(WAIT_LEN), *seen = svt_alloc(WAIT_LEN);
@@ -759,20 +782,7 @@ static void test_revoke_waits(void)
 	svt_poll_ok(p.a.send_cq, 1, &wc, 0);
 	smr = svt_reg_mr(p.a.pd, src, WAIT_LEN, SVT_ACCESS_ALL);
 	for (int round = 0; round < WAIT_ROUNDS; round++) {
-		/* (a byte a quarter in: memcpy may store its first bytes last) */
-		volatile uint8_t *first = tgt + WAIT_LEN / 4;
-
-		memset(src, 0x40 + round, WAIT_LEN);
-		memset(tgt, 0, WAIT_LEN);
-		mr = svt_reg_mr(p.b.pd, tgt, WAIT_LEN, SVT_ACCESS_ALL);
-		SVT_CHECK(svt_shared_pages(tgt));
-		SVT_CHECK_OK(svt_post_send(p.a.qp, 2, IBV_WR_RDMA_WRITE, IBV_SEND_SIGNALED, src,
-					   WAIT_LEN, smr->lkey, (uintptr_t)tgt, mr->rkey, 0));
-		t0 = svt_now_ms();
-		while (!*first && svt_now_ms() - t0 < 10000)
-			; /* the copy has begun */
-		SVT_CHECK(*first);
-		during += !tgt[WAIT_LEN - 1]; /* and was not over yet */
+		during += big_write_begun(&p, src, smr, tgt, 0x40 + round, &mr);
 		t0 = svt_now_ms();
 		SVT_CHECK_OK(ibv_dereg_mr(mr));
 		dt = svt_now_ms() - t0;
@@ -791,6 +801,54 @@ static void test_revoke_waits(void)
 		WAIT_ROUNDS, during, (unsigned long long)slowest);
 	SVT_CHECK_OK(ibv_dereg_mr(smr));
 	svt_pair_destroy(&p);
+	free(src);
+	free(tgt);
+	free(seen);
+}
+
+/*
+ * A QP's change of state is a revocation too: once ibv_modify_qp has moved
+ * the target's QP to the error state, no byte of a WRITE that a peer began
+ * through it lands any more (the verb waits out the access, outside the
+ * QP's lock); the WRITE had passed its checks and completes.
+ */
+static void test_qp_error_waits(void)
+{
+	uint8_t *src = svt_alloc(WAIT_LEN), *tgt = svt_alloc(WAIT_LEN), *seen = svt_alloc(WAIT_LEN);
+	struct ibv_qp_attr err = { .qp_state = IBV_QPS_ERR };
+	uint64_t slowest = 0, t0, dt;
+	int during = 0;
+
+	for (int round = 0; round < WAIT_ROUNDS; round++) {
+		struct svt_pair p;
+		struct ibv_mr *smr, *mr;
+		struct ibv_wc wc;
+
+		svt_pair_create(&p, IBV_QPT_RC, NULL);
+		/* (the peers meet first: then memory registered is shared) */
+		SVT_CHECK_OK(svt_post_send(p.a.qp, 2, IBV_WR_RDMA_WRITE, IBV_SEND_SIGNALED,
+					   p.a.buf, 64, p.a.mr->lkey, (uintptr_t)p.b.buf,
+					   p.b.mr->rkey, 0));
+		svt_poll_ok(p.a.send_cq, 1, &wc, 0);
+		smr = svt_reg_mr(p.a.pd, src, WAIT_LEN, SVT_ACCESS_ALL);
+		during += big_write_begun(&p, src, smr, tgt, 0x60 + round, &mr);
+		t0 = svt_now_ms();
+		SVT_CHECK_OK(ibv_modify_qp(p.b.qp, &err, IBV_QP_STATE));
+		dt = svt_now_ms() - t0;
+		memcpy(seen, tgt, WAIT_LEN);
+		slowest = dt > slowest ? dt : slowest;
+		wc = svt_poll_one(p.a.send_cq);
+		SVT_CHECK_WC_OK(wc); /* it had passed its checks */
+		SVT_CHECK_EQ(memcmp(seen, tgt, WAIT_LEN), 0); /* nothing landed after */
+		SVT_CHECK_EQ(seen[WAIT_LEN - 1], 0x60 + round);
+		SVT_CHECK_OK(ibv_dereg_mr(mr));
+		SVT_CHECK_OK(ibv_dereg_mr(smr));
+		svt_pair_destroy(&p);
+	}
+	SVT_CHECK(slowest < 900);
+	svt_log("%d moves to the error state during a 32 MiB WRITE (%d caught it mid-copy): "
+		"each waited for it, the slowest %llu ms",
+		WAIT_ROUNDS, during, (unsigned long long)slowest);
 	free(src);
 	free(tgt);
 	free(seen);
@@ -1237,6 +1295,7 @@ int main(int argc, char **argv)
 	svt_pair_destroy(&p);
 	test_revoke_race();
 	test_revoke_waits();
+	test_qp_error_waits();
 	test_local_revoke_race();
 	test_mapping_churn();
 	hugepages_reserve();
