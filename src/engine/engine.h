@@ -40,7 +40,7 @@ struct sv_engine_conn {
 	 * socket or ring, where they press on the peer, not on us).
 	 */
 	struct sv_qp *rd_waiter;  /* c.tx_lock: a READ waiting for room, with a QP reference */
-	atomic_int reads_left;    /* READs whose rest goes here (sv_qp.rd_left) */
+	atomic_int reads_left;    /* READs whose rest goes here (sv_qp.resp.rd_left) */
 	bool rx_held;             /* c.tx_lock, set by the progress holder: input waits */
 	struct sv_list held_link; /* engine->held_conns (progress holder), with a reference */
 	int redials;              /* connections before this one that carried its queue */
@@ -226,11 +226,11 @@ bool sv_flow_probing(const struct sv_qp *qp);
 bool sv_flow_window_open(const struct sv_qp *qp, uint32_t psn);
 /* A request packet went out (ackreq: it asks for an ACK). */
 void sv_flow_sent(struct sv_qp *qp, uint32_t psn, bool ackreq);
-/* sq.una moved on from old_una: a round-trip sample, a larger window. */
+/* comp.una moved on from old_una: a round-trip sample, a larger window. */
 void sv_flow_acked(struct sv_qp *qp, uint32_t old_una);
 /* The requester went back (go-back-N): what it resends times nothing. */
 void sv_flow_rewound(struct sv_qp *qp);
-/* How long after the last progress a probe goes back to sq.una. */
+/* How long after the last progress a probe goes back to comp.una. */
 uint64_t sv_flow_probe_ns(const struct sv_qp *qp);
 /* A CNP from the responder: the window halves (once a round trip). */
 void sv_flow_cnp(struct sv_qp *qp);

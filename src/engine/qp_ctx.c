@@ -70,9 +70,9 @@ void sv_qp_flush_send(struct sv_qp *qp)
 
 void sv_qp_flush_recv(struct sv_qp *qp)
 {
-	if (qp->resp_have_rwqe) {
-		push_flush(qp->rcq, qp->rwqe.wr_id, qp->ex.qp_base.qp_num, IBV_WC_RECV);
-		qp->resp_have_rwqe = false;
+	if (qp->resp.have_rwqe) {
+		push_flush(qp->rcq, qp->resp.rwqe.wr_id, qp->ex.qp_base.qp_num, IBV_WC_RECV);
+		qp->resp.have_rwqe = false;
 	}
 	if (qp->srq)
 		return; /* SRQ WQEs belong to the SRQ, not to this QP */
@@ -88,8 +88,8 @@ void sv_qp_enter_error(struct sv_qp *qp)
 	bool was_err = qp->state == IBV_QPS_ERR;
 
 	/* what was gathered for GPU memory may target memory about to go */
-	sv_gpu_sink_abort(qp->gpu_in);
-	sv_gpu_sink_abort(qp->gpu_rd_in);
+	sv_gpu_sink_abort(qp->resp.gpu_in);
+	sv_gpu_sink_abort(qp->comp.gpu_rd_in);
 	qp->state = IBV_QPS_ERR;
 	qp->attr.qp_state = IBV_QPS_ERR;
 	qp->ex.qp_base.state = IBV_QPS_ERR;
@@ -97,10 +97,10 @@ void sv_qp_enter_error(struct sv_qp *qp)
 	sv_export_qp(qp); /* peers stop reaching memory through it now */
 	sv_qp_flush_send(qp);
 	sv_qp_flush_recv(qp);
-	qp->resp_in_msg = false;
+	qp->resp.in_msg = false;
 	sv_responder_cancel(qp); /* the rest of a READ is not sent */
-	atomic_store_explicit(&qp->rnr_until, 0, memory_order_relaxed);
-	atomic_store_explicit(&qp->ack_deadline, 0, memory_order_relaxed);
+	atomic_store_explicit(&qp->req.rnr_until, 0, memory_order_relaxed);
+	atomic_store_explicit(&qp->req.ack_deadline, 0, memory_order_relaxed);
 	sv_engine_timer_update(qp->ctx->eng, qp);
 	/* (not for an XRC receive QP whose creator's handle is gone: an
 	 * event names it by that handle) */
@@ -126,9 +126,9 @@ bool sv_qp_take_recv(struct sv_qp *qp)
 		return false;
 	}
 	w = &rq->wqe[rq->head];
-	qp->rwqe.wr_id = w->wr_id;
-	qp->rwqe.num_sge = w->num_sge;
-	qp->rwqe.sge = qp->rwqe_sge;
+	qp->resp.rwqe.wr_id = w->wr_id;
+	qp->resp.rwqe.num_sge = w->num_sge;
+	qp->resp.rwqe.sge = qp->rwqe_sge;
 	if (w->num_sge)
 		memcpy(qp->rwqe_sge, w->sge, sizeof(*w->sge) * w->num_sge);
 	rq->head = (rq->head + 1) % rq->size;
@@ -142,8 +142,8 @@ bool sv_qp_take_recv(struct sv_qp *qp)
 		if (limit)
 			sv_async_event(qp->ctx, IBV_EVENT_SRQ_LIMIT_REACHED, qp->srq, &qp->srq->async, 0);
 	}
-	qp->resp_have_rwqe = true;
-	qp->rwqe_off = 0;
+	qp->resp.have_rwqe = true;
+	qp->resp.rwqe_off = 0;
 	return true;
 }
 

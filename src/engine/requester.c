@@ -244,18 +244,18 @@ static enum sv_mem_err stage_packet(struct sv_qp *qp, struct req_pass *p, struct
 				    sv_cu_ctx gpu, uint32_t off, uint32_t plen, struct iovec *iov)
 {
 	uint64_t tag = ((uint64_t)w->first_psn << 32) ^ w->wr.wr_id;
-	uint8_t *s = sv_gpu_stage_find(qp->gpu_tx, (uintptr_t)w, tag, off, plen);
+	uint8_t *s = sv_gpu_stage_find(qp->req.gpu_tx, (uintptr_t)w, tag, off, plen);
 	enum sv_mem_err e;
 
 	if (!s) {
 		sv_txbatch_flush(&p->b);
-		s = sv_gpu_stage_claim(&qp->gpu_tx, gpu, (uintptr_t)w, tag, off, w->length);
+		s = sv_gpu_stage_claim(&qp->req.gpu_tx, gpu, (uintptr_t)w, tag, off, w->length);
 		if (!s)
 			return SV_MEM_FAULT;
 		e = sv_sgl_copy_out(qp->ctx, qp->pd, w->sge, w->num_sge, off, s,
-				    qp->gpu_tx->len);
+				    qp->req.gpu_tx->len);
 		if (e) {
-			sv_gpu_stage_forget(qp->gpu_tx);
+			sv_gpu_stage_forget(qp->req.gpu_tx);
 			return e;
 		}
 	}
@@ -390,13 +390,13 @@ void sv_requester_arm_ack_timer(struct sv_qp *qp)
 	/* below a millisecond the engine's tick cannot honour it anyway */
 	if (t < 1000000ull)
 		t = 1000000ull;
-	if (!atomic_load_explicit(&qp->ack_deadline, memory_order_relaxed))
-		qp->ack_wait_since = now; /* waiting from now (progress_made too) */
+	if (!atomic_load_explicit(&qp->req.ack_deadline, memory_order_relaxed))
+		qp->req.ack_wait_since = now; /* waiting from now (progress_made too) */
 	d = qp->sq.flow.ib_deadline = now + t;
 	qp->sq.flow.probes = 0;
 	if (sv_flow_probing(qp) && now + sv_flow_probe_ns(qp) < d)
 		d = now + sv_flow_probe_ns(qp); /* the probe comes first */
-	atomic_store_explicit(&qp->ack_deadline, d, memory_order_relaxed);
+	atomic_store_explicit(&qp->req.ack_deadline, d, memory_order_relaxed);
 }
 
 /*
@@ -438,7 +438,7 @@ void sv_requester_run(struct sv_qp *qp)
 	bool on_wire = sq->head != sq->next || sq->seg_off;
 	bool arm = false; /* an RC WQE went out whole */
 
-	if (qp->state != IBV_QPS_RTS || qp->rnr_until || sq_stopped(sq))
+	if (qp->state != IBV_QPS_RTS || qp->req.rnr_until || sq_stopped(sq))
 		goto retire;
 	sv_txbatch_init(&pass.b);
 	pass.mr_locked = false;
@@ -555,7 +555,7 @@ void sv_requester_run(struct sv_qp *qp)
 			/* as many packets unacknowledged as the congestion window
 			 * allows: the next ACK runs us again, and if none comes
 			 * the probe or the ack timer goes back */
-			if (!qp->ack_deadline)
+			if (!qp->req.ack_deadline)
 				sv_requester_arm_ack_timer(qp);
 			break;
 		}
@@ -593,7 +593,7 @@ void sv_requester_run(struct sv_qp *qp)
 	pass_flush(qp, &pass);
 	/* after the flush: the clock read is not between the post and the wire
 	 * (the QP's lock is held: no ACK is taken in before the timer runs) */
-	if (arm && !qp->ack_deadline)
+	if (arm && !qp->req.ack_deadline)
 		sv_requester_arm_ack_timer(qp);
 	sv_engine_timer_update(qp->ctx->eng, qp);
 retire:
@@ -631,8 +631,8 @@ void sv_requester_retire(struct sv_qp *qp)
 			break;
 		sq->head++;
 		sv_requester_complete(qp, w, w->status);
-		if (qp->gpu_tx && qp->gpu_tx->owner == (uintptr_t)w)
-			sv_gpu_stage_forget(qp->gpu_tx); /* its slot's next WQE is another */
+		if (qp->req.gpu_tx && qp->req.gpu_tx->owner == (uintptr_t)w)
+			sv_gpu_stage_forget(qp->req.gpu_tx); /* its slot's next WQE is another */
 		sv_wqe_release(w);
 		if (w->status != IBV_WC_SUCCESS) {
 			sv_qp_enter_error(qp);
@@ -708,7 +708,7 @@ static bool stream_patience(const struct sv_qp *qp, uint64_t now)
 	const struct sv_conn *c = qp->conn;
 
 	return c && !c->ops->datagram && !sv_faults_enabled &&
-	       atomic_load(&c->state) != SV_CONN_DEAD && now - qp->ack_wait_since < SV_CONN_SILENT_NS;
+	       atomic_load(&c->state) != SV_CONN_DEAD && now - qp->req.ack_wait_since < SV_CONN_SILENT_NS;
 }
 
 void sv_requester_timeout(struct sv_qp *qp, uint64_t now)
@@ -716,16 +716,16 @@ void sv_requester_timeout(struct sv_qp *qp, uint64_t now)
 	struct sv_sq *sq = &qp->sq;
 
 	if (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_SQD) {
-		atomic_store_explicit(&qp->rnr_until, 0, memory_order_relaxed);
-		atomic_store_explicit(&qp->ack_deadline, 0, memory_order_relaxed);
+		atomic_store_explicit(&qp->req.rnr_until, 0, memory_order_relaxed);
+		atomic_store_explicit(&qp->req.ack_deadline, 0, memory_order_relaxed);
 		sv_engine_timer_update(qp->ctx->eng, qp);
 		return;
 	}
-	if (qp->rnr_until && now >= qp->rnr_until) {
-		atomic_store_explicit(&qp->rnr_until, 0, memory_order_relaxed);
+	if (qp->req.rnr_until && now >= qp->req.rnr_until) {
+		atomic_store_explicit(&qp->req.rnr_until, 0, memory_order_relaxed);
 		sv_requester_run(qp);
 	}
-	if (qp->ack_deadline && now >= qp->ack_deadline) {
+	if (qp->req.ack_deadline && now >= qp->req.ack_deadline) {
 		struct sv_send_wqe *oldest = NULL;
 
 		for (uint32_t i = sq->head; i != sq->next; i++) {
@@ -743,12 +743,12 @@ void sv_requester_timeout(struct sv_qp *qp, uint64_t now)
 		 * is asked for again whole, and an ACK of what came after it
 		 * (which moves una) does not bring its data */
 		uint32_t from = !oldest ? 0
-				: sv_wr_rd_atomic(oldest->op) || sv_psn_cmp(sq->una, oldest->first_psn) <= 0
+				: sv_wr_rd_atomic(oldest->op) || sv_psn_cmp(qp->comp.una, oldest->first_psn) <= 0
 				? oldest->first_psn
-				: sq->una;
+				: qp->comp.una;
 
 		if (!oldest) {
-			atomic_store_explicit(&qp->ack_deadline, 0, memory_order_relaxed);
+			atomic_store_explicit(&qp->req.ack_deadline, 0, memory_order_relaxed);
 		} else if (qp->conn && atomic_load(&qp->conn->state) != SV_CONN_DEAD &&
 			   sv_conn_gated(qp->conn) && !conn_usable(qp, qp->conn)) {
 			/* its peer never answered (a stopped process took it on
@@ -773,9 +773,9 @@ void sv_requester_timeout(struct sv_qp *qp, uint64_t now)
 			sv_requester_rewind(qp, from);
 			if (now + sv_flow_probe_ns(qp) < d)
 				d = now + sv_flow_probe_ns(qp);
-			atomic_store_explicit(&qp->ack_deadline, d, memory_order_relaxed);
+			atomic_store_explicit(&qp->req.ack_deadline, d, memory_order_relaxed);
 			sv_requester_run(qp);
-		} else if (qp->attr.timeout && qp->retries_left == 0) {
+		} else if (qp->attr.timeout && qp->req.retries_left == 0) {
 			/* transport retries exhausted: the peer is gone */
 			oldest->status = IBV_WC_RETRY_EXC_ERR;
 			oldest->state = SV_WQE_DONE;
@@ -787,11 +787,11 @@ void sv_requester_timeout(struct sv_qp *qp, uint64_t now)
 				sq->next++;
 				sq->seg_off = 0;
 			}
-			atomic_store_explicit(&qp->ack_deadline, 0, memory_order_relaxed);
+			atomic_store_explicit(&qp->req.ack_deadline, 0, memory_order_relaxed);
 			sv_requester_retire(qp);
 		} else {
 			if (qp->attr.timeout && !stream_patience(qp, now))
-				qp->retries_left--;
+				qp->req.retries_left--;
 			sv_stat_count(qp, SV_QPC_ACK_TIMEOUTS);
 			sv_dbg("qp %u: ack timeout, resending from psn %u", qp->ex.qp_base.qp_num, from);
 			sv_requester_rewind(qp, from);

@@ -285,20 +285,20 @@ static void reset_qp(struct sv_qp *qp)
 		sv_wqe_release(&sq->wqe[sq->head & (sq->size - 1)]);
 	sq->head = sq->next = sq->tail = sq->seg_off = sq->rd_atomic_inflight = 0;
 	qp->rq.head = qp->rq.count = 0;
-	qp->resp_have_rwqe = qp->resp_in_msg = qp->resp_drop_msg = false;
+	qp->resp.have_rwqe = qp->resp.in_msg = qp->resp.drop_msg = false;
 	sv_responder_cancel(qp); /* a READ still being answered */
 	sv_xrc_relay_idle(qp);	 /* verdicts on relayed packets: ignored now */
-	qp->comm_est_sent = false;
-	qp->msn = 0;
+	qp->resp.comm_est_sent = false;
+	qp->resp.msn = 0;
 	/* GPU copies of its previous life: none started later, none reused */
-	sv_gpu_sink_abort(qp->gpu_in);
-	sv_gpu_sink_abort(qp->gpu_rd_in);
-	sv_gpu_stage_forget(qp->gpu_tx);
-	sv_gpu_stage_forget(qp->gpu_rd);
-	if (qp->atomic_cache)
-		memset(qp->atomic_cache, 0, sizeof(*qp->atomic_cache) * SV_MAX_QP_RD_ATOM);
-	atomic_store_explicit(&qp->rnr_until, 0, memory_order_relaxed);
-	atomic_store_explicit(&qp->ack_deadline, 0, memory_order_relaxed);
+	sv_gpu_sink_abort(qp->resp.gpu_in);
+	sv_gpu_sink_abort(qp->comp.gpu_rd_in);
+	sv_gpu_stage_forget(qp->req.gpu_tx);
+	sv_gpu_stage_forget(qp->resp.gpu_rd);
+	if (qp->resp.atomic_cache)
+		memset(qp->resp.atomic_cache, 0, sizeof(*qp->resp.atomic_cache) * SV_MAX_QP_RD_ATOM);
+	atomic_store_explicit(&qp->req.rnr_until, 0, memory_order_relaxed);
+	atomic_store_explicit(&qp->req.ack_deadline, 0, memory_order_relaxed);
 	sv_engine_timer_update(qp->ctx->eng, qp);
 	if (qp->conn) {
 		sv_engine_forget_qp(qp->ctx->eng, qp);
@@ -437,13 +437,13 @@ int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 	}
 	if (mask & IBV_QP_RQ_PSN) {
 		qp->attr.rq_psn = attr->rq_psn & SV_PSN_MASK;
-		qp->epsn = qp->attr.rq_psn;
-		qp->seq_nak_sent = false;
+		qp->resp.epsn = qp->attr.rq_psn;
+		qp->resp.seq_nak_sent = false;
 	}
 	if (mask & IBV_QP_SQ_PSN) {
 		qp->attr.sq_psn = attr->sq_psn & SV_PSN_MASK;
 		qp->sq.psn = qp->attr.sq_psn;
-		qp->sq.una = qp->attr.sq_psn;
+		qp->comp.una = qp->attr.sq_psn;
 		sv_flow_init(qp);
 	}
 	if (mask & IBV_QP_MAX_DEST_RD_ATOMIC)
@@ -456,11 +456,11 @@ int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 		qp->attr.timeout = attr->timeout;
 	if (mask & IBV_QP_RETRY_CNT) {
 		qp->attr.retry_cnt = attr->retry_cnt;
-		qp->retries_left = attr->retry_cnt;
+		qp->req.retries_left = attr->retry_cnt;
 	}
 	if (mask & IBV_QP_RNR_RETRY) {
 		qp->attr.rnr_retry = attr->rnr_retry;
-		qp->rnr_retries_left = attr->rnr_retry;
+		qp->req.rnr_retries_left = attr->rnr_retry;
 	}
 	if (mask & IBV_QP_EN_SQD_ASYNC_NOTIFY)
 		qp->attr.en_sqd_async_notify = attr->en_sqd_async_notify;
@@ -559,8 +559,8 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 	qp->destroyed = true;
 	sv_export_qp(qp); /* destroyed: no peer reaches memory through it any more */
 	sv_responder_cancel(qp);
-	atomic_store_explicit(&qp->rnr_until, 0, memory_order_relaxed);
-	atomic_store_explicit(&qp->ack_deadline, 0, memory_order_relaxed);
+	atomic_store_explicit(&qp->req.rnr_until, 0, memory_order_relaxed);
+	atomic_store_explicit(&qp->req.ack_deadline, 0, memory_order_relaxed);
 	sv_mutex_unlock(&qp->lock);
 	sv_engine_forget_qp(ctx->eng, qp);
 	/* wait for the engine to let go of it (references are short-lived) */
@@ -583,16 +583,16 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 	/* work it never completed lets go of its AHs */
 	for (; qp->sq.head != qp->sq.tail; qp->sq.head++)
 		sv_wqe_release(&qp->sq.wqe[qp->sq.head & (qp->sq.size - 1)]);
-	free(qp->atomic_cache);
+	free(qp->resp.atomic_cache);
 	sv_xrc_relay_free(qp);
 	free(qp->sq.wqe);
 	free(qp->sq.sge_pool);
 	free(qp->sq.inline_pool);
 	sv_rq_free(&qp->rq);
-	sv_gpu_stage_free(&qp->gpu_tx);
-	sv_gpu_stage_free(&qp->gpu_rd);
-	sv_gpu_sink_free(&qp->gpu_in);
-	sv_gpu_sink_free(&qp->gpu_rd_in);
+	sv_gpu_stage_free(&qp->req.gpu_tx);
+	sv_gpu_stage_free(&qp->resp.gpu_rd);
+	sv_gpu_sink_free(&qp->resp.gpu_in);
+	sv_gpu_sink_free(&qp->comp.gpu_rd_in);
 	sv_mutex_destroy(&qp->lock);
 	free(qp);
 	return 0;
