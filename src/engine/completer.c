@@ -136,17 +136,11 @@ static void progress_made(struct sv_qp *qp)
 	struct sv_sq *sq = &qp->sq;
 	bool outstanding = false;
 
-	qp->req.retries_left = qp->attr.retry_cnt;
-	qp->req.rnr_retries_left = qp->attr.rnr_retry;
-	qp->req.ack_wait_since = sv_now_ns(); /* the wait for what is left starts over */
 	for (uint32_t i = sq->head; i != sq->next && !outstanding; i++)
 		outstanding = sq->wqe[i & (sq->size - 1)].state == SV_WQE_SENT;
 	/* a message the window stopped midway is on the wire too */
 	outstanding = outstanding || (sq->seg_off && sq->next != sq->tail);
-	if (!outstanding)
-		atomic_store_explicit(&qp->req.ack_deadline, 0, memory_order_relaxed);
-	else
-		sv_requester_arm_ack_timer(qp);
+	sv_requester_progress(qp, outstanding);
 }
 
 static void finish(struct sv_qp *qp, struct sv_send_wqe *w, enum ibv_wc_status st)
@@ -204,29 +198,16 @@ static void on_seq_nak(struct sv_qp *qp, struct sv_send_wqe *w, uint32_t psn)
 {
 	if (sv_psn_cmp(psn, w->first_psn) > 0)
 		progress_made(qp); /* the part of w before psn arrived */
-	if (qp->attr.timeout && qp->attr.retry_cnt != 7 && qp->req.retries_left == 0) {
+	if (!sv_requester_seq_nak(qp, psn))
 		finish(qp, w, IBV_WC_RETRY_EXC_ERR);
-		return;
-	}
-	if (qp->attr.timeout && qp->attr.retry_cnt != 7)
-		qp->req.retries_left--;
-	sv_flow_lost(qp);
-	sv_requester_rewind(qp, psn);
-	sv_requester_arm_ack_timer(qp);
 }
 
+/* An RNR NAK: the requester backs off and sends psn again, while it has
+ * RNR retries left. */
 static void on_rnr_nak(struct sv_qp *qp, struct sv_send_wqe *w, uint32_t psn, uint8_t timer)
 {
-	if (qp->attr.rnr_retry != 7 && qp->req.rnr_retries_left == 0) {
+	if (!sv_requester_rnr_nak(qp, psn, timer))
 		finish(qp, w, IBV_WC_RNR_RETRY_EXC_ERR);
-		return;
-	}
-	if (qp->attr.rnr_retry != 7)
-		qp->req.rnr_retries_left--;
-	sv_requester_rewind(qp, psn);
-	/* the responder's timer code says how long to back off */
-	atomic_store_explicit(&qp->req.rnr_until, sv_now_ns() + sv_rnr_timer_ns(timer), memory_order_relaxed);
-	atomic_store_explicit(&qp->req.ack_deadline, 0, memory_order_relaxed);
 }
 
 /*
@@ -354,4 +335,9 @@ out:
 	sv_requester_retire(qp);
 	if (qp->state == IBV_QPS_RTS)
 		sv_requester_run(qp); /* fences and the READ limit may have opened */
+}
+
+void sv_completer_reset(struct sv_qp *qp)
+{
+	sv_gpu_sink_abort(qp->comp.gpu_rd_in); /* none of its copies lands later */
 }

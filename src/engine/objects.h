@@ -431,7 +431,9 @@ struct sv_flow {
 	uint8_t probes;        /* since the last progress: each doubles the wait */
 };
 
-/* Requester-side bookkeeping of one QP (sq indexes increase forever, mod 2^32). */
+/* The send queue of one QP (sq indexes increase forever, mod 2^32): the
+ * posting verbs add at tail, the requester sends and retires, the
+ * completer marks what is answered; qp->lock. */
 struct sv_sq {
 	struct sv_send_wqe *wqe;
 	struct ibv_sge *sge_pool;
@@ -486,9 +488,11 @@ struct sv_qp_req {
 
 /*
  * The responder's (responder.c; its receive WQE's SGL is sv_qp.rwqe_sge).
- * Exceptions: modify_qp sets epsn (and clears seq_nak_sent) from
- * IBV_QP_RQ_PSN; congestion.c's sv_flow_marked, which the responder calls
- * for a request marked CE, keeps cnp_sent_ns.
+ * ERR, RESET, destroy, an XRC SRQ that goes and the XRC relay's proxies
+ * change it through responder.c's functions.  Exceptions: modify_qp sets
+ * epsn (and clears seq_nak_sent) from IBV_QP_RQ_PSN; congestion.c's
+ * sv_flow_marked, which the responder calls for a request marked CE,
+ * keeps cnp_sent_ns.
  */
 struct sv_qp_resp {
 	uint32_t epsn;        /* expected PSN */
@@ -530,8 +534,8 @@ struct sv_qp_resp {
 };
 
 /*
- * The completer's (completer.c).  Exception: modify_qp sets una from
- * IBV_QP_SQ_PSN.
+ * The completer's (completer.c; RESET through sv_completer_reset).
+ * Exception: modify_qp sets una from IBV_QP_SQ_PSN.
  */
 struct sv_qp_comp {
 	/* RC: every PSN before this one is acknowledged (or answered); what
@@ -702,8 +706,6 @@ static inline void sv_mr_read_unlock(struct sv_context *ctx)
 	sv_arwlock_rdunlock(&ctx->mrs.lock);
 }
 
-/* Pop one receive WQE from the SRQ or the QP's RQ into qp->resp.rwqe. */
-bool sv_qp_take_recv(struct sv_qp *qp);
 
 
 /* GID <-> endpoint address (format documented in docs/ARCHITECTURE.md) */

@@ -399,6 +399,59 @@ void sv_requester_arm_ack_timer(struct sv_qp *qp)
 	atomic_store_explicit(&qp->req.ack_deadline, d, memory_order_relaxed);
 }
 
+void sv_requester_stop_timers(struct sv_qp *qp)
+{
+	atomic_store_explicit(&qp->req.rnr_until, 0, memory_order_relaxed);
+	atomic_store_explicit(&qp->req.ack_deadline, 0, memory_order_relaxed);
+}
+
+void sv_requester_progress(struct sv_qp *qp, bool outstanding)
+{
+	qp->req.retries_left = qp->attr.retry_cnt;
+	qp->req.rnr_retries_left = qp->attr.rnr_retry;
+	qp->req.ack_wait_since = sv_now_ns(); /* the wait for what is left starts over */
+	if (!outstanding)
+		atomic_store_explicit(&qp->req.ack_deadline, 0, memory_order_relaxed);
+	else
+		sv_requester_arm_ack_timer(qp);
+}
+
+bool sv_requester_seq_nak(struct sv_qp *qp, uint32_t psn)
+{
+	/* (retry_cnt 7 retries a sequence NAK without end) */
+	bool counted = qp->attr.timeout && qp->attr.retry_cnt != 7;
+
+	if (counted && qp->req.retries_left == 0)
+		return false;
+	if (counted)
+		qp->req.retries_left--;
+	sv_flow_lost(qp);
+	sv_requester_rewind(qp, psn);
+	sv_requester_arm_ack_timer(qp);
+	return true;
+}
+
+bool sv_requester_rnr_nak(struct sv_qp *qp, uint32_t psn, uint8_t timer)
+{
+	/* (rnr_retry 7 retries without end) */
+	if (qp->attr.rnr_retry != 7 && qp->req.rnr_retries_left == 0)
+		return false;
+	if (qp->attr.rnr_retry != 7)
+		qp->req.rnr_retries_left--;
+	sv_requester_rewind(qp, psn);
+	/* the responder's timer code says how long to back off */
+	atomic_store_explicit(&qp->req.rnr_until, sv_now_ns() + sv_rnr_timer_ns(timer),
+			      memory_order_relaxed);
+	atomic_store_explicit(&qp->req.ack_deadline, 0, memory_order_relaxed);
+	return true;
+}
+
+void sv_requester_reset(struct sv_qp *qp)
+{
+	sv_gpu_stage_forget(qp->req.gpu_tx); /* not reused by the next life */
+	sv_requester_stop_timers(qp);
+}
+
 /*
  * The WQE before sq->next failed (its local checks, a bind): none after it
  * starts while those before it are still unanswered, since retire(), when
@@ -716,8 +769,7 @@ void sv_requester_timeout(struct sv_qp *qp, uint64_t now)
 	struct sv_sq *sq = &qp->sq;
 
 	if (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_SQD) {
-		atomic_store_explicit(&qp->req.rnr_until, 0, memory_order_relaxed);
-		atomic_store_explicit(&qp->req.ack_deadline, 0, memory_order_relaxed);
+		sv_requester_stop_timers(qp);
 		sv_engine_timer_update(qp->ctx->eng, qp);
 		return;
 	}

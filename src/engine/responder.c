@@ -460,10 +460,50 @@ static enum resp_result check_rkey(const struct sv_qp *qp, uint32_t rkey, uint64
 		       : RESP_OK;
 }
 
+/* Pop one receive WQE from the SRQ or the QP's RQ into qp->resp.rwqe. */
+static bool take_recv(struct sv_qp *qp)
+{
+	struct sv_rq *rq;
+	struct sv_recv_wqe *w;
+	bool limit = false;
+
+	if (qp->srq) {
+		sv_mutex_lock(&qp->srq->lock);
+		rq = &qp->srq->rq;
+	} else {
+		rq = &qp->rq;
+	}
+	if (!rq->count) {
+		if (qp->srq)
+			sv_mutex_unlock(&qp->srq->lock);
+		return false;
+	}
+	w = &rq->wqe[rq->head];
+	qp->resp.rwqe.wr_id = w->wr_id;
+	qp->resp.rwqe.num_sge = w->num_sge;
+	qp->resp.rwqe.sge = qp->rwqe_sge;
+	if (w->num_sge)
+		memcpy(qp->rwqe_sge, w->sge, sizeof(*w->sge) * w->num_sge);
+	rq->head = (rq->head + 1) % rq->size;
+	rq->count--;
+	if (qp->srq) {
+		if (qp->srq->srq_limit && rq->count < qp->srq->srq_limit) {
+			qp->srq->srq_limit = 0; /* the limit is one-shot: disarm */
+			limit = true;
+		}
+		sv_mutex_unlock(&qp->srq->lock);
+		if (limit)
+			sv_async_event(qp->ctx, IBV_EVENT_SRQ_LIMIT_REACHED, qp->srq, &qp->srq->async, 0);
+	}
+	qp->resp.have_rwqe = true;
+	qp->resp.rwqe_off = 0;
+	return true;
+}
+
 /* Step: a receive WQE for the message (the QP's or its SRQ's). */
 static enum resp_result check_recv(struct sv_qp *qp)
 {
-	return qp->resp.have_rwqe || sv_qp_take_recv(qp) ? RESP_OK : RESP_NO_RECV;
+	return qp->resp.have_rwqe || take_recv(qp) ? RESP_OK : RESP_NO_RECV;
 }
 
 /* The response packets of a READ of dma_len bytes (one for none). */
@@ -1068,12 +1108,68 @@ void sv_responder_relayed_answer(struct sv_qp *qp, struct sv_conn *conn,
 	sv_conn_put(reply);
 }
 
-void sv_responder_abort_recv(struct sv_qp *qp)
+void sv_responder_relay_window(struct sv_qp *qp, struct sv_srq *srq)
 {
+	if (qp->resp.have_rwqe && qp->srq == srq) {
+		qp->resp.in_msg = false;
+		return;
+	}
 	if (qp->resp.have_rwqe)
 		complete_recv(qp, IBV_WC_REM_ABORT_ERR, IBV_WC_RECV, 0, NULL, src_qpn(qp), 0, 0,
 			      false);
 	qp->resp.in_msg = false;
+}
+
+void sv_responder_expect(struct sv_qp *qp, uint32_t psn, uint32_t msn)
+{
+	qp->resp.epsn = psn;
+	qp->resp.msn = msn;
+}
+
+void sv_responder_srq_gone(struct sv_qp *qp, bool end_msg)
+{
+	qp->resp.have_rwqe = false;
+	if (end_msg)
+		qp->resp.in_msg = false;
+}
+
+void sv_responder_flush_rwqe(struct sv_qp *qp)
+{
+	struct ibv_wc wc = { .wr_id = qp->resp.rwqe.wr_id, .status = IBV_WC_WR_FLUSH_ERR,
+			     .opcode = IBV_WC_RECV, .qp_num = qp->ex.qp_base.qp_num,
+			     .vendor_err = IBV_WC_WR_FLUSH_ERR };
+
+	if (!qp->resp.have_rwqe)
+		return;
+	sv_cq_push(qp->rcq, &wc, false);
+	qp->resp.have_rwqe = false;
+}
+
+void sv_responder_halt(struct sv_qp *qp)
+{
+	qp->resp.in_msg = false;
+	sv_responder_cancel(qp); /* the rest of a READ is not sent */
+}
+
+void sv_responder_reset(struct sv_qp *qp)
+{
+	qp->resp.have_rwqe = qp->resp.in_msg = qp->resp.drop_msg = false;
+	sv_responder_cancel(qp); /* a READ still being answered */
+	sv_xrc_relay_idle(qp);	 /* verdicts on relayed packets: ignored now */
+	qp->resp.comm_est_sent = false;
+	qp->resp.msn = 0;
+	/* GPU copies of its previous life: none started later, none reused */
+	sv_gpu_sink_abort(qp->resp.gpu_in);
+	sv_gpu_stage_forget(qp->resp.gpu_rd);
+	if (qp->resp.atomic_cache)
+		memset(qp->resp.atomic_cache, 0, sizeof(*qp->resp.atomic_cache) * SV_MAX_QP_RD_ATOM);
+}
+
+void sv_responder_free(struct sv_qp *qp)
+{
+	free(qp->resp.atomic_cache);
+	sv_gpu_stage_free(&qp->resp.gpu_rd);
+	sv_gpu_sink_free(&qp->resp.gpu_in);
 }
 
 /*
@@ -1282,7 +1378,10 @@ void sv_responder_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opc
 		r = RESP_DROP;
 	if (r == RESP_OK && qp->state == IBV_QPS_RTR && !qp->resp.comm_est_sent) {
 		qp->resp.comm_est_sent = true;
-		sv_async_event(qp->ctx, IBV_EVENT_COMM_EST, qp, &qp->async, 0);
+		/* (not for an XRC receive QP whose creator's handle is gone: an
+		 * event names it by that handle) */
+		if (!(qp->xrc && qp->xrc->no_events))
+			sv_async_event(qp->ctx, IBV_EVENT_COMM_EST, qp, &qp->async, 0);
 	}
 	if (r == RESP_OK && qp->ti->datagram) {
 		respond(&p, exec_datagram(&p));

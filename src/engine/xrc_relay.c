@@ -209,10 +209,8 @@ static void proxy_free(struct sv_xrc_proxy *x)
 {
 	struct sv_qp *q = x->qp;
 
-	free(q->resp.atomic_cache);
+	sv_responder_free(q);
 	free(q->xrc);
-	sv_gpu_stage_free(&q->resp.gpu_rd);
-	sv_gpu_sink_free(&q->resp.gpu_in);
 	sv_mutex_destroy(&q->lock);
 	free(q);
 	free(x);
@@ -339,10 +337,7 @@ void sv_xrc_relay_rx(struct sv_conn *conn, const uint8_t *pkt, const uint8_t *or
 		 * that WQE completes as aborted by its requester */
 		px->dropping = false;
 		q->state = IBV_QPS_RTS;
-		if (q->resp.have_rwqe && q->srq == srq)
-			q->resp.in_msg = false;
-		else
-			sv_responder_abort_recv(q);
+		sv_responder_relay_window(q, srq);
 	}
 	if (px->dropping)
 		goto out;
@@ -354,8 +349,7 @@ void sv_xrc_relay_rx(struct sv_conn *conn, const uint8_t *pkt, const uint8_t *or
 	q->attr.qp_access_flags = ntohl(x->access);
 	q->attr.min_rnr_timer = x->rnr_timer;
 	q->mtu = mtu;
-	q->resp.epsn = psn;
-	q->resp.msn = ntohl(x->msn) & SV_PSN_MASK;
+	sv_responder_expect(q, psn, ntohl(x->msn) & SV_PSN_MASK);
 	if (!q->xrcd) {
 		/* no XRC SRQ of that number in that domain: NAKed as check_xrc
 		 * would (the packet needs a domain to be looked up in) */
@@ -393,7 +387,7 @@ void sv_xrc_proxies_detach(struct sv_context *ctx, struct sv_srq *srq)
 		sv_mutex_lock(&q->lock);
 		if (q->srq == srq) {
 			q->srq = NULL;
-			q->resp.have_rwqe = q->resp.in_msg = false;
+			sv_responder_srq_gone(q, true);
 		}
 		sv_mutex_unlock(&q->lock);
 	}

@@ -285,20 +285,11 @@ static void reset_qp(struct sv_qp *qp)
 		sv_wqe_release(&sq->wqe[sq->head & (sq->size - 1)]);
 	sq->head = sq->next = sq->tail = sq->seg_off = sq->rd_atomic_inflight = 0;
 	qp->rq.head = qp->rq.count = 0;
-	qp->resp.have_rwqe = qp->resp.in_msg = qp->resp.drop_msg = false;
-	sv_responder_cancel(qp); /* a READ still being answered */
-	sv_xrc_relay_idle(qp);	 /* verdicts on relayed packets: ignored now */
-	qp->resp.comm_est_sent = false;
-	qp->resp.msn = 0;
-	/* GPU copies of its previous life: none started later, none reused */
-	sv_gpu_sink_abort(qp->resp.gpu_in);
-	sv_gpu_sink_abort(qp->comp.gpu_rd_in);
-	sv_gpu_stage_forget(qp->req.gpu_tx);
-	sv_gpu_stage_forget(qp->resp.gpu_rd);
-	if (qp->resp.atomic_cache)
-		memset(qp->resp.atomic_cache, 0, sizeof(*qp->resp.atomic_cache) * SV_MAX_QP_RD_ATOM);
-	atomic_store_explicit(&qp->req.rnr_until, 0, memory_order_relaxed);
-	atomic_store_explicit(&qp->req.ack_deadline, 0, memory_order_relaxed);
+	/* each role forgets its previous life (GPU copies too: none started
+	 * later, none reused) */
+	sv_responder_reset(qp);
+	sv_completer_reset(qp);
+	sv_requester_reset(qp);
 	sv_engine_timer_update(qp->ctx->eng, qp);
 	if (qp->conn) {
 		sv_engine_forget_qp(qp->ctx->eng, qp);
@@ -559,8 +550,7 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 	qp->destroyed = true;
 	sv_export_qp(qp); /* destroyed: no peer reaches memory through it any more */
 	sv_responder_cancel(qp);
-	atomic_store_explicit(&qp->req.rnr_until, 0, memory_order_relaxed);
-	atomic_store_explicit(&qp->req.ack_deadline, 0, memory_order_relaxed);
+	sv_requester_stop_timers(qp);
 	sv_mutex_unlock(&qp->lock);
 	sv_engine_forget_qp(ctx->eng, qp);
 	/* wait for the engine to let go of it (references are short-lived) */
@@ -583,15 +573,13 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 	/* work it never completed lets go of its AHs */
 	for (; qp->sq.head != qp->sq.tail; qp->sq.head++)
 		sv_wqe_release(&qp->sq.wqe[qp->sq.head & (qp->sq.size - 1)]);
-	free(qp->resp.atomic_cache);
+	sv_responder_free(qp);
 	sv_xrc_relay_free(qp);
 	free(qp->sq.wqe);
 	free(qp->sq.sge_pool);
 	free(qp->sq.inline_pool);
 	sv_rq_free(&qp->rq);
 	sv_gpu_stage_free(&qp->req.gpu_tx);
-	sv_gpu_stage_free(&qp->resp.gpu_rd);
-	sv_gpu_sink_free(&qp->resp.gpu_in);
 	sv_gpu_sink_free(&qp->comp.gpu_rd_in);
 	sv_mutex_destroy(&qp->lock);
 	free(qp);
