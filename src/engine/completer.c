@@ -65,9 +65,9 @@ static bool resending(const struct sv_sq *sq, const struct sv_send_wqe *w)
  * ACK for psn that arrives meanwhile, the responder's answer to what they
  * were before, acknowledges them as far as it reaches, as it does the SENT
  * ones before them (ack_before): those it covers whole are done, and
- * sending goes on after them.  Else an ACK covering a WQE being resent moved sq.una
+ * sending goes on after them.  Else an ACK covering a WQE being resent moved comp.una
  * past it and left it unfinished: resent whole, it waited for an ACK the
- * responder had sent already, and the ack timer went back to sq.una, past
+ * responder had sent already, and the ack timer went back to comp.una, past
  * its last PSN, resent nothing and ended in RETRY_EXC_ERR.  (rxe too
  * completes a WQE that an ACK beyond its last PSN covers.)  A READ or an
  * atomic is finished by its own response only, and what follows it waits.
@@ -93,7 +93,7 @@ static void ack_resending(struct sv_qp *qp, uint32_t psn)
 			sq->next++;
 			continue;
 		}
-		/* covered in part, or not at all: sq.una, where a retry goes
+		/* covered in part, or not at all: comp.una, where a retry goes
 		 * back to, is inside it now, or before it */
 		return;
 	}
@@ -136,17 +136,11 @@ static void progress_made(struct sv_qp *qp)
 	struct sv_sq *sq = &qp->sq;
 	bool outstanding = false;
 
-	qp->retries_left = qp->attr.retry_cnt;
-	qp->rnr_retries_left = qp->attr.rnr_retry;
-	qp->ack_wait_since = sv_now_ns(); /* the wait for what is left starts over */
 	for (uint32_t i = sq->head; i != sq->next && !outstanding; i++)
 		outstanding = sq->wqe[i & (sq->size - 1)].state == SV_WQE_SENT;
 	/* a message the window stopped midway is on the wire too */
 	outstanding = outstanding || (sq->seg_off && sq->next != sq->tail);
-	if (!outstanding)
-		atomic_store_explicit(&qp->ack_deadline, 0, memory_order_relaxed);
-	else
-		sv_requester_arm_ack_timer(qp);
+	sv_requester_progress(qp, outstanding);
 }
 
 static void finish(struct sv_qp *qp, struct sv_send_wqe *w, enum ibv_wc_status st)
@@ -154,7 +148,7 @@ static void finish(struct sv_qp *qp, struct sv_send_wqe *w, enum ibv_wc_status s
 	struct sv_sq *sq = &qp->sq;
 
 	/* what READ responses and atomic results put into GPU memory is there first */
-	if (sv_gpu_sink_fence(qp->gpu_rd_in) && st == IBV_WC_SUCCESS)
+	if (sv_gpu_sink_fence(qp->comp.gpu_rd_in) && st == IBV_WC_SUCCESS)
 		st = IBV_WC_LOC_PROT_ERR;
 	/* (one being sent again is not counted: sv_requester_rewind) */
 	if (sv_wr_rd_atomic(w->op) && w->state == SV_WQE_SENT && sq->rd_atomic_inflight)
@@ -187,10 +181,10 @@ static enum ibv_wc_status nak_status(uint8_t code)
 /* Every PSN before psn is acknowledged or answered. */
 static void acked_to(struct sv_qp *qp, uint32_t psn)
 {
-	uint32_t old = qp->sq.una;
+	uint32_t old = qp->comp.una;
 
 	if (sv_psn_cmp(psn, old) > 0) {
-		qp->sq.una = psn;
+		qp->comp.una = psn;
 		sv_flow_acked(qp, old);
 	}
 }
@@ -204,29 +198,16 @@ static void on_seq_nak(struct sv_qp *qp, struct sv_send_wqe *w, uint32_t psn)
 {
 	if (sv_psn_cmp(psn, w->first_psn) > 0)
 		progress_made(qp); /* the part of w before psn arrived */
-	if (qp->attr.timeout && qp->attr.retry_cnt != 7 && qp->retries_left == 0) {
+	if (!sv_requester_seq_nak(qp, psn))
 		finish(qp, w, IBV_WC_RETRY_EXC_ERR);
-		return;
-	}
-	if (qp->attr.timeout && qp->attr.retry_cnt != 7)
-		qp->retries_left--;
-	sv_flow_lost(qp);
-	sv_requester_rewind(qp, psn);
-	sv_requester_arm_ack_timer(qp);
 }
 
+/* An RNR NAK: the requester backs off and sends psn again, while it has
+ * RNR retries left. */
 static void on_rnr_nak(struct sv_qp *qp, struct sv_send_wqe *w, uint32_t psn, uint8_t timer)
 {
-	if (qp->attr.rnr_retry != 7 && qp->rnr_retries_left == 0) {
+	if (!sv_requester_rnr_nak(qp, psn, timer))
 		finish(qp, w, IBV_WC_RNR_RETRY_EXC_ERR);
-		return;
-	}
-	if (qp->attr.rnr_retry != 7)
-		qp->rnr_retries_left--;
-	sv_requester_rewind(qp, psn);
-	/* the responder's timer code says how long to back off */
-	atomic_store_explicit(&qp->rnr_until, sv_now_ns() + sv_rnr_timer_ns(timer), memory_order_relaxed);
-	atomic_store_explicit(&qp->ack_deadline, 0, memory_order_relaxed);
 }
 
 /*
@@ -321,7 +302,7 @@ void sv_completer_rx(struct sv_qp *qp, const struct sv_opcode_info *op, uint8_t 
 		} else {
 			w->resp_psn = sv_psn_add(psn, 1);
 			enum sv_mem_err e = sv_sgl_copy_in(qp->ctx, qp->pd, w->sge, w->num_sge, off,
-							   payload, plen, &qp->gpu_rd_in, src_gpu);
+							   payload, plen, &qp->comp.gpu_rd_in, src_gpu);
 			if (e)
 				finish(qp, w, IBV_WC_LOC_PROT_ERR);
 			else if (op->mask & SV_OPF_LAST)
@@ -336,7 +317,7 @@ void sv_completer_rx(struct sv_qp *qp, const struct sv_opcode_info *op, uint8_t 
 		} else {
 			/* the original value lands in the WQE's (8-byte) local buffer */
 			enum sv_mem_err e = sv_sgl_copy_in(qp->ctx, qp->pd, w->sge, w->num_sge, 0,
-							   &orig, sizeof(orig), &qp->gpu_rd_in, NULL);
+							   &orig, sizeof(orig), &qp->comp.gpu_rd_in, NULL);
 			finish(qp, w, e ? IBV_WC_LOC_PROT_ERR : IBV_WC_SUCCESS);
 		}
 	}
@@ -347,11 +328,16 @@ void sv_completer_rx(struct sv_qp *qp, const struct sv_opcode_info *op, uint8_t 
 	 * now that it is (else they waited for an ACK never sent again,
 	 * resent from una, which is past them) */
 	if (w->state == SV_WQE_DONE)
-		ack_upto(qp, sv_psn_add(qp->sq.una, SV_PSN_MASK));
+		ack_upto(qp, sv_psn_add(qp->comp.una, SV_PSN_MASK));
 	progress_made(qp);
 out:
 	sv_engine_timer_update(qp->ctx->eng, qp);
 	sv_requester_retire(qp);
 	if (qp->state == IBV_QPS_RTS)
 		sv_requester_run(qp); /* fences and the READ limit may have opened */
+}
+
+void sv_completer_reset(struct sv_qp *qp)
+{
+	sv_gpu_sink_abort(qp->comp.gpu_rd_in); /* none of its copies lands later */
 }

@@ -6,7 +6,7 @@
  * receiver that drains its socket more slowly, which then drops, and every
  * drop costs go-back-N a window of packets.
  *
- * Window.  At most cwnd packets unacknowledged, counted from sq.una.  It
+ * Window.  At most cwnd packets unacknowledged, counted from comp.una.  It
  * starts at SV_CWND_INIT, grows by one packet for every window of packets
  * acknowledged (additive increase) up to SV_CWND_MAX, and halves, at most
  * once a round trip, when a CNP arrives (multiplicative decrease), down to
@@ -31,7 +31,7 @@
  * Round trip and probes.  One packet that asks for an ACK is timed at a
  * time, never a resent one (Karn), and smoothed as TCP does (RFC 6298).
  * When nothing is acknowledged for max(4 ms, srtt + 4 rttvar), doubling
- * with each try, the requester goes back to sq.una without using a retry:
+ * with each try, the requester goes back to comp.una without using a retry:
  * a lost NAK, a lost resend or a lost last ACK then costs about a round
  * trip instead of the QP's ack timeout (67 ms at ib_write_bw's timeout 14).
  * The ack timeout keeps its own deadline (flow.ib_deadline) and counts
@@ -75,7 +75,7 @@ bool sv_flow_probing(const struct sv_qp *qp)
 
 bool sv_flow_window_open(const struct sv_qp *qp, uint32_t psn)
 {
-	return sv_psn_cmp(psn, sv_psn_add(qp->sq.una, qp->sq.flow.cwnd)) < 0;
+	return sv_psn_cmp(psn, sv_psn_add(qp->comp.una, qp->sq.flow.cwnd)) < 0;
 }
 
 void sv_flow_sent(struct sv_qp *qp, uint32_t psn, bool ackreq)
@@ -94,9 +94,9 @@ void sv_flow_sent(struct sv_qp *qp, uint32_t psn, bool ackreq)
 void sv_flow_acked(struct sv_qp *qp, uint32_t old_una)
 {
 	struct sv_flow *f = &qp->sq.flow;
-	uint32_t n = (qp->sq.una - old_una) & SV_PSN_MASK;
+	uint32_t n = (qp->comp.una - old_una) & SV_PSN_MASK;
 
-	if (f->rtt_sent_ns && sv_psn_cmp(qp->sq.una, f->rtt_psn) > 0) {
+	if (f->rtt_sent_ns && sv_psn_cmp(qp->comp.una, f->rtt_psn) > 0) {
 		uint64_t r = sv_now_ns() - f->rtt_sent_ns;
 
 		if (!f->srtt_ns) {
@@ -170,7 +170,7 @@ void sv_flow_marked(struct sv_qp *qp, struct sv_conn *conn, const uint8_t *pkt,
 	uint32_t to;
 
 	sv_stat_count(qp, SV_QPC_ECN_MARKED);
-	if (qp->cnp_sent_ns && now - qp->cnp_sent_ns < SV_CNP_INTERVAL_NS)
+	if (qp->resp.cnp_sent_ns && now - qp->resp.cnp_sent_ns < SV_CNP_INTERVAL_NS)
 		return;
 	if (qp->ti->connected) {
 		to = qp->attr.dest_qp_num;
@@ -182,7 +182,7 @@ void sv_flow_marked(struct sv_qp *qp, struct sv_conn *conn, const uint8_t *pkt,
 	} else {
 		return;
 	}
-	qp->cnp_sent_ns = now;
+	qp->resp.cnp_sent_ns = now;
 	memset(&p, 0, sizeof(p));
 	p.bth.opcode = SV_OP_CNP;
 	p.bth.pkey = 0xffff;

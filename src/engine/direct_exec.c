@@ -312,13 +312,13 @@ static int find_slot(struct sv_qp *qp, const struct sv_xseg *x, uint32_t rkey)
 {
 	uint32_t n = SV_MIN(atomic_load(&x->nmr), (uint32_t)SV_XMR_SLOTS);
 
-	if (qp->xcache.rkey == rkey && qp->xcache.slot < n)
-		return (int)qp->xcache.slot;
+	if (qp->req.xcache.rkey == rkey && qp->req.xcache.slot < n)
+		return (int)qp->req.xcache.slot;
 	for (uint32_t i = 0; i < n; i++)
 		if (atomic_load(&x->mr[i].rkey) == rkey) {
-			qp->xcache.rkey = rkey;
-			qp->xcache.slot = i;
-			qp->xcache.base = NULL;
+			qp->req.xcache.rkey = rkey;
+			qp->req.xcache.slot = i;
+			qp->req.xcache.base = NULL;
 			return (int)i;
 		}
 	return -1;
@@ -435,7 +435,7 @@ bool sv_direct_soon(struct sv_qp *qp, struct sv_conn *conn, const struct sv_send
 	/* a key the wire served is tried again now and then: what made it
 	 * fail (the peer not yet exporting the MR, say) may have passed, and
 	 * a queue kept full never drains by itself to let sv_direct_exec see */
-	if (t.rkey == qp->xcache.miss && sv_now_ns() - qp->xcache.miss_ns < SV_DIRECT_RETRY_NS)
+	if (t.rkey == qp->req.xcache.miss && sv_now_ns() - qp->req.xcache.miss_ns < SV_DIRECT_RETRY_NS)
 		return false;
 	/* (XRC: the target's keys are checked against the PD of the SRQ each
 	 * request names, which only its responder knows: always the wire) */
@@ -487,9 +487,9 @@ static bool check_local(struct sv_qp *qp, struct sv_send_wqe *w, struct iovec *i
 static uint8_t *extent_base(struct sv_qp *qp, struct sv_peer_mem *pm, const struct xmr_view *m,
 			    bool *wrlocked)
 {
-	uint8_t *base = qp->xcache.base;
+	uint8_t *base = qp->req.xcache.base;
 
-	if (base && qp->xcache.ino == m->ino && qp->xcache.epoch == atomic_load(&pm->epoch))
+	if (base && qp->req.xcache.ino == m->ino && qp->req.xcache.epoch == atomic_load(&pm->epoch))
 		return base;
 	/* mapped already, by another QP or before the epoch moved: found under
 	 * the read lock (a writer costs a membarrier, arwlock.h) */
@@ -500,9 +500,9 @@ static uint8_t *extent_base(struct sv_qp *qp, struct sv_peer_mem *pm, const stru
 		*wrlocked = true;
 		base = map_extent(pm, m->fd, m->ino, m->size);
 	}
-	qp->xcache.base = base;
-	qp->xcache.ino = m->ino;
-	qp->xcache.epoch = atomic_load(&pm->epoch);
+	qp->req.xcache.base = base;
+	qp->req.xcache.ino = m->ino;
+	qp->req.xcache.epoch = atomic_load(&pm->epoch);
 	return base;
 }
 
@@ -567,8 +567,8 @@ out:
 		w->status = st;
 	/* what the wire serves, the wire keeps serving: no waiting for it to
 	 * drain before the next WQE with that key (sv_direct_soon) */
-	qp->xcache.miss = r == SV_DIRECT_WIRE ? t.rkey : 0;
+	qp->req.xcache.miss = r == SV_DIRECT_WIRE ? t.rkey : 0;
 	if (r == SV_DIRECT_WIRE)
-		qp->xcache.miss_ns = sv_now_ns();
+		qp->req.xcache.miss_ns = sv_now_ns();
 	return r;
 }

@@ -390,7 +390,7 @@ void sv_engine_schedule(struct sv_engine *eng, struct sv_qp *qp)
 
 void sv_engine_timer_update(struct sv_engine *eng, struct sv_qp *qp)
 {
-	uint64_t r = qp->rnr_until, a = qp->ack_deadline;
+	uint64_t r = qp->req.rnr_until, a = qp->req.ack_deadline;
 	uint64_t d = (r && (!a || r < a)) ? r : a;
 	bool kick = false;
 
@@ -1441,7 +1441,7 @@ static void run_deferred(struct sv_engine *eng)
 		sv_mutex_lock(&qp->lock);
 		if (!qp->destroyed) {
 			/* a READ answered as its connection drains, once it has */
-			if (qp->rd_left.conn && !read_parked(qp->rd_left.conn, qp))
+			if (qp->resp.rd_left.conn && !read_parked(qp->resp.rd_left.conn, qp))
 				sv_responder_resume(qp);
 			sv_requester_run(qp);
 		}
@@ -1478,8 +1478,8 @@ static int run_timers(struct sv_engine *eng)
 	}
 	for (l = eng->timer_qps.next; l != &eng->timer_qps; l = l->next) {
 		struct sv_qp *qp = SV_CONTAINER_OF(l, struct sv_qp, timer_link);
-		uint64_t r = atomic_load_explicit(&qp->rnr_until, memory_order_relaxed);
-		uint64_t a = atomic_load_explicit(&qp->ack_deadline, memory_order_relaxed);
+		uint64_t r = atomic_load_explicit(&qp->req.rnr_until, memory_order_relaxed);
+		uint64_t a = atomic_load_explicit(&qp->req.ack_deadline, memory_order_relaxed);
 		uint64_t d = (r && (!a || r < a)) ? r : a;
 
 		if (d && d <= now && ndue < (int)SV_ARRAY_SIZE(due)) {

@@ -40,7 +40,7 @@ struct sv_engine_conn {
 	 * socket or ring, where they press on the peer, not on us).
 	 */
 	struct sv_qp *rd_waiter;  /* c.tx_lock: a READ waiting for room, with a QP reference */
-	atomic_int reads_left;    /* READs whose rest goes here (sv_qp.rd_left) */
+	atomic_int reads_left;    /* READs whose rest goes here (sv_qp.resp.rd_left) */
 	bool rx_held;             /* c.tx_lock, set by the progress holder: input waits */
 	struct sv_list held_link; /* engine->held_conns (progress holder), with a reference */
 	int redials;              /* connections before this one that carried its queue */
@@ -215,6 +215,21 @@ void sv_requester_rewind(struct sv_qp *qp, uint32_t to_psn);
 void sv_requester_retire(struct sv_qp *qp);
 /* qp->lock held: a timer of this QP expired. */
 void sv_requester_timeout(struct sv_qp *qp, uint64_t now);
+/* qp->lock held: no timer armed (ERR, RESET, destroy); the caller tells
+ * the engine (sv_engine_timer_update) when the QP stays. */
+void sv_requester_stop_timers(struct sv_qp *qp);
+/* qp->lock held, the completer: an answer moved the QP on.  The retry
+ * budgets are whole again, the wait starts over, and the ack timer runs
+ * while WQEs are outstanding (else it stops). */
+void sv_requester_progress(struct sv_qp *qp, bool outstanding);
+/* qp->lock held, the completer: a NAK for a sequence error at psn goes
+ * back there now, using one of the QP's retries; false: none was left. */
+bool sv_requester_seq_nak(struct sv_qp *qp, uint32_t psn);
+/* qp->lock held, the completer: an RNR NAK at psn (timer: its code) backs
+ * off, then sends psn again, using an RNR retry; false: none was left. */
+bool sv_requester_rnr_nak(struct sv_qp *qp, uint32_t psn, uint8_t timer);
+/* qp->lock held: RESET; the caller tells the engine of the timers. */
+void sv_requester_reset(struct sv_qp *qp);
 
 /* ---- congestion.c: RC over a datagram transport; qp->lock held ---- */
 /* SQ PSN set: a fresh window and clock. */
@@ -226,11 +241,11 @@ bool sv_flow_probing(const struct sv_qp *qp);
 bool sv_flow_window_open(const struct sv_qp *qp, uint32_t psn);
 /* A request packet went out (ackreq: it asks for an ACK). */
 void sv_flow_sent(struct sv_qp *qp, uint32_t psn, bool ackreq);
-/* sq.una moved on from old_una: a round-trip sample, a larger window. */
+/* comp.una moved on from old_una: a round-trip sample, a larger window. */
 void sv_flow_acked(struct sv_qp *qp, uint32_t old_una);
 /* The requester went back (go-back-N): what it resends times nothing. */
 void sv_flow_rewound(struct sv_qp *qp);
-/* How long after the last progress a probe goes back to sq.una. */
+/* How long after the last progress a probe goes back to comp.una. */
 uint64_t sv_flow_probe_ns(const struct sv_qp *qp);
 /* A CNP from the responder: the window halves (once a round trip). */
 void sv_flow_cnp(struct sv_qp *qp);
@@ -259,6 +274,20 @@ bool sv_responder_direct(struct sv_qp *qp, const struct sv_opcode_info *op, cons
  * error). */
 void sv_responder_resume(struct sv_qp *qp);
 void sv_responder_cancel(struct sv_qp *qp);
+/* qp->lock held: ERR.  No message is open any more, and the rest of a
+ * READ is not sent. */
+void sv_responder_halt(struct sv_qp *qp);
+/* qp->lock held: ERR.  The receive WQE being filled completes with
+ * IBV_WC_WR_FLUSH_ERR. */
+void sv_responder_flush_rwqe(struct sv_qp *qp);
+/* qp->lock held: RESET.  Nothing of the responder's previous life stays. */
+void sv_responder_reset(struct sv_qp *qp);
+/* The QP goes (destroy, an XRC proxy): what the responder allocated. */
+void sv_responder_free(struct sv_qp *qp);
+/* qp->lock held: the XRC SRQ that gave the receive WQE being filled goes
+ * (srq.c, xrc_relay.c).  The WQE is the SRQ's, not completed here;
+ * end_msg: the message it was taking ends too. */
+void sv_responder_srq_gone(struct sv_qp *qp, bool end_msg);
 /* qp->lock held, the QP being destroyed: the ACK of what arrived, again,
  * where packets may be lost (responder.c) */
 void sv_responder_farewell(struct sv_qp *qp);
@@ -266,6 +295,8 @@ void sv_responder_farewell(struct sv_qp *qp);
 /* engine thread, qp->lock held: an incoming response packet */
 void sv_completer_rx(struct sv_qp *qp, const struct sv_opcode_info *op, uint8_t *pkt,
 		     const uint8_t *payload, uint32_t plen, sv_cu_ctx src_gpu);
+/* qp->lock held: RESET.  Nothing of the completer's previous life stays. */
+void sv_completer_reset(struct sv_qp *qp);
 
 /* Build and queue a response/ACK packet (helper shared by responder). */
 int sv_send_packet(struct sv_conn *conn, const void *hdr, size_t hdr_len,

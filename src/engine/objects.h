@@ -419,7 +419,7 @@ void sv_wqe_release(struct sv_send_wqe *w);
  * retransmission probe.  Unused over a stream transport.
  */
 struct sv_flow {
-	uint32_t cwnd;	       /* packets it may have unacknowledged, from sq.una */
+	uint32_t cwnd;	       /* packets it may have unacknowledged, from comp.una */
 	uint32_t cwnd_acc;     /* packets acknowledged toward the next increase */
 	uint32_t hi_psn;       /* one past the highest PSN sent */
 	uint32_t rtt_psn;      /* the packet being timed ... */
@@ -431,7 +431,9 @@ struct sv_flow {
 	uint8_t probes;        /* since the last progress: each doubles the wait */
 };
 
-/* Requester-side bookkeeping of one QP (sq indexes increase forever, mod 2^32). */
+/* The send queue of one QP (sq indexes increase forever, mod 2^32): the
+ * posting verbs add at tail, the requester sends and retires, the
+ * completer marks what is answered; qp->lock. */
 struct sv_sq {
 	struct sv_send_wqe *wqe;
 	struct ibv_sge *sge_pool;
@@ -443,11 +445,105 @@ struct sv_sq {
 	uint32_t tail;     /* next free */
 	uint32_t seg_off;  /* bytes of wqe[next] already sent */
 	uint32_t psn;      /* next PSN to use */
+	uint32_t rd_atomic_inflight;
+	struct sv_flow flow;
+};
+
+/*
+ * A QP's state is in three parts, one per role of the engine, as Soft-RoCE
+ * has qp->req, qp->resp and qp->comp.  Each is written by its role's file
+ * under qp->lock, besides the exceptions its comment lists: the QP verbs
+ * (verbs/qp.c) setting what modify_qp's attributes say, and create and
+ * destroy (verbs/qp.c), which make and free a part whole.
+ */
+
+/*
+ * The requester's (requester.c; direct_exec.c, its direct execution on the
+ * peer's memory, keeps xcache).  The completer, ERR, RESET and destroy
+ * change the timers and retry budgets through requester.c's functions.
+ * Exception: modify_qp sets retries_left and rnr_retries_left from
+ * IBV_QP_RETRY_CNT and IBV_QP_RNR_RETRY.
+ */
+struct sv_qp_req {
+	/* the engine's timers, deadlines in ns, 0 = not armed; read without
+	 * the lock by the engine (sv_engine_timer_update, run_timers) */
+	_Atomic uint64_t rnr_until;    /* paused after an RNR NAK */
+	_Atomic uint64_t ack_deadline; /* oldest unacked WQE times out */
+	/* when the requester began waiting for an answer: the ack timer armed
+	 * with none armed, or progress (sv_requester_timeout's patience) */
+	uint64_t ack_wait_since;
+	uint32_t retries_left, rnr_retries_left;
+	/* a host window onto GPU memory being sent: a send WQE's payload
+	 * (engine/gpu.h); NULL until first used */
+	struct sv_gpu_stage *gpu_tx;
+	/* the peer's MR this QP reached last by itself (engine/direct_exec.c) */
+	struct {
+		uint32_t rkey, slot, epoch;
+		uint32_t miss; /* the rkey whose last operation went by the wire */
+		uint64_t miss_ns; /* when (the wire keeps it until SV_DIRECT_RETRY_NS) */
+		uint64_t ino;
+		uint8_t *base;
+	} xcache;
+};
+
+/*
+ * The responder's (responder.c; its receive WQE's SGL is sv_qp.rwqe_sge).
+ * ERR, RESET, destroy, an XRC SRQ that goes and the XRC relay's proxies
+ * change it through responder.c's functions.  Exceptions: modify_qp sets
+ * epsn (and clears seq_nak_sent) from IBV_QP_RQ_PSN; congestion.c's
+ * sv_flow_marked, which the responder calls for a request marked CE,
+ * keeps cnp_sent_ns.
+ */
+struct sv_qp_resp {
+	uint32_t epsn;        /* expected PSN */
+	uint32_t msn;
+	uint32_t msg_first_psn;
+	uint32_t rwqe_off;
+	bool seq_nak_sent;    /* RC: the gap before epsn was NAKed once already */
+	bool in_msg;          /* inside a multi-packet SEND/WRITE */
+	bool in_write;        /* ... and it is a WRITE */
+	bool drop_msg;        /* UC: drop until next FIRST/ONLY */
+	bool have_rwqe;
+	bool comm_est_sent;
+	uint64_t cnp_sent_ns; /* the last CNP to our requester peer (congestion.c) */
+	struct sv_recv_wqe rwqe; /* receive WQE being filled; its SGL in rwqe_sge */
+	uint64_t wr_va;       /* RDMA WRITE in progress */
+	uint32_t wr_rkey, wr_left, wr_total;
+	uint32_t atomic_cache_next;
+	/* a READ whose responses are made as its connection drains: conn
+	 * (with a reference) is where they go, NULL when none waits; next is
+	 * the first response packet not made yet.  The QP's other requests
+	 * wait behind it. */
+	struct {
+		struct sv_conn *conn;
+		uint64_t va;
+		uint32_t rkey, dma_len, psn, next;
+	} rd_left;
+	/* atomic replay cache, SV_MAX_QP_RD_ATOM entries: duplicate atomics
+	 * return the first result; allocated by the first atomic the QP
+	 * executes (most QPs never take one), freed with the QP */
+	struct sv_atomic_replay {
+		uint32_t psn;
+		uint64_t orig;
+		bool valid;
+	} *atomic_cache;
+	/* GPU memory (engine/gpu.h), NULL until first used: a host window onto
+	 * what a READ answers from, and the fences of incoming requests' bytes */
+	struct sv_gpu_stage *gpu_rd;
+	struct sv_gpu_sink *gpu_in;
+};
+
+/*
+ * The completer's (completer.c; RESET through sv_completer_reset).
+ * Exception: modify_qp sets una from IBV_QP_SQ_PSN.
+ */
+struct sv_qp_comp {
 	/* RC: every PSN before this one is acknowledged (or answered); what
 	 * a datagram transport may have on the wire is counted from here */
 	uint32_t una;
-	uint32_t rd_atomic_inflight;
-	struct sv_flow flow;
+	/* the fences of READ responses' and atomic results' bytes bound for
+	 * GPU memory (engine/gpu.h); NULL until first used */
+	struct sv_gpu_sink *gpu_rd_in;
 };
 
 struct sv_qp {
@@ -483,13 +579,11 @@ struct sv_qp {
 	struct sv_endpoint_addr peer; /* RC/UC: from ah_attr at RTR */
 	struct sv_conn *conn;         /* RC/UC */
 
-	/* timers (engine), deadlines in ns; 0 = not armed */
-	_Atomic uint64_t rnr_until;    /* requester paused after an RNR NAK */
-	_Atomic uint64_t ack_deadline; /* oldest unacked WQE times out */
-	/* when the requester began waiting for an answer: the ack timer armed
-	 * with none armed, or progress (sv_requester_timeout's patience) */
-	uint64_t ack_wait_since;
-	uint32_t retries_left, rnr_retries_left;
+	struct sv_qp_req req;
+	struct sv_qp_resp resp;
+	struct sv_qp_comp comp;
+
+	/* the engine's scheduling (engine.c) */
 	struct sv_list timer_link;  /* engine->timer_qps */
 	/* linked there: read without eng->lock by sv_engine_timer_update, which
 	 * has nothing to do for a QP with no deadline that is not linked */
@@ -500,57 +594,10 @@ struct sv_qp {
 	 * whoever exchanges it for NULL owns that reference (engine.c) */
 	struct sv_conn *_Atomic txwait_conn;
 
-	/* responder state */
-	uint32_t epsn;        /* expected PSN */
-	bool seq_nak_sent;    /* RC: the gap before epsn was NAKed once already */
-	uint64_t cnp_sent_ns; /* the last CNP to our requester peer (congestion.c) */
-	uint32_t msn;
-	uint32_t msg_first_psn;
-	bool resp_in_msg;     /* inside a multi-packet SEND/WRITE */
-	bool resp_in_write;   /* ... and it is a WRITE */
-	bool resp_drop_msg;   /* UC: drop until next FIRST/ONLY */
-	bool resp_have_rwqe;
-	struct sv_recv_wqe rwqe; /* receive WQE being filled; its SGL in rwqe_sge */
-	uint32_t rwqe_off;
-	uint64_t wr_va;       /* RDMA WRITE in progress */
-	uint32_t wr_rkey, wr_left, wr_total;
-	/* a READ whose responses are made as its connection drains
-	 * (responder.c): conn (with a reference) is where they go, NULL when
-	 * none waits; next is the first response packet not made yet.  The
-	 * QP's other requests wait behind it. */
-	struct {
-		struct sv_conn *conn;
-		uint64_t va;
-		uint32_t rkey, dma_len, psn, next;
-	} rd_left;
-	/* atomic replay cache, SV_MAX_QP_RD_ATOM entries: duplicate atomics
-	 * return the first result; allocated by the first atomic the QP
-	 * executes (most QPs never take one), freed with the QP */
-	struct sv_atomic_replay {
-		uint32_t psn;
-		uint64_t orig;
-		bool valid;
-	} *atomic_cache;
-	uint32_t atomic_cache_next;
-	bool comm_est_sent;
-	/* host windows onto GPU memory being sent (engine/gpu.h): a send
-	 * WQE's payload, and what a READ answers from; NULL until first used */
-	struct sv_gpu_stage *gpu_tx, *gpu_rd;
-	/* incoming bytes bound for GPU memory: requests (responder) and READ
-	 * responses and atomic results (completer), each with its own fences */
-	struct sv_gpu_sink *gpu_in, *gpu_rd_in;
-
 	struct sv_wr_batch *batch; /* ibv_wr_start() .. ibv_wr_complete() */
-	/* the peer's MR this QP reached last by itself (engine/direct_exec.c) */
-	struct {
-		uint32_t rkey, slot, epoch;
-		uint32_t miss; /* the rkey whose last operation went by the wire */
-		uint64_t miss_ns; /* when (the wire keeps it until SV_DIRECT_RETRY_NS) */
-		uint64_t ino;
-		uint8_t *base;
-	} xcache;
-	/* the SGL of rwqe: as many SGEs as a receive WQE of this QP's queue
-	 * (or SRQ) may hold, allocated with the QP (sv_qp_size) */
+	/* the responder's: the SGL of resp.rwqe, as many SGEs as a receive WQE
+	 * of this QP's queue (or SRQ) may hold, allocated with the QP
+	 * (sv_qp_size; a flexible array, so not inside struct sv_qp_resp) */
 	struct ibv_sge rwqe_sge[];
 };
 /* The allocation of a QP whose receive WQEs hold up to max_sge SGEs. */
@@ -659,8 +706,6 @@ static inline void sv_mr_read_unlock(struct sv_context *ctx)
 	sv_arwlock_rdunlock(&ctx->mrs.lock);
 }
 
-/* Pop one receive WQE from the SRQ or the QP's RQ into qp->rwqe. */
-bool sv_qp_take_recv(struct sv_qp *qp);
 
 
 /* GID <-> endpoint address (format documented in docs/ARCHITECTURE.md) */

@@ -1,7 +1,7 @@
 /*
  * The QP context as the software HCA works on it: finding a QP by number,
- * taking a receive WQE for an incoming message, and moving a QP to ERR with
- * everything outstanding flushed.  The verbs (src/verbs/qp.c) create,
+ * and moving a QP to ERR with everything outstanding flushed (each role
+ * clears its own part of the QP).  The verbs (src/verbs/qp.c) create,
  * modify and destroy QPs; the engine's roles call these.
  */
 #include "engine/engine.h"
@@ -70,10 +70,7 @@ void sv_qp_flush_send(struct sv_qp *qp)
 
 void sv_qp_flush_recv(struct sv_qp *qp)
 {
-	if (qp->resp_have_rwqe) {
-		push_flush(qp->rcq, qp->rwqe.wr_id, qp->ex.qp_base.qp_num, IBV_WC_RECV);
-		qp->resp_have_rwqe = false;
-	}
+	sv_responder_flush_rwqe(qp);
 	if (qp->srq)
 		return; /* SRQ WQEs belong to the SRQ, not to this QP */
 	for (; qp->rq.count; qp->rq.count--) {
@@ -88,8 +85,8 @@ void sv_qp_enter_error(struct sv_qp *qp)
 	bool was_err = qp->state == IBV_QPS_ERR;
 
 	/* what was gathered for GPU memory may target memory about to go */
-	sv_gpu_sink_abort(qp->gpu_in);
-	sv_gpu_sink_abort(qp->gpu_rd_in);
+	sv_gpu_sink_abort(qp->resp.gpu_in);
+	sv_gpu_sink_abort(qp->comp.gpu_rd_in);
 	qp->state = IBV_QPS_ERR;
 	qp->attr.qp_state = IBV_QPS_ERR;
 	qp->ex.qp_base.state = IBV_QPS_ERR;
@@ -100,53 +97,11 @@ void sv_qp_enter_error(struct sv_qp *qp)
 	sv_export_qp(qp);
 	sv_qp_flush_send(qp);
 	sv_qp_flush_recv(qp);
-	qp->resp_in_msg = false;
-	sv_responder_cancel(qp); /* the rest of a READ is not sent */
-	atomic_store_explicit(&qp->rnr_until, 0, memory_order_relaxed);
-	atomic_store_explicit(&qp->ack_deadline, 0, memory_order_relaxed);
+	sv_responder_halt(qp);
+	sv_requester_stop_timers(qp);
 	sv_engine_timer_update(qp->ctx->eng, qp);
 	/* (not for an XRC receive QP whose creator's handle is gone: an
 	 * event names it by that handle) */
 	if (!was_err && qp->srq && !(qp->xrc && qp->xrc->no_events))
 		sv_async_event(qp->ctx, IBV_EVENT_QP_LAST_WQE_REACHED, qp, &qp->async, 0);
 }
-
-bool sv_qp_take_recv(struct sv_qp *qp)
-{
-	struct sv_rq *rq;
-	struct sv_recv_wqe *w;
-	bool limit = false;
-
-	if (qp->srq) {
-		sv_mutex_lock(&qp->srq->lock);
-		rq = &qp->srq->rq;
-	} else {
-		rq = &qp->rq;
-	}
-	if (!rq->count) {
-		if (qp->srq)
-			sv_mutex_unlock(&qp->srq->lock);
-		return false;
-	}
-	w = &rq->wqe[rq->head];
-	qp->rwqe.wr_id = w->wr_id;
-	qp->rwqe.num_sge = w->num_sge;
-	qp->rwqe.sge = qp->rwqe_sge;
-	if (w->num_sge)
-		memcpy(qp->rwqe_sge, w->sge, sizeof(*w->sge) * w->num_sge);
-	rq->head = (rq->head + 1) % rq->size;
-	rq->count--;
-	if (qp->srq) {
-		if (qp->srq->srq_limit && rq->count < qp->srq->srq_limit) {
-			qp->srq->srq_limit = 0; /* the limit is one-shot: disarm */
-			limit = true;
-		}
-		sv_mutex_unlock(&qp->srq->lock);
-		if (limit)
-			sv_async_event(qp->ctx, IBV_EVENT_SRQ_LIMIT_REACHED, qp->srq, &qp->srq->async, 0);
-	}
-	qp->resp_have_rwqe = true;
-	qp->rwqe_off = 0;
-	return true;
-}
-

@@ -244,18 +244,18 @@ static enum sv_mem_err stage_packet(struct sv_qp *qp, struct req_pass *p, struct
 				    sv_cu_ctx gpu, uint32_t off, uint32_t plen, struct iovec *iov)
 {
 	uint64_t tag = ((uint64_t)w->first_psn << 32) ^ w->wr.wr_id;
-	uint8_t *s = sv_gpu_stage_find(qp->gpu_tx, (uintptr_t)w, tag, off, plen);
+	uint8_t *s = sv_gpu_stage_find(qp->req.gpu_tx, (uintptr_t)w, tag, off, plen);
 	enum sv_mem_err e;
 
 	if (!s) {
 		sv_txbatch_flush(&p->b);
-		s = sv_gpu_stage_claim(&qp->gpu_tx, gpu, (uintptr_t)w, tag, off, w->length);
+		s = sv_gpu_stage_claim(&qp->req.gpu_tx, gpu, (uintptr_t)w, tag, off, w->length);
 		if (!s)
 			return SV_MEM_FAULT;
 		e = sv_sgl_copy_out(qp->ctx, qp->pd, w->sge, w->num_sge, off, s,
-				    qp->gpu_tx->len);
+				    qp->req.gpu_tx->len);
 		if (e) {
-			sv_gpu_stage_forget(qp->gpu_tx);
+			sv_gpu_stage_forget(qp->req.gpu_tx);
 			return e;
 		}
 	}
@@ -390,13 +390,66 @@ void sv_requester_arm_ack_timer(struct sv_qp *qp)
 	/* below a millisecond the engine's tick cannot honour it anyway */
 	if (t < 1000000ull)
 		t = 1000000ull;
-	if (!atomic_load_explicit(&qp->ack_deadline, memory_order_relaxed))
-		qp->ack_wait_since = now; /* waiting from now (progress_made too) */
+	if (!atomic_load_explicit(&qp->req.ack_deadline, memory_order_relaxed))
+		qp->req.ack_wait_since = now; /* waiting from now (progress_made too) */
 	d = qp->sq.flow.ib_deadline = now + t;
 	qp->sq.flow.probes = 0;
 	if (sv_flow_probing(qp) && now + sv_flow_probe_ns(qp) < d)
 		d = now + sv_flow_probe_ns(qp); /* the probe comes first */
-	atomic_store_explicit(&qp->ack_deadline, d, memory_order_relaxed);
+	atomic_store_explicit(&qp->req.ack_deadline, d, memory_order_relaxed);
+}
+
+void sv_requester_stop_timers(struct sv_qp *qp)
+{
+	atomic_store_explicit(&qp->req.rnr_until, 0, memory_order_relaxed);
+	atomic_store_explicit(&qp->req.ack_deadline, 0, memory_order_relaxed);
+}
+
+void sv_requester_progress(struct sv_qp *qp, bool outstanding)
+{
+	qp->req.retries_left = qp->attr.retry_cnt;
+	qp->req.rnr_retries_left = qp->attr.rnr_retry;
+	qp->req.ack_wait_since = sv_now_ns(); /* the wait for what is left starts over */
+	if (!outstanding)
+		atomic_store_explicit(&qp->req.ack_deadline, 0, memory_order_relaxed);
+	else
+		sv_requester_arm_ack_timer(qp);
+}
+
+bool sv_requester_seq_nak(struct sv_qp *qp, uint32_t psn)
+{
+	/* (retry_cnt 7 retries a sequence NAK without end) */
+	bool counted = qp->attr.timeout && qp->attr.retry_cnt != 7;
+
+	if (counted && qp->req.retries_left == 0)
+		return false;
+	if (counted)
+		qp->req.retries_left--;
+	sv_flow_lost(qp);
+	sv_requester_rewind(qp, psn);
+	sv_requester_arm_ack_timer(qp);
+	return true;
+}
+
+bool sv_requester_rnr_nak(struct sv_qp *qp, uint32_t psn, uint8_t timer)
+{
+	/* (rnr_retry 7 retries without end) */
+	if (qp->attr.rnr_retry != 7 && qp->req.rnr_retries_left == 0)
+		return false;
+	if (qp->attr.rnr_retry != 7)
+		qp->req.rnr_retries_left--;
+	sv_requester_rewind(qp, psn);
+	/* the responder's timer code says how long to back off */
+	atomic_store_explicit(&qp->req.rnr_until, sv_now_ns() + sv_rnr_timer_ns(timer),
+			      memory_order_relaxed);
+	atomic_store_explicit(&qp->req.ack_deadline, 0, memory_order_relaxed);
+	return true;
+}
+
+void sv_requester_reset(struct sv_qp *qp)
+{
+	sv_gpu_stage_forget(qp->req.gpu_tx); /* not reused by the next life */
+	sv_requester_stop_timers(qp);
 }
 
 /*
@@ -423,177 +476,283 @@ void sv_requester_post(struct sv_qp *qp)
 	posting = false;
 }
 
+/*
+ * A pass of sv_requester_run: its batch, its packet budget, and what it
+ * did so far.  Each step of the pass on the WQE at sq->next says what comes
+ * next: on with that WQE, on with the loop (the next WQE, or the next
+ * segment of this one), or the end of the pass.
+ */
+struct req_run {
+	struct req_pass pass;
+	uint32_t max_rd; /* READs and atomics it may have outstanding */
+	int budget, quanta;
+	/* a WQE before this one is still on the wire: what follows it goes
+	 * there too (direct_exec.h) */
+	bool on_wire;
+	bool arm; /* an RC WQE went out whole */
+};
+
+enum req_step {
+	REQ_GO,	  /* on with this WQE */
+	REQ_NEXT, /* on with the loop */
+	REQ_STOP, /* the pass ends */
+};
+
+static void run_begin(struct sv_qp *qp, struct req_run *r)
+{
+	sv_txbatch_init(&r->pass.b);
+	r->pass.mr_locked = false;
+	/* RC payloads stay put until their ACK, which comes after the peer has
+	 * read them: a transport may let the peer copy them straight from the SGL */
+	r->pass.b.ref = qp->ti->reliable;
+	r->max_rd = SV_MAX(1u, qp->attr.max_rd_atomic);
+	r->budget = SV_REQ_BUDGET;
+	r->quanta = SV_REQ_QUANTA;
+	r->on_wire = qp->sq.head != qp->sq.next || qp->sq.seg_off;
+	r->arm = false;
+}
+
+/* Step: a local operation (bind, invalidate) that a rewind went back over
+ * took effect once, uses no PSN, and is not sent; retire() completes it in
+ * its turn.  Nothing after a failed one goes out. */
+static enum req_step skip_done(struct sv_sq *sq, const struct sv_send_wqe *w)
+{
+	if (w->state != SV_WQE_DONE || sq->seg_off)
+		return REQ_GO;
+	sq->next++;
+	return w->status != IBV_WC_SUCCESS ? REQ_STOP : REQ_NEXT;
+}
+
+/* Must w wait: a fence for the READs and atomics before it, a READ or an
+ * atomic for room under max_rd_atomic? */
+static bool fenced(const struct sv_sq *sq, const struct sv_send_wqe *w, uint32_t max_rd)
+{
+	if ((w->wr.send_flags & IBV_SEND_FENCE) && sq->rd_atomic_inflight)
+		return true;
+	return sv_wr_rd_atomic(w->op) && sq->rd_atomic_inflight >= max_rd;
+}
+
+/* A local operation takes effect now, in order; the table's write lock
+ * waits for no access of ours (the batch goes first). */
+static enum req_step exec_local(struct sv_qp *qp, struct req_run *r, struct sv_send_wqe *w)
+{
+	pass_flush(qp, &r->pass);
+	w->status = w->wr.opcode == IBV_WR_BIND_MW ? sv_mw_bind(qp, w)
+						   : sv_mw_local_inv(qp, w->wr.invalidate_rkey);
+	w->state = SV_WQE_DONE;
+	qp->sq.next++;
+	/* a failure: retire() moves the QP to ERR */
+	return w->status != IBV_WC_SUCCESS ? REQ_STOP : REQ_NEXT;
+}
+
+/* w's local checks, and its execution on the peer's memory where it may
+ * have that; REQ_GO: it goes by the wire. */
+static enum req_step check_or_direct(struct sv_qp *qp, struct req_run *r, struct sv_send_wqe *w)
+{
+	bool direct = !w->wired && qp->ti->reliable && qp->ti->connected && qp->conn;
+	enum sv_direct d = SV_DIRECT_WIRE;
+	enum ibv_wc_status st = check_len(w);
+
+	/* executed on the peer's memory, it has its local buffers
+	 * checked there, under the MR lock that takes anyway */
+	if (st == IBV_WC_SUCCESS && direct && !r->on_wire)
+		d = sv_direct_exec(qp, qp->conn, w, posting);
+	if (d == SV_DIRECT_WIRE && st == IBV_WC_SUCCESS)
+		st = check_sgl(qp, w);
+	if (st != IBV_WC_SUCCESS) {
+		w->status = st;
+		w->state = SV_WQE_DONE;
+		qp->sq.next++;
+		return REQ_STOP; /* retire() moves the QP to ERR */
+	}
+	if (d == SV_DIRECT_DEFER) {
+		sv_engine_schedule(qp->ctx->eng, qp);
+		return REQ_STOP;
+	}
+	if (d == SV_DIRECT_DONE) {
+		/* executed on the peer's memory, by this thread (or
+		 * refused for its local buffers: w->status) */
+		w->state = SV_WQE_DONE;
+		qp->sq.next++;
+		/* a failure: retire() moves the QP to ERR */
+		return w->status != IBV_WC_SUCCESS ? REQ_STOP : REQ_NEXT;
+	}
+	if (direct && r->on_wire && sv_direct_soon(qp, qp->conn, w))
+		return REQ_STOP; /* its completion runs us again (completer.c) */
+	return REQ_GO;
+}
+
+/* Step: starting w (not started yet, or started again from its first
+ * packet after a rewind): the fence and the READ limit, a local operation,
+ * the checks and direct execution, then its PSNs. */
+static enum req_step start_wqe(struct sv_qp *qp, struct req_run *r, struct sv_send_wqe *w)
+{
+	struct sv_sq *sq = &qp->sq;
+	enum req_step st;
+
+	if (sq->seg_off || w->state != SV_WQE_PENDING || w->npkts)
+		return REQ_GO; /* under way */
+	if (fenced(sq, w, r->max_rd))
+		return REQ_STOP;
+	if (w->op->flags & SV_WRF_LOCAL)
+		return exec_local(qp, r, w);
+	st = check_or_direct(qp, r, w);
+	if (st != REQ_GO)
+		return st;
+	w->first_psn = sq->psn;
+	w->npkts = wqe_npkts(qp, w);
+	w->last_psn = sv_psn_add(w->first_psn, w->npkts - 1);
+	w->resp_psn = w->first_psn;
+	return REQ_GO;
+}
+
+/* Step: a packet's turn from the pass's budget.  One spent, the rest goes
+ * to the engine when other QPs wait or SV_REQ_QUANTA budgets are spent. */
+static enum req_step take_turn(struct sv_qp *qp, struct req_run *r)
+{
+	if (r->budget-- > 0)
+		return REQ_GO;
+	if (--r->quanta <= 0 || sv_engine_others_waiting(qp->ctx->eng, qp)) {
+		sv_engine_schedule(qp->ctx->eng, qp); /* let others have a turn */
+		return REQ_STOP;
+	}
+	/* nobody to be fair to: go on here, rather than hand the rest
+	 * to another thread that would contend for this QP */
+	pass_flush(qp, &r->pass);
+	r->budget = SV_REQ_BUDGET - 1;
+	return REQ_GO;
+}
+
+/* Step: a datagram longer than the MTU completes, and the wire drops it
+ * (as in Soft-RoCE). */
+static enum req_step drop_oversize(struct sv_qp *qp, struct sv_send_wqe *w)
+{
+	if (!qp->ti->datagram || w->length <= qp->mtu)
+		return REQ_GO;
+	w->state = SV_WQE_DONE;
+	w->status = IBV_WC_SUCCESS;
+	w->npkts = 0;
+	qp->sq.next++;
+	return REQ_NEXT;
+}
+
+/* The connection w's next packet goes on (a datagram's: a reference of
+ * its own), or NULL: out of memory (the retry timer tries again), or it
+ * has bytes waiting and the QP is parked until the engine has flushed it. */
+static struct sv_conn *wqe_conn(struct sv_qp *qp, struct req_run *r, struct sv_send_wqe *w)
+{
+	bool connected = qp->ti->connected;
+	struct sv_conn *conn;
+
+	if (!connected)
+		pass_flush(qp, &r->pass); /* each datagram may go elsewhere */
+	conn = connected ? sv_qp_conn(qp) : ah_conn(qp, w->ah, w->wr.wr.ud.remote_qpn);
+	if (conn && !r->pass.b.nframes && congested(qp, conn) && park_on(qp, conn)) {
+		if (!connected)
+			sv_conn_put(conn);
+		return NULL;
+	}
+	return conn;
+}
+
+/* The whole of w is out: RC awaits its answer, UC and UD complete it. */
+static void wqe_out(struct sv_qp *qp, struct req_run *r, struct sv_send_wqe *w)
+{
+	struct sv_sq *sq = &qp->sq;
+
+	sq->psn = sv_psn_add(w->first_psn, w->npkts);
+	sq->seg_off = 0;
+	sq->next++;
+	if (qp->ti->reliable) {
+		w->state = SV_WQE_SENT;
+		if (sv_wr_rd_atomic(w->op))
+			sq->rd_atomic_inflight++;
+		r->arm = true;
+	} else {
+		w->state = SV_WQE_DONE; /* UC/UD: complete once handed to the wire */
+		w->status = IBV_WC_SUCCESS;
+	}
+}
+
+/* Step: w's next segment into the pass's batch, for conn, if the
+ * congestion window has room for it. */
+static enum req_step send_segment(struct sv_qp *qp, struct req_run *r, struct sv_send_wqe *w,
+				  struct sv_conn *conn)
+{
+	struct sv_sq *sq = &qp->sq;
+	uint32_t k = sq->seg_off / qp->mtu;
+	/* a request that carries no payload has none */
+	uint32_t plen = sv_wr_sends_payload(w->op) ? SV_MIN(qp->mtu, w->length - sq->seg_off) : 0;
+	enum ibv_wc_status st;
+
+	if (qp->ti->connected && sv_flow_probing(qp) &&
+	    !sv_flow_window_open(qp, sv_psn_add(w->first_psn, k))) {
+		/* as many packets unacknowledged as the congestion window
+		 * allows: the next ACK runs us again, and if none comes
+		 * the probe or the ack timer goes back */
+		if (!qp->req.ack_deadline)
+			sv_requester_arm_ack_timer(qp);
+		return REQ_STOP;
+	}
+	r->on_wire = true;
+	w->wired = true;
+	st = send_packet(qp, &r->pass, conn, w, k, sq->seg_off, plen);
+	if (st == IBV_WC_SUCCESS && sv_flow_probing(qp))
+		sv_flow_sent(qp, sv_psn_add(w->first_psn, k), wants_ack(qp, w, k));
+	if (!qp->ti->connected)
+		sv_conn_put(conn); /* the batch holds its own reference */
+	if (st != IBV_WC_SUCCESS) {
+		w->status = st;
+		w->state = SV_WQE_DONE;
+		sq->next++;
+		sq->seg_off = 0;
+		return REQ_STOP;
+	}
+	sq->seg_off += plen;
+	if (plen && sq->seg_off < w->length)
+		return REQ_NEXT; /* more segments of this message */
+	wqe_out(qp, r, w);
+	return REQ_NEXT;
+}
+
+/* The pass's steps on the WQE at sq->next: REQ_NEXT to go on. */
+static enum req_step run_step(struct sv_qp *qp, struct req_run *r)
+{
+	struct sv_send_wqe *w = &qp->sq.wqe[qp->sq.next & (qp->sq.size - 1)];
+	struct sv_conn *conn;
+	enum req_step st = skip_done(&qp->sq, w);
+
+	if (st == REQ_GO)
+		st = start_wqe(qp, r, w);
+	if (st == REQ_GO)
+		st = take_turn(qp, r);
+	if (st == REQ_GO)
+		st = drop_oversize(qp, w);
+	if (st != REQ_GO)
+		return st;
+	conn = wqe_conn(qp, r, w);
+	if (!conn)
+		return REQ_STOP;
+	return send_segment(qp, r, w, conn);
+}
+
 void sv_requester_run(struct sv_qp *qp)
 {
 	struct sv_sq *sq = &qp->sq;
-	const struct sv_qp_type_info *ti = qp->ti;
-	uint32_t max_rd = SV_MAX(1u, qp->attr.max_rd_atomic);
-	int budget = SV_REQ_BUDGET, quanta = SV_REQ_QUANTA;
 	/* no initializer: it would clear the batch's ~20 KB of frame heads
 	 * and iovecs on every call, which cost more than the rest of a
-	 * direct WRITE; sv_txbatch_init sets what is read */
-	struct req_pass pass;
-	/* a WQE before this one is still on the wire: what follows it goes
-	 * there too (direct_exec.h) */
-	bool on_wire = sq->head != sq->next || sq->seg_off;
-	bool arm = false; /* an RC WQE went out whole */
+	 * direct WRITE; run_begin (sv_txbatch_init) sets what is read */
+	struct req_run r;
 
-	if (qp->state != IBV_QPS_RTS || qp->rnr_until || sq_stopped(sq))
+	if (qp->state != IBV_QPS_RTS || qp->req.rnr_until || sq_stopped(sq))
 		goto retire;
-	sv_txbatch_init(&pass.b);
-	pass.mr_locked = false;
-	/* RC payloads stay put until their ACK, which comes after the peer has
-	 * read them: a transport may let the peer copy them straight from the SGL */
-	pass.b.ref = ti->reliable;
-	while (sq->next != sq->tail) {
-		struct sv_send_wqe *w = &sq->wqe[sq->next & (sq->size - 1)];
-		struct sv_conn *conn;
-		uint32_t k, plen;
-		enum ibv_wc_status st;
-		enum sv_direct d;
-		bool direct;
-
-		if (w->state == SV_WQE_DONE && !sq->seg_off) {
-			/* a local operation (bind, invalidate) that a rewind went
-			 * back over: it took effect once, uses no PSN, and is not
-			 * sent; retire() completes it in its turn */
-			sq->next++;
-			if (w->status != IBV_WC_SUCCESS)
-				break; /* it failed: nothing after it goes out */
-			continue;
-		}
-		if (!sq->seg_off && w->state == SV_WQE_PENDING && !w->npkts) {
-			/* starting this WQE */
-			if ((w->wr.send_flags & IBV_SEND_FENCE) && sq->rd_atomic_inflight)
-				break;
-			if (sv_wr_rd_atomic(w->op) && sq->rd_atomic_inflight >= max_rd)
-				break;
-			if (w->op->flags & SV_WRF_LOCAL) {
-				/* takes effect now, in order; the table's write lock
-				 * waits for no access of ours (the batch goes first) */
-				pass_flush(qp, &pass);
-				w->status = w->wr.opcode == IBV_WR_BIND_MW
-						    ? sv_mw_bind(qp, w)
-						    : sv_mw_local_inv(qp, w->wr.invalidate_rkey);
-				w->state = SV_WQE_DONE;
-				sq->next++;
-				if (w->status != IBV_WC_SUCCESS)
-					break; /* retire() moves the QP to ERR */
-				continue;
-			}
-			direct = !w->wired && ti->reliable && ti->connected && qp->conn;
-			d = SV_DIRECT_WIRE;
-			st = check_len(w);
-			/* executed on the peer's memory, it has its local buffers
-			 * checked there, under the MR lock that takes anyway */
-			if (st == IBV_WC_SUCCESS && direct && !on_wire)
-				d = sv_direct_exec(qp, qp->conn, w, posting);
-			if (d == SV_DIRECT_WIRE && st == IBV_WC_SUCCESS)
-				st = check_sgl(qp, w);
-			if (st != IBV_WC_SUCCESS) {
-				w->status = st;
-				w->state = SV_WQE_DONE;
-				sq->next++;
-				break; /* retire() moves the QP to ERR */
-			}
-			if (d == SV_DIRECT_DEFER) {
-				sv_engine_schedule(qp->ctx->eng, qp);
-				break;
-			}
-			if (d == SV_DIRECT_DONE) {
-				/* executed on the peer's memory, by this thread (or
-				 * refused for its local buffers: w->status) */
-				w->state = SV_WQE_DONE;
-				sq->next++;
-				if (w->status != IBV_WC_SUCCESS)
-					break; /* retire() moves the QP to ERR */
-				continue;
-			}
-			if (direct && on_wire && sv_direct_soon(qp, qp->conn, w))
-				break; /* its completion runs us again (completer.c) */
-			w->first_psn = sq->psn;
-			w->npkts = wqe_npkts(qp, w);
-			w->last_psn = sv_psn_add(w->first_psn, w->npkts - 1);
-			w->resp_psn = w->first_psn;
-		}
-		if (budget-- <= 0) {
-			if (--quanta <= 0 || sv_engine_others_waiting(qp->ctx->eng, qp)) {
-				sv_engine_schedule(qp->ctx->eng, qp); /* let others have a turn */
-				break;
-			}
-			/* nobody to be fair to: go on here, rather than hand the rest
-			 * to another thread that would contend for this QP */
-			pass_flush(qp, &pass);
-			budget = SV_REQ_BUDGET - 1;
-		}
-		if (ti->datagram && w->length > qp->mtu) {
-			/* as in Soft-RoCE: the datagram completes and the wire drops it */
-			w->state = SV_WQE_DONE;
-			w->status = IBV_WC_SUCCESS;
-			w->npkts = 0;
-			sq->next++;
-			continue;
-		}
-		if (!ti->connected)
-			pass_flush(qp, &pass); /* each datagram may go elsewhere */
-		conn = ti->connected ? sv_qp_conn(qp) : ah_conn(qp, w->ah, w->wr.wr.ud.remote_qpn);
-		if (!conn)
-			break; /* out of memory: the retry timer tries again */
-		if (!pass.b.nframes && congested(qp, conn) && park_on(qp, conn)) {
-			/* resume when the engine has flushed this connection */
-			if (!ti->connected)
-				sv_conn_put(conn);
-			break;
-		}
-		k = sq->seg_off / qp->mtu;
-		if (!sv_wr_sends_payload(w->op))
-			plen = 0; /* the request carries no payload */
-		else
-			plen = SV_MIN(qp->mtu, w->length - sq->seg_off);
-		if (ti->connected && sv_flow_probing(qp) &&
-		    !sv_flow_window_open(qp, sv_psn_add(w->first_psn, k))) {
-			/* as many packets unacknowledged as the congestion window
-			 * allows: the next ACK runs us again, and if none comes
-			 * the probe or the ack timer goes back */
-			if (!qp->ack_deadline)
-				sv_requester_arm_ack_timer(qp);
-			break;
-		}
-		on_wire = true;
-		w->wired = true;
-		st = send_packet(qp, &pass, conn, w, k, sq->seg_off, plen);
-		if (st == IBV_WC_SUCCESS && sv_flow_probing(qp))
-			sv_flow_sent(qp, sv_psn_add(w->first_psn, k), wants_ack(qp, w, k));
-		if (!ti->connected)
-			sv_conn_put(conn); /* the batch holds its own reference */
-		if (st != IBV_WC_SUCCESS) {
-			w->status = st;
-			w->state = SV_WQE_DONE;
-			sq->next++;
-			sq->seg_off = 0;
-			break;
-		}
-		sq->seg_off += plen;
-		if (plen && sq->seg_off < w->length)
-			continue; /* more segments of this message */
-		/* the whole WQE is out */
-		sq->psn = sv_psn_add(w->first_psn, w->npkts);
-		sq->seg_off = 0;
-		sq->next++;
-		if (ti->reliable) {
-			w->state = SV_WQE_SENT;
-			if (sv_wr_rd_atomic(w->op))
-				sq->rd_atomic_inflight++;
-			arm = true;
-		} else {
-			w->state = SV_WQE_DONE; /* UC/UD: complete once handed to the wire */
-			w->status = IBV_WC_SUCCESS;
-		}
-	}
-	pass_flush(qp, &pass);
+	run_begin(qp, &r);
+	while (sq->next != sq->tail && run_step(qp, &r) == REQ_NEXT)
+		;
+	pass_flush(qp, &r.pass);
 	/* after the flush: the clock read is not between the post and the wire
 	 * (the QP's lock is held: no ACK is taken in before the timer runs) */
-	if (arm && !qp->ack_deadline)
+	if (r.arm && !qp->req.ack_deadline)
 		sv_requester_arm_ack_timer(qp);
 	sv_engine_timer_update(qp->ctx->eng, qp);
 retire:
@@ -631,8 +790,8 @@ void sv_requester_retire(struct sv_qp *qp)
 			break;
 		sq->head++;
 		sv_requester_complete(qp, w, w->status);
-		if (qp->gpu_tx && qp->gpu_tx->owner == (uintptr_t)w)
-			sv_gpu_stage_forget(qp->gpu_tx); /* its slot's next WQE is another */
+		if (qp->req.gpu_tx && qp->req.gpu_tx->owner == (uintptr_t)w)
+			sv_gpu_stage_forget(qp->req.gpu_tx); /* its slot's next WQE is another */
 		sv_wqe_release(w);
 		if (w->status != IBV_WC_SUCCESS) {
 			sv_qp_enter_error(qp);
@@ -708,7 +867,7 @@ static bool stream_patience(const struct sv_qp *qp, uint64_t now)
 	const struct sv_conn *c = qp->conn;
 
 	return c && !c->ops->datagram && !sv_faults_enabled &&
-	       atomic_load(&c->state) != SV_CONN_DEAD && now - qp->ack_wait_since < SV_CONN_SILENT_NS;
+	       atomic_load(&c->state) != SV_CONN_DEAD && now - qp->req.ack_wait_since < SV_CONN_SILENT_NS;
 }
 
 void sv_requester_timeout(struct sv_qp *qp, uint64_t now)
@@ -716,16 +875,15 @@ void sv_requester_timeout(struct sv_qp *qp, uint64_t now)
 	struct sv_sq *sq = &qp->sq;
 
 	if (qp->state != IBV_QPS_RTS && qp->state != IBV_QPS_SQD) {
-		atomic_store_explicit(&qp->rnr_until, 0, memory_order_relaxed);
-		atomic_store_explicit(&qp->ack_deadline, 0, memory_order_relaxed);
+		sv_requester_stop_timers(qp);
 		sv_engine_timer_update(qp->ctx->eng, qp);
 		return;
 	}
-	if (qp->rnr_until && now >= qp->rnr_until) {
-		atomic_store_explicit(&qp->rnr_until, 0, memory_order_relaxed);
+	if (qp->req.rnr_until && now >= qp->req.rnr_until) {
+		atomic_store_explicit(&qp->req.rnr_until, 0, memory_order_relaxed);
 		sv_requester_run(qp);
 	}
-	if (qp->ack_deadline && now >= qp->ack_deadline) {
+	if (qp->req.ack_deadline && now >= qp->req.ack_deadline) {
 		struct sv_send_wqe *oldest = NULL;
 
 		for (uint32_t i = sq->head; i != sq->next; i++) {
@@ -743,12 +901,12 @@ void sv_requester_timeout(struct sv_qp *qp, uint64_t now)
 		 * is asked for again whole, and an ACK of what came after it
 		 * (which moves una) does not bring its data */
 		uint32_t from = !oldest ? 0
-				: sv_wr_rd_atomic(oldest->op) || sv_psn_cmp(sq->una, oldest->first_psn) <= 0
+				: sv_wr_rd_atomic(oldest->op) || sv_psn_cmp(qp->comp.una, oldest->first_psn) <= 0
 				? oldest->first_psn
-				: sq->una;
+				: qp->comp.una;
 
 		if (!oldest) {
-			atomic_store_explicit(&qp->ack_deadline, 0, memory_order_relaxed);
+			atomic_store_explicit(&qp->req.ack_deadline, 0, memory_order_relaxed);
 		} else if (qp->conn && atomic_load(&qp->conn->state) != SV_CONN_DEAD &&
 			   sv_conn_gated(qp->conn) && !conn_usable(qp, qp->conn)) {
 			/* its peer never answered (a stopped process took it on
@@ -773,9 +931,9 @@ void sv_requester_timeout(struct sv_qp *qp, uint64_t now)
 			sv_requester_rewind(qp, from);
 			if (now + sv_flow_probe_ns(qp) < d)
 				d = now + sv_flow_probe_ns(qp);
-			atomic_store_explicit(&qp->ack_deadline, d, memory_order_relaxed);
+			atomic_store_explicit(&qp->req.ack_deadline, d, memory_order_relaxed);
 			sv_requester_run(qp);
-		} else if (qp->attr.timeout && qp->retries_left == 0) {
+		} else if (qp->attr.timeout && qp->req.retries_left == 0) {
 			/* transport retries exhausted: the peer is gone */
 			oldest->status = IBV_WC_RETRY_EXC_ERR;
 			oldest->state = SV_WQE_DONE;
@@ -787,11 +945,11 @@ void sv_requester_timeout(struct sv_qp *qp, uint64_t now)
 				sq->next++;
 				sq->seg_off = 0;
 			}
-			atomic_store_explicit(&qp->ack_deadline, 0, memory_order_relaxed);
+			atomic_store_explicit(&qp->req.ack_deadline, 0, memory_order_relaxed);
 			sv_requester_retire(qp);
 		} else {
 			if (qp->attr.timeout && !stream_patience(qp, now))
-				qp->retries_left--;
+				qp->req.retries_left--;
 			sv_stat_count(qp, SV_QPC_ACK_TIMEOUTS);
 			sv_dbg("qp %u: ack timeout, resending from psn %u", qp->ex.qp_base.qp_num, from);
 			sv_requester_rewind(qp, from);

@@ -58,7 +58,7 @@ static void send_ack_msn(struct sv_qp *qp, struct sv_conn *conn, uint32_t psn, u
 
 static void send_ack(struct sv_qp *qp, struct sv_conn *conn, uint32_t psn, uint8_t syn)
 {
-	send_ack_msn(qp, conn, psn, syn, qp->msn);
+	send_ack_msn(qp, conn, psn, syn, qp->resp.msn);
 }
 
 /* Is qp another process's XRC receive QP, whose requests we execute (xrc_relay.c)? */
@@ -97,7 +97,7 @@ static void complete_recv(struct sv_qp *qp, enum ibv_wc_status st, enum ibv_wc_o
 			  unsigned int extra_flags, uint32_t inv_rkey, bool solicited)
 {
 	struct ibv_wc wc = {
-		.wr_id = qp->rwqe.wr_id,
+		.wr_id = qp->resp.rwqe.wr_id,
 		.status = st,
 		.opcode = opc,
 		.byte_len = byte_len,
@@ -114,24 +114,24 @@ static void complete_recv(struct sv_qp *qp, enum ibv_wc_status st, enum ibv_wc_o
 	}
 	if (st != IBV_WC_SUCCESS)
 		wc.vendor_err = st;
-	qp->resp_have_rwqe = false;
+	qp->resp.have_rwqe = false;
 	sv_cq_push(qp->rcq, &wc, solicited);
 }
 
 static enum ibv_wc_status place(struct sv_qp *qp, const uint8_t *data, uint32_t len,
 			       sv_cu_ctx src_gpu)
 {
-	uint64_t cap = sv_sgl_len(qp->rwqe.sge, qp->rwqe.num_sge);
+	uint64_t cap = sv_sgl_len(qp->resp.rwqe.sge, qp->resp.rwqe.num_sge);
 	enum sv_mem_err e;
 
-	if ((uint64_t)qp->rwqe_off + len > cap)
+	if ((uint64_t)qp->resp.rwqe_off + len > cap)
 		return IBV_WC_LOC_LEN_ERR;
 	/* receive buffers belong to the PD of the queue they were posted to */
-	e = sv_sgl_copy_in(qp->ctx, qp->srq ? qp->srq->pd : qp->pd, qp->rwqe.sge, qp->rwqe.num_sge,
-			   qp->rwqe_off, data, len, &qp->gpu_in, src_gpu);
+	e = sv_sgl_copy_in(qp->ctx, qp->srq ? qp->srq->pd : qp->pd, qp->resp.rwqe.sge, qp->resp.rwqe.num_sge,
+			   qp->resp.rwqe_off, data, len, &qp->resp.gpu_in, src_gpu);
 	if (e)
 		return IBV_WC_LOC_PROT_ERR;
-	qp->rwqe_off += len;
+	qp->resp.rwqe_off += len;
 	return IBV_WC_SUCCESS;
 }
 
@@ -161,12 +161,12 @@ static void ud_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opcode
 	} else {
 		memcpy(grh + 24, &qp->ctx->dev->ip6, 16);
 	}
-	qp->rwqe_off = 0;
+	qp->resp.rwqe_off = 0;
 	st = place(qp, grh, sizeof(grh), NULL);
 	if (st == IBV_WC_SUCCESS)
 		st = place(qp, payload, plen, NULL);
 	/* what went to GPU memory is there before the completion says so */
-	if (sv_gpu_sink_fence(qp->gpu_in) && st == IBV_WC_SUCCESS)
+	if (sv_gpu_sink_fence(qp->resp.gpu_in) && st == IBV_WC_SUCCESS)
 		st = IBV_WC_LOC_PROT_ERR;
 	complete_recv(qp, st, IBV_WC_RECV, st == IBV_WC_SUCCESS ? plen + 40 : 0, imm,
 		      ntohl(deth->sqpn) & SV_PSN_MASK, IBV_WC_GRH, 0, bth->flags & SV_BTH_SE);
@@ -186,7 +186,7 @@ static bool packet_done(struct sv_qp *qp, struct sv_conn *conn, const struct sv_
 	bool rc = qp->ti->reliable;
 
 	if (rc)
-		qp->epsn = sv_psn_add(psn, 1);
+		qp->resp.epsn = sv_psn_add(psn, 1);
 	if (!(op->mask & SV_OPF_LAST)) {
 		/* the requester's window over a datagram transport moves on
 		 * such ACKs in the middle of a long message */
@@ -197,12 +197,12 @@ static bool packet_done(struct sv_qp *qp, struct sv_conn *conn, const struct sv_
 	/* the message's bytes bound for GPU memory are there before its ACK
 	 * or completion says so; if they cannot be, it fails (no completion
 	 * of success after that: the QP's flush completes its receive) */
-	if (sv_gpu_sink_fence(qp->gpu_in)) {
+	if (sv_gpu_sink_fence(qp->resp.gpu_in)) {
 		nak_fatal(qp, conn, psn, SV_NAK_REM_ACCESS);
 		return false;
 	}
-	qp->resp_in_msg = false;
-	qp->msn++;
+	qp->resp.in_msg = false;
+	qp->resp.msn++;
 	if (rc)
 		send_ack(qp, conn, psn, SV_AETH_ACK | 0x1f);
 	return true;
@@ -302,9 +302,9 @@ static enum resp_result check_transport(const struct resp_pkt *p)
  * after all; the requester sends it again, and no answer is awaited. */
 static void relay_rewind(struct sv_qp *qp, uint32_t psn, uint32_t msn)
 {
-	qp->epsn = psn;
-	qp->msn = msn;
-	qp->resp_in_msg = false;
+	qp->resp.epsn = psn;
+	qp->resp.msn = msn;
+	qp->resp.in_msg = false;
 	sv_xrc_relay_idle(qp);
 }
 
@@ -335,12 +335,12 @@ static enum resp_result check_xrc(struct resp_pkt *p)
 		relay_rewind(qp, qp->xrc->first_psn, qp->xrc->first_msn);
 		busy = false;
 	}
-	in_seq = p->psn == qp->epsn;
+	in_seq = p->psn == qp->resp.epsn;
 	srq = sv_xrc_srq_lookup(qp->ctx, qp->xrcd, p->srqn);
 	if (!srq && sv_xrc_relay_possible(qp, p->srqn)) {
 		/* another process's, maybe: a message goes to one SRQ, and a
 		 * window of relayed packets to one process */
-		if (in_seq && qp->resp_in_msg &&
+		if (in_seq && qp->resp.in_msg &&
 		    (qp->srq || !qp->xrc || p->srqn != qp->xrc->msg_srqn))
 			return RESP_ERR_XRC_SRQ;
 		if (busy && qp->xrc->port != sv_qpn_port(p->srqn)) {
@@ -359,7 +359,7 @@ static enum resp_result check_xrc(struct resp_pkt *p)
 		p->pd = srq ? srq->pd : NULL;
 		return RESP_OK;
 	}
-	if (!srq || (qp->resp_in_msg && srq != qp->srq))
+	if (!srq || (qp->resp.in_msg && srq != qp->srq))
 		return RESP_ERR_XRC_SRQ;
 	if (busy) {
 		qp->xrc->dropped = true;
@@ -404,23 +404,23 @@ static enum resp_result check_psn(const struct resp_pkt *p)
 	struct sv_qp *qp = p->qp;
 
 	if (qp->ti->reliable) {
-		int32_t c = sv_psn_cmp(p->psn, qp->epsn);
+		int32_t c = sv_psn_cmp(p->psn, qp->resp.epsn);
 
 		if (c == 0)
-			qp->seq_nak_sent = false; /* the gap, if any, is closed */
+			qp->resp.seq_nak_sent = false; /* the gap, if any, is closed */
 		return c < 0 ? RESP_DUPLICATE : c > 0 ? RESP_PSN_AHEAD : RESP_OK;
 	}
 	if (p->op->mask & SV_OPF_FIRST) {
-		if (qp->resp_in_msg && qp->resp_have_rwqe)
-			qp->rwqe_off = 0; /* reuse the WQE for the new message */
-		qp->resp_in_msg = false;
-		qp->resp_drop_msg = false;
-	} else if (p->psn != qp->epsn) {
+		if (qp->resp.in_msg && qp->resp.have_rwqe)
+			qp->resp.rwqe_off = 0; /* reuse the WQE for the new message */
+		qp->resp.in_msg = false;
+		qp->resp.drop_msg = false;
+	} else if (p->psn != qp->resp.epsn) {
 		sv_stat_count(qp, SV_QPC_SEQ_ERR);
-		qp->resp_drop_msg = true;
+		qp->resp.drop_msg = true;
 	}
-	qp->epsn = sv_psn_add(p->psn, 1);
-	return qp->resp_drop_msg ? RESP_DROP : RESP_OK;
+	qp->resp.epsn = sv_psn_add(p->psn, 1);
+	return qp->resp.drop_msg ? RESP_DROP : RESP_OK;
 }
 
 /* Step: a MIDDLE or LAST continues an open message of the same kind. */
@@ -430,7 +430,7 @@ static enum resp_result check_sequence(const struct resp_pkt *p, bool write)
 
 	if (p->op->mask & SV_OPF_FIRST)
 		return RESP_OK;
-	return qp->resp_in_msg && qp->resp_in_write == write ? RESP_OK : RESP_ERR_SEQUENCE;
+	return qp->resp.in_msg && qp->resp.in_write == write ? RESP_OK : RESP_ERR_SEQUENCE;
 }
 
 /* Step: the QP allows the remote operation (and an atomic's address is
@@ -460,10 +460,50 @@ static enum resp_result check_rkey(const struct sv_qp *qp, uint32_t rkey, uint64
 		       : RESP_OK;
 }
 
+/* Pop one receive WQE from the SRQ or the QP's RQ into qp->resp.rwqe. */
+static bool take_recv(struct sv_qp *qp)
+{
+	struct sv_rq *rq;
+	struct sv_recv_wqe *w;
+	bool limit = false;
+
+	if (qp->srq) {
+		sv_mutex_lock(&qp->srq->lock);
+		rq = &qp->srq->rq;
+	} else {
+		rq = &qp->rq;
+	}
+	if (!rq->count) {
+		if (qp->srq)
+			sv_mutex_unlock(&qp->srq->lock);
+		return false;
+	}
+	w = &rq->wqe[rq->head];
+	qp->resp.rwqe.wr_id = w->wr_id;
+	qp->resp.rwqe.num_sge = w->num_sge;
+	qp->resp.rwqe.sge = qp->rwqe_sge;
+	if (w->num_sge)
+		memcpy(qp->rwqe_sge, w->sge, sizeof(*w->sge) * w->num_sge);
+	rq->head = (rq->head + 1) % rq->size;
+	rq->count--;
+	if (qp->srq) {
+		if (qp->srq->srq_limit && rq->count < qp->srq->srq_limit) {
+			qp->srq->srq_limit = 0; /* the limit is one-shot: disarm */
+			limit = true;
+		}
+		sv_mutex_unlock(&qp->srq->lock);
+		if (limit)
+			sv_async_event(qp->ctx, IBV_EVENT_SRQ_LIMIT_REACHED, qp->srq, &qp->srq->async, 0);
+	}
+	qp->resp.have_rwqe = true;
+	qp->resp.rwqe_off = 0;
+	return true;
+}
+
 /* Step: a receive WQE for the message (the QP's or its SRQ's). */
 static enum resp_result check_recv(struct sv_qp *qp)
 {
-	return qp->resp_have_rwqe || sv_qp_take_recv(qp) ? RESP_OK : RESP_NO_RECV;
+	return qp->resp.have_rwqe || take_recv(qp) ? RESP_OK : RESP_NO_RECV;
 }
 
 /* The response packets of a READ of dma_len bytes (one for none). */
@@ -477,14 +517,14 @@ static uint8_t *stage_read(struct sv_qp *qp, struct sv_txbatch *b, sv_cu_ctx gpu
 			   const uint8_t *mem, uint32_t off, uint32_t dma_len)
 {
 	uint32_t plen = SV_MIN(qp->mtu, dma_len - off);
-	uint8_t *s = sv_gpu_stage_find(qp->gpu_rd, (uintptr_t)mem, psn, off, plen);
+	uint8_t *s = sv_gpu_stage_find(qp->resp.gpu_rd, (uintptr_t)mem, psn, off, plen);
 
 	if (s)
 		return s;
 	sv_txbatch_flush(b); /* its packets may point into the window */
-	s = sv_gpu_stage_claim(&qp->gpu_rd, gpu, (uintptr_t)mem, psn, off, dma_len);
-	if (s && sv_dma_read(gpu, s, mem + off, qp->gpu_rd->len)) {
-		sv_gpu_stage_forget(qp->gpu_rd);
+	s = sv_gpu_stage_claim(&qp->resp.gpu_rd, gpu, (uintptr_t)mem, psn, off, dma_len);
+	if (s && sv_dma_read(gpu, s, mem + off, qp->resp.gpu_rd->len)) {
+		sv_gpu_stage_forget(qp->resp.gpu_rd);
 		s = NULL;
 	}
 	return s;
@@ -494,14 +534,14 @@ static uint8_t *stage_read(struct sv_qp *qp, struct sv_txbatch *b, sv_cu_ctx gpu
  * READ request: send the response packets from packet `from` on (possibly a
  * replay of a duplicate).  They are made a batch at a time, and only while
  * the connection takes them: when a batch leaves bytes waiting in its
- * queue, the rest waits in qp->rd_left, and the engine asks for it again
+ * queue, the rest waits in qp->resp.rd_left, and the engine asks for it again
  * (sv_responder_resume) once the connection has drained.  So a READ holds
  * one batch of memory here, whatever its length and however slowly its
  * requester reads (the QP's later requests and the connection's input wait
  * meanwhile: engine.c).
  *
  * A datagram transport has no queue: what the socket takes is the
- * network's.  There the rest waits in qp->rd_left after every
+ * network's.  There the rest waits in qp->resp.rd_left after every
  * SV_DGRAM_READ_BURST packets, until the engine has looked at its
  * listeners: a 64 MiB READ is 16,384 datagrams, whose making took the
  * engine thread longer than the requester's ack timeout, during which it
@@ -523,7 +563,7 @@ static enum resp_result do_read(struct sv_qp *qp, struct sv_conn *conn, uint32_t
 
 	if (r != RESP_OK)
 		return r;
-	sv_gpu_sink_drain(qp->gpu_in); /* a READ sees the writes before it */
+	sv_gpu_sink_drain(qp->resp.gpu_in); /* a READ sees the writes before it */
 	sv_mr_read_lock(qp->ctx);
 	if (dma_len)
 		r = check_rkey(qp, rkey, va, dma_len, IBV_ACCESS_REMOTE_READ, &mem, &gpu);
@@ -556,12 +596,12 @@ static enum resp_result do_read(struct sv_qp *qp, struct sv_conn *conn, uint32_t
 		    !is_proxy(qp)) {
 			sv_txbatch_flush(&b);
 			sv_conn_get(conn);
-			qp->rd_left.conn = conn;
-			qp->rd_left.va = va;
-			qp->rd_left.rkey = rkey;
-			qp->rd_left.dma_len = dma_len;
-			qp->rd_left.psn = psn;
-			qp->rd_left.next = k;
+			qp->resp.rd_left.conn = conn;
+			qp->resp.rd_left.va = va;
+			qp->resp.rd_left.rkey = rkey;
+			qp->resp.rd_left.dma_len = dma_len;
+			qp->resp.rd_left.psn = psn;
+			qp->resp.rd_left.next = k;
 			sv_engine_read_later(conn, qp);
 			break;
 		}
@@ -575,12 +615,12 @@ static enum resp_result do_read(struct sv_qp *qp, struct sv_conn *conn, uint32_t
 			    !is_proxy(qp) && sv_engine_read_wait(conn, qp)) {
 				/* the rest when the connection has drained */
 				sv_conn_get(conn);
-				qp->rd_left.conn = conn;
-				qp->rd_left.va = va;
-				qp->rd_left.rkey = rkey;
-				qp->rd_left.dma_len = dma_len;
-				qp->rd_left.psn = psn;
-				qp->rd_left.next = k;
+				qp->resp.rd_left.conn = conn;
+				qp->resp.rd_left.va = va;
+				qp->resp.rd_left.rkey = rkey;
+				qp->resp.rd_left.dma_len = dma_len;
+				qp->resp.rd_left.psn = psn;
+				qp->resp.rd_left.next = k;
 				break;
 			}
 		}
@@ -603,7 +643,7 @@ static enum resp_result do_read(struct sv_qp *qp, struct sv_conn *conn, uint32_t
 		fill_bth(qp, bth, low, sv_psn_add(psn, k));
 		if (sv_opcode_info(qp->ti->wire_class | low)->off_aeth) {
 			struct sv_aeth aeth = { htonl(((uint32_t)SV_AETH_ACK << 24) |
-						      (qp->msn & SV_PSN_MASK)) };
+						      (qp->resp.msn & SV_PSN_MASK)) };
 
 			memcpy(hdr + hl, &aeth, sizeof(aeth));
 			hl += sizeof(aeth);
@@ -619,26 +659,26 @@ static enum resp_result do_read(struct sv_qp *qp, struct sv_conn *conn, uint32_t
 	}
 	sv_txbatch_flush(&b);
 	sv_mr_read_unlock(qp->ctx);
-	sv_gpu_stage_forget(qp->gpu_rd); /* a replay reads the memory again */
+	sv_gpu_stage_forget(qp->resp.gpu_rd); /* a replay reads the memory again */
 	return r == RESP_OK ? RESP_DONE : r;
 }
 
-/* qp->lock held: the READ waiting in qp->rd_left is over (done, or moot). */
+/* qp->lock held: the READ waiting in qp->resp.rd_left is over (done, or moot). */
 static void read_left_end(struct sv_qp *qp)
 {
-	struct sv_conn *conn = qp->rd_left.conn;
+	struct sv_conn *conn = qp->resp.rd_left.conn;
 
-	qp->rd_left.conn = NULL;
+	qp->resp.rd_left.conn = NULL;
 	sv_engine_read_done(conn, qp);
 	sv_conn_put(conn);
 }
 
 void sv_responder_resume(struct sv_qp *qp)
 {
-	struct sv_conn *conn = qp->rd_left.conn;
-	uint64_t va = qp->rd_left.va;
-	uint32_t rkey = qp->rd_left.rkey, dma_len = qp->rd_left.dma_len;
-	uint32_t psn = qp->rd_left.psn, next = qp->rd_left.next;
+	struct sv_conn *conn = qp->resp.rd_left.conn;
+	uint64_t va = qp->resp.rd_left.va;
+	uint32_t rkey = qp->resp.rd_left.rkey, dma_len = qp->resp.rd_left.dma_len;
+	uint32_t psn = qp->resp.rd_left.psn, next = qp->resp.rd_left.next;
 	struct resp_pkt p = { .qp = qp };
 	enum resp_result r;
 
@@ -661,7 +701,7 @@ void sv_responder_resume(struct sv_qp *qp)
 
 void sv_responder_cancel(struct sv_qp *qp)
 {
-	if (qp->rd_left.conn)
+	if (qp->resp.rd_left.conn)
 		read_left_end(qp);
 }
 
@@ -682,7 +722,7 @@ void sv_responder_farewell(struct sv_qp *qp)
 	struct sv_conn *conn;
 
 	if (!qp->ti->reliable || !qp->ti->connected || qp->xrc || !sv_qp_state_receives(qp->state) ||
-	    qp->epsn == qp->attr.rq_psn /* nothing arrived */)
+	    qp->resp.epsn == qp->attr.rq_psn /* nothing arrived */)
 		return;
 	/* the QP's own connection to the peer, made by its first request: a
 	 * QP that never sent one has none, and none is made now (over tcp
@@ -692,7 +732,7 @@ void sv_responder_farewell(struct sv_qp *qp)
 	    atomic_load(&conn->state) != SV_CONN_UP)
 		return;
 	for (int i = 0; i < 2; i++)
-		send_ack(qp, conn, sv_psn_add(qp->epsn, SV_PSN_MASK), SV_AETH_ACK | 0x1f);
+		send_ack(qp, conn, sv_psn_add(qp->resp.epsn, SV_PSN_MASK), SV_AETH_ACK | 0x1f);
 }
 
 static void send_atomic_ack(struct sv_qp *qp, struct sv_conn *conn, uint32_t psn, uint64_t orig)
@@ -704,7 +744,7 @@ static void send_atomic_ack(struct sv_qp *qp, struct sv_conn *conn, uint32_t psn
 	} __attribute__((packed)) p;
 
 	fill_bth(qp, &p.bth, SV_OP_ATOMIC_ACK, psn);
-	p.aeth.syn_msn = htonl(((uint32_t)SV_AETH_ACK << 24) | (qp->msn & SV_PSN_MASK));
+	p.aeth.syn_msn = htonl(((uint32_t)SV_AETH_ACK << 24) | (qp->resp.msn & SV_PSN_MASK));
 	p.ack.orig = htobe64(orig);
 	sv_send_packet(conn, &p, sizeof(p), NULL, 0);
 	sv_stat_tx(qp, 0);
@@ -719,7 +759,7 @@ static void send_read_ack(struct sv_qp *qp, struct sv_conn *conn, uint32_t psn)
 	} __attribute__((packed)) p;
 
 	fill_bth(qp, &p.bth, SV_OP_READ_RESP_ONLY, psn);
-	p.aeth.syn_msn = htonl(((uint32_t)SV_AETH_ACK << 24) | (qp->msn & SV_PSN_MASK));
+	p.aeth.syn_msn = htonl(((uint32_t)SV_AETH_ACK << 24) | (qp->resp.msn & SV_PSN_MASK));
 	sv_send_packet(conn, &p, sizeof(p), NULL, 0);
 	sv_stat_tx(qp, 0);
 }
@@ -744,7 +784,7 @@ static enum resp_result exec_atomic_write(const struct resp_pkt *p)
 		return RESP_ERR_WRITE_LEN;
 	if (va & 7)
 		return RESP_ERR_QP_ACCESS; /* misaligned, as for the other atomics */
-	sv_gpu_sink_drain(qp->gpu_in); /* after the writes before it */
+	sv_gpu_sink_drain(qp->resp.gpu_in); /* after the writes before it */
 	sv_mr_read_lock(qp->ctx);
 	res = check_rkey(qp, ntohl(r->rkey), va, 8, IBV_ACCESS_REMOTE_WRITE, (uint8_t **)&word,
 			 &gpu);
@@ -756,8 +796,8 @@ static enum resp_result exec_atomic_write(const struct resp_pkt *p)
 	sv_mr_read_unlock(qp->ctx);
 	if (res != RESP_OK)
 		return res;
-	qp->epsn = sv_psn_add(p->psn, 1);
-	qp->msn++;
+	qp->resp.epsn = sv_psn_add(p->psn, 1);
+	qp->resp.msn++;
 	send_read_ack(qp, p->conn, p->psn);
 	return RESP_DONE;
 }
@@ -766,13 +806,13 @@ static enum resp_result exec_atomic_write(const struct resp_pkt *p)
  * for the replay cache, which the first atomic a QP takes allocates). */
 static bool keep_atomic(struct sv_qp *qp, uint32_t psn, uint64_t orig)
 {
-	if (!qp->atomic_cache &&
-	    !(qp->atomic_cache = calloc(SV_MAX_QP_RD_ATOM, sizeof(*qp->atomic_cache))))
+	if (!qp->resp.atomic_cache &&
+	    !(qp->resp.atomic_cache = calloc(SV_MAX_QP_RD_ATOM, sizeof(*qp->resp.atomic_cache))))
 		return false;
-	qp->atomic_cache[qp->atomic_cache_next].psn = psn;
-	qp->atomic_cache[qp->atomic_cache_next].orig = orig;
-	qp->atomic_cache[qp->atomic_cache_next].valid = true;
-	qp->atomic_cache_next = (qp->atomic_cache_next + 1) % SV_MAX_QP_RD_ATOM;
+	qp->resp.atomic_cache[qp->resp.atomic_cache_next].psn = psn;
+	qp->resp.atomic_cache[qp->resp.atomic_cache_next].orig = orig;
+	qp->resp.atomic_cache[qp->resp.atomic_cache_next].valid = true;
+	qp->resp.atomic_cache_next = (qp->resp.atomic_cache_next + 1) % SV_MAX_QP_RD_ATOM;
 	return true;
 }
 
@@ -790,10 +830,10 @@ static enum resp_result exec_atomic(const struct resp_pkt *p)
 		return r;
 	/* short of memory for the replay cache: not now (RNR NAK), the
 	 * requester tries again after its RNR timer */
-	if (!qp->atomic_cache &&
-	    !(qp->atomic_cache = calloc(SV_MAX_QP_RD_ATOM, sizeof(*qp->atomic_cache))))
+	if (!qp->resp.atomic_cache &&
+	    !(qp->resp.atomic_cache = calloc(SV_MAX_QP_RD_ATOM, sizeof(*qp->resp.atomic_cache))))
 		return RESP_NO_RECV;
-	sv_gpu_sink_drain(qp->gpu_in); /* after the writes before it */
+	sv_gpu_sink_drain(qp->resp.gpu_in); /* after the writes before it */
 	sv_mr_read_lock(qp->ctx);
 	r = check_rkey(qp, ntohl(a->rkey), va, 8, IBV_ACCESS_REMOTE_ATOMIC, (uint8_t **)&word,
 		       &gpu);
@@ -817,8 +857,8 @@ static enum resp_result exec_atomic(const struct resp_pkt *p)
 	}
 	sv_mr_read_unlock(qp->ctx);
 	keep_atomic(qp, p->psn, orig); /* (the cache was made above) */
-	qp->epsn = sv_psn_add(p->psn, 1);
-	qp->msn++;
+	qp->resp.epsn = sv_psn_add(p->psn, 1);
+	qp->resp.msn++;
 	send_atomic_ack(qp, p->conn, p->psn, orig);
 	return RESP_DONE;
 }
@@ -831,8 +871,8 @@ static enum resp_result exec_read(const struct resp_pkt *p)
 	uint32_t dma_len = ntohl(r->dma_len);
 	uint32_t npkts = read_npkts(qp, dma_len);
 
-	qp->epsn = sv_psn_add(p->psn, npkts);
-	qp->msn++;
+	qp->resp.epsn = sv_psn_add(p->psn, npkts);
+	qp->resp.msn++;
 	return do_read(qp, p->conn, p->psn, be64toh(r->va), ntohl(r->rkey), dma_len, 0);
 }
 
@@ -841,9 +881,9 @@ static void replay_atomic(const struct resp_pkt *p)
 {
 	struct sv_qp *qp = p->qp;
 
-	for (int i = 0; qp->atomic_cache && i < SV_MAX_QP_RD_ATOM; i++)
-		if (qp->atomic_cache[i].valid && qp->atomic_cache[i].psn == p->psn)
-			send_atomic_ack(qp, p->conn, p->psn, qp->atomic_cache[i].orig);
+	for (int i = 0; qp->resp.atomic_cache && i < SV_MAX_QP_RD_ATOM; i++)
+		if (qp->resp.atomic_cache[i].valid && qp->resp.atomic_cache[i].psn == p->psn)
+			send_atomic_ack(qp, p->conn, p->psn, qp->resp.atomic_cache[i].orig);
 }
 
 /* An RC request whose PSN we already executed: answer it again. */
@@ -858,8 +898,8 @@ static void duplicate(const struct resp_pkt *p)
 		if (!sv_xrc_relay_forward(qp, p->conn, p->hdr, p->op->hdr_len, NULL, 0, p->srqn,
 					  true) &&
 		    window) {
-			qp->xrc->first_psn = qp->epsn;
-			qp->xrc->first_msn = qp->msn;
+			qp->xrc->first_psn = qp->resp.epsn;
+			qp->xrc->first_msn = qp->resp.msn;
 		}
 		return;
 	}
@@ -900,7 +940,7 @@ static void duplicate(const struct resp_pkt *p)
 	} else if (p->op->mask & SV_OPF_ATOMIC_WRITE) {
 		send_read_ack(qp, p->conn, p->psn);
 	} else if (p->op->mask & SV_OPF_LAST || p->ackreq) {
-		send_ack(qp, p->conn, sv_psn_add(qp->epsn, SV_PSN_MASK), SV_AETH_ACK | 0x1f);
+		send_ack(qp, p->conn, sv_psn_add(qp->resp.epsn, SV_PSN_MASK), SV_AETH_ACK | 0x1f);
 	}
 }
 
@@ -918,10 +958,10 @@ static enum resp_result exec_send(const struct resp_pkt *p)
 		r = check_recv(qp);
 		if (r != RESP_OK)
 			return r;
-		qp->rwqe_off = 0;
-		qp->msg_first_psn = p->psn;
-		qp->resp_in_msg = true;
-		qp->resp_in_write = false;
+		qp->resp.rwqe_off = 0;
+		qp->resp.msg_first_psn = p->psn;
+		qp->resp.in_msg = true;
+		qp->resp.in_write = false;
 	}
 	st = place(qp, p->payload, p->plen, p->src_gpu);
 	if (st != IBV_WC_SUCCESS) {
@@ -942,7 +982,7 @@ static enum resp_result exec_send(const struct resp_pkt *p)
 	}
 	if (packet_done(qp, p->conn, p->op, p->psn, p->ackreq)) {
 		sv_conn_uncork_now(p->conn); /* the ACK leaves before the completion */
-		complete_recv(qp, IBV_WC_SUCCESS, IBV_WC_RECV, qp->rwqe_off, p->imm,
+		complete_recv(qp, IBV_WC_SUCCESS, IBV_WC_RECV, qp->resp.rwqe_off, p->imm,
 			      src_qpn(qp), p->op->off_ieth ? IBV_WC_WITH_INV : 0, inv,
 			      p->solicited);
 	}
@@ -977,31 +1017,31 @@ static enum resp_result exec_relay(struct resp_pkt *p)
 		return RESP_NO_RECV; /* no memory now: RNR NAK, it comes again */
 	x = qp->xrc;
 	if (first) {
-		x->msg_msn = qp->msn;
+		x->msg_msn = qp->resp.msn;
 		x->msg_srqn = p->srqn;
 	}
 	if (sv_xrc_relay_forward(qp, p->conn, p->hdr, op->hdr_len, p->payload, p->plen, p->srqn,
 				 (op->mask & SV_OPF_LAST) || p->ackreq)) {
 		/* the SRQ's process cannot be reached now: the requester
 		 * sends again, from the oldest message still unanswered */
-		relay_rewind(qp, window ? (first ? p->psn : qp->msg_first_psn) : x->first_psn,
+		relay_rewind(qp, window ? (first ? p->psn : qp->resp.msg_first_psn) : x->first_psn,
 			     window ? x->msg_msn : x->first_msn);
-		send_ack(qp, p->conn, qp->epsn, SV_AETH_RNR_NAK | (qp->attr.min_rnr_timer & 0x1f));
+		send_ack(qp, p->conn, qp->resp.epsn, SV_AETH_RNR_NAK | (qp->attr.min_rnr_timer & 0x1f));
 		return RESP_DONE;
 	}
 	if (window) {
-		x->first_psn = first ? p->psn : qp->msg_first_psn;
+		x->first_psn = first ? p->psn : qp->resp.msg_first_psn;
 		x->first_msn = x->msg_msn;
 	}
 	if (first && !(op->mask & SV_OPF_LAST)) {
-		qp->msg_first_psn = p->psn;
-		qp->resp_in_msg = true;
-		qp->resp_in_write = op->mask & SV_OPF_WRITE;
+		qp->resp.msg_first_psn = p->psn;
+		qp->resp.in_msg = true;
+		qp->resp.in_write = op->mask & SV_OPF_WRITE;
 	}
-	qp->epsn = sv_psn_add(p->psn, npkts);
+	qp->resp.epsn = sv_psn_add(p->psn, npkts);
 	if (op->mask & SV_OPF_LAST) {
-		qp->resp_in_msg = false;
-		qp->msn++;
+		qp->resp.in_msg = false;
+		qp->resp.msn++;
 	}
 	return RESP_DONE;
 }
@@ -1060,7 +1100,7 @@ void sv_responder_relayed_answer(struct sv_qp *qp, struct sv_conn *conn,
 			if (!--x->pending) {
 				/* everything before epsn is answered now */
 				if (x->dropped)
-					send_ack(qp, reply, qp->epsn, SV_AETH_NAK | SV_NAK_PSN_SEQ);
+					send_ack(qp, reply, qp->resp.epsn, SV_AETH_NAK | SV_NAK_PSN_SEQ);
 				sv_xrc_relay_idle(qp);
 			}
 		}
@@ -1068,12 +1108,68 @@ void sv_responder_relayed_answer(struct sv_qp *qp, struct sv_conn *conn,
 	sv_conn_put(reply);
 }
 
-void sv_responder_abort_recv(struct sv_qp *qp)
+void sv_responder_relay_window(struct sv_qp *qp, struct sv_srq *srq)
 {
-	if (qp->resp_have_rwqe)
+	if (qp->resp.have_rwqe && qp->srq == srq) {
+		qp->resp.in_msg = false;
+		return;
+	}
+	if (qp->resp.have_rwqe)
 		complete_recv(qp, IBV_WC_REM_ABORT_ERR, IBV_WC_RECV, 0, NULL, src_qpn(qp), 0, 0,
 			      false);
-	qp->resp_in_msg = false;
+	qp->resp.in_msg = false;
+}
+
+void sv_responder_expect(struct sv_qp *qp, uint32_t psn, uint32_t msn)
+{
+	qp->resp.epsn = psn;
+	qp->resp.msn = msn;
+}
+
+void sv_responder_srq_gone(struct sv_qp *qp, bool end_msg)
+{
+	qp->resp.have_rwqe = false;
+	if (end_msg)
+		qp->resp.in_msg = false;
+}
+
+void sv_responder_flush_rwqe(struct sv_qp *qp)
+{
+	struct ibv_wc wc = { .wr_id = qp->resp.rwqe.wr_id, .status = IBV_WC_WR_FLUSH_ERR,
+			     .opcode = IBV_WC_RECV, .qp_num = qp->ex.qp_base.qp_num,
+			     .vendor_err = IBV_WC_WR_FLUSH_ERR };
+
+	if (!qp->resp.have_rwqe)
+		return;
+	sv_cq_push(qp->rcq, &wc, false);
+	qp->resp.have_rwqe = false;
+}
+
+void sv_responder_halt(struct sv_qp *qp)
+{
+	qp->resp.in_msg = false;
+	sv_responder_cancel(qp); /* the rest of a READ is not sent */
+}
+
+void sv_responder_reset(struct sv_qp *qp)
+{
+	qp->resp.have_rwqe = qp->resp.in_msg = qp->resp.drop_msg = false;
+	sv_responder_cancel(qp); /* a READ still being answered */
+	sv_xrc_relay_idle(qp);	 /* verdicts on relayed packets: ignored now */
+	qp->resp.comm_est_sent = false;
+	qp->resp.msn = 0;
+	/* GPU copies of its previous life: none started later, none reused */
+	sv_gpu_sink_abort(qp->resp.gpu_in);
+	sv_gpu_stage_forget(qp->resp.gpu_rd);
+	if (qp->resp.atomic_cache)
+		memset(qp->resp.atomic_cache, 0, sizeof(*qp->resp.atomic_cache) * SV_MAX_QP_RD_ATOM);
+}
+
+void sv_responder_free(struct sv_qp *qp)
+{
+	free(qp->resp.atomic_cache);
+	sv_gpu_stage_free(&qp->resp.gpu_rd);
+	sv_gpu_sink_free(&qp->resp.gpu_in);
 }
 
 /*
@@ -1104,9 +1200,9 @@ static enum resp_result check_write(const struct resp_pkt *p, uint64_t *va, uint
 		if (*left && check_rkey(qp, *rkey, *va, *left, IBV_ACCESS_REMOTE_WRITE, mem, gpu))
 			return RESP_ERR_RKEY;
 	} else {
-		*va = qp->wr_va;
-		*rkey = qp->wr_rkey;
-		*left = qp->wr_left;
+		*va = qp->resp.wr_va;
+		*rkey = qp->resp.wr_rkey;
+		*left = qp->resp.wr_left;
 	}
 	if (p->plen > *left || ((p->op->mask & SV_OPF_LAST) && p->plen != *left))
 		return RESP_ERR_WRITE_LEN;
@@ -1134,35 +1230,35 @@ static enum resp_result exec_write(const struct resp_pkt *p)
 	if (r != RESP_OK)
 		return r;
 	if (first) {
-		qp->wr_va = va;
-		qp->wr_rkey = rkey;
-		qp->wr_left = left;
-		qp->wr_total = left;
-		qp->msg_first_psn = p->psn;
-		qp->resp_in_msg = true;
-		qp->resp_in_write = true;
+		qp->resp.wr_va = va;
+		qp->resp.wr_rkey = rkey;
+		qp->resp.wr_left = left;
+		qp->resp.wr_total = left;
+		qp->resp.msg_first_psn = p->psn;
+		qp->resp.in_msg = true;
+		qp->resp.in_write = true;
 	}
 	/* WRITE with immediate needs a receive WQE at its LAST */
 	if (p->imm && check_recv(qp) != RESP_OK)
 		return RESP_NO_RECV_IMM;
 	if (p->plen) {
 		sv_mr_read_lock(qp->ctx);
-		r = check_rkey(qp, qp->wr_rkey, qp->wr_va, p->plen, IBV_ACCESS_REMOTE_WRITE, &mem,
+		r = check_rkey(qp, qp->resp.wr_rkey, qp->resp.wr_va, p->plen, IBV_ACCESS_REMOTE_WRITE, &mem,
 			       &gpu);
 		/* a directly received payload (receive.c) is in place already */
 		if (r == RESP_OK && (p->src_gpu || gpu)) {
 			/* from a peer's GPU memory (to ours or host memory), or into
 			 * ours: through the sink, a run started at the message's end */
 			enum sv_mem_err e =
-				p->src_gpu ? sv_gpu_sink_copy(&qp->gpu_in, p->src_gpu, mem,
+				p->src_gpu ? sv_gpu_sink_copy(&qp->resp.gpu_in, p->src_gpu, mem,
 							      p->payload, p->plen)
-					   : sv_gpu_sink_put(&qp->gpu_in, gpu, mem, p->payload,
+					   : sv_gpu_sink_put(&qp->resp.gpu_in, gpu, mem, p->payload,
 							     p->plen);
 
 			if (e)
 				r = RESP_ERR_RKEY; /* GPU memory the driver could not reach */
 			else if (p->op->mask & SV_OPF_LAST)
-				sv_gpu_sink_start(qp->gpu_in);
+				sv_gpu_sink_start(qp->resp.gpu_in);
 		} else if (r == RESP_OK && mem != p->payload &&
 			   !sv_dma_write(mem, p->payload, p->plen)) {
 			r = RESP_ERR_RKEY; /* registered, but unmapped by the application */
@@ -1171,12 +1267,12 @@ static enum resp_result exec_write(const struct resp_pkt *p)
 		if (r != RESP_OK)
 			return RESP_ERR_RKEY_LATE; /* the MR went away mid-message */
 	}
-	qp->wr_va += p->plen;
-	qp->wr_left -= p->plen;
+	qp->resp.wr_va += p->plen;
+	qp->resp.wr_left -= p->plen;
 	if (packet_done(qp, p->conn, p->op, p->psn, p->ackreq) && p->imm) {
 		sv_conn_uncork_now(p->conn); /* the ACK leaves before the completion */
-		qp->rwqe_off = 0;
-		complete_recv(qp, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, qp->wr_total, p->imm,
+		qp->resp.rwqe_off = 0;
+		complete_recv(qp, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, qp->resp.wr_total, p->imm,
 			      src_qpn(qp), 0, 0, p->solicited);
 	}
 	return RESP_DONE;
@@ -1211,9 +1307,9 @@ static void respond(const struct resp_pkt *p, enum resp_result r)
 		/* a packet was lost (or overtaken): say once where to resume,
 		 * so the requester goes back now rather than at its timeout;
 		 * what follows until then is dropped in silence (IBA 9.7.5.1.1) */
-		if (!qp->seq_nak_sent) {
-			qp->seq_nak_sent = true;
-			send_ack(qp, p->conn, qp->epsn, SV_AETH_NAK | SV_NAK_PSN_SEQ);
+		if (!qp->resp.seq_nak_sent) {
+			qp->resp.seq_nak_sent = true;
+			send_ack(qp, p->conn, qp->resp.epsn, SV_AETH_NAK | SV_NAK_PSN_SEQ);
 		}
 		return;
 	case RESP_DUPLICATE:
@@ -1233,8 +1329,8 @@ static void respond(const struct resp_pkt *p, enum resp_result r)
 	case RESP_NO_RECV_IMM:
 		/* back off the whole message: the requester resends it from its start */
 		if (qp->ti->reliable) {
-			qp->epsn = qp->msg_first_psn;
-			send_ack(qp, p->conn, qp->msg_first_psn,
+			qp->resp.epsn = qp->resp.msg_first_psn;
+			send_ack(qp, p->conn, qp->resp.msg_first_psn,
 				 SV_AETH_RNR_NAK | (qp->attr.min_rnr_timer & 0x1f));
 		}
 		break;
@@ -1242,9 +1338,9 @@ static void respond(const struct resp_pkt *p, enum resp_result r)
 		break;
 	}
 	if (a->end_message)
-		qp->resp_in_msg = false;
+		qp->resp.in_msg = false;
 	if (a->drop_message)
-		qp->resp_drop_msg = true;
+		qp->resp.drop_msg = true;
 	if (a->nak)
 		send_ack(qp, p->conn, p->psn, a->nak);
 	if (a->to_error)
@@ -1278,11 +1374,14 @@ void sv_responder_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opc
 	/* requests wait behind a READ still being answered (do_read): this
 	 * one is dropped and its requester sends it again.  None comes on the
 	 * READ's own connection, whose input waits meanwhile (engine.c). */
-	if (r == RESP_OK && qp->rd_left.conn)
+	if (r == RESP_OK && qp->resp.rd_left.conn)
 		r = RESP_DROP;
-	if (r == RESP_OK && qp->state == IBV_QPS_RTR && !qp->comm_est_sent) {
-		qp->comm_est_sent = true;
-		sv_async_event(qp->ctx, IBV_EVENT_COMM_EST, qp, &qp->async, 0);
+	if (r == RESP_OK && qp->state == IBV_QPS_RTR && !qp->resp.comm_est_sent) {
+		qp->resp.comm_est_sent = true;
+		/* (not for an XRC receive QP whose creator's handle is gone: an
+		 * event names it by that handle) */
+		if (!(qp->xrc && qp->xrc->no_events))
+			sv_async_event(qp->ctx, IBV_EVENT_COMM_EST, qp, &qp->async, 0);
 	}
 	if (r == RESP_OK && qp->ti->datagram) {
 		respond(&p, exec_datagram(&p));
@@ -1336,7 +1435,7 @@ bool sv_responder_direct(struct sv_qp *qp, const struct sv_opcode_info *op, cons
 	if (check_transport(&p) != RESP_OK || check_state(&p) != RESP_OK ||
 	    check_length(&p) != RESP_OK)
 		return false;
-	if ((ntohl(bth->psn) & SV_PSN_MASK) != qp->epsn || qp->resp_drop_msg || qp->rd_left.conn)
+	if ((ntohl(bth->psn) & SV_PSN_MASK) != qp->resp.epsn || qp->resp.drop_msg || qp->resp.rd_left.conn)
 		return false; /* in order only (and not behind a READ: dropped) */
 	if (check_write(&p, &va, &rkey, &left, dst, &gpu) != RESP_OK || !left)
 		return false;

@@ -157,7 +157,7 @@ int sv_xrc_relay_forward(struct sv_qp *qp, struct sv_conn *from, const uint8_t *
 		r->reply = from;
 		/* everything before the expected PSN is answered (this one
 		 * is that one, or a duplicate READ from before it) */
-		r->done_psn = sv_psn_add(qp->epsn, SV_PSN_MASK);
+		r->done_psn = sv_psn_add(qp->resp.epsn, SV_PSN_MASK);
 	}
 	r->pending += answered;
 	return 0;
@@ -209,10 +209,8 @@ static void proxy_free(struct sv_xrc_proxy *x)
 {
 	struct sv_qp *q = x->qp;
 
-	free(q->atomic_cache);
+	sv_responder_free(q);
 	free(q->xrc);
-	sv_gpu_stage_free(&q->gpu_rd);
-	sv_gpu_sink_free(&q->gpu_in);
 	sv_mutex_destroy(&q->lock);
 	free(q);
 	free(x);
@@ -339,10 +337,7 @@ void sv_xrc_relay_rx(struct sv_conn *conn, const uint8_t *pkt, const uint8_t *or
 		 * that WQE completes as aborted by its requester */
 		px->dropping = false;
 		q->state = IBV_QPS_RTS;
-		if (q->resp_have_rwqe && q->srq == srq)
-			q->resp_in_msg = false;
-		else
-			sv_responder_abort_recv(q);
+		sv_responder_relay_window(q, srq);
 	}
 	if (px->dropping)
 		goto out;
@@ -354,8 +349,7 @@ void sv_xrc_relay_rx(struct sv_conn *conn, const uint8_t *pkt, const uint8_t *or
 	q->attr.qp_access_flags = ntohl(x->access);
 	q->attr.min_rnr_timer = x->rnr_timer;
 	q->mtu = mtu;
-	q->epsn = psn;
-	q->msn = ntohl(x->msn) & SV_PSN_MASK;
+	sv_responder_expect(q, psn, ntohl(x->msn) & SV_PSN_MASK);
 	if (!q->xrcd) {
 		/* no XRC SRQ of that number in that domain: NAKed as check_xrc
 		 * would (the packet needs a domain to be looked up in) */
@@ -363,7 +357,7 @@ void sv_xrc_relay_rx(struct sv_conn *conn, const uint8_t *pkt, const uint8_t *or
 	}
 	sv_responder_rx(q, conn, op, (uint8_t *)orig, orig + op->hdr_len, len - op->hdr_len, NULL);
 	/* refused (RNR NAK, NAK, dropped): nothing more of this window */
-	if (q->state != IBV_QPS_RTS || sv_psn_cmp(q->epsn, psn) <= 0)
+	if (q->state != IBV_QPS_RTS || sv_psn_cmp(q->resp.epsn, psn) <= 0)
 		px->dropping = true;
 out:
 	sv_mutex_unlock(&q->lock);
@@ -393,7 +387,7 @@ void sv_xrc_proxies_detach(struct sv_context *ctx, struct sv_srq *srq)
 		sv_mutex_lock(&q->lock);
 		if (q->srq == srq) {
 			q->srq = NULL;
-			q->resp_have_rwqe = q->resp_in_msg = false;
+			sv_responder_srq_gone(q, true);
 		}
 		sv_mutex_unlock(&q->lock);
 	}

@@ -101,10 +101,14 @@ void sv_xrc_ctrl_rx(struct sv_conn *conn, const uint8_t *pkt, const uint8_t *pay
 /* ctx->lock held: the openers of qp that are gone no longer keep it open. */
 void sv_xrc_openers_prune(struct sv_qp *qp);
 
-/* qp->lock held: the message the responder was filling a receive WQE for
- * is abandoned by its requester: the WQE completes with
- * IBV_WC_REM_ABORT_ERR (responder.c). */
-void sv_responder_abort_recv(struct sv_qp *qp);
+/* qp->lock held, a proxy: a new window of relayed requests for srq.  A
+ * message left half placed starts again in its receive WQE if srq gave
+ * it (as a NIC's would); else its requester abandoned it, and the WQE
+ * completes with IBV_WC_REM_ABORT_ERR (responder.c). */
+void sv_responder_relay_window(struct sv_qp *qp, struct sv_srq *srq);
+/* qp->lock held, a proxy: the receive QP expects psn next, and its
+ * messages so far are msn (responder.c). */
+void sv_responder_expect(struct sv_qp *qp, uint32_t psn, uint32_t msn);
 /* qp->lock held: an answer of the SRQ's process to packets qp relayed,
  * on conn (responder.c). */
 void sv_responder_relayed_answer(struct sv_qp *qp, struct sv_conn *conn,

@@ -31,70 +31,48 @@ static uint32_t pow2_at_least(uint32_t v)
 	return p;
 }
 
-static struct ibv_qp *qp_create(struct ibv_context *context, struct ibv_qp_init_attr_ex *ia)
+/*
+ * Create, step: the attributes, checked against the device's limits and
+ * this context, completed where an XRC QP leaves them out.  0 or an errno.
+ */
+static int check_init_attr(struct ibv_context *context, struct ibv_qp_init_attr_ex *ia)
 {
-	struct sv_context *ctx = to_sv_ctx(context);
 	struct ibv_qp_cap *cap = &ia->cap;
-	struct sv_qp *qp;
-	uint32_t idx;
-	int err = EINVAL;
-	bool xrecv = ia->qp_type == IBV_QPT_XRC_RECV;
 
-	if (xrecv) {
+	if (ia->qp_type == IBV_QPT_XRC_RECV) {
 		/* no queues, no CQs, no PD: its requests go to the XRC SRQs of
 		 * its domain (what the attributes say of those is ignored, as
 		 * providers do) */
-		if (!ia->xrcd || to_sv_xrcd(ia->xrcd)->ctx != ctx)
-			goto fail;
+		if (!ia->xrcd || to_sv_xrcd(ia->xrcd)->ctx != to_sv_ctx(context))
+			return EINVAL;
 		memset(cap, 0, sizeof(*cap));
-	} else {
-		if (ia->qp_type == IBV_QPT_XRC_SEND) {
-			/* a send queue only: no receive CQ, queue or SRQ */
-			ia->recv_cq = ia->send_cq;
-			ia->srq = NULL;
-			cap->max_recv_wr = cap->max_recv_sge = 0;
-		}
-		if (!ia->pd || !ia->send_cq || (!ia->recv_cq && !ia->srq))
-			goto fail;
-		if (!sv_qp_type_info(ia->qp_type)) {
-			err = EOPNOTSUPP;
-			goto fail;
-		}
-		if (!ia->recv_cq)
-			ia->recv_cq = ia->send_cq;
-		if (ia->pd->context != context || ia->send_cq->context != context ||
-		    ia->recv_cq->context != context || (ia->srq && ia->srq->context != context))
-			goto fail;
+		return 0;
 	}
+	if (ia->qp_type == IBV_QPT_XRC_SEND) {
+		/* a send queue only: no receive CQ, queue or SRQ */
+		ia->recv_cq = ia->send_cq;
+		ia->srq = NULL;
+		cap->max_recv_wr = cap->max_recv_sge = 0;
+	}
+	if (!ia->pd || !ia->send_cq || (!ia->recv_cq && !ia->srq))
+		return EINVAL;
+	if (!sv_qp_type_info(ia->qp_type))
+		return EOPNOTSUPP;
+	if (!ia->recv_cq)
+		ia->recv_cq = ia->send_cq;
+	if (ia->pd->context != context || ia->send_cq->context != context ||
+	    ia->recv_cq->context != context || (ia->srq && ia->srq->context != context))
+		return EINVAL;
 	if (cap->max_send_wr > SV_MAX_QP_WR || cap->max_recv_wr > SV_MAX_QP_WR ||
 	    cap->max_send_sge > SV_MAX_SGE || cap->max_recv_sge > SV_MAX_SGE ||
 	    cap->max_inline_data > SV_MAX_INLINE)
-		goto fail;
-	/* a QP is what connects: the secret's key (the KDF, for a secret a
-	 * person chose) is made here, once a process, in the caller's thread,
-	 * not in the engine's at the first connection (auth.h); a failure
-	 * shows at the connection */
-	(void)sv_auth_init();
+		return EINVAL;
+	return 0;
+}
 
-	/* a receive WQE taken from the queue or the SRQ is copied whole */
-	qp = calloc(1, sv_qp_size(ia->srq ? to_sv_srq(ia->srq)->rq.max_sge : cap->max_recv_sge));
-	if (!qp) {
-		err = ENOMEM;
-		goto fail;
-	}
-	qp->ctx = ctx;
-	qp->ti = sv_qp_type_info(ia->qp_type);
-	qp->mcast_no_self = (ia->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) &&
-			    (ia->create_flags & IBV_QP_CREATE_BLOCK_SELF_MCAST_LB);
-	if (xrecv) {
-		qp->xrcd = to_sv_xrcd(ia->xrcd);
-	} else {
-		qp->pd = to_sv_pd(ia->pd);
-		qp->scq = to_sv_cq(ia->send_cq);
-		qp->rcq = to_sv_cq(ia->recv_cq);
-		qp->srq = ia->srq ? to_sv_srq(ia->srq) : NULL;
-	}
-	qp->sq_sig_all = ia->sq_sig_all;
+/* Create, step: what the QP will report of its capacities. */
+static void set_caps(struct sv_qp *qp, const struct ibv_qp_cap *cap)
+{
 	qp->cap = *cap;
 	/*
 	 * As in Soft-RoCE, a send WQE's slot holds either its SGL or its inline
@@ -110,36 +88,81 @@ static struct ibv_qp *qp_create(struct ibv_context *context, struct ibv_qp_init_
 		qp->cap.max_recv_wr = 0;
 		qp->cap.max_recv_sge = 0;
 	}
+}
+
+/* Create, step: the QP's memory, its objects, its lock and its lists (NULL:
+ * out of memory). */
+static struct sv_qp *qp_alloc(struct sv_context *ctx, const struct ibv_qp_init_attr_ex *ia)
+{
+	/* a receive WQE taken from the queue or the SRQ is copied whole */
+	struct sv_qp *qp = calloc(1, sv_qp_size(ia->srq ? to_sv_srq(ia->srq)->rq.max_sge
+							 : ia->cap.max_recv_sge));
+
+	if (!qp)
+		return NULL;
+	qp->ctx = ctx;
+	qp->ti = sv_qp_type_info(ia->qp_type);
+	qp->mcast_no_self = (ia->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) &&
+			    (ia->create_flags & IBV_QP_CREATE_BLOCK_SELF_MCAST_LB);
+	if (ia->qp_type == IBV_QPT_XRC_RECV) {
+		qp->xrcd = to_sv_xrcd(ia->xrcd);
+	} else {
+		qp->pd = to_sv_pd(ia->pd);
+		qp->scq = to_sv_cq(ia->send_cq);
+		qp->rcq = to_sv_cq(ia->recv_cq);
+		qp->srq = ia->srq ? to_sv_srq(ia->srq) : NULL;
+	}
+	qp->sq_sig_all = ia->sq_sig_all;
+	set_caps(qp, &ia->cap);
 	qp->mtu = sv_mtu_bytes(SV_PORT_MTU);
 	sv_ref_init(&qp->ref, 1);
 	sv_mutex_init(&qp->lock, SV_LOCK_QP);
 	sv_list_init(&qp->timer_link);
 	sv_list_init(&qp->run_link);
 	sv_list_init(&qp->txwait_link);
+	return qp;
+}
 
-	qp->sq.max_wr = cap->max_send_wr;
-	qp->sq.size = pow2_at_least(SV_MAX(cap->max_send_wr, 1u));
-	qp->sq.wqe = calloc(qp->sq.size, sizeof(*qp->sq.wqe));
-	qp->sq.sge_pool = calloc((size_t)qp->sq.size * SV_MAX(cap->max_send_sge, 1u),
-				 sizeof(struct ibv_sge));
+/* Create, step: the send ring with its SGE and inline pools, and the
+ * receive ring (none with an SRQ).  0 or ENOMEM (queues_free undoes it). */
+static int queues_init(struct sv_qp *qp, const struct ibv_qp_cap *cap)
+{
+	struct sv_sq *sq = &qp->sq;
+	uint32_t sges = SV_MAX(cap->max_send_sge, 1u);
+
+	sq->max_wr = cap->max_send_wr;
+	sq->size = pow2_at_least(SV_MAX(cap->max_send_wr, 1u));
+	sq->wqe = calloc(sq->size, sizeof(*sq->wqe));
+	sq->sge_pool = calloc((size_t)sq->size * sges, sizeof(struct ibv_sge));
 	if (qp->cap.max_inline_data)
-		qp->sq.inline_pool = malloc((size_t)qp->sq.size * qp->cap.max_inline_data);
-	if (!qp->sq.wqe || !qp->sq.sge_pool || (qp->cap.max_inline_data && !qp->sq.inline_pool) ||
-	    (!qp->srq && sv_rq_init(&qp->rq, cap->max_recv_wr, cap->max_recv_sge))) {
-		err = ENOMEM;
-		goto fail_free;
-	}
-	for (uint32_t i = 0; i < qp->sq.size; i++)
-		qp->sq.wqe[i].sge = qp->sq.sge_pool + (size_t)i * SV_MAX(cap->max_send_sge, 1u);
+		sq->inline_pool = malloc((size_t)sq->size * qp->cap.max_inline_data);
+	if (!sq->wqe || !sq->sge_pool || (qp->cap.max_inline_data && !sq->inline_pool) ||
+	    (!qp->srq && sv_rq_init(&qp->rq, cap->max_recv_wr, cap->max_recv_sge)))
+		return ENOMEM;
+	for (uint32_t i = 0; i < sq->size; i++)
+		sq->wqe[i].sge = sq->sge_pool + (size_t)i * sges;
+	return 0;
+}
 
-	/* allocate a QP number */
+static void queues_free(struct sv_qp *qp)
+{
+	free(qp->sq.wqe);
+	free(qp->sq.sge_pool);
+	free(qp->sq.inline_pool);
+	sv_rq_free(&qp->rq);
+}
+
+/* Create, step: a QP number, the lowest free slot of the context's table
+ * (found from the hint), which grows as needed.  0 or ENOMEM. */
+static int qpn_register(struct sv_context *ctx, struct sv_qp *qp, uint32_t *slot)
+{
+	uint32_t idx;
+
 	sv_mutex_lock(&ctx->lock);
 	if (ctx->nqp >= SV_MAX_QP) {
 		sv_mutex_unlock(&ctx->lock);
-		err = ENOMEM;
-		goto fail_free;
+		return ENOMEM;
 	}
-	/* the lowest free slot, as before, found from the hint */
 	for (idx = ctx->qpt_hint; idx < ctx->qpt_size && ctx->qpt[idx]; idx++)
 		;
 	if (idx == ctx->qpt_size) {
@@ -148,8 +171,7 @@ static struct ibv_qp *qp_create(struct ibv_context *context, struct ibv_qp_init_
 
 		if (!t) {
 			sv_mutex_unlock(&ctx->lock);
-			err = ENOMEM;
-			goto fail_free;
+			return ENOMEM;
 		}
 		memset(t + ctx->qpt_size, 0, sizeof(*t) * (n - ctx->qpt_size));
 		ctx->qpt = t;
@@ -159,28 +181,42 @@ static struct ibv_qp *qp_create(struct ibv_context *context, struct ibv_qp_init_
 	ctx->qpt_hint = idx + 1;
 	ctx->nqp++;
 	sv_mutex_unlock(&ctx->lock);
+	*slot = idx;
+	return 0;
+}
 
-	qp->ex.qp_base.context = context;
-	qp->ex.qp_base.qp_context = ia->qp_context;
-	if (!xrecv) {
-		qp->ex.qp_base.pd = ia->pd;
-		qp->ex.qp_base.send_cq = ia->send_cq;
-		qp->ex.qp_base.recv_cq = ia->qp_type == IBV_QPT_XRC_SEND ? NULL : ia->recv_cq;
-		qp->ex.qp_base.srq = ia->srq;
+/* Create, step: the ibv_qp the application sees, in RESET, and the
+ * extended QP's functions. */
+static void init_base(struct sv_qp *qp, struct ibv_context *context,
+		      const struct ibv_qp_init_attr_ex *ia, uint32_t idx)
+{
+	struct ibv_qp *b = &qp->ex.qp_base;
+
+	b->context = context;
+	b->qp_context = ia->qp_context;
+	if (ia->qp_type != IBV_QPT_XRC_RECV) {
+		b->pd = ia->pd;
+		b->send_cq = ia->send_cq;
+		b->recv_cq = ia->qp_type == IBV_QPT_XRC_SEND ? NULL : ia->recv_cq;
+		b->srq = ia->srq;
 	}
-	qp->ex.qp_base.handle = idx; /* its slot: engine/stats.h counts by it */
-	qp->ex.qp_base.qp_num = sv_qpn_of_slot(ctx, idx);
-	qp->ex.qp_base.state = IBV_QPS_RESET;
-	qp->ex.qp_base.qp_type = ia->qp_type;
-	pthread_mutex_init(&qp->ex.qp_base.mutex, NULL);
-	pthread_cond_init(&qp->ex.qp_base.cond, NULL);
+	b->handle = idx; /* its slot: engine/stats.h counts by it */
+	b->qp_num = sv_qpn_of_slot(qp->ctx, idx);
+	b->state = IBV_QPS_RESET;
+	b->qp_type = ia->qp_type;
+	pthread_mutex_init(&b->mutex, NULL);
+	pthread_cond_init(&b->cond, NULL);
 	qp->state = IBV_QPS_RESET;
 	qp->attr.qp_state = IBV_QPS_RESET;
 	qp->attr.path_mtu = SV_PORT_MTU;
 	qp->attr.port_num = 1;
 	sv_qp_ex_init(qp, (ia->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) ? ia->send_ops_flags : 0);
+}
 
-	if (xrecv) {
+/* Create, step: the QP holds the objects it uses. */
+static void hold_objects(struct sv_qp *qp)
+{
+	if (qp->xrcd) {
 		sv_ref_get(&qp->xrcd->users);
 	} else {
 		sv_ref_get(&qp->pd->users);
@@ -189,16 +225,42 @@ static struct ibv_qp *qp_create(struct ibv_context *context, struct ibv_qp_init_
 	}
 	if (qp->srq)
 		sv_ref_get(&qp->srq->users);
+}
+
+static struct ibv_qp *qp_create(struct ibv_context *context, struct ibv_qp_init_attr_ex *ia)
+{
+	struct sv_context *ctx = to_sv_ctx(context);
+	struct sv_qp *qp;
+	uint32_t idx;
+	int err = check_init_attr(context, ia);
+
+	if (err)
+		goto fail;
+	/* a QP is what connects: the secret's key (the KDF, for a secret a
+	 * person chose) is made here, once a process, in the caller's thread,
+	 * not in the engine's at the first connection (auth.h); a failure
+	 * shows at the connection */
+	(void)sv_auth_init();
+
+	qp = qp_alloc(ctx, ia);
+	if (!qp) {
+		err = ENOMEM;
+		goto fail;
+	}
+	err = queues_init(qp, &ia->cap);
+	if (!err)
+		err = qpn_register(ctx, qp, &idx);
+	if (err) {
+		queues_free(qp);
+		free(qp);
+		goto fail;
+	}
+	init_base(qp, context, ia, idx);
+	hold_objects(qp);
 	sv_stats_qp_create(qp);
-	*cap = qp->cap;
+	ia->cap = qp->cap;
 	return &qp->ex.qp_base;
 
-fail_free:
-	free(qp->sq.wqe);
-	free(qp->sq.sge_pool);
-	free(qp->sq.inline_pool);
-	sv_rq_free(&qp->rq);
-	free(qp);
 fail:
 	errno = err;
 	return NULL;
@@ -285,20 +347,11 @@ static void reset_qp(struct sv_qp *qp)
 		sv_wqe_release(&sq->wqe[sq->head & (sq->size - 1)]);
 	sq->head = sq->next = sq->tail = sq->seg_off = sq->rd_atomic_inflight = 0;
 	qp->rq.head = qp->rq.count = 0;
-	qp->resp_have_rwqe = qp->resp_in_msg = qp->resp_drop_msg = false;
-	sv_responder_cancel(qp); /* a READ still being answered */
-	sv_xrc_relay_idle(qp);	 /* verdicts on relayed packets: ignored now */
-	qp->comm_est_sent = false;
-	qp->msn = 0;
-	/* GPU copies of its previous life: none started later, none reused */
-	sv_gpu_sink_abort(qp->gpu_in);
-	sv_gpu_sink_abort(qp->gpu_rd_in);
-	sv_gpu_stage_forget(qp->gpu_tx);
-	sv_gpu_stage_forget(qp->gpu_rd);
-	if (qp->atomic_cache)
-		memset(qp->atomic_cache, 0, sizeof(*qp->atomic_cache) * SV_MAX_QP_RD_ATOM);
-	atomic_store_explicit(&qp->rnr_until, 0, memory_order_relaxed);
-	atomic_store_explicit(&qp->ack_deadline, 0, memory_order_relaxed);
+	/* each role forgets its previous life (GPU copies too: none started
+	 * later, none reused) */
+	sv_responder_reset(qp);
+	sv_completer_reset(qp);
+	sv_requester_reset(qp);
 	sv_engine_timer_update(qp->ctx->eng, qp);
 	if (qp->conn) {
 		sv_engine_forget_qp(qp->ctx->eng, qp);
@@ -438,13 +491,13 @@ int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 	}
 	if (mask & IBV_QP_RQ_PSN) {
 		qp->attr.rq_psn = attr->rq_psn & SV_PSN_MASK;
-		qp->epsn = qp->attr.rq_psn;
-		qp->seq_nak_sent = false;
+		qp->resp.epsn = qp->attr.rq_psn;
+		qp->resp.seq_nak_sent = false;
 	}
 	if (mask & IBV_QP_SQ_PSN) {
 		qp->attr.sq_psn = attr->sq_psn & SV_PSN_MASK;
 		qp->sq.psn = qp->attr.sq_psn;
-		qp->sq.una = qp->attr.sq_psn;
+		qp->comp.una = qp->attr.sq_psn;
 		sv_flow_init(qp);
 	}
 	if (mask & IBV_QP_MAX_DEST_RD_ATOMIC)
@@ -457,11 +510,11 @@ int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 		qp->attr.timeout = attr->timeout;
 	if (mask & IBV_QP_RETRY_CNT) {
 		qp->attr.retry_cnt = attr->retry_cnt;
-		qp->retries_left = attr->retry_cnt;
+		qp->req.retries_left = attr->retry_cnt;
 	}
 	if (mask & IBV_QP_RNR_RETRY) {
 		qp->attr.rnr_retry = attr->rnr_retry;
-		qp->rnr_retries_left = attr->rnr_retry;
+		qp->req.rnr_retries_left = attr->rnr_retry;
 	}
 	if (mask & IBV_QP_EN_SQD_ASYNC_NOTIFY)
 		qp->attr.en_sqd_async_notify = attr->en_sqd_async_notify;
@@ -564,8 +617,7 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 	qp->destroyed = true;
 	settle_export = sv_export_qp(qp); /* destroyed: peers stop passing their checks */
 	sv_responder_cancel(qp);
-	atomic_store_explicit(&qp->rnr_until, 0, memory_order_relaxed);
-	atomic_store_explicit(&qp->ack_deadline, 0, memory_order_relaxed);
+	sv_requester_stop_timers(qp);
 	sv_mutex_unlock(&qp->lock);
 	if (settle_export) /* no peer's access through it is still in progress */
 		sv_export_qp_settle(qp);
@@ -590,16 +642,14 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 	/* work it never completed lets go of its AHs */
 	for (; qp->sq.head != qp->sq.tail; qp->sq.head++)
 		sv_wqe_release(&qp->sq.wqe[qp->sq.head & (qp->sq.size - 1)]);
-	free(qp->atomic_cache);
+	sv_responder_free(qp);
 	sv_xrc_relay_free(qp);
 	free(qp->sq.wqe);
 	free(qp->sq.sge_pool);
 	free(qp->sq.inline_pool);
 	sv_rq_free(&qp->rq);
-	sv_gpu_stage_free(&qp->gpu_tx);
-	sv_gpu_stage_free(&qp->gpu_rd);
-	sv_gpu_sink_free(&qp->gpu_in);
-	sv_gpu_sink_free(&qp->gpu_rd_in);
+	sv_gpu_stage_free(&qp->req.gpu_tx);
+	sv_gpu_sink_free(&qp->comp.gpu_rd_in);
 	sv_mutex_destroy(&qp->lock);
 	free(qp);
 	return 0;

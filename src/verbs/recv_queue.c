@@ -2,7 +2,7 @@
  * Receive rings, of a QP or of an SRQ: posted receive WRs in order, each
  * with room for max_sge SGEs.  The ring's owner's lock (the QP's or the
  * SRQ's) is held for every call; the engine takes WQEs from the head
- * (sv_qp_take_recv) under the same lock.
+ * (responder.c) under the same lock.
  */
 #include "verbs/verbs.h"
 

@@ -171,7 +171,7 @@ static void xrc_srq_detach(struct sv_srq *srq)
 		sv_mutex_lock(&qp->lock);
 		if (qp->srq == srq) {
 			sv_responder_cancel(qp); /* a READ still being answered */
-			qp->resp_have_rwqe = false;
+			sv_responder_srq_gone(qp, false);
 			qp->srq = NULL;
 			qp->pd = NULL;
 			qp->rcq = NULL;

@@ -359,7 +359,6 @@ struct sv_qp *sv_xrc_qp_close(struct sv_qp *qp, bool *handled)
 		/* events name a QP by its creator's handle, which is gone */
 		sv_mutex_lock(&qp->lock);
 		x->no_events = true;
-		qp->comm_est_sent = true;
 		sv_mutex_unlock(&qp->lock);
 		sv_async_forget(ctx, &qp->async);
 	}

@@ -20,9 +20,9 @@
  * The final ACK covers every WRITE: each completes IBV_WC_SUCCESS, in
  * order, at once, and the peer answers nothing else (no ACK of the
  * packets resent after it, which a real responder might send and a lossy
- * path might lose).  Before the fix, the ACK moved sq.una past the WRITE
+ * path might lose).  Before the fix, the ACK moved comp.una past the WRITE
  * the requester was still sending, which stayed unacknowledged: its ack
- * timer then went back to sq.una, past the WRITE's last PSN, resent
+ * timer then went back to comp.una, past the WRITE's last PSN, resent
  * nothing, and after retry_cnt timeouts the WRITE ended in RETRY_EXC_ERR.
  * A WRITE posted afterwards starts at the PSN after the last one (the
  * resend point moved to the end, not beyond it) and completes too.
