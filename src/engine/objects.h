@@ -429,6 +429,9 @@ struct sv_flow {
 	uint64_t cut_ns;       /* when cwnd last fell: once a round trip */
 	uint64_t ib_deadline;  /* the QP's ack timeout, which the probes come before */
 	uint8_t probes;        /* since the last progress: each doubles the wait */
+	/* messages sent since the last packet that asked for an ACK (a
+	 * stream transport's unsignaled ones need not ask: requester.c) */
+	uint8_t unasked;
 };
 
 /* The send queue of one QP (sq indexes increase forever, mod 2^32): the

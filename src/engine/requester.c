@@ -116,11 +116,40 @@ static enum ibv_wc_status check_sgl(struct sv_qp *qp, struct sv_send_wqe *w)
 }
 
 /*
- * Does packet k of w ask for an ACK?  RC: a message's last; over a datagram
- * transport also every SV_DGRAM_ACK_EVERY-th PSN, or more often while the
- * congestion window is small: every quarter of it at most (a power of two,
- * PSN-aligned), so that any window's worth of PSNs holds at least three
- * that ask, and the window never waits for an ACK nobody asked for.
+ * Coalesced ACKs.  Over a stream transport (which loses nothing) the last
+ * packet of an unsignaled SEND or WRITE need not ask for an ACK: nobody
+ * waits for its completion, and the ACK of a later message that asks
+ * covers it (ACKs are cumulative, as IBA lets a responder coalesce them).
+ * That saves the responder a write and the requester a read per message,
+ * on the round trip of every ping-pong that signals only now and then
+ * (UCX, perftest's latency tests).  A message asks anyway when it is
+ * signaled, when SV_ACK_UNASKED_MAX before it did not, when half the send
+ * queue waits for an answer, or when it is sent again.  The last packet of
+ * messages that did not ask is sent again, asking, when no ACK covered it
+ * within SV_ACK_UNASKED_NS (sv_requester_timeout): a queue that goes idle
+ * is answered that late, using no retry.
+ */
+#define SV_ACK_UNASKED_MAX 16u
+#define SV_ACK_UNASKED_NS 1000000ull
+
+static bool ack_may_wait(const struct sv_qp *qp, const struct sv_send_wqe *w, uint32_t psn)
+{
+	const struct sv_sq *sq = &qp->sq;
+
+	return !(w->wr.send_flags & IBV_SEND_SIGNALED) && !qp->sq_sig_all &&
+	       (w->op->flags & (SV_WRF_SEND | SV_WRF_WRITE)) && !sv_wr_rd_atomic(w->op) &&
+	       qp->state == IBV_QPS_RTS && sq->flow.unasked < SV_ACK_UNASKED_MAX &&
+	       sv_psn_cmp(psn, sq->flow.hi_psn) >= 0 && (sq->next - sq->head) * 2 < sq->max_wr &&
+	       !sv_flow_probing(qp);
+}
+
+/*
+ * Does packet k of w ask for an ACK?  RC: a message's last, but where it
+ * may wait (above); over a datagram transport also every
+ * SV_DGRAM_ACK_EVERY-th PSN, or more often while the congestion window is
+ * small: every quarter of it at most (a power of two, PSN-aligned), so
+ * that any window's worth of PSNs holds at least three that ask, and the
+ * window never waits for an ACK nobody asked for.
  */
 static bool wants_ack(const struct sv_qp *qp, const struct sv_send_wqe *w, uint32_t k)
 {
@@ -129,7 +158,7 @@ static bool wants_ack(const struct sv_qp *qp, const struct sv_send_wqe *w, uint3
 	if (!qp->ti->reliable)
 		return false;
 	if (k + 1 == w->npkts)
-		return true;
+		return !ack_may_wait(qp, w, psn);
 	if (!sv_flow_probing(qp))
 		return false;
 	while (every > 1 && every * 4 > qp->sq.flow.cwnd)
@@ -674,6 +703,33 @@ static void wqe_out(struct sv_qp *qp, struct req_run *r, struct sv_send_wqe *w)
 	}
 }
 
+/* Packet k of w went out (RC): the flow's bookkeeping, and whether the
+ * message asked for its ACK. */
+static void packet_sent(struct sv_qp *qp, const struct sv_send_wqe *w, uint32_t k)
+{
+	struct sv_flow *f = &qp->sq.flow;
+	uint32_t psn = sv_psn_add(w->first_psn, k);
+	bool ask = wants_ack(qp, w, k); /* (before hi_psn moves past it) */
+
+	if (sv_flow_probing(qp))
+		sv_flow_sent(qp, psn, ask);
+	else if (sv_psn_cmp(psn, f->hi_psn) >= 0)
+		f->hi_psn = sv_psn_add(psn, 1);
+	if (k + 1 == w->npkts)
+		f->unasked = ask ? 0 : f->unasked + 1;
+}
+
+/* Messages went without asking for an ACK: the ack timer fires within
+ * SV_ACK_UNASKED_NS, to ask then if nothing covered them meanwhile. */
+static void ask_soon(struct sv_qp *qp)
+{
+	uint64_t d = sv_now_ns() + SV_ACK_UNASKED_NS;
+	uint64_t a = atomic_load_explicit(&qp->req.ack_deadline, memory_order_relaxed);
+
+	if (!a || d < a)
+		atomic_store_explicit(&qp->req.ack_deadline, d, memory_order_relaxed);
+}
+
 /* Step: w's next segment into the pass's batch, for conn, if the
  * congestion window has room for it. */
 static enum req_step send_segment(struct sv_qp *qp, struct req_run *r, struct sv_send_wqe *w,
@@ -697,8 +753,8 @@ static enum req_step send_segment(struct sv_qp *qp, struct req_run *r, struct sv
 	r->on_wire = true;
 	w->wired = true;
 	st = send_packet(qp, &r->pass, conn, w, k, sq->seg_off, plen);
-	if (st == IBV_WC_SUCCESS && sv_flow_probing(qp))
-		sv_flow_sent(qp, sv_psn_add(w->first_psn, k), wants_ack(qp, w, k));
+	if (st == IBV_WC_SUCCESS && qp->ti->reliable)
+		packet_sent(qp, w, k);
 	if (!qp->ti->connected)
 		sv_conn_put(conn); /* the batch holds its own reference */
 	if (st != IBV_WC_SUCCESS) {
@@ -754,6 +810,8 @@ void sv_requester_run(struct sv_qp *qp)
 	 * (the QP's lock is held: no ACK is taken in before the timer runs) */
 	if (r.arm && !qp->req.ack_deadline)
 		sv_requester_arm_ack_timer(qp);
+	if (r.arm && sq->flow.unasked)
+		ask_soon(qp);
 	sv_engine_timer_update(qp->ctx->eng, qp);
 retire:
 	sv_requester_retire(qp);
@@ -918,6 +976,15 @@ void sv_requester_timeout(struct sv_qp *qp, uint64_t now)
 			/* still queued behind other traffic: the wire has not lost it,
 			 * it has not even carried it yet; wait without using a retry */
 			sv_requester_arm_ack_timer(qp);
+		} else if (sq->flow.unasked && !sv_flow_probing(qp)) {
+			/* the last messages did not ask for their ACK (wants_ack)
+			 * and none came: the last packet again, asking, which the
+			 * responder answers as a duplicate; no retry used */
+			sq->flow.unasked = 0;
+			sv_stat_count(qp, SV_QPC_ACK_ASKS);
+			sv_requester_rewind(qp, sv_psn_add(sq->psn, SV_PSN_MASK));
+			sv_requester_arm_ack_timer(qp);
+			sv_requester_run(qp);
 		} else if (sv_flow_probing(qp) && now < qp->sq.flow.ib_deadline) {
 			/* a round trip and more without progress, before the ack
 			 * timeout: go back to una now, using no retry

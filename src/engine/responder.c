@@ -203,7 +203,8 @@ static bool packet_done(struct sv_qp *qp, struct sv_conn *conn, const struct sv_
 	}
 	qp->resp.in_msg = false;
 	qp->resp.msn++;
-	if (rc)
+	/* as rxe: only when asked (a requester may coalesce, requester.c) */
+	if (rc && ackreq)
 		send_ack(qp, conn, psn, SV_AETH_ACK | 0x1f);
 	return true;
 }

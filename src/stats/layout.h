@@ -59,6 +59,9 @@ enum sv_stat_qp_counter {
 	SV_QPC_PROBES,         /* RC over rocev2: the requester went back to the first
 				* unacknowledged packet after a silent round trip,
 				* before the ack timeout, using no retry */
+	SV_QPC_ACK_ASKS,       /* RC over tcp or shm: the last packet sent again,
+				* asking for the ACK that coalesced messages did not
+				* ask for (none came within 1 ms), using no retry */
 	SV_QPC_COUNT
 };
 

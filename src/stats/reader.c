@@ -42,6 +42,7 @@ static const char *const qpc_names[SV_QPC_COUNT] = {
 	[SV_QPC_CNP_SENT] = "cnp_sent",
 	[SV_QPC_CNP_RCVD] = "cnp_received",
 	[SV_QPC_PROBES] = "retransmit_probes",
+	[SV_QPC_ACK_ASKS] = "ack_asks",
 };
 
 static const char *const ctxc_names[SV_CTXC_COUNT] = {

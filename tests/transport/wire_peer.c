@@ -353,5 +353,10 @@ size_t svt_wire_bth_flags(uint8_t *pkt, uint8_t opcode, uint8_t flags, uint32_t 
 
 size_t svt_wire_bth(uint8_t *pkt, uint8_t opcode, uint32_t dqpn, uint32_t psn)
 {
-	return svt_wire_bth_flags(pkt, opcode, 0, dqpn, psn);
+	const struct sv_opcode_info *op = sv_opcode_info(opcode);
+	/* as requesters do, the last packet of a SEND or WRITE asks for its
+	 * ACK (a responder answers only what is asked, as rxe) */
+	bool ask = op && (op->mask & SV_OPF_LAST) && (op->mask & (SV_OPF_SEND | SV_OPF_WRITE));
+
+	return svt_wire_bth_flags(pkt, opcode, ask ? SV_BTH_ACKREQ : 0, dqpn, psn);
 }

@@ -90,7 +90,8 @@ bool svt_send_all(int fd, const void *buf, size_t n);
  * connection ended; timeout_ms < 0 waits for ever, 0 when nothing came. */
 long svt_wire_recv(int fd, void *buf, size_t cap, int timeout_ms);
 
-/* A BTH into pkt; the header's length.  _flags: with those BTH flags
+/* A BTH into pkt; the header's length.  The last packet of a SEND or
+ * WRITE asks for an ACK; _flags: with those BTH flags instead
  * (SV_BTH_ACKREQ, SV_BTH_SE). */
 size_t svt_wire_bth(uint8_t *pkt, uint8_t opcode, uint32_t dqpn, uint32_t psn);
 size_t svt_wire_bth_flags(uint8_t *pkt, uint8_t opcode, uint8_t flags, uint32_t dqpn,

@@ -1,0 +1,135 @@
+/*
+ * unit_ack_coalesce: over a stream transport (shm, tcp), which loses
+ * nothing, an RC requester's unsignaled SENDs and WRITEs need not ask for
+ * their ACK; the ACK of a later message that asks covers them, and when
+ * the queue goes idle the last packet is sent again, asking, after 1 ms
+ * (engine/requester.c, "Coalesced ACKs").  Counted from the counters
+ * segments, as `softverbs stat` reads them:
+ *   - 7 unsignaled SENDs on a send queue of 16: all delivered, in order;
+ *     a's QP receives one packet for all of them (the ACK it asked for once
+ *     the queue was idle: ack_asks 1), not one each, and their WQEs are
+ *     retired: 16 more fit the queue
+ *   - 5 unsignaled WRITEs: their bytes land; again one ACK (unless, over
+ *     shm, they were executed on the target's memory directly)
+ *   - a signaled SEND asks at once: its completion comes without an ask
+ * Before coalescing a's QP received one ACK per message (7, then 5).
+ */
+#include "sv_test.h"
+#include "svt_counters.h"
+
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define SQ_DEPTH 16
+
+static int64_t counter(struct svt_pair *p, enum sv_stat_qp_counter c)
+{
+	return svt_qp_counter(p->a.qp->qp_num, p->b.qp->qp_num, c);
+}
+
+/* Wait for a's QP to ask for an ACK once more than `asks` times so far and
+ * for the answer to arrive; then what it received since rx0 is one packet
+ * (and one more for each packet it had to send again besides the ask,
+ * which a busy host can cause: those are answered too). */
+static void expect_one_ack(struct svt_pair *p, int64_t asks, int64_t rx0, int64_t re0,
+			   const char *what)
+{
+	uint64_t t0 = svt_now_ms();
+	int64_t rx, re;
+
+	while (counter(p, SV_QPC_ACK_ASKS) <= asks && svt_now_ms() - t0 < SVT_TIMEOUT_MS)
+		svt_sleep_ms(1);
+	SVT_CHECK_EQ(counter(p, SV_QPC_ACK_ASKS), asks + 1);
+	while (counter(p, SV_QPC_RX_PKTS) == rx0 && svt_now_ms() - t0 < SVT_TIMEOUT_MS)
+		svt_sleep_ms(1);
+	svt_sleep_ms(50); /* (nothing else may come) */
+	rx = counter(p, SV_QPC_RX_PKTS) - rx0;
+	/* (the ask is a packet sent again itself) */
+	re = counter(p, SV_QPC_RETRANS) - re0 - 1;
+	if (rx != 1 + re)
+		SVT_FAIL("%s: a's QP received %" PRId64 " packets (%" PRId64 " sent again), "
+			 "expected one ACK for them all", what, rx, re);
+	svt_log("%s: one ACK for them all, asked for once the queue was idle", what);
+}
+
+int main(void)
+{
+	struct svt_pair_opts o;
+	struct svt_pair p;
+	uint8_t *a = NULL, *b = NULL;
+	struct ibv_wc wc[SQ_DEPTH];
+	int64_t rx0, re0, tx0, asks;
+
+	svt_watchdog(60);
+	if (getenv("SOFTVERBS_FAULTS"))
+		svt_skip("coalescing is off where packets may be lost (SOFTVERBS_FAULTS)");
+	svt_pair_opts_default(&o, IBV_QPT_RC);
+	o.qp.cap.max_send_wr = SQ_DEPTH;
+	o.qp.cap.max_recv_wr = 64;
+	o.separate_cqs = true;
+	svt_pair_create(&p, IBV_QPT_RC, &o);
+	a = p.a.buf;
+	b = p.b.buf;
+	for (int i = 0; i < 64; i++)
+		SVT_CHECK_OK(svt_post_recv(p.b.qp, 100 + i, b + 64 * i, 64, p.b.mr->lkey));
+
+	/* 7 unsignaled SENDs */
+	rx0 = counter(&p, SV_QPC_RX_PKTS);
+	re0 = counter(&p, SV_QPC_RETRANS);
+	SVT_CHECK_EQ(counter(&p, SV_QPC_ACK_ASKS), 0);
+	for (int i = 0; i < 7; i++) {
+		memset(a + 64 * i, 0x10 + i, 64);
+		SVT_CHECK_OK(svt_post_send(p.a.qp, i, IBV_WR_SEND, 0, a + 64 * i, 64,
+					   p.a.mr->lkey, 0, 0, 0));
+	}
+	svt_poll_ok(p.b.recv_cq, 7, wc, 0);
+	for (int i = 0; i < 7; i++) {
+		SVT_CHECK_EQ(wc[i].wr_id, 100 + (uint64_t)i);
+		SVT_CHECK_EQ(b[64 * i], 0x10 + i);
+	}
+	expect_one_ack(&p, 0, rx0, re0, "7 unsignaled SENDs");
+	/* retired: the whole queue is free again */
+	for (int i = 0; i < SQ_DEPTH; i++)
+		SVT_CHECK_OK(svt_post_send(p.a.qp, 20 + i, IBV_WR_SEND, 0, a, 8, p.a.mr->lkey, 0,
+					   0, 0));
+	svt_poll_ok(p.b.recv_cq, SQ_DEPTH, wc, 0);
+	svt_sleep_ms(20); /* (the tail of those asks for its ACK too) */
+
+	/* 5 unsignaled WRITEs */
+	asks = counter(&p, SV_QPC_ACK_ASKS);
+	rx0 = counter(&p, SV_QPC_RX_PKTS);
+	re0 = counter(&p, SV_QPC_RETRANS);
+	tx0 = counter(&p, SV_QPC_TX_PKTS);
+	memset(b + 4096, 0, 5 * 64);
+	for (int i = 0; i < 5; i++) {
+		memset(a + 4096 + 64 * i, 0x30 + i, 64);
+		SVT_CHECK_OK(svt_post_send(p.a.qp, 40 + i, IBV_WR_RDMA_WRITE, 0, a + 4096 + 64 * i,
+					   64, p.a.mr->lkey, (uintptr_t)(b + 4096 + 64 * i),
+					   p.b.mr->rkey, 0));
+	}
+	/* (over shm they may be executed on b's memory directly, sending no
+	 * packet: engine/direct_exec.c) */
+	for (uint64_t t0 = svt_now_ms(); b[4096 + 4 * 64 + 63] != 0x34 &&
+					 svt_now_ms() - t0 < SVT_TIMEOUT_MS;)
+		svt_sleep_ms(1);
+	for (int i = 0; i < 5; i++)
+		SVT_CHECK_EQ(b[4096 + 64 * i + 63], 0x30 + i);
+	if (counter(&p, SV_QPC_TX_PKTS) != tx0)
+		expect_one_ack(&p, asks, rx0, re0, "5 unsignaled WRITEs");
+	else
+		svt_log("5 unsignaled WRITEs: executed directly, no packet sent");
+
+	/* a signaled SEND asks at once */
+	asks = counter(&p, SV_QPC_ACK_ASKS);
+	SVT_CHECK_OK(svt_post_send(p.a.qp, 60, IBV_WR_SEND, IBV_SEND_SIGNALED, a, 8, p.a.mr->lkey,
+				   0, 0, 0));
+	svt_poll_ok(p.a.send_cq, 1, wc, 0);
+	SVT_CHECK_EQ(wc[0].wr_id, 60);
+	svt_poll_ok(p.b.recv_cq, 1, wc, 0);
+	SVT_CHECK_EQ(counter(&p, SV_QPC_ACK_ASKS), asks);
+	svt_log("a signaled SEND: completed on the ACK it asked for, no ask after");
+
+	svt_pair_destroy(&p);
+	return 0;
+}
