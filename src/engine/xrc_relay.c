@@ -128,9 +128,18 @@ int sv_xrc_relay_forward(struct sv_qp *qp, struct sv_conn *from, const uint8_t *
 		struct sv_xrc_relay x;
 	} __attribute__((packed)) h;
 	struct iovec iov[2] = { { (void *)pkt, hdr_len }, { (void *)payload, plen } };
+	uint8_t asking[SV_MAX_HDR_LEN];
 	struct sv_conn *c;
 	bool window = !r->pending;
 
+	/* B's responder answers only what asks for an answer, and A awaits
+	 * one for each message's last packet: a requester that coalesces
+	 * its ACKs (requester.c) did not ask on every one */
+	if (answered && !(rq->flags & SV_BTH_ACKREQ) && hdr_len <= sizeof(asking)) {
+		memcpy(asking, pkt, hdr_len);
+		((struct sv_bth *)asking)->flags |= SV_BTH_ACKREQ;
+		iov[0].iov_base = asking;
+	}
 	c = relay_conn(qp, srqn);
 	if (!c)
 		return -EHOSTUNREACH;
