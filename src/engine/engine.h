@@ -70,7 +70,7 @@ struct sv_engine {
 	int wake_fd; /* eventfd: doorbell */
 	/* epoll set of the doorbell alone: what the engine thread waits on
 	 * while an application thread polls and takes the sockets' input
-	 * itself (engine.c, lease_wait) */
+	 * itself (loop.c, lease_wait) */
 	int bell_ep;
 	atomic_bool lease_wait; /* the engine thread waits on bell_ep */
 	uint16_t port;
@@ -103,7 +103,7 @@ struct sv_engine {
 	unsigned polls_unclocked;
 	uint64_t poll_now;
 	/* when the engine thread next wakes by itself (written under lock;
-	 * polling threads read it without, engine.c progress_locked) */
+	 * polling threads read it without, loop.c progress_locked) */
 	_Atomic uint64_t sleep_until;
 	/* eng->lock: the next look at handshakes that take too long and at
 	 * resting listeners (0: nothing to look at) */
@@ -133,7 +133,7 @@ static inline void sv_engine_saw_one_sided(struct sv_engine *eng)
 int sv_engine_start(struct sv_context *ctx, const struct in6_addr *ip);
 void sv_engine_stop(struct sv_engine *eng);
 /* An application thread is about to sleep on a completion channel: the
- * engine thread takes the sockets' input again from now on (engine.c). */
+ * engine thread takes the sockets' input again from now on (loop.c). */
 void sv_engine_end_lease(struct sv_engine *eng);
 void sv_engine_halt(struct sv_engine *eng); /* stop the thread only (library unload) */
 /* The engine thread takes m at its next pass and holds it until it ends, so

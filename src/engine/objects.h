@@ -497,7 +497,7 @@ struct sv_qp {
 	struct sv_list run_link;    /* engine->run_qps: requester has work */
 	struct sv_list txwait_link; /* sv_conn_waiters(conn) */
 	/* the connection whose tx_waiters holds txwait_link, with a reference;
-	 * whoever exchanges it for NULL owns that reference (engine.c) */
+	 * whoever exchanges it for NULL owns that reference (timers.c) */
 	struct sv_conn *_Atomic txwait_conn;
 
 	/* responder state */

@@ -498,7 +498,7 @@ static uint8_t *stage_read(struct sv_qp *qp, struct sv_txbatch *b, sv_cu_ctx gpu
  * (sv_responder_resume) once the connection has drained.  So a READ holds
  * one batch of memory here, whatever its length and however slowly its
  * requester reads (the QP's later requests and the connection's input wait
- * meanwhile: engine.c).
+ * meanwhile: connections.c, rx_held).
  *
  * A datagram transport has no queue: what the socket takes is the
  * network's.  There the rest waits in qp->rd_left after every
@@ -1277,7 +1277,7 @@ void sv_responder_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opc
 		r = check_xrc(&p);
 	/* requests wait behind a READ still being answered (do_read): this
 	 * one is dropped and its requester sends it again.  None comes on the
-	 * READ's own connection, whose input waits meanwhile (engine.c). */
+	 * READ's own connection, whose input waits meanwhile (connections.c, rx_held). */
 	if (r == RESP_OK && qp->rd_left.conn)
 		r = RESP_DROP;
 	if (r == RESP_OK && qp->state == IBV_QPS_RTR && !qp->comm_est_sent) {

@@ -61,7 +61,7 @@
  * here while the engine thread is not running.  Unprivileged processes get
  * at most net.core.rmem_max (docs/PERFORMANCE.md); SOFTVERBS_ROCEV2_RCVBUF
  * sets another size.  A receiver whose buffer is over half full marks what
- * it reads congested (engine.c, congestion.c). */
+ * it reads congested (engine/loop.c, congestion.c). */
 #define SV_ROCEV2_RCVBUF (16 << 20)
 #define SV_ROCEV2_SNDBUF (4 << 20)
 #define SV_ROCEV2_FWD_MAGIC 0x53565236u /* "SVR6" */

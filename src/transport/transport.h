@@ -418,7 +418,7 @@ struct sv_transport_ops {
 	bool (*backlogged)(int lfd);
 	/* A datagram listener on a port every context of the host binds
 	 * (SO_REUSEPORT): the kernel gives each a share of the flows, so one
-	 * that nobody reads any more must leave it (engine.c, sv_engine_halt). */
+	 * that nobody reads any more must leave it (engine/loop.c, sv_engine_halt). */
 	bool shared_port;
 	/* Room after a full ring is signalled by a bell (EPOLLIN), never EPOLLOUT. */
 	bool room_by_bell;
@@ -462,7 +462,7 @@ struct sv_transport_ops {
 	/* listen binds a port every process of the host shares (the shared
 	 * TCP port SOFTVERBS_PORT, UDP 4791), not the endpoint's own: where it
 	 * is another program's (-EADDRINUSE), the device would not hear its
-	 * peers, and it is not opened (engine.c) */
+	 * peers, and it is not opened (engine/loop.c) */
 	bool host_port;
 	/* Close what listen returned (NULL: close(lfd) does). */
 	void (*unlisten)(int lfd);
