@@ -70,7 +70,7 @@ void sv_flow_init(struct sv_qp *qp)
 bool sv_flow_probing(const struct sv_qp *qp)
 {
 	/* a stream transport loses nothing unless SOFTVERBS_FAULTS makes it */
-	return qp->ti->reliable && qp->conn && (qp->conn->ops->datagram || sv_faults_enabled);
+	return qp->ti->reliable && qp->conn && (qp->conn->lossy || sv_faults_enabled);
 }
 
 bool sv_flow_window_open(const struct sv_qp *qp, uint32_t psn)
@@ -154,7 +154,7 @@ void sv_flow_cnp(struct sv_qp *qp)
 
 void sv_flow_lost(struct sv_qp *qp)
 {
-	if (qp->conn && qp->conn->ops->datagram)
+	if (qp->conn && qp->conn->lossy)
 		cut(qp);
 }
 

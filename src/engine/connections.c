@@ -71,9 +71,7 @@ static struct sv_conn *conn_new(struct sv_engine *eng, int fd, bool outgoing,
  * and a ring's bells (which say there is room) still are. */
 static int conn_arm(struct sv_conn *c, bool out)
 {
-	bool in = !to_ec(c)->rx_held || c->ops->room_by_bell;
-	struct epoll_event ev = { .events = (in ? EPOLLIN : 0) | EPOLLRDHUP |
-					    (out && !c->ops->room_by_bell ? EPOLLOUT : 0),
+	struct epoll_event ev = { .events = sv_conn_watch(c, !to_ec(c)->rx_held, out),
 				  .data.ptr = c };
 
 	sv_lock_assert_may_block("epoll_ctl");
@@ -91,47 +89,44 @@ static void conn_unlist(struct sv_engine *eng, struct sv_conn *c)
 {
 	sv_list_del(&c->link);
 	conns_changed(eng);
-	if (!c->ops->rx_pending)
+	if (to_ec(c)->polled)
 		eng->nconns_polled--;
+	to_ec(c)->polled = false;
 }
 
 static int conn_register(struct sv_engine *eng, struct sv_conn *c)
 {
-	struct epoll_event ev = { .events = EPOLLIN | EPOLLRDHUP |
-					    (c->ops->room_by_bell ? 0 : EPOLLOUT),
-				  .data.ptr = c };
+	struct epoll_event ev = { .data.ptr = c };
 	bool kick;
 	int err;
 
-	if (c->ops->datagram) {
-		/* only where packets go: nothing to poll, no handshake (a
-		 * RoCE peer has none, rocev2.c) */
-		atomic_store(&c->hello_seen, true);
-		atomic_store(&c->peer_authed, true);
-		c->registered = true;
+	/* the HELLO goes first; EPOLLOUT is armed below, so it is only queued
+	 * (on the shared port, only once the peer's says the connection is ours) */
+	c->want_out = c->fd >= 0;
+	c->hello_gid = &eng->ctx->gid;
+	err = c->ops->open(c);
+	if (err)
+		return err;
+	if (c->fd < 0) {
+		/* only where packets go: nothing to poll (what arrives for it
+		 * comes through a listener) */
 		sv_mutex_lock(&eng->lock);
 		sv_list_add_tail(&eng->conns, &c->link);
 		conns_changed(eng);
 		sv_mutex_unlock(&eng->lock);
 		return 0;
 	}
-	if (c->ops->init && (err = c->ops->init(c)))
-		return err;
-	/* the HELLO goes first; EPOLLOUT is armed below, so it is only queued
-	 * (on the shared port, only once the peer's says the connection is ours) */
-	c->want_out = true;
-	c->hello_gid = &eng->ctx->gid;
-	err = sv_conn_start(c);
-	if (err)
-		return err;
+	ev.events = sv_conn_watch(c, true, true);
 	/* on the list before epoll can report it: the engine thread may fail
 	 * it at once (a refused connect), and a failed connection must leave
 	 * the list, not join it afterwards */
 	sv_mutex_lock(&eng->lock);
 	sv_list_add_tail(&eng->conns, &c->link);
 	conns_changed(eng);
-	if (!c->ops->rx_pending)
+	if (!c->ops->rx_pending) {
+		to_ec(c)->polled = true;
 		eng->nconns_polled++;
+	}
 	/* its handshake has eng->handshake_ns; the engine looks in time */
 	kick = sv_eng_housekeep_by(eng, c->born_ns + eng->handshake_ns);
 	sv_mutex_unlock(&eng->lock);
@@ -217,8 +212,9 @@ static struct sv_conn *find_mcast(struct sv_engine *eng, const union ibv_gid *mg
 	sv_mutex_lock(&eng->lock);
 	for (struct sv_list *l = eng->conns.next; l != &eng->conns && !found; l = l->next) {
 		c = SV_CONTAINER_OF(l, struct sv_conn, link);
-		if (sv_conn_is_mcast(c) && atomic_load(&c->state) != SV_CONN_DEAD &&
-		    !memcmp(sv_mcast_mgid(c)->raw, mgid->raw, 16)) {
+		const union ibv_gid *g = sv_conn_group(c);
+
+		if (g && atomic_load(&c->state) != SV_CONN_DEAD && !memcmp(g->raw, mgid->raw, 16)) {
 			sv_conn_get(c);
 			found = c;
 		}
@@ -229,7 +225,6 @@ static struct sv_conn *find_mcast(struct sv_engine *eng, const union ibv_gid *mg
 
 struct sv_conn *sv_engine_conn_mcast(struct sv_engine *eng, const union ibv_gid *mgid, int *err)
 {
-	struct epoll_event ev = { .events = EPOLLIN };
 	struct sv_conn *c = find_mcast(eng, mgid);
 
 	if (c)
@@ -241,29 +236,20 @@ struct sv_conn *sv_engine_conn_mcast(struct sv_engine *eng, const union ibv_gid 
 	c = find_mcast(eng, mgid);
 	if (c)
 		goto out;
-	c = conn_new(eng, -1, false, &sv_mcast_ops);
+	c = conn_new(eng, -1, false, NULL);
 	if (!c) {
 		*err = ENOMEM;
 		goto out;
 	}
 	/* no handshake: each datagram proves itself (transport/mcast.c) */
-	atomic_store(&c->hello_seen, true);
-	atomic_store(&c->peer_authed, true);
-	c->registered = true;
-	*err = -sv_mcast_open(c, mgid, eng->ctx->dev->ip);
-	ev.data.ptr = c;
-	if (!*err && epoll_ctl(eng->epfd, EPOLL_CTL_ADD, c->fd, &ev))
-		*err = errno;
+	*err = -sv_transport_group(c, mgid, eng->ctx->dev->ip);
+	if (!*err)
+		*err = -conn_register(eng, c);
 	if (*err) {
 		sv_conn_put(c);
 		c = NULL;
 		goto out;
 	}
-	sv_mutex_lock(&eng->lock);
-	sv_list_add_tail(&eng->conns, &c->link);
-	conns_changed(eng);
-	eng->nconns_polled++;
-	sv_mutex_unlock(&eng->lock);
 	sv_conn_get(c); /* the caller's, beside the list's */
 out:
 	sv_mutex_unlock(&eng->connect_lock);
@@ -601,8 +587,9 @@ void sv_eng_conn_event(struct sv_conn *c, uint32_t events)
 		conn_flush(c);
 }
 
-/* Out of descriptors: the listeners are not polled for a while. */
-static void rest_listeners(struct sv_engine *eng)
+/* Out of descriptors: the listeners are not polled for a while
+ * (sv_iface_host.rest). */
+void sv_eng_rest_listeners(struct sv_engine *eng)
 {
 	bool rest;
 
@@ -686,36 +673,49 @@ static void conn_proven(struct sv_conn *c)
 	sv_conn_put(old);
 }
 
-/* Accept every peer waiting on one of the endpoint's listeners. */
-void sv_eng_accept_all(struct sv_engine *eng, const struct sv_listener *l)
+/* A connection of ops for an interface to accept a peer into (sv_iface_host.conn_new). */
+struct sv_conn *sv_eng_iface_conn_new(struct sv_engine *eng, const struct sv_transport_ops *ops)
 {
-	for (;;) {
-		struct sv_conn *c = conn_new(eng, -1, false, l->ops), *old;
-		int err;
+	return conn_new(eng, -1, false, ops);
+}
 
-		if (!c)
-			return;
-		err = l->ops->accept(l->fd, c);
-		if (err) {
-			sv_conn_put(c);
-			if (err == -EMFILE)
-				rest_listeners(eng);
-			if (err == -EAGAIN || err == -EMFILE)
-				return;
-			continue; /* a refused peer: look for the next */
-		}
-		if (conn_register(eng, c)) {
-			sv_conn_put(c); /* closes its fd */
-			continue;
-		}
-		if ((old = oldest_over_cap(eng, unproven, c, SV_MAX_UNPROVEN, NULL))) {
-			sv_warn_limited("more than %d connections in their handshake: the oldest "
-					"goes",
-					SV_MAX_UNPROVEN);
-			sv_engine_conn_fail(old);
-			sv_conn_put(old);
-		}
+/* An interface accepted a peer into c: the engine takes it, and beyond
+ * SV_MAX_UNPROVEN connections in their handshake the oldest goes
+ * (sv_iface_host.accepted). */
+void sv_eng_accepted(struct sv_conn *c)
+{
+	struct sv_engine *eng = c->eng;
+	struct sv_conn *old;
+
+	if (conn_register(eng, c)) {
+		sv_conn_put(c); /* closes its fd */
+		return;
 	}
+	if ((old = oldest_over_cap(eng, unproven, c, SV_MAX_UNPROVEN, NULL))) {
+		sv_warn_limited("more than %d connections in their handshake: the oldest goes",
+				SV_MAX_UNPROVEN);
+		sv_engine_conn_fail(old);
+		sv_conn_put(old);
+	}
+}
+
+/* The connection of the peer at address ip, made at its first datagram
+ * (sv_iface_host.conn_from). */
+struct sv_conn *sv_eng_conn_from(struct sv_engine *eng, const struct in6_addr *ip)
+{
+	struct sv_endpoint_addr from = { *ip, 0 };
+
+	return sv_engine_conn_to(eng, &from);
+}
+
+/* A datagram an interface refused: counted, where it says why
+ * (sv_iface_host.refused). */
+void sv_eng_refused(struct sv_engine *eng, int why)
+{
+	if (why == SV_DGRAM_BAD_ICRC)
+		sv_stat_ctx_count(eng->ctx, SV_CTXC_RX_BAD_ICRC);
+	else if (why == SV_DGRAM_BAD_TAG)
+		sv_stat_ctx_count(eng->ctx, SV_CTXC_RX_BAD_TAG);
 }
 
 /*
@@ -728,8 +728,7 @@ void sv_eng_conn_drain(struct sv_conn *c)
 {
 	if (atomic_load(&c->fault_nheld))
 		(void)sv_conn_fault_release(c, UINT64_MAX);
-	if (c->fd >= 0 || c->ops->datagram)
-		c->ops->drain(c, sv_now_ns() + 200000000ull);
+	c->ops->drain(c, sv_now_ns() + 200000000ull);
 }
 
 /* Is any connection of eng still connecting, or sending?  A socket's send

@@ -21,7 +21,7 @@ static bool from_peer(const struct sv_qp *qp, const struct sv_conn *conn)
 	/* a datagram says only its sender's address (every endpoint of it
 	 * sends from the same ones), as rxe checks a packet's addresses */
 	return sv_ip_eq(&conn->peer.ip, &qp->peer.ip) &&
-	       (conn->ops->datagram || conn->peer.port == qp->peer.port);
+	       (conn->by_address || conn->peer.port == qp->peer.port);
 }
 
 static void dispatch(struct sv_conn *conn, const struct sv_opcode_info *op, uint8_t *hdr,
@@ -31,10 +31,10 @@ static void dispatch(struct sv_conn *conn, const struct sv_opcode_info *op, uint
 	uint32_t dqpn = ntohl(bth->dqpn) & SV_PSN_MASK;
 	struct sv_qp *qp;
 
-	if (sv_conn_is_mcast(conn)) {
+	if (sv_conn_group(conn)) {
 		/* a group carries only what was sent to the group */
 		if (dqpn == SV_MCAST_QPN && (op->mask & SV_OPF_REQUEST))
-			sv_mcast_deliver(conn, op, hdr, payload, plen);
+			sv_mcg_deliver(conn, op, hdr, payload, plen);
 		return;
 	}
 	if (op->mask & SV_OPF_RELAY) {

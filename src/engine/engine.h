@@ -17,11 +17,20 @@
 #include "wire/opcode.h"
 
 
-/* One transport's listening socket for the endpoint (epoll data points here). */
-struct sv_listener {
-	const struct sv_transport_ops *ops;
+/* A descriptor an interface has the engine watch (sv_iface_host.watch;
+ * epoll data points here); fd -1: no longer watched. */
+struct sv_watch {
 	int fd;
-	void *rx_state; /* a datagram listener's recv's (sv_dgram.rx_state) */
+	bool data; /* packets come through it */
+	void (*ready)(void *arg);
+	void *arg;
+};
+#define SV_MAX_WATCHES 16
+
+/* One transport's interface of the endpoint (its listeners: iface_open). */
+struct sv_iface_slot {
+	const struct sv_transport_ops *ops;
+	void *iface;
 };
 
 /*
@@ -44,6 +53,7 @@ struct sv_engine_conn {
 	bool rx_held;             /* c.tx_lock, set by the progress holder: input waits */
 	struct sv_list held_link; /* engine->held_conns (progress holder), with a reference */
 	int redials;              /* connections before this one that carried its queue */
+	bool polled;              /* eng->lock: counted in eng->nconns_polled */
 };
 
 /* Queued output above which a connection's input waits (and, below half
@@ -61,12 +71,11 @@ struct sv_engine {
 	pthread_t thread;
 	bool thread_started;
 	int epfd;
-	struct sv_listener listeners[SV_MAX_TRANSPORTS];
-	int nlisteners;
-	bool dgram_listening; /* a datagram transport's listener is among them */
-	/* progress_lock: a datagram listener's packet, and the datagram it came
-	 * in (SV_MAX_FRAME + SV_DGRAM_RAW_MAX bytes), while it is taken in */
-	uint8_t *dgram_buf;
+	struct sv_iface_slot ifaces[SV_MAX_TRANSPORTS];
+	int nifaces;
+	struct sv_watch watches[SV_MAX_WATCHES];
+	int nwatches;
+	bool data_watched; /* packets come through one of the watches */
 	int wake_fd; /* eventfd: doorbell */
 	/* epoll set of the doorbell alone: what the engine thread waits on
 	 * while an application thread polls and takes the sockets' input
@@ -189,16 +198,16 @@ struct sv_conn *sv_engine_conn_mcast(struct sv_engine *eng, const union ibv_gid 
 
 /* ---- multicast groups (mcast.c) ---- */
 /* ibv_attach_mcast / ibv_detach_mcast: 0 or an errno */
-int sv_mcast_attach(struct sv_qp *qp, const union ibv_gid *gid);
-int sv_mcast_detach(struct sv_qp *qp, const union ibv_gid *gid);
+int sv_mcg_attach(struct sv_qp *qp, const union ibv_gid *gid);
+int sv_mcg_detach(struct sv_qp *qp, const union ibv_gid *gid);
 /* Is the QP attached to any group (it cannot be destroyed)? */
-bool sv_mcast_busy(struct sv_qp *qp);
+bool sv_mcg_busy(struct sv_qp *qp);
 /* Progress holder: a request packet that came to conn's group for the
  * multicast QPN, to every QP of the context attached to that group. */
-void sv_mcast_deliver(struct sv_conn *conn, const struct sv_opcode_info *op, uint8_t *hdr,
+void sv_mcg_deliver(struct sv_conn *conn, const struct sv_opcode_info *op, uint8_t *hdr,
 		      const uint8_t *payload, uint32_t plen);
 /* Context closing: leave every group. */
-void sv_mcast_table_fini(struct sv_context *ctx);
+void sv_mcg_table_fini(struct sv_context *ctx);
 
 /* ---- roles ---- */
 /* qp->lock held: the transport retry timer restarts from now. */

@@ -36,9 +36,16 @@ void sv_eng_answers_first(struct sv_engine *eng);
 /* A connection reported events (epoll's, or EPOLLIN for data seen in
  * memory): connect completion, input, output; the caller holds a reference. */
 void sv_eng_conn_event(struct sv_conn *c, uint32_t events);
-/* Accept every peer waiting on one of the endpoint's listeners, within
- * the admission caps. */
-void sv_eng_accept_all(struct sv_engine *eng, const struct sv_listener *l);
+/* What an interface asks of the engine (struct sv_iface_host; the
+ * descriptors it watches are loop.c's): a connection to accept a peer
+ * into; one accepted, taken within the admission caps; out of
+ * descriptors, the listeners rest; a datagram sender's connection; a
+ * refused datagram counted. */
+struct sv_conn *sv_eng_iface_conn_new(struct sv_engine *eng, const struct sv_transport_ops *ops);
+void sv_eng_accepted(struct sv_conn *c);
+void sv_eng_rest_listeners(struct sv_engine *eng);
+struct sv_conn *sv_eng_conn_from(struct sv_engine *eng, const struct in6_addr *ip);
+void sv_eng_refused(struct sv_engine *eng, int why);
 /* Engine thread: release the list references of failed connections. */
 void sv_eng_bury_dead(struct sv_engine *eng);
 /* Progress holder: is a held connection's input free to go on? */

@@ -22,7 +22,8 @@
 #include <time.h>
 #include <unistd.h>
 
-/* epoll tag of the doorbell; listeners are tagged with their sv_listener */
+/* epoll tag of the doorbell; an interface's descriptors are tagged with
+ * their struct sv_watch, connections with their struct sv_conn */
 static int tag_wake;
 
 /*
@@ -51,13 +52,52 @@ __thread struct sv_engine *sv_eng_tls_progress, *sv_eng_tls_engine_thread;
 void sv_eng_poll_listeners(struct sv_engine *eng, bool on)
 {
 	sv_lock_assert_may_block("epoll_ctl");
-	for (int i = 0; i < eng->nlisteners; i++) {
-		struct epoll_event ev = { .events = on ? EPOLLIN : 0, .data.ptr = &eng->listeners[i] };
+	for (int i = 0; i < eng->nwatches; i++) {
+		struct epoll_event ev = { .events = on ? EPOLLIN : 0, .data.ptr = &eng->watches[i] };
 
-		if (eng->listeners[i].fd >= 0)
-			epoll_ctl(eng->epfd, EPOLL_CTL_MOD, eng->listeners[i].fd, &ev);
+		if (eng->watches[i].fd >= 0)
+			epoll_ctl(eng->epfd, EPOLL_CTL_MOD, eng->watches[i].fd, &ev);
 	}
 }
+
+/* sv_iface_host.watch: an interface's descriptor joins the epoll set. */
+static int iface_watch(struct sv_engine *eng, int fd, bool data, void (*ready)(void *arg),
+		       void *arg)
+{
+	struct epoll_event ev = { .events = EPOLLIN };
+	struct sv_watch *w;
+
+	if (eng->nwatches == SV_MAX_WATCHES)
+		return -ENOSPC;
+	w = &eng->watches[eng->nwatches];
+	*w = (struct sv_watch){ .fd = fd, .data = data, .ready = ready, .arg = arg };
+	ev.data.ptr = w;
+	if (epoll_ctl(eng->epfd, EPOLL_CTL_ADD, fd, &ev))
+		return -errno;
+	eng->nwatches++;
+	/* packets come through it: polling threads look at it too */
+	eng->data_watched |= data;
+	return 0;
+}
+
+/* sv_iface_host.unwatch: the interface closes fd (which leaves the epoll
+ * set with it); its number is not looked at again. */
+static void iface_unwatch(struct sv_engine *eng, int fd)
+{
+	for (int i = 0; i < eng->nwatches; i++)
+		if (eng->watches[i].fd == fd)
+			eng->watches[i].fd = -1;
+}
+
+static const struct sv_iface_host iface_host = {
+	.watch = iface_watch,
+	.unwatch = iface_unwatch,
+	.conn_new = sv_eng_iface_conn_new,
+	.accepted = sv_eng_accepted,
+	.rest = sv_eng_rest_listeners,
+	.conn_from = sv_eng_conn_from,
+	.refused = sv_eng_refused,
+};
 
 void sv_eng_wake(struct sv_engine *eng)
 {
@@ -129,81 +169,6 @@ void sv_eng_answers_first(struct sv_engine *eng)
 		take_in_copy(eng, true);
 	else
 		take_in_ready(eng, true);
-}
-
-/* A datagram from listener l to receive into the engine's buffer
- * (progress_lock held). */
-static struct sv_dgram dgram_slot(struct sv_engine *eng, struct sv_listener *l)
-{
-	return (struct sv_dgram){ .local_ip = eng->ctx->dev->addr, .local_port = eng->port,
-				  .buf = eng->dgram_buf, .cap = SV_MAX_FRAME,
-				  .raw = eng->dgram_buf + SV_MAX_FRAME, .raw_cap = SV_DGRAM_RAW_MAX,
-				  .rx_state = &l->rx_state };
-}
-
-/*
- * A receiver that finds this many datagrams waiting at once asks whether
- * it has fallen behind its senders (its socket over half full): if so it
- * marks what it reads from then on as congested, as a switch marks at a
- * queue threshold, so that their requesters get CNPs and shrink their
- * windows before the socket overflows and drops (congestion.c).
- */
-#define SV_DGRAM_BEHIND 32
-
-/* A datagram recv refused: counted, where it says why. */
-static void dgram_refused(struct sv_engine *eng, const struct sv_dgram *d)
-{
-	if (d->refused == SV_DGRAM_BAD_ICRC)
-		sv_stat_ctx_count(eng->ctx, SV_CTXC_RX_BAD_ICRC);
-	else if (d->refused == SV_DGRAM_BAD_TAG)
-		sv_stat_ctx_count(eng->ctx, SV_CTXC_RX_BAD_TAG);
-}
-
-/*
- * A datagram listener: each packet goes up on the connection of the address
- * it came from (made on its first packet), as if it had arrived there.  At
- * most SV_DGRAM_PASS a call, and what the transport read ahead of them
- * (less than a batch of its own): epoll reports the rest again, and the
- * caller goes on to its timers and sends in between, so that a flood of
- * datagrams, whatever they are, never keeps a QP's ACKs and retransmissions
- * waiting for more than one pass.  A datagram the transport refuses costs
- * its share of the receive system call and its checks, never a connection,
- * a lookup or a log line of its own (rocev2.c).
- */
-#define SV_DGRAM_PASS 64
-
-static void dgram_input(struct sv_engine *eng, struct sv_listener *l)
-{
-	uint8_t *buf = eng->dgram_buf;
-	bool behind = false;
-
-	for (int i = 0;; i++) {
-		struct sv_dgram d = dgram_slot(eng, l);
-		struct sv_endpoint_addr from;
-		struct sv_conn *c;
-		int r = l->ops->recv(l->fd, &d);
-
-		if (r == 0)
-			return;
-		if (r < 0) {
-			dgram_refused(eng, &d);
-		} else {
-			from = (struct sv_endpoint_addr){ d.from, 0 };
-			if ((c = sv_engine_conn_to(eng, &from))) {
-				if (i == SV_DGRAM_BEHIND && l->ops->backlogged)
-					behind = l->ops->backlogged(l->fd);
-				if (behind && d.len > 1)
-					buf[1] |= SV_BTH_CE;
-				if (atomic_load(&c->state) == SV_CONN_UP)
-					sv_eng_rx_frame(c, buf, d.len);
-				sv_conn_put(c);
-			}
-		}
-		/* what the transport read ahead is not left behind: epoll
-		 * says nothing of it */
-		if (i >= SV_DGRAM_PASS - 1 && !d.more)
-			return;
-	}
 }
 
 /* eng->lock held: an established connection whose data is in memory. */
@@ -311,7 +276,7 @@ static bool arm_in_memory(struct sv_engine *eng, uint64_t *tick_ns)
 static bool is_conn_event(struct sv_engine *eng, const void *p)
 {
 	return p != &tag_wake &&
-	       !(p >= (void *)eng->listeners && p < (void *)(eng->listeners + eng->nlisteners));
+	       !(p >= (void *)eng->watches && p < (void *)(eng->watches + eng->nwatches));
 }
 
 static void handle_events(struct sv_engine *eng, struct epoll_event *evs, int n, bool engine_thread)
@@ -343,13 +308,11 @@ static void handle_events(struct sv_engine *eng, struct epoll_event *evs, int n,
 			ssize_t r = read(eng->wake_fd, &v, sizeof(v));
 
 			(void)r;
-		} else if (p >= (void *)eng->listeners && p < (void *)(eng->listeners + eng->nlisteners)) {
-			struct sv_listener *l = p;
+		} else if (p >= (void *)eng->watches && p < (void *)(eng->watches + eng->nwatches)) {
+			struct sv_watch *w = p;
 
-			if (l->ops->recv)
-				dgram_input(eng, l);
-			else
-				sv_eng_accept_all(eng, l);
+			if (w->fd >= 0)
+				w->ready(w->arg);
 		} else {
 			struct sv_conn *c = p;
 
@@ -371,7 +334,7 @@ static void progress_locked(struct sv_engine *eng, uint64_t now)
 	sv_eng_tls_progress = eng;
 	scan_in_memory(eng);
 	/* only connections behind an fd need a system call to be looked at */
-	if (atomic_load_explicit(&eng->nconns_polled, memory_order_relaxed) || eng->dgram_listening) {
+	if (atomic_load_explicit(&eng->nconns_polled, memory_order_relaxed) || eng->data_watched) {
 		n = epoll_wait(eng->epfd, evs, 16, 0);
 		if (n > 0)
 			handle_events(eng, evs, n, false);
@@ -484,7 +447,7 @@ static bool socket_lease(struct sv_engine *eng, uint64_t *tick_ns)
 
 	if (!last || now - last >= SV_POLL_LEASE_NS || now < eng->one_sided_until ||
 	    !(atomic_load_explicit(&eng->nconns_polled, memory_order_relaxed) ||
-	      eng->dgram_listening))
+	      eng->data_watched))
 		return false;
 	if (!*tick_ns)
 		*tick_ns = SV_POLL_SLOW_TICK_NS;
@@ -599,15 +562,15 @@ static void *engine_main(void *arg)
 	return NULL;
 }
 
-static void listener_close(struct sv_listener *l)
+/* Every interface closes (what its listeners hold for other contexts goes
+ * on to them first), and nothing is watched for them any more. */
+static void close_ifaces(struct sv_engine *eng)
 {
-	if (l->rx_state && l->ops->recv_end)
-		l->ops->recv_end(l->rx_state);
-	l->rx_state = NULL;
-	if (l->ops->unlisten)
-		l->ops->unlisten(l->fd);
-	else
-		close(l->fd);
+	for (int i = 0; i < eng->nifaces; i++)
+		eng->ifaces[i].ops->iface_close(eng->ifaces[i].iface);
+	eng->nifaces = 0;
+	eng->nwatches = 0;
+	eng->data_watched = false;
 }
 
 /*
@@ -619,56 +582,35 @@ static void listener_close(struct sv_listener *l)
 static int listen_all(struct sv_engine *eng, const struct in6_addr *ip,
 		      const struct sv_transport_ops *const *tps, int ntps, bool *held)
 {
-	struct epoll_event ev = { .events = EPOLLIN };
-
 	for (int i = 0; i < ntps; i++) {
-		struct sv_listener *l = &eng->listeners[eng->nlisteners];
-		int fd = tps[i]->listen(ip, &eng->port);
+		struct sv_iface_at at = { .host = &iface_host, .eng = eng, .ip = *ip,
+					  .port = eng->port };
+		bool host_held = false;
+		void *iface = NULL;
+		int err = tps[i]->iface_open(&at, &iface, &host_held);
 
-		if (fd < 0 && (i == 0 || fd == -EADDRINUSE)) {
+		if (err < 0 && (i == 0 || err == -EADDRINUSE)) {
 			/* the first transport is the endpoint: none without it;
 			 * a port or name of it that another program holds (the
 			 * tcp port, a unix name of it, its IPv6 port): another
 			 * block; the host's port held: no device (never deaf) */
-			for (int k = 0; k < eng->nlisteners; k++)
-				listener_close(&eng->listeners[k]);
-			eng->nlisteners = 0;
+			close_ifaces(eng);
 			/* (the transport said which port, and what to do) */
-			*held = fd == -EADDRINUSE && tps[i]->host_port;
+			*held = err == -EADDRINUSE && host_held;
 			if (!*held && i > 0)
 				sv_info("%s:%u: the %s listener's name or port is another "
 					"program's; trying another block",
 					SV_IP_STR(ip), eng->port, tps[i]->name);
-			return -fd;
+			return -err;
 		}
-		if (fd == -ENOENT)
+		if (err == -ENOENT)
 			continue; /* nothing of this transport's here (no IPv6 address) */
-		if (fd < 0) {
+		if (err < 0) {
 			sv_warn("no %s listener for %s:%u (%s)", tps[i]->name, SV_IP_STR(ip),
-				eng->port, strerror(-fd));
+				eng->port, strerror(-err));
 			continue;
 		}
-		l->ops = tps[i];
-		l->fd = fd;
-		if (tps[i]->recv && !eng->dgram_buf &&
-		    !(eng->dgram_buf = malloc(SV_MAX_FRAME + SV_DGRAM_RAW_MAX))) {
-			listener_close(l);
-			sv_warn("no %s listener for %s: out of memory", tps[i]->name, SV_IP_STR(ip));
-			continue;
-		}
-		/* packets come through it: polling threads look at it too */
-		eng->dgram_listening |= tps[i]->recv != NULL;
-		ev.data.ptr = l;
-		if (epoll_ctl(eng->epfd, EPOLL_CTL_ADD, fd, &ev)) {
-			int e = errno;
-
-			listener_close(l);
-			for (int k = 0; k < eng->nlisteners; k++)
-				listener_close(&eng->listeners[k]);
-			eng->nlisteners = 0;
-			return e;
-		}
-		eng->nlisteners++;
+		eng->ifaces[eng->nifaces++] = (struct sv_iface_slot){ tps[i], iface };
 	}
 	return 0;
 }
@@ -766,69 +708,16 @@ void sv_engine_quiesce(struct sv_engine *eng, uint64_t deadline_ns)
 	}
 }
 
-/* What the kernel gave datagram listener l for the others goes on to them,
- * its recv passing it on (progress_lock held, or nobody else polls). */
-static void drain_datagrams(struct sv_engine *eng, struct sv_listener *l)
-{
-	for (int n = 0; n < 65536; n++) {
-		struct sv_dgram d = dgram_slot(eng, l);
-
-		if (!l->ops->recv(l->fd, &d))
-			break;
-	}
-}
-
-/*
- * The engine thread is gone: a datagram listener on a port the host's
- * contexts share (rocev2.c) still holds what the kernel gave it for the
- * others, which its recv passes on to them; then it closes.  What is this
- * endpoint's own goes with it.  (A datagram that arrives between the last
- * look and the close is lost, as on a link that goes down.)
- */
-static void leave_datagram_port(struct sv_engine *eng)
-{
-	for (int i = 0; i < eng->nlisteners; i++) {
-		struct sv_listener *l = &eng->listeners[i];
-
-		if (!l->ops->recv || l->fd < 0)
-			continue;
-		drain_datagrams(eng, l);
-		listener_close(l);
-		l->fd = -1;
-	}
-}
-
-/*
- * The engine thread is gone: leave the host's shared port, or the kernel
- * would go on giving this endpoint connections nobody accepts (a library
- * unloaded with devices open, a context closing).
- */
-static void leave_shared_port(struct sv_engine *eng)
-{
-	for (int i = 0; i < eng->nlisteners; i++)
-		if (eng->listeners[i].ops == &sv_tcp_shared_ops && eng->listeners[i].fd >= 0) {
-			close(eng->listeners[i].fd);
-			eng->listeners[i].fd = -1;
-		}
-}
-
 /*
  * The engine thread stopped at unload or exit (sv_engine_halt), the
- * context still open: leave a datagram port the host's contexts share
- * (rocev2's 4791) as well.  A socket left in its group keeps its share of
- * every flow to the host, and with nobody reading it those datagrams, any
- * process's, are lost for as long as this process lives (a library
- * unloaded with a device open: round 4 of unit_unload.rocev2 found its
- * WRITE's flow there and ended in RETRY_EXC_ERR).  What waits in it for the
- * others goes on to them first.  Application threads may still poll the
- * listener (at exit), so its descriptor is not closed but made another,
- * unbound, socket that never has anything to read: dup3 closes the bound
- * one, which leaves the group, and the descriptor stays valid for whoever
- * looks at it.  Draining takes the progress lock, which a polling thread
- * lets go at each poll; one that keeps it past the deadline is not waited
- * for (then nothing is drained).
+ * context still open: each interface leaves what the host's processes
+ * share (the shared tcp port, rocev2's 4791), or the kernel would go on
+ * giving this endpoint what nobody takes.  What waits there for the others
+ * goes on to them first, which takes the progress lock: a polling thread
+ * lets go of it at each poll; one that keeps it past the deadline is not
+ * waited for (then nothing is passed on).
  */
-static void leave_shared_datagram_port(struct sv_engine *eng)
+static void leave_host_ports(struct sv_engine *eng)
 {
 	struct timespec until;
 	bool locked;
@@ -840,20 +729,9 @@ static void leave_shared_datagram_port(struct sv_engine *eng)
 		until.tv_nsec -= 1000000000;
 	}
 	locked = !sv_mutex_timedlock(&eng->progress_lock, &until);
-	for (int i = 0; i < eng->nlisteners; i++) {
-		struct sv_listener *l = &eng->listeners[i];
-		int quiet;
-
-		if (!l->ops->shared_port || l->fd < 0)
-			continue;
-		if (locked)
-			drain_datagrams(eng, l);
-		quiet = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-		if (quiet < 0 || dup3(quiet, l->fd, O_CLOEXEC) < 0)
-			sv_warn("could not leave a shared datagram port: %s", strerror(errno));
-		if (quiet >= 0)
-			close(quiet);
-	}
+	for (int i = 0; i < eng->nifaces; i++)
+		if (eng->ifaces[i].ops->iface_leave)
+			eng->ifaces[i].ops->iface_leave(eng->ifaces[i].iface, locked);
 	if (locked)
 		sv_mutex_unlock(&eng->progress_lock);
 }
@@ -878,8 +756,7 @@ void sv_engine_halt(struct sv_engine *eng)
 		return;
 	}
 	eng->thread_started = false;
-	leave_shared_port(eng);
-	leave_shared_datagram_port(eng);
+	leave_host_ports(eng);
 }
 
 void sv_engine_stop(struct sv_engine *eng)
@@ -892,9 +769,9 @@ void sv_engine_stop(struct sv_engine *eng)
 		pthread_join(eng->thread, NULL);
 	}
 	/* before the drain: a connection the kernel gave this closing
-	 * endpoint would wait unaccepted behind it */
-	leave_shared_port(eng);
-	leave_datagram_port(eng);
+	 * endpoint on the shared port would wait unaccepted behind it; what a
+	 * datagram listener holds for the others goes on to them */
+	close_ifaces(eng);
 	while (!sv_list_empty(&eng->conns)) {
 		struct sv_conn *c = SV_CONTAINER_OF(eng->conns.next, struct sv_conn, link);
 
@@ -910,9 +787,6 @@ void sv_engine_stop(struct sv_engine *eng)
 	}
 	scan_drop(eng);
 	sv_eng_bury_dead(eng);
-	for (int i = 0; i < eng->nlisteners; i++)
-		if (eng->listeners[i].fd >= 0)
-			listener_close(&eng->listeners[i]);
 	sv_qpn_release(&eng->qpns);
 	if (eng->wake_fd >= 0)
 		close(eng->wake_fd);
@@ -923,7 +797,6 @@ void sv_engine_stop(struct sv_engine *eng)
 	sv_mutex_destroy(&eng->lock);
 	sv_mutex_destroy(&eng->progress_lock);
 	sv_mutex_destroy(&eng->connect_lock);
-	free(eng->dgram_buf);
 	free(eng);
 }
 

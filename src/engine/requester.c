@@ -526,7 +526,7 @@ void sv_requester_run(struct sv_qp *qp)
 			pass_flush(qp, &pass);
 			budget = SV_REQ_BUDGET - 1;
 		}
-		if (ti->datagram && w->length > qp->mtu) {
+		if (ti->ud && w->length > qp->mtu) {
 			/* as in Soft-RoCE: the datagram completes and the wire drops it */
 			w->state = SV_WQE_DONE;
 			w->status = IBV_WC_SUCCESS;
@@ -707,7 +707,7 @@ static bool stream_patience(const struct sv_qp *qp, uint64_t now)
 {
 	const struct sv_conn *c = qp->conn;
 
-	return c && !c->ops->datagram && !sv_faults_enabled &&
+	return c && !c->lossy && !sv_faults_enabled &&
 	       atomic_load(&c->state) != SV_CONN_DEAD && now - qp->ack_wait_since < SV_CONN_SILENT_NS;
 }
 

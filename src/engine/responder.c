@@ -154,8 +154,8 @@ static void ud_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opcode
 	/* the GIDs of the two host ports: IPv4-mapped, as RoCE v2 carries
 	 * them, or IPv6 (an IPv6 peer of rocev2 reaches our IPv6 address) */
 	memcpy(grh + 8, &conn->peer.ip, 16);
-	if (sv_conn_is_mcast(conn)) {
-		memcpy(grh + 24, sv_mcast_mgid(conn)->raw, 16); /* sent to the group */
+	if (sv_conn_group(conn)) {
+		memcpy(grh + 24, sv_conn_group(conn)->raw, 16); /* sent to the group */
 	} else if (sv_ip_is_v4(&conn->peer.ip) || !qp->ctx->dev->has_ip6) {
 		memcpy(grh + 24, &qp->ctx->dev->addr, 16);
 	} else {
@@ -552,7 +552,7 @@ static enum resp_result do_read(struct sv_qp *qp, struct sv_conn *conn, uint32_t
 		struct sv_bth *bth;
 		size_t hl = sizeof(*bth);
 
-		if (conn->ops->datagram && k > from && !((k - from) % SV_DGRAM_READ_BURST) &&
+		if (conn->lossy && k > from && !((k - from) % SV_DGRAM_READ_BURST) &&
 		    !is_proxy(qp)) {
 			sv_txbatch_flush(&b);
 			sv_conn_get(conn);
@@ -688,7 +688,7 @@ void sv_responder_farewell(struct sv_qp *qp)
 	 * QP that never sent one has none, and none is made now (over tcp
 	 * that would be a new connection, on the way out) */
 	conn = qp->conn;
-	if (!conn || !(conn->ops->datagram || sv_faults_enabled) ||
+	if (!conn || !(conn->lossy || sv_faults_enabled) ||
 	    atomic_load(&conn->state) != SV_CONN_UP)
 		return;
 	for (int i = 0; i < 2; i++)
@@ -1284,7 +1284,7 @@ void sv_responder_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opc
 		qp->comm_est_sent = true;
 		sv_async_event(qp->ctx, IBV_EVENT_COMM_EST, qp, &qp->async, 0);
 	}
-	if (r == RESP_OK && qp->ti->datagram) {
+	if (r == RESP_OK && qp->ti->ud) {
 		respond(&p, exec_datagram(&p));
 		return;
 	}
@@ -1331,7 +1331,7 @@ bool sv_responder_direct(struct sv_qp *qp, const struct sv_opcode_info *op, cons
 	sv_cu_ctx gpu = NULL;
 
 	/* (XRC: the key's PD is its SRQ's, known once the packet is taken in) */
-	if (!(op->mask & SV_OPF_WRITE) || op->off_immdt || qp->ti->datagram || qp->ti->xrc)
+	if (!(op->mask & SV_OPF_WRITE) || op->off_immdt || qp->ti->ud || qp->ti->xrc)
 		return false;
 	if (check_transport(&p) != RESP_OK || check_state(&p) != RESP_OK ||
 	    check_length(&p) != RESP_OK)

@@ -86,3 +86,9 @@ int sv_transport_connect(struct sv_conn *c, enum sv_transport_mode mode)
 	c->ops = &sv_tcp_ops;
 	return c->ops->connect(c);
 }
+
+int sv_transport_group(struct sv_conn *c, const union ibv_gid *mgid, struct in_addr ifip)
+{
+	c->ops = &sv_mcast_ops; /* set before anything can fail: sv_conn_put closes */
+	return sv_mcast_open(c, mgid, ifip);
+}
