@@ -123,7 +123,7 @@ static int conn_register(struct sv_engine *eng, struct sv_conn *c)
 	sv_mutex_lock(&eng->lock);
 	sv_list_add_tail(&eng->conns, &c->link);
 	conns_changed(eng);
-	if (!c->ops->rx_pending) {
+	if (!to_ec(c)->mem) {
 		to_ec(c)->polled = true;
 		eng->nconns_polled++;
 	}
@@ -530,6 +530,12 @@ static void conn_spoofed(struct sv_conn *c)
 	sv_stat_ctx_count(c->eng->ctx, SV_CTXC_HELLO_SPOOFED);
 }
 
+/* The connection's data waits in memory: progress looks at it there. */
+static void conn_in_memory(struct sv_conn *c, const struct sv_mem_poll *poll)
+{
+	to_ec(c)->mem = poll;
+}
+
 static const struct sv_conn_host engine_host = {
 	.want_output = want_output,
 	.rx_frame = sv_eng_rx_frame,
@@ -543,6 +549,7 @@ static const struct sv_conn_host engine_host = {
 	.rx_match = sv_engine_rx_match,
 	.rx_placed = sv_eng_rx_placed,
 	.fault_timer = fault_timer,
+	.in_memory = conn_in_memory,
 };
 
 void sv_eng_conn_event(struct sv_conn *c, uint32_t events)
@@ -553,9 +560,9 @@ void sv_eng_conn_event(struct sv_conn *c, uint32_t events)
 	 * thread takes the bells: the socket stays readable until it has seen
 	 * them, so a polling thread that takes the data and stops polling
 	 * cannot leave the engine thread asleep on a ring it has not looked at */
-	if (c->ops->poll_in && sv_eng_tls_engine_thread == c->eng &&
+	if (to_ec(c)->mem && sv_eng_tls_engine_thread == c->eng &&
 	    (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)))
-		c->ops->poll_in(c);
+		to_ec(c)->mem->bell(c);
 	if (atomic_load(&c->state) == SV_CONN_CONNECTING && (events & (EPOLLOUT | EPOLLERR | EPOLLHUP))) {
 		if (c->ops->finish_connect(c)) {
 			sv_engine_conn_fail(c);
@@ -572,7 +579,7 @@ void sv_eng_conn_event(struct sv_conn *c, uint32_t events)
 		return;
 	}
 	if (events & (EPOLLIN | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) {
-		if (!c->outgoing && c->ops->rx_pending)
+		if (!c->outgoing && to_ec(c)->mem)
 			sv_eng_answers_first(c->eng);
 		sv_mutex_lock(&c->tx_lock);
 		atomic_store_explicit(&c->tx_corked, true, memory_order_relaxed);

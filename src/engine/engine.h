@@ -54,6 +54,9 @@ struct sv_engine_conn {
 	struct sv_list held_link; /* engine->held_conns (progress holder), with a reference */
 	int redials;              /* connections before this one that carried its queue */
 	bool polled;              /* eng->lock: counted in eng->nconns_polled */
+	/* its data waits in memory, looked at thus (sv_conn_host.in_memory;
+	 * set before it is listed) */
+	const struct sv_mem_poll *mem;
 };
 
 /* Queued output above which a connection's input waits (and, below half

@@ -124,7 +124,7 @@ static void take_in_ready(struct sv_engine *eng, bool opened_only)
 	for (struct sv_list *l = eng->conns.next; l != &eng->conns && n < 32; l = l->next) {
 		struct sv_conn *c = SV_CONTAINER_OF(l, struct sv_conn, link);
 
-		if ((c->outgoing || !opened_only) && conn_in_memory(c) && c->ops->rx_pending(c)) {
+		if ((c->outgoing || !opened_only) && conn_in_memory(c) && to_ec(c)->mem->pending(c)) {
 			sv_conn_get(c);
 			ready[n++] = c;
 		}
@@ -143,7 +143,7 @@ static void take_in_copy(struct sv_engine *eng, bool opened_only)
 	for (int i = 0; i < eng->nscan; i++) {
 		struct sv_conn *c = eng->scan[i];
 
-		if ((c->outgoing || !opened_only) && conn_in_memory(c) && c->ops->rx_pending(c))
+		if ((c->outgoing || !opened_only) && conn_in_memory(c) && to_ec(c)->mem->pending(c))
 			sv_eng_conn_event(c, EPOLLIN);
 	}
 }
@@ -175,7 +175,7 @@ void sv_eng_answers_first(struct sv_engine *eng)
 static bool conn_in_memory(struct sv_conn *c)
 {
 	/* one whose input waits is looked at again by sv_eng_release_held */
-	return c->ops->rx_pending && c->tp && atomic_load(&c->state) == SV_CONN_UP &&
+	return to_ec(c)->mem && atomic_load(&c->state) == SV_CONN_UP &&
 	       !to_ec(c)->rx_held;
 }
 
@@ -204,7 +204,7 @@ static void scan_build(struct sv_engine *eng, unsigned gen)
 	for (struct sv_list *l = eng->conns.next; l != &eng->conns; l = l->next) {
 		struct sv_conn *c = SV_CONTAINER_OF(l, struct sv_conn, link);
 
-		if (!c->ops->rx_pending)
+		if (!to_ec(c)->mem)
 			continue;
 		if (n == (int)SV_ARRAY_SIZE(eng->scan)) {
 			n = -1;
@@ -266,7 +266,7 @@ static bool arm_in_memory(struct sv_engine *eng, uint64_t *tick_ns)
 							      : SV_POLL_SLOW_TICK_NS;
 			break;
 		}
-		if (c->ops->arm(c))
+		if (to_ec(c)->mem->arm(c))
 			pending = true;
 	}
 	sv_mutex_unlock(&eng->lock);

@@ -915,6 +915,23 @@ static uint32_t shm_watch(const struct sv_conn *c, bool in, bool out)
 	return EPOLLIN | EPOLLRDHUP;
 }
 
+static const struct sv_mem_poll shm_poll = {
+	.pending = shm_rx_pending,
+	.arm = shm_arm,
+	.bell = shm_poll_in,
+};
+
+/* The owner takes the connection: the stream's framing and handshake, and
+ * its rings are looked at in memory. */
+static int shm_conn_open(struct sv_conn *c)
+{
+	int err = sv_stream_open(c);
+
+	if (!err && c->host->in_memory)
+		c->host->in_memory(c, &shm_poll);
+	return err;
+}
+
 static const struct sv_stream_io shm_io = {
 	.writev = shm_writev,
 	.readv = shm_readv,
@@ -940,13 +957,10 @@ const struct sv_transport_ops sv_shm_ops = {
 	.finish_connect = shm_finish_connect,
 	.drain = shm_drain,
 	.connect = shm_connect,
-	.open = sv_stream_open,
+	.open = shm_conn_open,
 	.send = shm_send,
 	.input = shm_input,
 	.close = shm_close,
 	.destroy = shm_destroy,
 	.unsent = shm_unsent,
-	.poll_in = shm_poll_in,
-	.rx_pending = shm_rx_pending,
-	.arm = shm_arm,
 };

@@ -142,6 +142,21 @@ struct sv_rx_plan {
 };
 
 /*
+ * How a connection whose data waits in memory is looked at (registered by
+ * its transport: sv_conn_host.in_memory); its descriptor then carries only
+ * bells and the end of the stream.
+ */
+struct sv_mem_poll {
+	/* data waits (or the stream ended), seen without a system call */
+	bool (*pending)(struct sv_conn *conn);
+	/* about to sleep: have the next arrival ring; true if data waits already */
+	bool (*arm)(struct sv_conn *conn);
+	/* the descriptor said readable (bells, end of stream, an accepted
+	 * peer's setup): taken, by one thread only (the engine's) */
+	void (*bell)(struct sv_conn *conn);
+};
+
+/*
  * What a connection asks of its owner (the engine), set when it is made:
  * the transports call upwards only through this.
  */
@@ -187,6 +202,11 @@ struct sv_conn_host {
 	/* tx_lock held: call sv_conn_fault_release for conn at about `when`
 	 * (frames held back by fault injection); may be NULL */
 	void (*fault_timer)(struct sv_conn *conn, uint64_t when);
+	/* The transport's data for conn waits in memory, seen without a system
+	 * call (shm's rings): whoever makes progress looks with poll instead
+	 * of waiting for the descriptor (struct sv_mem_poll).  Called by the
+	 * open op, before the owner has the connection; may be NULL. */
+	void (*in_memory)(struct sv_conn *conn, const struct sv_mem_poll *poll);
 };
 
 /*
@@ -490,14 +510,6 @@ struct sv_transport_ops {
 	int (*finish_connect)(struct sv_conn *conn);
 	/* Closing: what is queued goes out and the stream ends, by deadline_ns. */
 	void (*drain)(struct sv_conn *conn, uint64_t deadline_ns);
-
-	/* Transports whose data does not come through the fd (all three or none): */
-	/* the fd said readable (bells, end of stream) */
-	void (*poll_in)(struct sv_conn *conn);
-	/* data waits, seen without a system call */
-	bool (*rx_pending)(struct sv_conn *conn);
-	/* about to sleep: have the next arrival ring; true if data already waits */
-	bool (*arm)(struct sv_conn *conn);
 };
 
 extern const struct sv_transport_ops sv_tcp_ops;
