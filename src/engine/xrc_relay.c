@@ -57,7 +57,7 @@ bool sv_xrc_relay_possible(const struct sv_qp *qp, uint32_t srqn)
 	 * transport that says who its peer is to reach its owner (shm, tcp) */
 	return qp->xrcd && qp->xrcd->by_inode && sv_qpn_port(srqn) &&
 	       !sv_qpn_ours(qp->ctx, srqn) &&
-	       eng->mode != SV_TRANSPORT_ROCEV2;
+	       !sv_transport_by_address(eng->mode);
 }
 
 /* Marks a peer named by its endpoint port (tcp), not by its pid (shm). */
@@ -89,7 +89,7 @@ struct sv_conn *sv_xrc_conn_to(struct sv_context *ctx, uint32_t number)
 	struct sv_endpoint_addr to = { ctx->dev->addr, sv_qpn_port(number) };
 	struct sv_conn *c;
 
-	if (!to.port || ctx->eng->mode == SV_TRANSPORT_ROCEV2)
+	if (!to.port || sv_transport_by_address(ctx->eng->mode))
 		return NULL;
 	c = sv_engine_conn_to(ctx->eng, &to);
 	if (c && (atomic_load(&c->state) == SV_CONN_DEAD || c->by_address ||

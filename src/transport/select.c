@@ -61,6 +61,11 @@ int sv_transports_listening(enum sv_transport_mode mode,
 	return n;
 }
 
+bool sv_transport_by_address(enum sv_transport_mode mode)
+{
+	return mode == SV_TRANSPORT_ROCEV2;
+}
+
 uint16_t sv_transport_peer_port(enum sv_transport_mode mode, uint16_t port)
 {
 	return mode == SV_TRANSPORT_ROCEV2 ? SV_ROCE_UDP_PORT : port;

@@ -566,6 +566,9 @@ uint16_t sv_tcp_shared_port(void);
 /* The port a peer endpoint is reached at, given its own (its block's):
  * under rocev2 every endpoint of an address is at UDP 4791. */
 uint16_t sv_transport_peer_port(enum sv_transport_mode mode, uint16_t port);
+/* Are connections in this mode an address's, shared by its endpoints, so
+ * that what arrives names no endpoint (sv_conn.by_address: rocev2)? */
+bool sv_transport_by_address(enum sv_transport_mode mode);
 /* SOFTVERBS_TRANSPORT, read when a device is opened. */
 enum sv_transport_mode sv_transport_mode(void);
 /* The transports an endpoint listens with, the one that picks the port first. */
