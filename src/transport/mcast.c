@@ -26,6 +26,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+/* This file's transport (select.c names it). */
+extern const struct sv_transport_ops sv_mcast_ops;
+
 #define SV_MCAST_MAGIC 0x53564d43u /* "SVMC" */
 
 struct sv_mcast_hdr {

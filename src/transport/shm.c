@@ -58,6 +58,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+/* This file's transport (select.c names it). */
+extern const struct sv_transport_ops sv_shm_ops;
+
 #define SHM_MAGIC 0x5356534du /* "SVSM" */
 /* 2: the memory comes sealed at its size; 3: bell and cma_ok on a line of
  * their own */

@@ -19,6 +19,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+/* This file's transport (select.c names it). */
+extern const struct sv_transport_ops sv_tcp_ops;
+
 static void tcp_tune(int fd)
 {
 	int one = 1, buf = 4 << 20;

@@ -512,42 +512,14 @@ struct sv_transport_ops {
 	void (*drain)(struct sv_conn *conn, uint64_t deadline_ns);
 };
 
-extern const struct sv_transport_ops sv_tcp_ops;
-/* Listeners only (their connections are tcp ones): the host's shared port
- * (SOFTVERBS_PORT, every process with SO_REUSEPORT), and the abstract
- * socket over which a connection that arrived there is handed to the
- * process it is for (tcp.c). */
-extern const struct sv_transport_ops sv_tcp_shared_ops;
-extern const struct sv_transport_ops sv_tcp_handoff_ops;
-/* The same two TCP listeners at the interface's IPv6 address (none where it
- * has none): peers that name the device by its IPv6 GID connect there. */
-extern const struct sv_transport_ops sv_tcp6_ops;
-extern const struct sv_transport_ops sv_tcp_shared6_ops;
-/* ... and at its link-local IPv6 address (GIDs 0 and 1, which a peer that
- * finds no IPv4 neighbour for them reaches there). */
-extern const struct sv_transport_ops sv_tcp6ll_ops;
-extern const struct sv_transport_ops sv_tcp_shared6ll_ops;
-extern const struct sv_transport_ops sv_shm_ops;
-/* RoCEv2 (rocev2.c): a peer address's datagrams, and the listeners: the
- * host's UDP port 4791, and the socket other contexts pass on what arrived
- * there for this one. */
-extern const struct sv_transport_ops sv_rocev2_ops;
-extern const struct sv_transport_ops sv_rocev2_listen_ops;
-extern const struct sv_transport_ops sv_rocev2_listen6_ops;
-extern const struct sv_transport_ops sv_rocev2_listen6ll_ops;
-extern const struct sv_transport_ops sv_rocev2_fwd_ops;
-
 /*
- * Multicast (mcast.c): a context's connection for one group, which sends
+ * Multicast groups: a context's connection for one group (mcast.c) sends
  * each frame as a datagram to the group and hands up what the group's
  * members sent, while joined.  UD sends to the multicast QPN go there.
  */
 #define SV_MCAST_QPN 0xffffffu
-extern const struct sv_transport_ops sv_mcast_ops;
 /* A multicast GID: IPv6 multicast (ff00::/8) or IPv4-mapped 224.0.0.0/4. */
 bool sv_gid_is_mcast(const union ibv_gid *gid);
-/* mcast.c's side of sv_transport_group (select.c). */
-int sv_mcast_open(struct sv_conn *c, const union ibv_gid *mgid, struct in_addr ifip);
 /* The group whose connection c is (its MGID), or NULL: c is a peer's. */
 const union ibv_gid *sv_conn_group(const struct sv_conn *c);
 /* Receive the group's datagrams (join) or not (leave); 0 or -errno. */
