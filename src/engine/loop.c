@@ -717,7 +717,7 @@ void sv_engine_quiesce(struct sv_engine *eng, uint64_t deadline_ns)
  * lets go of it at each poll; one that keeps it past the deadline is not
  * waited for (then nothing is passed on).
  */
-static void leave_host_ports(struct sv_engine *eng)
+static void leave_ports_of_host(struct sv_engine *eng)
 {
 	struct timespec until;
 	bool locked;
@@ -756,7 +756,7 @@ void sv_engine_halt(struct sv_engine *eng)
 		return;
 	}
 	eng->thread_started = false;
-	leave_host_ports(eng);
+	leave_ports_of_host(eng);
 }
 
 void sv_engine_stop(struct sv_engine *eng)
