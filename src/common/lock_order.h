@@ -15,7 +15,7 @@
  *    says so around the nesting: sv_lock_nest_allow(&outer) lets this
  *    thread take one more lock of outer's level while outer is the last it
  *    took, until sv_lock_nest_allow(NULL) (a connection's tx_lock, then its
- *    replacement's, engine.c conn_redial).
+ *    replacement's, engine/connections.c conn_redial).
  * A read lock of an sv_arwlock that the thread already holds may be taken
  * again (arwlock.h: a read lock nests).
  *

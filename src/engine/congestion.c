@@ -21,7 +21,7 @@
  *
  * Notification.  A request that arrives marked congested (IP ECN CE under
  * rocev2: a switch's or a qdisc's mark, or the receiver's own when it falls
- * behind, engine.c) makes its responder send the requester a CNP (opcode
+ * behind, engine/loop.c) makes its responder send the requester a CNP (opcode
  * 0x81, IBA annex A17.9.2), at most one per QP every SV_CNP_INTERVAL_NS,
  * as a RoCE NIC's notification point does: for RC and UC to the connected
  * peer QP, for UD to the source QPN of the datagram (its DETH).  A peer's
@@ -70,7 +70,7 @@ void sv_flow_init(struct sv_qp *qp)
 bool sv_flow_probing(const struct sv_qp *qp)
 {
 	/* a stream transport loses nothing unless SOFTVERBS_FAULTS makes it */
-	return qp->ti->reliable && qp->conn && (qp->conn->ops->datagram || sv_faults_enabled);
+	return qp->ti->reliable && qp->conn && (qp->conn->lossy || sv_faults_enabled);
 }
 
 bool sv_flow_window_open(const struct sv_qp *qp, uint32_t psn)
@@ -154,7 +154,7 @@ void sv_flow_cnp(struct sv_qp *qp)
 
 void sv_flow_lost(struct sv_qp *qp)
 {
-	if (qp->conn && qp->conn->ops->datagram)
+	if (qp->conn && qp->conn->lossy)
 		cut(qp);
 }
 

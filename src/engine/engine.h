@@ -17,11 +17,20 @@
 #include "wire/opcode.h"
 
 
-/* One transport's listening socket for the endpoint (epoll data points here). */
-struct sv_listener {
-	const struct sv_transport_ops *ops;
+/* A descriptor an interface has the engine watch (sv_iface_host.watch;
+ * epoll data points here); fd -1: no longer watched. */
+struct sv_watch {
 	int fd;
-	void *rx_state; /* a datagram listener's recv's (sv_dgram.rx_state) */
+	bool data; /* packets come through it */
+	void (*ready)(void *arg);
+	void *arg;
+};
+#define SV_MAX_WATCHES 16
+
+/* One transport's interface of the endpoint (its listeners: iface_open). */
+struct sv_iface_slot {
+	const struct sv_transport_ops *ops;
+	void *iface;
 };
 
 /*
@@ -44,6 +53,10 @@ struct sv_engine_conn {
 	bool rx_held;             /* c.tx_lock, set by the progress holder: input waits */
 	struct sv_list held_link; /* engine->held_conns (progress holder), with a reference */
 	int redials;              /* connections before this one that carried its queue */
+	bool polled;              /* eng->lock: counted in eng->nconns_polled */
+	/* its data waits in memory, looked at thus (sv_conn_host.in_memory;
+	 * set before it is listed) */
+	const struct sv_mem_poll *mem;
 };
 
 /* Queued output above which a connection's input waits (and, below half
@@ -61,16 +74,15 @@ struct sv_engine {
 	pthread_t thread;
 	bool thread_started;
 	int epfd;
-	struct sv_listener listeners[SV_MAX_TRANSPORTS];
-	int nlisteners;
-	bool dgram_listening; /* a datagram transport's listener is among them */
-	/* progress_lock: a datagram listener's packet, and the datagram it came
-	 * in (SV_MAX_FRAME + SV_DGRAM_RAW_MAX bytes), while it is taken in */
-	uint8_t *dgram_buf;
+	struct sv_iface_slot ifaces[SV_MAX_TRANSPORTS];
+	int nifaces;
+	struct sv_watch watches[SV_MAX_WATCHES];
+	int nwatches;
+	bool data_watched; /* packets come through one of the watches */
 	int wake_fd; /* eventfd: doorbell */
 	/* epoll set of the doorbell alone: what the engine thread waits on
 	 * while an application thread polls and takes the sockets' input
-	 * itself (engine.c, lease_wait) */
+	 * itself (loop.c, lease_wait) */
 	int bell_ep;
 	atomic_bool lease_wait; /* the engine thread waits on bell_ep */
 	uint16_t port;
@@ -103,7 +115,7 @@ struct sv_engine {
 	unsigned polls_unclocked;
 	uint64_t poll_now;
 	/* when the engine thread next wakes by itself (written under lock;
-	 * polling threads read it without, engine.c progress_locked) */
+	 * polling threads read it without, loop.c progress_locked) */
 	_Atomic uint64_t sleep_until;
 	/* eng->lock: the next look at handshakes that take too long and at
 	 * resting listeners (0: nothing to look at) */
@@ -133,7 +145,7 @@ static inline void sv_engine_saw_one_sided(struct sv_engine *eng)
 int sv_engine_start(struct sv_context *ctx, const struct in6_addr *ip);
 void sv_engine_stop(struct sv_engine *eng);
 /* An application thread is about to sleep on a completion channel: the
- * engine thread takes the sockets' input again from now on (engine.c). */
+ * engine thread takes the sockets' input again from now on (loop.c). */
 void sv_engine_end_lease(struct sv_engine *eng);
 void sv_engine_halt(struct sv_engine *eng); /* stop the thread only (library unload) */
 /* The engine thread takes m at its next pass and holds it until it ends, so
@@ -189,16 +201,16 @@ struct sv_conn *sv_engine_conn_mcast(struct sv_engine *eng, const union ibv_gid 
 
 /* ---- multicast groups (mcast.c) ---- */
 /* ibv_attach_mcast / ibv_detach_mcast: 0 or an errno */
-int sv_mcast_attach(struct sv_qp *qp, const union ibv_gid *gid);
-int sv_mcast_detach(struct sv_qp *qp, const union ibv_gid *gid);
+int sv_mcg_attach(struct sv_qp *qp, const union ibv_gid *gid);
+int sv_mcg_detach(struct sv_qp *qp, const union ibv_gid *gid);
 /* Is the QP attached to any group (it cannot be destroyed)? */
-bool sv_mcast_busy(struct sv_qp *qp);
+bool sv_mcg_busy(struct sv_qp *qp);
 /* Progress holder: a request packet that came to conn's group for the
  * multicast QPN, to every QP of the context attached to that group. */
-void sv_mcast_deliver(struct sv_conn *conn, const struct sv_opcode_info *op, uint8_t *hdr,
+void sv_mcg_deliver(struct sv_conn *conn, const struct sv_opcode_info *op, uint8_t *hdr,
 		      const uint8_t *payload, uint32_t plen);
 /* Context closing: leave every group. */
-void sv_mcast_table_fini(struct sv_context *ctx);
+void sv_mcg_table_fini(struct sv_context *ctx);
 
 /* ---- roles ---- */
 /* qp->lock held: the transport retry timer restarts from now. */

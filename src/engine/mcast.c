@@ -23,7 +23,7 @@
 #include <string.h>
 
 /* ctx->mcast.lock held */
-static struct sv_mcast_group *find(struct sv_mcast_table *t, const union ibv_gid *gid)
+static struct sv_mcg *find(struct sv_mcg_table *t, const union ibv_gid *gid)
 {
 	for (int i = 0; i < t->ngroups; i++)
 		if (!memcmp(t->g[i].mgid.raw, gid->raw, 16))
@@ -33,19 +33,19 @@ static struct sv_mcast_group *find(struct sv_mcast_table *t, const union ibv_gid
 
 /* ctx->mcast.lock held: drop an entry with no QP left, and its connection
  * reference (the engine keeps the connection for sending). */
-static void drop_group(struct sv_mcast_table *t, struct sv_mcast_group *g)
+static void drop_group(struct sv_mcg_table *t, struct sv_mcg *g)
 {
-	(void)sv_mcast_join(g->conn, false);
+	(void)sv_conn_group_join(g->conn, false);
 	sv_conn_put(g->conn);
 	*g = t->g[--t->ngroups];
 }
 
-int sv_mcast_attach(struct sv_qp *qp, const union ibv_gid *gid)
+int sv_mcg_attach(struct sv_qp *qp, const union ibv_gid *gid)
 {
 	struct sv_context *ctx = qp->ctx;
-	struct sv_mcast_table *t = &ctx->mcast;
+	struct sv_mcg_table *t = &ctx->mcast;
 	uint32_t qpn = qp->ex.qp_base.qp_num;
-	struct sv_mcast_group *g;
+	struct sv_mcg *g;
 	int err = 0;
 
 	if (qp->ex.qp_base.qp_type != IBV_QPT_UD || !sv_gid_is_mcast(gid))
@@ -66,7 +66,7 @@ int sv_mcast_attach(struct sv_qp *qp, const union ibv_gid *gid)
 
 		if (!c)
 			goto out;
-		if ((err = -sv_mcast_join(c, true))) {
+		if ((err = -sv_conn_group_join(c, true))) {
 			sv_conn_put(c);
 			goto out;
 		}
@@ -83,11 +83,11 @@ out:
 	return err;
 }
 
-int sv_mcast_detach(struct sv_qp *qp, const union ibv_gid *gid)
+int sv_mcg_detach(struct sv_qp *qp, const union ibv_gid *gid)
 {
-	struct sv_mcast_table *t = &qp->ctx->mcast;
+	struct sv_mcg_table *t = &qp->ctx->mcast;
 	uint32_t qpn = qp->ex.qp_base.qp_num;
-	struct sv_mcast_group *g;
+	struct sv_mcg *g;
 	int err = EINVAL;
 
 	sv_mutex_lock(&t->lock);
@@ -107,9 +107,9 @@ int sv_mcast_detach(struct sv_qp *qp, const union ibv_gid *gid)
 	return err;
 }
 
-bool sv_mcast_busy(struct sv_qp *qp)
+bool sv_mcg_busy(struct sv_qp *qp)
 {
-	struct sv_mcast_table *t = &qp->ctx->mcast;
+	struct sv_mcg_table *t = &qp->ctx->mcast;
 	bool busy;
 
 	sv_mutex_lock(&t->lock);
@@ -118,17 +118,17 @@ bool sv_mcast_busy(struct sv_qp *qp)
 	return busy;
 }
 
-void sv_mcast_deliver(struct sv_conn *conn, const struct sv_opcode_info *op, uint8_t *hdr,
+void sv_mcg_deliver(struct sv_conn *conn, const struct sv_opcode_info *op, uint8_t *hdr,
 		      const uint8_t *payload, uint32_t plen)
 {
 	struct sv_context *ctx = conn->eng->ctx;
-	struct sv_mcast_table *t = &ctx->mcast;
+	struct sv_mcg_table *t = &ctx->mcast;
 	uint32_t qpn[SV_MCAST_MAX_QP_ATTACH];
-	struct sv_mcast_group *g;
+	struct sv_mcg *g;
 	int n = 0;
 
 	sv_mutex_lock(&t->lock);
-	g = find(t, sv_mcast_mgid(conn));
+	g = find(t, sv_conn_group(conn));
 	if (g) {
 		n = g->nqp;
 		memcpy(qpn, g->qpn, sizeof(*qpn) * (size_t)n);
@@ -160,9 +160,9 @@ void sv_mcast_deliver(struct sv_conn *conn, const struct sv_opcode_info *op, uin
 		sv_stat_rx(ctx, NULL, plen);
 }
 
-void sv_mcast_table_fini(struct sv_context *ctx)
+void sv_mcg_table_fini(struct sv_context *ctx)
 {
-	struct sv_mcast_table *t = &ctx->mcast;
+	struct sv_mcg_table *t = &ctx->mcast;
 
 	while (t->ngroups)
 		drop_group(t, &t->g[t->ngroups - 1]);

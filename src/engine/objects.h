@@ -95,15 +95,15 @@ struct sv_mr_table {
 #define SV_MCAST_MAX_GRP 64
 #define SV_MCAST_MAX_QP_ATTACH 56
 #define SV_MCAST_MAX_TOTAL (SV_MCAST_MAX_GRP * SV_MCAST_MAX_QP_ATTACH)
-struct sv_mcast_group {
+struct sv_mcg {
 	union ibv_gid mgid;
 	struct sv_conn *conn; /* the group's connection (a reference), joined */
 	int nqp;
 	uint32_t qpn[SV_MCAST_MAX_QP_ATTACH];
 };
-struct sv_mcast_table {
+struct sv_mcg_table {
 	struct sv_mutex lock;
-	struct sv_mcast_group g[SV_MCAST_MAX_GRP]; /* ngroups used, each with a QP */
+	struct sv_mcg g[SV_MCAST_MAX_GRP]; /* ngroups used, each with a QP */
 	int ngroups, total;
 };
 
@@ -152,7 +152,7 @@ struct sv_context {
 	pthread_cond_t async_acked;
 	struct sv_async_pending *async_head, *async_tail; /* one pipe byte each */
 	struct sv_stat_hdr *stats; /* counters segment (verbs/stats.[ch]) */
-	struct sv_mcast_table mcast;
+	struct sv_mcg_table mcast;
 	/* what peers of this host see of its QPs and MRs (engine/mem_export.h);
 	 * NULL when not exported */
 	struct sv_xseg *xseg;
@@ -594,7 +594,7 @@ struct sv_qp {
 	struct sv_list run_link;    /* engine->run_qps: requester has work */
 	struct sv_list txwait_link; /* sv_conn_waiters(conn) */
 	/* the connection whose tx_waiters holds txwait_link, with a reference;
-	 * whoever exchanges it for NULL owns that reference (engine.c) */
+	 * whoever exchanges it for NULL owns that reference (timers.c) */
 	struct sv_conn *_Atomic txwait_conn;
 
 	struct sv_wr_batch *batch; /* ibv_wr_start() .. ibv_wr_complete() */

@@ -656,7 +656,7 @@ static enum req_step take_turn(struct sv_qp *qp, struct req_run *r)
  * (as in Soft-RoCE). */
 static enum req_step drop_oversize(struct sv_qp *qp, struct sv_send_wqe *w)
 {
-	if (!qp->ti->datagram || w->length <= qp->mtu)
+	if (!qp->ti->ud || w->length <= qp->mtu)
 		return REQ_GO;
 	w->state = SV_WQE_DONE;
 	w->status = IBV_WC_SUCCESS;
@@ -924,7 +924,7 @@ static bool stream_patience(const struct sv_qp *qp, uint64_t now)
 {
 	const struct sv_conn *c = qp->conn;
 
-	return c && !c->ops->datagram && !sv_faults_enabled &&
+	return c && !c->lossy && !sv_faults_enabled &&
 	       atomic_load(&c->state) != SV_CONN_DEAD && now - qp->req.ack_wait_since < SV_CONN_SILENT_NS;
 }
 

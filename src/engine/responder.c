@@ -154,8 +154,8 @@ static void ud_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opcode
 	/* the GIDs of the two host ports: IPv4-mapped, as RoCE v2 carries
 	 * them, or IPv6 (an IPv6 peer of rocev2 reaches our IPv6 address) */
 	memcpy(grh + 8, &conn->peer.ip, 16);
-	if (sv_conn_is_mcast(conn)) {
-		memcpy(grh + 24, sv_mcast_mgid(conn)->raw, 16); /* sent to the group */
+	if (sv_conn_group(conn)) {
+		memcpy(grh + 24, sv_conn_group(conn)->raw, 16); /* sent to the group */
 	} else if (sv_ip_is_v4(&conn->peer.ip) || !qp->ctx->dev->has_ip6) {
 		memcpy(grh + 24, &qp->ctx->dev->addr, 16);
 	} else {
@@ -539,7 +539,7 @@ static uint8_t *stage_read(struct sv_qp *qp, struct sv_txbatch *b, sv_cu_ctx gpu
  * (sv_responder_resume) once the connection has drained.  So a READ holds
  * one batch of memory here, whatever its length and however slowly its
  * requester reads (the QP's later requests and the connection's input wait
- * meanwhile: engine.c).
+ * meanwhile: connections.c, rx_held).
  *
  * A datagram transport has no queue: what the socket takes is the
  * network's.  There the rest waits in qp->resp.rd_left after every
@@ -593,7 +593,7 @@ static enum resp_result do_read(struct sv_qp *qp, struct sv_conn *conn, uint32_t
 		struct sv_bth *bth;
 		size_t hl = sizeof(*bth);
 
-		if (conn->ops->datagram && k > from && !((k - from) % SV_DGRAM_READ_BURST) &&
+		if (conn->lossy && k > from && !((k - from) % SV_DGRAM_READ_BURST) &&
 		    !is_proxy(qp)) {
 			sv_txbatch_flush(&b);
 			sv_conn_get(conn);
@@ -729,7 +729,7 @@ void sv_responder_farewell(struct sv_qp *qp)
 	 * QP that never sent one has none, and none is made now (over tcp
 	 * that would be a new connection, on the way out) */
 	conn = qp->conn;
-	if (!conn || !(conn->ops->datagram || sv_faults_enabled) ||
+	if (!conn || !(conn->lossy || sv_faults_enabled) ||
 	    atomic_load(&conn->state) != SV_CONN_UP)
 		return;
 	for (int i = 0; i < 2; i++)
@@ -1374,7 +1374,7 @@ void sv_responder_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opc
 		r = check_xrc(&p);
 	/* requests wait behind a READ still being answered (do_read): this
 	 * one is dropped and its requester sends it again.  None comes on the
-	 * READ's own connection, whose input waits meanwhile (engine.c). */
+	 * READ's own connection, whose input waits meanwhile (connections.c, rx_held). */
 	if (r == RESP_OK && qp->resp.rd_left.conn)
 		r = RESP_DROP;
 	if (r == RESP_OK && qp->state == IBV_QPS_RTR && !qp->resp.comm_est_sent) {
@@ -1384,7 +1384,7 @@ void sv_responder_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opc
 		if (!(qp->xrc && qp->xrc->no_events))
 			sv_async_event(qp->ctx, IBV_EVENT_COMM_EST, qp, &qp->async, 0);
 	}
-	if (r == RESP_OK && qp->ti->datagram) {
+	if (r == RESP_OK && qp->ti->ud) {
 		respond(&p, exec_datagram(&p));
 		return;
 	}
@@ -1431,7 +1431,7 @@ bool sv_responder_direct(struct sv_qp *qp, const struct sv_opcode_info *op, cons
 	sv_cu_ctx gpu = NULL;
 
 	/* (XRC: the key's PD is its SRQ's, known once the packet is taken in) */
-	if (!(op->mask & SV_OPF_WRITE) || op->off_immdt || qp->ti->datagram || qp->ti->xrc)
+	if (!(op->mask & SV_OPF_WRITE) || op->off_immdt || qp->ti->ud || qp->ti->xrc)
 		return false;
 	if (check_transport(&p) != RESP_OK || check_state(&p) != RESP_OK ||
 	    check_length(&p) != RESP_OK)

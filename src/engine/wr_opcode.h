@@ -80,7 +80,7 @@ struct sv_qp_type_info {
 	uint8_t wire_class;  /* high three bits of its wire opcodes (SV_OP_RC/UC/UD/XRC) */
 	bool reliable;       /* ACKs, retries, READ and atomics (RC) */
 	bool connected;      /* one peer set by ibv_modify_qp; else an AH per WR (UD) */
-	bool datagram;       /* a message is at most one MTU and carries a GRH (UD) */
+	bool ud;             /* unreliable datagram: a message is at most one MTU and carries a GRH */
 	bool sends;          /* has a send queue: the requester role (not XRC_RECV) */
 	bool receives;       /* takes requests: the responder role (not XRC_SEND) */
 	bool xrc;            /* XRC: requests name an XRC SRQ (XRCETH) */

@@ -57,7 +57,7 @@ bool sv_xrc_relay_possible(const struct sv_qp *qp, uint32_t srqn)
 	 * transport that says who its peer is to reach its owner (shm, tcp) */
 	return qp->xrcd && qp->xrcd->by_inode && sv_qpn_port(srqn) &&
 	       !sv_qpn_ours(qp->ctx, srqn) &&
-	       eng->mode != SV_TRANSPORT_ROCEV2;
+	       !sv_transport_by_address(eng->mode);
 }
 
 /* Marks a peer named by its endpoint port (tcp), not by its pid (shm). */
@@ -72,7 +72,7 @@ int32_t sv_xrc_peer_id(const struct sv_conn *conn)
 	/* tcp: a peer that proved the job's secret (or that we dialled and
 	 * that proved it to us), at this host's address; a datagram says
 	 * nothing of who sent it */
-	if (conn->ops->datagram || !conn->peer.port || !sv_ip_eq(&conn->peer.ip, &own) ||
+	if (conn->by_address || !conn->peer.port || !sv_ip_eq(&conn->peer.ip, &own) ||
 	    (!conn->outgoing && !atomic_load(&conn->peer_authed)))
 		return 0;
 	return PORT_ID | conn->peer.port;
@@ -89,10 +89,10 @@ struct sv_conn *sv_xrc_conn_to(struct sv_context *ctx, uint32_t number)
 	struct sv_endpoint_addr to = { ctx->dev->addr, sv_qpn_port(number) };
 	struct sv_conn *c;
 
-	if (!to.port || ctx->eng->mode == SV_TRANSPORT_ROCEV2)
+	if (!to.port || sv_transport_by_address(ctx->eng->mode))
 		return NULL;
 	c = sv_engine_conn_to(ctx->eng, &to);
-	if (c && (atomic_load(&c->state) == SV_CONN_DEAD || c->ops->datagram ||
+	if (c && (atomic_load(&c->state) == SV_CONN_DEAD || c->by_address ||
 		  !sv_xrc_peer_id(c))) {
 		sv_conn_put(c); /* not there, or not a process of this host */
 		c = NULL;

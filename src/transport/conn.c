@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <arpa/inet.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 
 void sv_conn_get(struct sv_conn *conn)
@@ -264,7 +265,7 @@ static int fault_filter(struct sv_conn *conn, const struct sv_frames *f, struct 
 							       : sv_faults_draw(conn, &hold);
 		int copies = kind == SV_FAULT_DUP ? 2 : kind == SV_FAULT_NONE ? 1 : 0;
 
-		if (kind == SV_FAULT_CE || (kind == SV_FAULT_CORRUPT && conn->ops->datagram)) {
+		if (kind == SV_FAULT_CE || (kind == SV_FAULT_CORRUPT && conn->lossy)) {
 			/* a copy carries the mark in its BTH flags (wire/wire.h),
 			 * which the transport turns into the IP ECN bits or a
 			 * flipped bit past the ICRC (rocev2.c), and a stream's
@@ -594,6 +595,21 @@ static int send_auth(struct sv_conn *conn)
 static int answer_hello(struct sv_conn *conn)
 {
 	return send_hello(conn);
+}
+
+int sv_conn_open_unframed(struct sv_conn *conn)
+{
+	atomic_store(&conn->hello_seen, true);
+	atomic_store(&conn->peer_authed, true);
+	conn->registered = true;
+	return 0;
+}
+
+uint32_t sv_conn_watch(const struct sv_conn *conn, bool in, bool out)
+{
+	if (conn->ops->watch)
+		return conn->ops->watch(conn, in, out);
+	return (in ? EPOLLIN : 0) | EPOLLRDHUP | (out ? EPOLLOUT : 0);
 }
 
 int sv_conn_start(struct sv_conn *conn)

@@ -26,6 +26,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+/* This file's transport (select.c names it). */
+extern const struct sv_transport_ops sv_mcast_ops;
+
 #define SV_MCAST_MAGIC 0x53564d43u /* "SVMC" */
 
 struct sv_mcast_hdr {
@@ -81,9 +84,9 @@ static struct in_addr group_of(const union ibv_gid *g)
 	return a;
 }
 
-const union ibv_gid *sv_mcast_mgid(const struct sv_conn *c)
+const union ibv_gid *sv_conn_group(const struct sv_conn *c)
 {
-	return &to_mc(c)->mgid;
+	return c->ops == &sv_mcast_ops ? &to_mc(c)->mgid : NULL;
 }
 
 int sv_mcast_open(struct sv_conn *c, const union ibv_gid *mgid, struct in_addr ifip)
@@ -128,7 +131,7 @@ int sv_mcast_open(struct sv_conn *c, const union ibv_gid *mgid, struct in_addr i
 	return 0;
 }
 
-int sv_mcast_join(struct sv_conn *c, bool on)
+int sv_conn_group_join(struct sv_conn *c, bool on)
 {
 	struct sv_mcast *m = to_mc(c);
 	struct ip_mreq r = { .imr_multiaddr = m->group.sin_addr, .imr_interface = m->ifip };
@@ -255,4 +258,5 @@ const struct sv_transport_ops sv_mcast_ops = {
 	.close = mcast_close,
 	.destroy = mcast_destroy,
 	.drain = mcast_drain,
+	.open = sv_conn_open_unframed,
 };

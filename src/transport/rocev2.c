@@ -45,6 +45,7 @@
 #include "wire/wire.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/udp.h>
@@ -61,7 +62,7 @@
  * here while the engine thread is not running.  Unprivileged processes get
  * at most net.core.rmem_max (docs/PERFORMANCE.md); SOFTVERBS_ROCEV2_RCVBUF
  * sets another size.  A receiver whose buffer is over half full marks what
- * it reads congested (engine.c, congestion.c). */
+ * it reads congested (engine/loop.c, congestion.c). */
 #define SV_ROCEV2_RCVBUF (16 << 20)
 #define SV_ROCEV2_SNDBUF (4 << 20)
 #define SV_ROCEV2_FWD_MAGIC 0x53565236u /* "SVR6" */
@@ -279,6 +280,10 @@ static int rocev2_connect(struct sv_conn *c)
 	struct sv_rocev2_tx *t;
 	int scope = 0, err;
 
+	/* datagrams: lost on the way now and then, and sent to (and from) an
+	 * address, not an endpoint */
+	c->lossy = true;
+	c->by_address = true;
 	if (sv_ip_is_v4(&c->peer.ip) && !sv_ip_is_v4(&src))
 		return -EAFNOSUPPORT; /* an interface with IPv6 only reaches no IPv4 peer */
 	/* the tag key, when the job tags its packets: the KDF has run at the
@@ -449,7 +454,7 @@ static void rocev2_drain(struct sv_conn *c, uint64_t deadline_ns)
 
 const struct sv_transport_ops sv_rocev2_ops = {
 	.name = "rocev2",
-	.datagram = true,
+	.open = sv_conn_open_unframed,
 	.connect = rocev2_connect,
 	.send = rocev2_send,
 	.unsent = rocev2_unsent,
@@ -504,7 +509,7 @@ static int listen_socket(const struct in6_addr *ip, int scope)
  * Port 4791 bound already by a socket without SO_REUSEPORT, or by another
  * user's (the kernel groups one user's sockets only): what peers send
  * would reach that program, not us, so the device is not opened
- * (-EADDRINUSE, host_port), and the log says so.
+ * (-EADDRINUSE, *host_held), and the log says so.
  */
 static int port_held(int fd, const struct in6_addr *ip)
 {
@@ -517,11 +522,11 @@ static int port_held(int fd, const struct in6_addr *ip)
 	return fd;
 }
 
-static int rocev2_listen(const struct in6_addr *ip, uint16_t *port)
+static int rocev2_listen(const struct in6_addr *ip)
 {
 	static pthread_once_t said = PTHREAD_ONCE_INIT;
 
-	(void)port; /* every context of the address shares 4791 */
+	/* every context of the address shares 4791 */
 	pthread_once(&said, say_protection);
 	if (!sv_ip_is_v4(ip))
 		return -ENOENT; /* an interface with IPv6 only: rocev2_listen6 hears it */
@@ -557,18 +562,6 @@ static int listen6(const struct in6_addr *ip, bool link_local)
 	return port_held(listen_socket(&a, (int)scope), &a);
 }
 
-static int rocev2_listen6(const struct in6_addr *ip, uint16_t *port)
-{
-	(void)port;
-	return listen6(ip, false);
-}
-
-static int rocev2_listen6ll(const struct in6_addr *ip, uint16_t *port)
-{
-	(void)port;
-	return listen6(ip, true);
-}
-
 /*
  * Forwarding between the contexts of this host: a SOCK_SEQPACKET
  * connection from each context that passes datagrams on to each context it
@@ -599,7 +592,7 @@ static struct sv_mutex fwd_lock = SV_MUTEX_INITIALIZER(SV_LOCK_ROCE_FWD);
 static struct fwd_rx *fwd_rxs;
 static struct fwd_tx *fwd_txs;
 
-static int rocev2_fwd_listen(const struct in6_addr *ip, uint16_t *port)
+static int rocev2_fwd_listen(const struct in6_addr *ip, uint16_t port)
 {
 	struct epoll_event ev = { .events = EPOLLIN };
 	struct fwd_rx *r = calloc(1, sizeof(*r));
@@ -611,7 +604,7 @@ static int rocev2_fwd_listen(const struct in6_addr *ip, uint16_t *port)
 		return -ENOMEM;
 	r->ep = epoll_create1(EPOLL_CLOEXEC);
 	r->lsock = socket(AF_UNIX, SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	sv_endpoint_unix_name(&sa, &sl, "rocev2", ip, *port);
+	sv_endpoint_unix_name(&sa, &sl, "rocev2", ip, port);
 	ev.data.fd = r->lsock;
 	if (r->ep < 0 || r->lsock < 0 || bind(r->lsock, (struct sockaddr *)&sa, sl) ||
 	    listen(r->lsock, 64) || epoll_ctl(r->ep, EPOLL_CTL_ADD, r->lsock, &ev)) {
@@ -624,7 +617,7 @@ static int rocev2_fwd_listen(const struct in6_addr *ip, uint16_t *port)
 		return e;
 	}
 	r->ip = *ip;
-	r->port = *port;
+	r->port = port;
 	sv_mutex_lock(&fwd_lock);
 	r->next = fwd_rxs;
 	fwd_rxs = r;
@@ -892,6 +885,28 @@ static bool admitted(const struct in6_addr *local, const struct in6_addr *from)
 	return ok;
 }
 
+/* A packet a listener received (a listener's recv). */
+struct sv_dgram {
+	/* set by the caller */
+	struct in6_addr local_ip; /* the endpoint's address ... */
+	uint16_t local_port;	 /* ... and port (its block's, registry.h) */
+	uint8_t *buf;		 /* where the packet goes */
+	size_t cap;
+	uint8_t *raw;		 /* room for the datagram as it arrived */
+	size_t raw_cap;
+	/* the listener's place for what its recv keeps between calls (datagrams
+	 * read ahead, struct rx_batch), freed when the listener closes; NULL:
+	 * recv keeps nothing */
+	void **rx_state;
+	/* set by recv */
+	bool more;	      /* recv read ahead: the next call returns one without a system call */
+	struct in6_addr from; /* the sender's address */
+	struct in6_addr to;   /* the address it was sent to (ours) */
+	size_t len;	     /* the packet's length in buf */
+	bool ecn;	     /* it arrived marked (IP ECN CE or FECN): congestion on the way */
+	uint8_t refused;     /* recv returned -1: why, to count (SV_DGRAM_BAD_*), or 0 */
+};
+
 /*
  * A datagram whose ICRC (r SV_ROCE_BAD_ICRC) or, in a job that tags its
  * packets, whose tag (SV_ROCE_BAD_TAG) does not verify: counted, and said
@@ -1088,11 +1103,6 @@ struct rx_batch {
 	uint8_t raw[RX_BATCH][SV_DGRAM_RAW_MAX];
 };
 
-static void rocev2_recv_end(void *state)
-{
-	free(state);
-}
-
 /*
  * Datagram raw (n bytes, which arrived as mh says) from listener of d: into
  * d (1), or passed to the context that owns its QPN, or dropped (-1).  The
@@ -1273,42 +1283,224 @@ static bool rocev2_backlogged(int lfd)
 	return mi[SK_MEMINFO_RMEM_ALLOC] > mi[SK_MEMINFO_RCVBUF] / 2;
 }
 
+/*
+ * A listener as an interface: watched in the owner's loop, each datagram
+ * it receives goes up on the connection of the address it came from (made
+ * at its first packet), as if it had arrived there.  At most RX_PASS a
+ * call, and what recv read ahead of them (less than a batch of its own):
+ * epoll reports the rest again, and the owner goes on to its timers and
+ * sends in between, so that a flood of datagrams, whatever they are, never
+ * keeps a QP's ACKs and retransmissions waiting for more than one pass.  A
+ * datagram refused costs its share of the receive system call and its
+ * checks, never a connection, a lookup or a log line of its own.
+ */
+#define RX_PASS 64
+/*
+ * A receiver that finds this many datagrams waiting at once asks whether
+ * it has fallen behind its senders (its socket over half full): if so it
+ * marks what it reads from then on as congested, as a switch marks at a
+ * queue threshold, so that their requesters get CNPs and shrink their
+ * windows before the socket overflows and drops (engine/congestion.c).
+ */
+#define RX_BEHIND 32
+
+struct rx_iface {
+	struct sv_iface_at at;
+	int fd;
+	/* one datagram into d, 1; 0 when none waits; -1 for one dropped
+	 * (refused, or passed to the context it is for) */
+	int (*recv)(int fd, struct sv_dgram *d);
+	bool (*backlogged)(int fd);  /* is it falling behind?  NULL: not asked */
+	void (*unlisten)(int fd);    /* closes fd */
+	bool shared;                 /* its port is every context's (SO_REUSEPORT) */
+	void *rx_state;              /* what recv keeps (sv_dgram.rx_state) */
+	/* the packet, and the datagram it came in, while it is taken in (the
+	 * owner's progress lock held) */
+	uint8_t buf[SV_MAX_FRAME + SV_DGRAM_RAW_MAX];
+};
+
+static struct sv_dgram rx_slot(struct rx_iface *ri)
+{
+	return (struct sv_dgram){ .local_ip = ri->at.ip, .local_port = ri->at.port,
+				  .buf = ri->buf, .cap = SV_MAX_FRAME,
+				  .raw = ri->buf + SV_MAX_FRAME, .raw_cap = SV_DGRAM_RAW_MAX,
+				  .rx_state = &ri->rx_state };
+}
+
+static void rx_ready(void *arg)
+{
+	struct rx_iface *ri = arg;
+	const struct sv_iface_host *h = ri->at.host;
+	bool behind = false;
+
+	for (int i = 0;; i++) {
+		struct sv_dgram d = rx_slot(ri);
+		struct sv_conn *c;
+		int r = ri->recv(ri->fd, &d);
+
+		if (r == 0)
+			return;
+		if (r < 0) {
+			if (d.refused)
+				h->refused(ri->at.eng, d.refused);
+		} else if ((c = h->conn_from(ri->at.eng, &d.from))) {
+			if (i == RX_BEHIND && ri->backlogged)
+				behind = ri->backlogged(ri->fd);
+			if (behind && d.len > 1)
+				ri->buf[1] |= SV_BTH_CE;
+			if (atomic_load(&c->state) == SV_CONN_UP)
+				c->host->rx_frame(c, ri->buf, d.len);
+			sv_conn_put(c);
+		}
+		/* what recv read ahead is not left behind: epoll says nothing of it */
+		if (i >= RX_PASS - 1 && !d.more)
+			return;
+	}
+}
+
+/* What the kernel gave the listener for the other contexts goes on to
+ * them, recv passing it on (the owner's progress lock held, or nobody
+ * else polls). */
+static void rx_drain(struct rx_iface *ri)
+{
+	for (int n = 0; n < 65536; n++) {
+		struct sv_dgram d = rx_slot(ri);
+
+		if (!ri->recv(ri->fd, &d))
+			break;
+	}
+}
+
+static void close_fd(int fd)
+{
+	close(fd);
+}
+
+/* The listener fd (or -errno, returned) as an interface. */
+static int rx_iface_open(const struct sv_iface_at *at, int fd, int (*recv)(int, struct sv_dgram *),
+			 bool (*backlogged)(int), void (*unlisten)(int), bool shared, void **iface)
+{
+	struct rx_iface *ri;
+	int err;
+
+	if (fd < 0)
+		return fd;
+	ri = malloc(sizeof(*ri));
+	if (!ri) {
+		unlisten(fd);
+		return -ENOMEM;
+	}
+	*ri = (struct rx_iface){ .at = *at, .fd = fd, .recv = recv, .backlogged = backlogged,
+				 .unlisten = unlisten, .shared = shared };
+	/* packets come through it: threads that poll look at it too */
+	err = at->host->watch(at->eng, fd, true, rx_ready, ri);
+	if (err) {
+		unlisten(fd);
+		free(ri);
+		return err;
+	}
+	*iface = ri;
+	return 0;
+}
+
+/*
+ * The owner's loop stopped at unload or exit, the context still open:
+ * leave port 4791, which the host's contexts share.  A socket left in its
+ * group keeps its share of every flow to the host, and with nobody reading
+ * it those datagrams, any process's, are lost for as long as this process
+ * lives (a library unloaded with a device open: round 4 of
+ * unit_unload.rocev2 found its WRITE's flow there and ended in
+ * RETRY_EXC_ERR).  What waits in it for the others goes on to them first.
+ * Threads of the application may still poll the listener (at exit), so its
+ * descriptor is not closed but made another, unbound, socket that never
+ * has anything to read: dup3 closes the bound one, which leaves the group,
+ * and the descriptor stays valid for whoever looks at it.  (A datagram
+ * that arrives between the last look and the close is lost, as on a link
+ * that goes down.)
+ */
+static void rx_iface_leave(void *iface, bool pass_on)
+{
+	struct rx_iface *ri = iface;
+	int quiet;
+
+	if (!ri->shared || ri->fd < 0)
+		return;
+	if (pass_on)
+		rx_drain(ri);
+	quiet = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (quiet < 0 || dup3(quiet, ri->fd, O_CLOEXEC) < 0)
+		sv_warn("could not leave a shared datagram port: %s", strerror(errno));
+	if (quiet >= 0)
+		close(quiet);
+}
+
+/* Closing: what the listener holds for the other contexts goes on to them;
+ * what is this endpoint's own goes with it. */
+static void rx_iface_close(void *iface)
+{
+	struct rx_iface *ri = iface;
+
+	rx_drain(ri);
+	free(ri->rx_state);
+	ri->at.host->unwatch(ri->at.eng, ri->fd);
+	ri->unlisten(ri->fd);
+	free(ri);
+}
+
+static int listen_iface(const struct sv_iface_at *at, void **iface, bool *host_held)
+{
+	int fd = rocev2_listen(&at->ip);
+
+	*host_held = fd == -EADDRINUSE;
+	return rx_iface_open(at, fd, rocev2_recv, rocev2_backlogged, close_fd, true, iface);
+}
+
+static int listen6_iface(const struct sv_iface_at *at, void **iface, bool *host_held)
+{
+	int fd = listen6(&at->ip, false);
+
+	*host_held = fd == -EADDRINUSE;
+	return rx_iface_open(at, fd, rocev2_recv, rocev2_backlogged, close_fd, false, iface);
+}
+
+static int listen6ll_iface(const struct sv_iface_at *at, void **iface, bool *host_held)
+{
+	int fd = listen6(&at->ip, true);
+
+	*host_held = fd == -EADDRINUSE;
+	return rx_iface_open(at, fd, rocev2_recv, rocev2_backlogged, close_fd, true, iface);
+}
+
+static int fwd_iface(const struct sv_iface_at *at, void **iface, bool *host_held)
+{
+	(void)host_held;
+	return rx_iface_open(at, rocev2_fwd_listen(&at->ip, at->port), rocev2_fwd_recv, NULL,
+			     rocev2_fwd_unlisten, false, iface);
+}
+
 const struct sv_transport_ops sv_rocev2_listen_ops = {
 	.name = "rocev2",
-	.datagram = true,
-	.listen = rocev2_listen,
-	.host_port = true,
-	.recv = rocev2_recv,
-	.recv_end = rocev2_recv_end,
-	.backlogged = rocev2_backlogged,
-	.shared_port = true,
+	.iface_open = listen_iface,
+	.iface_leave = rx_iface_leave,
+	.iface_close = rx_iface_close,
 };
 
 const struct sv_transport_ops sv_rocev2_listen6_ops = {
 	.name = "rocev2 IPv6",
-	.datagram = true,
-	.listen = rocev2_listen6,
-	.host_port = true,
-	.recv = rocev2_recv,
-	.recv_end = rocev2_recv_end,
-	.backlogged = rocev2_backlogged,
+	.iface_open = listen6_iface,
+	.iface_leave = rx_iface_leave,
+	.iface_close = rx_iface_close,
 };
 
 const struct sv_transport_ops sv_rocev2_listen6ll_ops = {
 	.name = "rocev2 IPv6 link-local",
-	.datagram = true,
-	.listen = rocev2_listen6ll,
-	.host_port = true,
-	.recv = rocev2_recv,
-	.recv_end = rocev2_recv_end,
-	.backlogged = rocev2_backlogged,
-	.shared_port = true,
+	.iface_open = listen6ll_iface,
+	.iface_leave = rx_iface_leave,
+	.iface_close = rx_iface_close,
 };
 
 const struct sv_transport_ops sv_rocev2_fwd_ops = {
 	.name = "rocev2 forwarding",
-	.datagram = true,
-	.listen = rocev2_fwd_listen,
-	.unlisten = rocev2_fwd_unlisten,
-	.recv = rocev2_fwd_recv,
+	.iface_open = fwd_iface,
+	.iface_close = rx_iface_close,
 };

@@ -4,8 +4,9 @@
  * a peer takes shm when the peer is on this host and in this network
  * namespace (its abstract unix name answers), tcp otherwise.
  * SOFTVERBS_TRANSPORT=tcp or shm forces one; rocev2 sends RoCEv2
- * datagrams to every peer (rocev2.c).  Adding a transport is a file
- * in this folder and a line here.
+ * datagrams to every peer (rocev2.c).  Adding a transport is a file in
+ * this folder, its ops declared here and their place in the choices
+ * below: nothing else, the engine included, names one.
  */
 #include "transport/transport.h"
 #include "transport/roce_wire.h"
@@ -13,6 +14,35 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <string.h>
+
+/* The transports, each defined in its own file of this folder. */
+extern const struct sv_transport_ops sv_tcp_ops;
+/* Listeners only (their connections are tcp ones): the host's shared port
+ * (SOFTVERBS_PORT, every process with SO_REUSEPORT), and the abstract
+ * socket over which a connection that arrived there is handed to the
+ * process it is for (tcp.c). */
+extern const struct sv_transport_ops sv_tcp_shared_ops;
+extern const struct sv_transport_ops sv_tcp_handoff_ops;
+/* The same two TCP listeners at the interface's IPv6 address (none where it
+ * has none): peers that name the device by its IPv6 GID connect there. */
+extern const struct sv_transport_ops sv_tcp6_ops;
+extern const struct sv_transport_ops sv_tcp_shared6_ops;
+/* ... and at its link-local IPv6 address (GIDs 0 and 1, which a peer that
+ * finds no IPv4 neighbour for them reaches there). */
+extern const struct sv_transport_ops sv_tcp6ll_ops;
+extern const struct sv_transport_ops sv_tcp_shared6ll_ops;
+extern const struct sv_transport_ops sv_shm_ops;
+/* RoCEv2 (rocev2.c): a peer address's datagrams, and the listeners: the
+ * host's UDP port 4791, and the socket other contexts pass on what arrived
+ * there for this one. */
+extern const struct sv_transport_ops sv_rocev2_ops;
+extern const struct sv_transport_ops sv_rocev2_listen_ops;
+extern const struct sv_transport_ops sv_rocev2_listen6_ops;
+extern const struct sv_transport_ops sv_rocev2_listen6ll_ops;
+extern const struct sv_transport_ops sv_rocev2_fwd_ops;
+/* Multicast (mcast.c): a group's connection. */
+extern const struct sv_transport_ops sv_mcast_ops;
+int sv_mcast_open(struct sv_conn *c, const union ibv_gid *mgid, struct in_addr ifip);
 
 enum sv_transport_mode sv_transport_mode(void)
 {
@@ -61,6 +91,11 @@ int sv_transports_listening(enum sv_transport_mode mode,
 	return n;
 }
 
+bool sv_transport_by_address(enum sv_transport_mode mode)
+{
+	return mode == SV_TRANSPORT_ROCEV2;
+}
+
 uint16_t sv_transport_peer_port(enum sv_transport_mode mode, uint16_t port)
 {
 	return mode == SV_TRANSPORT_ROCEV2 ? SV_ROCE_UDP_PORT : port;
@@ -85,4 +120,10 @@ int sv_transport_connect(struct sv_conn *c, enum sv_transport_mode mode)
 	/* another host or namespace, or a peer with tcp forced: no shm name */
 	c->ops = &sv_tcp_ops;
 	return c->ops->connect(c);
+}
+
+int sv_transport_group(struct sv_conn *c, const union ibv_gid *mgid, struct in_addr ifip)
+{
+	c->ops = &sv_mcast_ops; /* set before anything can fail: sv_conn_put closes */
+	return sv_mcast_open(c, mgid, ifip);
 }

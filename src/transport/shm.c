@@ -50,12 +50,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <arpa/inet.h>
+#include <sys/epoll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <sys/un.h>
 #include <unistd.h>
+
+/* This file's transport (select.c names it). */
+extern const struct sv_transport_ops sv_shm_ops;
 
 #define SHM_MAGIC 0x5356534du /* "SVSM" */
 /* 2: the memory comes sealed at its size; 3: bell and cma_ok on a line of
@@ -142,9 +146,13 @@ static inline struct sv_shm *to_shm(struct sv_conn *c)
 
 /* Listen on the abstract unix name of the endpoint's tcp address and port:
  * only peers on this host and in this network namespace can reach it. */
-static int shm_listen(const struct in6_addr *ip, uint16_t *port)
+static int shm_accept(int lfd, struct sv_conn *c);
+
+static int shm_iface(const struct sv_iface_at *at, void **iface, bool *host_held)
 {
-	return sv_endpoint_unix_listen("shm", ip, *port);
+	(void)host_held;
+	return sv_iface_stream(at, sv_endpoint_unix_listen("shm", &at->ip, at->port), &sv_shm_ops,
+			       shm_accept, iface);
 }
 
 static bool peer_is_us(int fd, pid_t *pid)
@@ -889,12 +897,42 @@ static int shm_finish_connect(struct sv_conn *c)
  * payloads) after we are gone only if it was drained before. */
 static void shm_drain(struct sv_conn *c, uint64_t deadline)
 {
+	if (c->fd < 0)
+		return;
 	while ((sv_conn_tx_waiting(c) || shm_unsent(c)) && sv_now_ns() < deadline &&
 	       atomic_load(&c->state) == SV_CONN_UP) {
 		if (sv_conn_flush_queue(c) < 0)
 			return;
 		poll(NULL, 0, 1);
 	}
+}
+
+/* Room after a full ring is signalled by a bell (EPOLLIN), never EPOLLOUT;
+ * and the bells are watched while the input waits, since they say there
+ * is room as well as data. */
+static uint32_t shm_watch(const struct sv_conn *c, bool in, bool out)
+{
+	(void)c;
+	(void)in;
+	(void)out;
+	return EPOLLIN | EPOLLRDHUP;
+}
+
+static const struct sv_mem_poll shm_poll = {
+	.pending = shm_rx_pending,
+	.arm = shm_arm,
+	.bell = shm_poll_in,
+};
+
+/* The owner takes the connection: the stream's framing and handshake, and
+ * its rings are looked at in memory. */
+static int shm_conn_open(struct sv_conn *c)
+{
+	int err = sv_stream_open(c);
+
+	if (!err && c->host->in_memory)
+		c->host->in_memory(c, &shm_poll);
+	return err;
 }
 
 static const struct sv_stream_io shm_io = {
@@ -916,19 +954,16 @@ static void shm_input(struct sv_conn *c, bool closing)
 
 const struct sv_transport_ops sv_shm_ops = {
 	.name = "shm",
-	.room_by_bell = true,
-	.listen = shm_listen,
-	.accept = shm_accept,
+	.watch = shm_watch,
+	.iface_open = shm_iface,
+	.iface_close = sv_iface_stream_close,
 	.finish_connect = shm_finish_connect,
 	.drain = shm_drain,
 	.connect = shm_connect,
-	.init = sv_stream_init,
+	.open = shm_conn_open,
 	.send = shm_send,
 	.input = shm_input,
 	.close = shm_close,
 	.destroy = shm_destroy,
 	.unsent = shm_unsent,
-	.poll_in = shm_poll_in,
-	.rx_pending = shm_rx_pending,
-	.arm = shm_arm,
 };

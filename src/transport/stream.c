@@ -323,6 +323,13 @@ int sv_stream_init(struct sv_conn *c)
 	return 0;
 }
 
+int sv_stream_open(struct sv_conn *c)
+{
+	int err = sv_stream_init(c);
+
+	return err ? err : sv_conn_start(c);
+}
+
 void sv_stream_fini(struct sv_conn *c)
 {
 	free(c->framing);

@@ -28,6 +28,9 @@ struct sv_stream_io {
 
 /* The framing state of a connection (conn->framing): 0 or -ENOMEM; freed by fini. */
 int sv_stream_init(struct sv_conn *conn);
+/* The open op of a stream transport: its framing, then the handshake
+ * (sv_conn_start); 0 or -errno. */
+int sv_stream_open(struct sv_conn *conn);
 void sv_stream_fini(struct sv_conn *conn);
 /* The frame ops of a stream transport (struct sv_transport_ops send and
  * input), given its byte-level calls.  Bytes of a frame the stream holds

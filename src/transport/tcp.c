@@ -19,6 +19,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+/* This file's transport (select.c names it). */
+extern const struct sv_transport_ops sv_tcp_ops;
+
 static void tcp_tune(int fd)
 {
 	int one = 1, buf = 4 << 20;
@@ -93,21 +96,6 @@ static int listen_ip(const struct in6_addr *ip, uint16_t port, bool shared)
 	return listen_at((struct sockaddr *)&sa, sizeof(sa), shared);
 }
 
-static int tcp_listen(const struct in6_addr *ip, uint16_t *port_out)
-{
-	return listen_ip(ip, *port_out, false);
-}
-
-static int tcp_listen6(const struct in6_addr *ip, uint16_t *port)
-{
-	return listen6_at(ip, *port, false, false);
-}
-
-static int tcp_listen6ll(const struct in6_addr *ip, uint16_t *port)
-{
-	return listen6_at(ip, *port, false, true);
-}
-
 static int tcp_accept(int lfd, struct sv_conn *conn)
 {
 	int fd = accept4(lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
@@ -139,15 +127,6 @@ static int tcp_peer_addr(struct sv_conn *conn, struct in6_addr *ip)
 	return 0;
 }
 
-static int tcp6_accept(int lfd, struct sv_conn *conn)
-{
-	int err = tcp_accept(lfd, conn);
-
-	if (!err)
-		conn->ops = &sv_tcp_ops;
-	return err;
-}
-
 /* The connect started by tcp_connect finished: did it succeed? */
 static int tcp_finish_connect(struct sv_conn *conn)
 {
@@ -172,6 +151,8 @@ static void tcp_drain(struct sv_conn *c, uint64_t deadline)
 {
 	char sink[4096];
 
+	if (c->fd < 0)
+		return;
 	while (atomic_load(&c->state) == SV_CONN_CONNECTING && sv_now_ns() < deadline) {
 		struct pollfd p = { .fd = c->fd, .events = POLLOUT };
 
@@ -372,7 +353,7 @@ struct hello_frame {
  * (SO_REUSEPORT).  Bound already by a socket without SO_REUSEPORT, or by
  * another user's (the kernel groups one user's sockets only): peers would
  * reach that program, not us, so the device is not opened (-EADDRINUSE,
- * host_port), and the log says what to do.
+ * *host_held), and the log says what to do.
  */
 static int shared_held(int fd, const struct in6_addr *ip, bool v6)
 {
@@ -386,30 +367,6 @@ static int shared_held(int fd, const struct in6_addr *ip, bool v6)
 		       "(0: none; each endpoint is then reached at its own port)",
 		       SV_IP_STR(ip), port, v6 ? " of its IPv6 addresses" : "", port);
 	return fd;
-}
-
-static int shared_listen(const struct in6_addr *ip, uint16_t *port)
-{
-	(void)port;
-	return shared_held(listen_ip(ip, sv_tcp_shared_port(), true), ip, !sv_ip_is_v4(ip));
-}
-
-static int shared_listen6(const struct in6_addr *ip, uint16_t *port)
-{
-	(void)port;
-	return shared_held(listen6_at(ip, sv_tcp_shared_port(), true, false), ip, true);
-}
-
-static int shared_listen6ll(const struct in6_addr *ip, uint16_t *port)
-{
-	(void)port;
-	return shared_held(listen6_at(ip, sv_tcp_shared_port(), true, true), ip, true);
-}
-
-/* The abstract socket over which a connection is handed to an endpoint. */
-static int handoff_listen(const struct in6_addr *ip, uint16_t *port)
-{
-	return sv_endpoint_unix_listen("handoff", ip, *port);
 }
 
 /* A HELLO frame that can be taken: its length and the HELLO's own checks. */
@@ -524,59 +481,111 @@ static int handoff_accept(int lfd, struct sv_conn *conn)
 	return adopt(conn, fd, &f);
 }
 
+/* ---- the endpoint's interfaces: its own port, the shared port, the hand-off ---- */
+
+static int own_iface(const struct sv_iface_at *at, void **iface, bool *host_held)
+{
+	(void)host_held;
+	return sv_iface_stream(at, listen_ip(&at->ip, at->port, false), &sv_tcp_ops, tcp_accept,
+			       iface);
+}
+
+static int own6_iface(const struct sv_iface_at *at, void **iface, bool *host_held)
+{
+	(void)host_held;
+	return sv_iface_stream(at, listen6_at(&at->ip, at->port, false, false), &sv_tcp_ops,
+			       tcp_accept, iface);
+}
+
+static int own6ll_iface(const struct sv_iface_at *at, void **iface, bool *host_held)
+{
+	(void)host_held;
+	return sv_iface_stream(at, listen6_at(&at->ip, at->port, false, true), &sv_tcp_ops,
+			       tcp_accept, iface);
+}
+
+static int shared_iface(const struct sv_iface_at *at, void **iface, bool *host_held)
+{
+	int fd = shared_held(listen_ip(&at->ip, sv_tcp_shared_port(), true), &at->ip,
+			     !sv_ip_is_v4(&at->ip));
+
+	*host_held = fd == -EADDRINUSE;
+	return sv_iface_stream(at, fd, &sv_tcp_ops, shared_accept, iface);
+}
+
+static int shared6_iface(const struct sv_iface_at *at, void **iface, bool *host_held)
+{
+	int fd = shared_held(listen6_at(&at->ip, sv_tcp_shared_port(), true, false), &at->ip,
+			     true);
+
+	*host_held = fd == -EADDRINUSE;
+	return sv_iface_stream(at, fd, &sv_tcp_ops, shared_accept, iface);
+}
+
+static int shared6ll_iface(const struct sv_iface_at *at, void **iface, bool *host_held)
+{
+	int fd = shared_held(listen6_at(&at->ip, sv_tcp_shared_port(), true, true), &at->ip,
+			     true);
+
+	*host_held = fd == -EADDRINUSE;
+	return sv_iface_stream(at, fd, &sv_tcp_ops, shared_accept, iface);
+}
+
+/* The abstract socket over which a connection is handed to an endpoint. */
+static int handoff_iface(const struct sv_iface_at *at, void **iface, bool *host_held)
+{
+	(void)host_held;
+	return sv_iface_stream(at, sv_endpoint_unix_listen("handoff", &at->ip, at->port),
+			       &sv_tcp_ops, handoff_accept, iface);
+}
+
+/* The shared port is left when the endpoint's loop stops for good: else
+ * the kernel would go on giving it connections nobody accepts. */
 const struct sv_transport_ops sv_tcp_shared_ops = {
 	.name = "tcp (shared port)",
-	.listen = shared_listen,
-	.host_port = true,
-	.accept = shared_accept,
-	.close = tcp_close, /* a connection refused before it became a tcp one */
+	.iface_open = shared_iface,
+	.iface_leave = sv_iface_stream_leave,
+	.iface_close = sv_iface_stream_close,
 };
 
 const struct sv_transport_ops sv_tcp_shared6_ops = {
 	.name = "tcp (shared port, IPv6)",
-	.listen = shared_listen6,
-	.host_port = true,
-	.accept = shared_accept,
-	.close = tcp_close,
+	.iface_open = shared6_iface,
+	.iface_close = sv_iface_stream_close,
 };
 
 const struct sv_transport_ops sv_tcp_shared6ll_ops = {
 	.name = "tcp (shared port, IPv6 link-local)",
-	.listen = shared_listen6ll,
-	.host_port = true,
-	.accept = shared_accept,
-	.close = tcp_close,
+	.iface_open = shared6ll_iface,
+	.iface_close = sv_iface_stream_close,
 };
 
 const struct sv_transport_ops sv_tcp6ll_ops = {
 	.name = "tcp (IPv6 link-local)",
-	.listen = tcp_listen6ll,
-	.accept = tcp6_accept,
-	.close = tcp_close,
+	.iface_open = own6ll_iface,
+	.iface_close = sv_iface_stream_close,
 };
 
 const struct sv_transport_ops sv_tcp6_ops = {
 	.name = "tcp (IPv6)",
-	.listen = tcp_listen6,
-	.accept = tcp6_accept,
-	.close = tcp_close,
+	.iface_open = own6_iface,
+	.iface_close = sv_iface_stream_close,
 };
 
 const struct sv_transport_ops sv_tcp_handoff_ops = {
 	.name = "tcp (hand-off)",
-	.listen = handoff_listen,
-	.accept = handoff_accept,
-	.close = tcp_close,
+	.iface_open = handoff_iface,
+	.iface_close = sv_iface_stream_close,
 };
 
 const struct sv_transport_ops sv_tcp_ops = {
 	.name = "tcp",
-	.listen = tcp_listen,
-	.accept = tcp_accept,
+	.iface_open = own_iface,
+	.iface_close = sv_iface_stream_close,
 	.finish_connect = tcp_finish_connect,
 	.drain = tcp_drain,
 	.connect = tcp_connect,
-	.init = sv_stream_init,
+	.open = sv_stream_open,
 	.send = tcp_send,
 	.input = tcp_input,
 	.unsent = tcp_unsent,

@@ -1,9 +1,11 @@
 /*
  * Transports carry frames between two endpoints.  Each one owns its side of
- * an endpoint (listening, accepting), its connections (connecting,
+ * an endpoint (its interface: listening, accepting, receiving datagrams,
+ * leaving the host's shared ports), its connections (connecting,
  * readiness, draining at close), its framing and the HELLO handshake; the
- * engine calls the ops below, and a transport calls its connection's owner
- * only through struct sv_conn_host (frames in, failures, room for output).
+ * engine calls the ops below, and a transport calls the engine only
+ * through struct sv_iface_host (descriptors to watch, connections
+ * accepted) and struct sv_conn_host (frames in, failures, room for output).
  * Four exist:
  *  - tcp (tcp.c): a byte stream to any endpoint, IPv4 or IPv6, with the
  *    host's shared port and its hand-off;
@@ -13,8 +15,8 @@
  *    every peer when SOFTVERBS_TRANSPORT=rocev2;
  *  - multicast (mcast.c): UD datagrams to an IPv4 multicast group, for UD
  *    sends to a multicast GID.
- * select.c chooses among tcp, shm and rocev2 per peer; the engine makes a
- * group's multicast connection itself (sv_engine_conn_mcast).
+ * select.c chooses among tcp, shm and rocev2 per peer, and makes a group's
+ * connection multicast's (sv_transport_group).
  */
 #ifndef SV_TRANSPORT_H
 #define SV_TRANSPORT_H
@@ -140,6 +142,21 @@ struct sv_rx_plan {
 };
 
 /*
+ * How a connection whose data waits in memory is looked at (registered by
+ * its transport: sv_conn_host.in_memory); its descriptor then carries only
+ * bells and the end of the stream.
+ */
+struct sv_mem_poll {
+	/* data waits (or the stream ended), seen without a system call */
+	bool (*pending)(struct sv_conn *conn);
+	/* about to sleep: have the next arrival ring; true if data waits already */
+	bool (*arm)(struct sv_conn *conn);
+	/* the descriptor said readable (bells, end of stream, an accepted
+	 * peer's setup): taken, by one thread only (the engine's) */
+	void (*bell)(struct sv_conn *conn);
+};
+
+/*
  * What a connection asks of its owner (the engine), set when it is made:
  * the transports call upwards only through this.
  */
@@ -185,6 +202,11 @@ struct sv_conn_host {
 	/* tx_lock held: call sv_conn_fault_release for conn at about `when`
 	 * (frames held back by fault injection); may be NULL */
 	void (*fault_timer)(struct sv_conn *conn, uint64_t when);
+	/* The transport's data for conn waits in memory, seen without a system
+	 * call (shm's rings): whoever makes progress looks with poll instead
+	 * of waiting for the descriptor (struct sv_mem_poll).  Called by the
+	 * open op, before the owner has the connection; may be NULL. */
+	void (*in_memory)(struct sv_conn *conn, const struct sv_mem_poll *poll);
 };
 
 /*
@@ -239,6 +261,13 @@ struct sv_conn {
 	_Atomic int state;     /* enum sv_conn_state */
 	struct sv_ref ref;     /* freed by the last put (sv_conn_put) */
 	bool outgoing;         /* we initiated it (and keyed it by peer addr) */
+	/* What the transport's network promises, set by the transport when the
+	 * connection is made.  lossy: packets may be lost or reordered on the
+	 * way, and one corrupted is dropped by the receiver's own check (a
+	 * RoCEv2 ICRC): the owner paces and probes RC (congestion.c).
+	 * by_address: one connection per peer address, shared by all of its
+	 * endpoints; what arrives names none of them (peer.port is not one). */
+	bool lossy, by_address;
 	atomic_bool hello_seen; /* the peer's HELLO arrived */
 	/* the peer's AUTH proved it holds the secret (auth.h): only then do its
 	 * frames go up, and ours (but for the handshake's) go out; read by
@@ -375,57 +404,61 @@ struct sv_frames {
 /* Room for a datagram as a datagram transport receives it, before decoding. */
 #define SV_DGRAM_RAW_MAX (SV_MAX_FRAME + 128)
 
-/* A packet a datagram transport's listener received (sv_transport_ops.recv). */
-struct sv_dgram {
-	/* set by the caller */
-	struct in6_addr local_ip; /* the endpoint's address ... */
-	uint16_t local_port;	 /* ... and port (its block's, registry.h) */
-	uint8_t *buf;		 /* where the packet goes */
-	size_t cap;
-	uint8_t *raw;		 /* room for the datagram as it arrived */
-	size_t raw_cap;
-	/* the listener's place for what its recv keeps between calls (datagrams
-	 * read ahead, transport/rocev2.c), which recv_end frees when the
-	 * listener closes; NULL: recv keeps nothing */
-	void **rx_state;
-	/* set by recv */
-	bool more;	      /* recv read ahead: the next call returns one without a system call */
-	struct in6_addr from; /* the sender's address */
-	struct in6_addr to;   /* the address it was sent to (ours) */
-	size_t len;	     /* the packet's length in buf */
-	bool ecn;	     /* it arrived marked (IP ECN CE or FECN): congestion on the way */
-	uint8_t refused;     /* recv returned -1: why, to count (SV_DGRAM_BAD_*), or 0 */
-};
-
-/* Why a datagram was refused, where the engine counts it (sv_dgram.refused). */
+/* Why a datagram was refused, where its owner counts it (sv_iface_host.refused). */
 #define SV_DGRAM_BAD_ICRC 1 /* its RoCEv2 ICRC does not verify */
 #define SV_DGRAM_BAD_TAG 2  /* its tag keyed by the job's secret does not (rocev2) */
 
+/*
+ * The endpoint side of a transport, an interface as UCX has it: the
+ * transport opens its listeners for an endpoint (iface_open), accepts and
+ * receives on them itself, and leaves the host's shared ports; its owner
+ * (the engine) only watches the descriptors it is given, and takes the
+ * connections and packets that come through this.
+ */
+struct sv_iface_host {
+	/* Watch fd in the owner's loop: ready(arg) runs, under the owner's
+	 * progress lock, whenever fd is readable; data: packets come through
+	 * it (not only peers to accept), so threads that poll look at it too.
+	 * 0 or -errno.  unwatch before closing fd. */
+	int (*watch)(struct sv_engine *eng, int fd, bool data, void (*ready)(void *arg),
+		     void *arg);
+	void (*unwatch)(struct sv_engine *eng, int fd);
+	/* A connection of ops to accept a peer into, the owner's to be (NULL:
+	 * out of memory); after a failed accept the transport puts it. */
+	struct sv_conn *(*conn_new)(struct sv_engine *eng, const struct sv_transport_ops *ops);
+	/* A peer accepted into conn: the owner takes it, within its admission
+	 * caps (one it refuses it puts). */
+	void (*accepted)(struct sv_conn *conn);
+	/* Out of descriptors or memory: the owner watches no listener for a while. */
+	void (*rest)(struct sv_engine *eng);
+	/* The connection of the peer at address ip, made at its first packet,
+	 * with a reference (NULL: none); a datagram goes up on it (rx_frame). */
+	struct sv_conn *(*conn_from)(struct sv_engine *eng, const struct in6_addr *ip);
+	/* A datagram the transport's checks refused, counted (SV_DGRAM_BAD_*). */
+	void (*refused)(struct sv_engine *eng, int why);
+};
+
+/* Where an interface listens, and for whom (iface_open). */
+struct sv_iface_at {
+	const struct sv_iface_host *host;
+	struct sv_engine *eng;
+	struct in6_addr ip; /* the endpoint's address */
+	uint16_t port;      /* its port, its block's (registry.h) */
+};
+
 struct sv_transport_ops {
 	const char *name;
-	/* Datagrams, not a stream: connections have no descriptor and no
-	 * handshake (they are only where packets go), and what arrives comes
-	 * through the listeners' recv. */
-	bool datagram;
-	/* A datagram listener: one packet into d, 1; 0 when none waits; -1 for
-	 * one dropped (refused, or passed to the context it is for). */
-	int (*recv)(int lfd, struct sv_dgram *d);
-	/* What recv kept in *d->rx_state, freed (the listener closes; what it
-	 * still held is dropped).  Optional. */
-	void (*recv_end)(void *rx_state);
-	/* A datagram listener: is more than half its socket's buffer taken by
-	 * what waits there (the receiver is falling behind)?  Optional. */
-	bool (*backlogged)(int lfd);
-	/* A datagram listener on a port every context of the host binds
-	 * (SO_REUSEPORT): the kernel gives each a share of the flows, so one
-	 * that nobody reads any more must leave it (engine.c, sv_engine_halt). */
-	bool shared_port;
-	/* Room after a full ring is signalled by a bell (EPOLLIN), never EPOLLOUT. */
-	bool room_by_bell;
 	/* Start a connection to conn->peer; completes asynchronously. */
 	int (*connect)(struct sv_conn *conn);
-	/* Set up the connection's framing, once its transport is known; 0 or -errno. */
-	int (*init)(struct sv_conn *conn);
+	/* The owner takes the connection (conn->hello_gid set), once its
+	 * transport is known: a stream sets up its framing and begins the
+	 * handshake (sv_stream_open); a transport without one makes it ready
+	 * at once (sv_conn_open_unframed); 0 or -errno. */
+	int (*open)(struct sv_conn *conn);
+	/* The readiness (EPOLL* bits) the owner watches conn->fd for, given
+	 * whether it takes input now (in) and waits for room (out).  NULL:
+	 * EPOLLIN and EPOLLOUT as asked, EPOLLRDHUP always (sv_conn_watch). */
+	uint32_t (*watch)(const struct sv_conn *conn, bool in, bool out);
 
 	/* ---- frames: a batch out, each frame in ---- */
 	/* Take whole frames from the front of f without blocking (tx_lock
@@ -450,84 +483,47 @@ struct sv_transport_ops {
 	/* Free the transport state at the last reference. */
 	void (*destroy)(struct sv_conn *conn);
 
-	/* ---- the endpoint side: listening, accepting, setting up, closing ---- */
-	/* Listen for an endpoint at (ip, *port), the port of its block of QP
-	 * numbers (registry.h): returns the listening fd or -errno
-	 * (-EADDRINUSE: the port is another program's). */
+	/* ---- the endpoint side: listening, accepting (struct sv_iface_host) ---- */
+	/* Listen for the endpoint at at->ip, at->port (its block's port,
+	 * registry.h): the transport makes its listeners, has its owner watch
+	 * them, and accepts and receives on them itself; its state in *iface.
+	 * 0, or -errno: -ENOENT nothing of this transport's here (no IPv6
+	 * address); -EADDRINUSE a port or name of it is another program's,
+	 * with *host_held set where that port is the one every process of the
+	 * host shares (the shared TCP port, UDP 4791: no other block would
+	 * help, and the transport has said what to do). */
+	int (*iface_open)(const struct sv_iface_at *at, void **iface, bool *host_held);
+	/* The owner's loop stopped for good, the context still open (unload,
+	 * exit): leave what every process of the host shares, or the kernel
+	 * goes on giving this endpoint traffic nobody takes; what waits there
+	 * for the others goes on to them first when pass_on (the owner's
+	 * progress lock is held).  Optional. */
+	void (*iface_leave)(void *iface, bool pass_on);
+	/* Close the listeners (what waits in them for other contexts goes on
+	 * to them) and free iface. */
+	void (*iface_close)(void *iface);
 	/* Pass the connection, whose peer's HELLO (hello, len) named the
 	 * endpoint to_port, to that endpoint's process on this host; 0, and
 	 * conn->keep_socket set, or -errno.  NULL: not a transport that can. */
 	int (*handoff)(struct sv_conn *conn, const uint8_t *hello, size_t len, uint16_t to_port);
-	int (*listen)(const struct in6_addr *ip, uint16_t *port);
-	/* listen binds a port every process of the host shares (the shared
-	 * TCP port SOFTVERBS_PORT, UDP 4791), not the endpoint's own: where it
-	 * is another program's (-EADDRINUSE), the device would not hear its
-	 * peers, and it is not opened (engine.c) */
-	bool host_port;
-	/* Close what listen returned (NULL: close(lfd) does). */
-	void (*unlisten)(int lfd);
-	/* Accept one waiting peer on lfd into conn (its fd and transport state):
-	 * 0; -EAGAIN when none waits, or when accepting must stop (out of
-	 * descriptors, memory); any other -errno: that peer was refused. */
-	int (*accept)(int lfd, struct sv_conn *conn);
 	/* A connection being set up reported writable or an error: 0 once it is up. */
 	int (*finish_connect)(struct sv_conn *conn);
 	/* Closing: what is queued goes out and the stream ends, by deadline_ns. */
 	void (*drain)(struct sv_conn *conn, uint64_t deadline_ns);
-
-	/* Transports whose data does not come through the fd (all three or none): */
-	/* the fd said readable (bells, end of stream) */
-	void (*poll_in)(struct sv_conn *conn);
-	/* data waits, seen without a system call */
-	bool (*rx_pending)(struct sv_conn *conn);
-	/* about to sleep: have the next arrival ring; true if data already waits */
-	bool (*arm)(struct sv_conn *conn);
 };
 
-extern const struct sv_transport_ops sv_tcp_ops;
-/* Listeners only (their connections are tcp ones): the host's shared port
- * (SOFTVERBS_PORT, every process with SO_REUSEPORT), and the abstract
- * socket over which a connection that arrived there is handed to the
- * process it is for (tcp.c). */
-extern const struct sv_transport_ops sv_tcp_shared_ops;
-extern const struct sv_transport_ops sv_tcp_handoff_ops;
-/* The same two TCP listeners at the interface's IPv6 address (none where it
- * has none): peers that name the device by its IPv6 GID connect there. */
-extern const struct sv_transport_ops sv_tcp6_ops;
-extern const struct sv_transport_ops sv_tcp_shared6_ops;
-/* ... and at its link-local IPv6 address (GIDs 0 and 1, which a peer that
- * finds no IPv4 neighbour for them reaches there). */
-extern const struct sv_transport_ops sv_tcp6ll_ops;
-extern const struct sv_transport_ops sv_tcp_shared6ll_ops;
-extern const struct sv_transport_ops sv_shm_ops;
-/* RoCEv2 (rocev2.c): a peer address's datagrams, and the listeners: the
- * host's UDP port 4791, and the socket other contexts pass on what arrived
- * there for this one. */
-extern const struct sv_transport_ops sv_rocev2_ops;
-extern const struct sv_transport_ops sv_rocev2_listen_ops;
-extern const struct sv_transport_ops sv_rocev2_listen6_ops;
-extern const struct sv_transport_ops sv_rocev2_listen6ll_ops;
-extern const struct sv_transport_ops sv_rocev2_fwd_ops;
-
 /*
- * Multicast (mcast.c): a context's connection for one group, which sends
+ * Multicast groups: a context's connection for one group (mcast.c) sends
  * each frame as a datagram to the group and hands up what the group's
  * members sent, while joined.  UD sends to the multicast QPN go there.
  */
 #define SV_MCAST_QPN 0xffffffu
-extern const struct sv_transport_ops sv_mcast_ops;
 /* A multicast GID: IPv6 multicast (ff00::/8) or IPv4-mapped 224.0.0.0/4. */
 bool sv_gid_is_mcast(const union ibv_gid *gid);
-/* Make c (made by its owner, not yet polled) the group connection for mgid,
- * sending through the interface of ifip; 0 or -errno. */
-int sv_mcast_open(struct sv_conn *c, const union ibv_gid *mgid, struct in_addr ifip);
+/* The group whose connection c is (its MGID), or NULL: c is a peer's. */
+const union ibv_gid *sv_conn_group(const struct sv_conn *c);
 /* Receive the group's datagrams (join) or not (leave); 0 or -errno. */
-int sv_mcast_join(struct sv_conn *c, bool on);
-const union ibv_gid *sv_mcast_mgid(const struct sv_conn *c);
-static inline bool sv_conn_is_mcast(const struct sv_conn *c)
-{
-	return c->ops == &sv_mcast_ops;
-}
+int sv_conn_group_join(struct sv_conn *c, bool on);
 
 /* ---- choosing transports (select.c): the only place that names them ---- */
 enum sv_transport_mode {
@@ -542,17 +538,38 @@ uint16_t sv_tcp_shared_port(void);
 /* The port a peer endpoint is reached at, given its own (its block's):
  * under rocev2 every endpoint of an address is at UDP 4791. */
 uint16_t sv_transport_peer_port(enum sv_transport_mode mode, uint16_t port);
+/* Are connections in this mode an address's, shared by its endpoints, so
+ * that what arrives names no endpoint (sv_conn.by_address: rocev2)? */
+bool sv_transport_by_address(enum sv_transport_mode mode);
 /* SOFTVERBS_TRANSPORT, read when a device is opened. */
 enum sv_transport_mode sv_transport_mode(void);
 /* The transports an endpoint listens with, the one that picks the port first. */
 int sv_transports_listening(enum sv_transport_mode mode,
 			    const struct sv_transport_ops *out[SV_MAX_TRANSPORTS]);
+/* Make c (made by its owner, not yet registered) the connection of
+ * multicast group mgid, sending through the interface of ifip: sets
+ * c->ops (and c->fd); 0, or -errno with c->ops set. */
+int sv_transport_group(struct sv_conn *c, const union ibv_gid *mgid, struct in_addr ifip);
 /* Start a connection to conn->peer over the transport mode picks for it:
  * sets conn->ops (and conn->fd); 0, or -errno with conn->ops set. */
 int sv_transport_connect(struct sv_conn *conn, enum sv_transport_mode mode);
 
-/* An accept4() failure as the accept op reports it (-EAGAIN: nobody waits;
- * -EMFILE: out of descriptors or memory, the listener rests a while). */
+/*
+ * A stream transport's listener (fd, or -errno, which is returned) as an
+ * interface (iface.c): each peer waiting there is accepted into a
+ * connection of ops by accept, and handed to the owner.  accept returns 0;
+ * -EAGAIN when none waits, or when accepting must stop; -EMFILE out of
+ * descriptors or memory (the owner rests the listeners); any other -errno:
+ * that peer was refused.  leave closes the listener now (a shared port),
+ * close closes it and frees the interface.
+ */
+int sv_iface_stream(const struct sv_iface_at *at, int fd, const struct sv_transport_ops *ops,
+		    int (*accept)(int lfd, struct sv_conn *conn), void **iface);
+void sv_iface_stream_leave(void *iface, bool pass_on);
+void sv_iface_stream_close(void *iface);
+
+/* An accept4() failure as an accept function reports it (-EAGAIN: nobody
+ * waits; -EMFILE: out of descriptors or memory, the listener rests a while). */
 static inline int sv_accept_error(int err)
 {
 	if (err == EAGAIN || err == EWOULDBLOCK)
@@ -607,6 +624,13 @@ uint64_t sv_conn_fault_release(struct sv_conn *conn, uint64_t now);
 
 /* Takes tx_lock: hand queued frames to the transport while it takes them; 0 or -errno. */
 int sv_conn_flush_queue(struct sv_conn *conn);
+
+/* The open op of a transport without a handshake or framing (datagrams):
+ * each packet proves itself, or nothing does (RoCE); the connection is
+ * only where packets go. */
+int sv_conn_open_unframed(struct sv_conn *conn);
+/* The readiness the owner watches conn->fd for (ops->watch, or its default). */
+uint32_t sv_conn_watch(const struct sv_conn *conn, bool in, bool out);
 
 /* tx_lock held, the connection gated: the frames queued behind the
  * handshake's, none of which has left, taken off the queue (their bytes in

@@ -510,7 +510,7 @@ int ibv_close_device(struct ibv_context *context)
 	sv_mutex_unlock(&open_lock);
 	sv_engine_stop(ctx->eng);
 	sv_export_close(ctx); /* after the engine, which released its registry block */
-	sv_mcast_table_fini(ctx); /* after the engine: nothing delivers any more */
+	sv_mcg_table_fini(ctx); /* after the engine: nothing delivers any more */
 	sv_xrc_proxies_free(ctx);
 	sv_stats_close(ctx);
 	close(context->async_fd);

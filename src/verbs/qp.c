@@ -603,7 +603,7 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 	}
 
 	/* as Linux's uverbs: detach from the multicast groups first */
-	if (sv_mcast_busy(qp))
+	if (sv_mcg_busy(qp))
 		return EBUSY;
 	settle_sends(qp);
 	sv_mutex_lock(&ctx->lock);
@@ -832,7 +832,7 @@ int ibv_attach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
 	(void)lid;
 	if (!qp || !gid)
 		return EINVAL;
-	return sv_mcast_attach(to_sv_qp(qp), gid);
+	return sv_mcg_attach(to_sv_qp(qp), gid);
 }
 
 int ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
@@ -840,5 +840,5 @@ int ibv_detach_mcast(struct ibv_qp *qp, const union ibv_gid *gid, uint16_t lid)
 	(void)lid;
 	if (!qp || !gid)
 		return EINVAL;
-	return sv_mcast_detach(to_sv_qp(qp), gid);
+	return sv_mcg_detach(to_sv_qp(qp), gid);
 }

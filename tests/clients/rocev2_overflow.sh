@@ -16,7 +16,7 @@
 # this failed 3 runs of 3 with RETRY_EXC_ERR:
 # the engine thread, which fired the probe and ack timers, waited for the
 # engine's lock that the client's polling thread kept taking, and every
-# timer fired hundreds of milliseconds late (engine.c, progress_locked).
+# timer fired hundreds of milliseconds late (engine/loop.c, progress_locked).
 #
 # Skips (77) without root (namespaces), ib_write_bw or python3.
 . "$(dirname "$0")/lib.sh"

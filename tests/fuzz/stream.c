@@ -90,7 +90,6 @@ static void fz_close(struct sv_conn *c)
 
 static const struct sv_transport_ops ops = {
 	.name = "fuzz",
-	.init = sv_stream_init,
 	.send = fz_send,
 	.input = fz_input,
 	.unsent = fz_unsent,
@@ -141,7 +140,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	atomic_init(&c->state, SV_CONN_UP);
 	sv_ref_init(&c->ref, 1);
 	sv_mutex_init(&c->tx_lock, SV_LOCK_CONN_TX);
-	if (c->ops->init(c)) {
+	if (sv_stream_init(c)) {
 		free(c);
 		return 0;
 	}

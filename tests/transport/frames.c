@@ -111,7 +111,6 @@ static void fake_close(struct sv_conn *c)
 
 static const struct sv_transport_ops fake_ops = {
 	.name = "fake",
-	.init = sv_stream_init,
 	.send = fake_send,
 	.input = fake_input,
 	.unsent = fake_unsent,
@@ -176,7 +175,7 @@ static struct sv_conn *conn_make(void)
 	atomic_init(&c->state, SV_CONN_UP);
 	sv_ref_init(&c->ref, 1);
 	sv_mutex_init(&c->tx_lock, SV_LOCK_CONN_TX);
-	CHECK(c->ops->init(c) == 0);
+	CHECK(sv_stream_init(c) == 0);
 	return c;
 }
 

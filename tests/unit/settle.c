@@ -4,7 +4,7 @@
  * the SEND completes with IBV_WC_SUCCESS, as on a NIC, which processes the
  * ACK on arrival, not with IBV_WC_WR_FLUSH_ERR (ibv_modify_qp) or with no
  * completion at all (ibv_destroy_qp).  See settle_sends in verbs/qp.c and
- * sv_engine_settle in engine/engine.c.
+ * sv_engine_settle in engine/loop.c.
  *
  * Here an ACK is taken in only when a thread looks: the engine thread, or
  * an application thread that polls a CQ.  Normally the engine thread does
