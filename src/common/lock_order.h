@@ -5,7 +5,7 @@
  * (sv_mutex_init(&qp->lock, SV_LOCK_QP)), and SV_LOCK_LEVELS below lists
  * the levels outermost first: that list IS the lock order, and
  * docs/ARCHITECTURE.md §5.2 describes each entry.  A thread may take a lock
- * only at a level above every lock it holds.  Two exceptions, both spelled
+ * only at a level above every lock it holds.  Three exceptions, all spelled
  * out here rather than left to chance:
  *  - a trylock never waits, so it cannot close a cycle: it is not checked
  *    (what it takes is still held, and checked against, afterwards);

@@ -21,7 +21,7 @@
  *
  * Notification.  A request that arrives marked congested (IP ECN CE under
  * rocev2: a switch's or a qdisc's mark, or the receiver's own when it falls
- * behind, engine/loop.c) makes its responder send the requester a CNP (opcode
+ * behind, transport/rocev2.c) makes its responder send the requester a CNP (opcode
  * 0x81, IBA annex A17.9.2), at most one per QP every SV_CNP_INTERVAL_NS,
  * as a RoCE NIC's notification point does: for RC and UC to the connected
  * peer QP, for UD to the source QPN of the datagram (its DETH).  A peer's

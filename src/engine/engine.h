@@ -1,6 +1,6 @@
 /*
  * The software HCA of one context.  One engine thread per context waits on
- * the context's listener and connections; it runs the responder (executes
+ * its transports' listeners and connections; it runs the responder (executes
  * incoming requests against local memory) and the completer (turns ACKs and
  * responses into completions), and drives timers (RNR back-off, transport
  * retries).  The requester (turns send WQEs into packets) runs in whichever

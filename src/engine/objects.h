@@ -586,7 +586,7 @@ struct sv_qp {
 	struct sv_qp_resp resp;
 	struct sv_qp_comp comp;
 
-	/* the engine's scheduling (engine.c) */
+	/* the engine's scheduling (engine/timers.c) */
 	struct sv_list timer_link;  /* engine->timer_qps */
 	/* linked there: read without eng->lock by sv_engine_timer_update, which
 	 * has nothing to do for a QP with no deadline that is not linked */

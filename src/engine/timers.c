@@ -189,7 +189,8 @@ static bool read_parked(struct sv_conn *conn, struct sv_qp *qp)
 
 /*
  * Handshakes that took too long fail; resting listeners are polled again.
- * Engine thread, progress_lock held.
+ * progress_lock held: the engine thread's pass, or a polling thread's
+ * (progress_locked runs the due timers too).
  */
 static void housekeep(struct sv_engine *eng, uint64_t now)
 {

@@ -20,7 +20,7 @@
  * An indirect record is a payload the consumer copies itself, straight from
  * the producer's memory into its own (process_vm_readv): one copy between
  * the two address spaces, with the sender's SGL as the remote vectors and the
- * receiver's (the target range of a WRITE, in receive.c's direct receive) as
+ * receiver's (the target range of a WRITE, in stream.c's direct receive) as
  * the local ones.  The producer only emits them for payloads that stay valid
  * until the peer has acknowledged them (RC requests: the WQE is only retired
  * by the ACK that follows the read), and only once the consumer has shown
