@@ -552,6 +552,21 @@ static uint8_t *stage_read(struct sv_qp *qp, struct sv_txbatch *b, sv_cu_ctx gpu
  * such a READ never completed.
  */
 #define SV_DGRAM_READ_BURST 128u
+
+/* The READ's response packets from k on are made later, on conn (a
+ * reference kept with them): qp->resp.rd_left. */
+static void read_left(struct sv_qp *qp, struct sv_conn *conn, uint64_t va, uint32_t rkey,
+		      uint32_t dma_len, uint32_t psn, uint32_t k)
+{
+	sv_conn_get(conn);
+	qp->resp.rd_left.conn = conn;
+	qp->resp.rd_left.va = va;
+	qp->resp.rd_left.rkey = rkey;
+	qp->resp.rd_left.dma_len = dma_len;
+	qp->resp.rd_left.psn = psn;
+	qp->resp.rd_left.next = k;
+}
+
 static enum resp_result do_read(struct sv_qp *qp, struct sv_conn *conn, uint32_t psn,
 				uint64_t va, uint32_t rkey, uint32_t dma_len, uint32_t from)
 {
@@ -596,13 +611,7 @@ static enum resp_result do_read(struct sv_qp *qp, struct sv_conn *conn, uint32_t
 		if (conn->lossy && k > from && !((k - from) % SV_DGRAM_READ_BURST) &&
 		    !is_proxy(qp)) {
 			sv_txbatch_flush(&b);
-			sv_conn_get(conn);
-			qp->resp.rd_left.conn = conn;
-			qp->resp.rd_left.va = va;
-			qp->resp.rd_left.rkey = rkey;
-			qp->resp.rd_left.dma_len = dma_len;
-			qp->resp.rd_left.psn = psn;
-			qp->resp.rd_left.next = k;
+			read_left(qp, conn, va, rkey, dma_len, psn, k);
 			sv_engine_read_later(conn, qp);
 			break;
 		}
@@ -615,13 +624,7 @@ static enum resp_result do_read(struct sv_qp *qp, struct sv_conn *conn, uint32_t
 			if (atomic_load_explicit(&conn->txq_bytes, memory_order_relaxed) &&
 			    !is_proxy(qp) && sv_engine_read_wait(conn, qp)) {
 				/* the rest when the connection has drained */
-				sv_conn_get(conn);
-				qp->resp.rd_left.conn = conn;
-				qp->resp.rd_left.va = va;
-				qp->resp.rd_left.rkey = rkey;
-				qp->resp.rd_left.dma_len = dma_len;
-				qp->resp.rd_left.psn = psn;
-				qp->resp.rd_left.next = k;
+				read_left(qp, conn, va, rkey, dma_len, psn, k);
 				break;
 			}
 		}
