@@ -14,6 +14,10 @@
 static int log_level = -1;
 static pthread_once_t log_once = PTHREAD_ONCE_INIT;
 
+#ifdef SV_FENCE_BY_RMW
+_Atomic unsigned sv_fence_word; /* sv_fence under ThreadSanitizer (util.h) */
+#endif
+
 static void log_init(void)
 {
 	const char *v = getenv("SOFTVERBS_LOG");

@@ -109,4 +109,30 @@ static inline bool sv_list_linked(const struct sv_list *n)
 	return n->next != n;
 }
 
+/*
+ * A full (sequentially consistent) fence.  gcc refuses atomic_thread_fence
+ * under ThreadSanitizer, which does not model fences: there a seq_cst
+ * read-modify-write of one shared word stands for it (a total order all
+ * such fences take part in, which ThreadSanitizer does see).
+ */
+#if defined(__SANITIZE_THREAD__)
+#define SV_FENCE_BY_RMW 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SV_FENCE_BY_RMW 1
+#endif
+#endif
+#ifdef SV_FENCE_BY_RMW
+extern _Atomic unsigned sv_fence_word;
+static inline void sv_fence(void)
+{
+	atomic_fetch_add_explicit(&sv_fence_word, 0, memory_order_seq_cst);
+}
+#else
+static inline void sv_fence(void)
+{
+	atomic_thread_fence(memory_order_seq_cst);
+}
+#endif
+
 #endif

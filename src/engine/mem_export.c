@@ -162,7 +162,7 @@ static void wait_quiet(struct sv_context *ctx)
 			    (uint32_t)SV_QPN_BLOCK);
 	struct sv_xqp *q = ctx->xseg->qp;
 
-	atomic_thread_fence(memory_order_seq_cst);
+	sv_fence();
 	for (uint32_t i = 0; i < n; i++)
 		if (!wait_idle(&q[i], deadline))
 			sv_warn_limited("a peer's access through QP %#x has not ended in 1 s; "
@@ -303,7 +303,7 @@ void sv_export_qp_settle(struct sv_qp *qp)
 	/* the record has been closed since before this began (sv_export_qp):
 	 * once the accesses in progress end, nobody is inside its checks, and
 	 * it can be filled and opened again without a peer reading half of it */
-	atomic_thread_fence(memory_order_seq_cst);
+	sv_fence();
 	if (!wait_idle(q, sv_now_ns() + QUIET_WAIT_NS))
 		sv_warn_limited("a peer's access through QP %#x has not ended in 1 s; going on",
 				qp->ex.qp_base.qp_num);
