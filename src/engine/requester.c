@@ -434,15 +434,22 @@ void sv_requester_stop_timers(struct sv_qp *qp)
 	atomic_store_explicit(&qp->req.ack_deadline, 0, memory_order_relaxed);
 }
 
+static void ask_soon(struct sv_qp *qp);
+
 void sv_requester_progress(struct sv_qp *qp, bool outstanding)
 {
 	qp->req.retries_left = qp->attr.retry_cnt;
 	qp->req.rnr_retries_left = qp->attr.rnr_retry;
 	qp->req.ack_wait_since = sv_now_ns(); /* the wait for what is left starts over */
-	if (!outstanding)
+	if (!outstanding) {
 		atomic_store_explicit(&qp->req.ack_deadline, 0, memory_order_relaxed);
-	else
-		sv_requester_arm_ack_timer(qp);
+		return;
+	}
+	sv_requester_arm_ack_timer(qp);
+	/* what is left includes messages that did not ask for their ACK:
+	 * they are asked for SV_ACK_UNASKED_NS from now, not at the timeout */
+	if (qp->sq.flow.unasked && !sv_flow_probing(qp))
+		ask_soon(qp);
 }
 
 bool sv_requester_seq_nak(struct sv_qp *qp, uint32_t psn)
