@@ -33,16 +33,33 @@ static int tag_wake;
  * system call.  Meanwhile the engine thread looks at the rings by itself:
  * every SV_POLL_TICK_NS while one-sided requests come by the wire (the
  * application may be spinning on memory instead of the CQ, waiting for a
- * WRITE only a responder serves), every SV_POLL_SLOW_TICK_NS otherwise.
+ * WRITE only a responder serves); otherwise it sleeps until the lease would
+ * end (lease_tick) and looks again only if nobody polled meanwhile.
  * Two-sided traffic needs no tick: the polling thread receives it itself.
  * Same-host one-sided operations mostly execute at the initiator
- * (direct_exec.h), and a tick every 20 us is a context switch that, on a
- * machine with few cores, preempts a spinning application (ib_send_lat:
- * 99th percentile 170 us).
+ * (direct_exec.h), and every wake-up is a context switch that, on a machine
+ * with few cores, preempts a spinning application (ib_send_lat: 99th
+ * percentile 170 us with a tick every 20 us; fi_pingpong between two
+ * namespaces about 3 us a round trip slower with one every 200 us than
+ * with one a lease).
  */
 #define SV_POLL_LEASE_NS 1000000ull
 #define SV_POLL_TICK_NS 20000ull
-#define SV_POLL_SLOW_TICK_NS 200000ull
+
+/*
+ * How long the engine thread sleeps, before it looks at what nobody may be
+ * polling: SV_POLL_TICK_NS while one-sided requests come by the wire, else
+ * until the application thread's lease ends (at least a tick: its last poll
+ * may be as old as SV_POLLS_PER_CLOCK polls).
+ */
+static uint64_t lease_tick(const struct sv_engine *eng, uint64_t now)
+{
+	uint64_t last = atomic_load_explicit(&eng->last_poll_ns, memory_order_relaxed);
+
+	if (now < eng->one_sided_until || !last || now - last >= SV_POLL_LEASE_NS - SV_POLL_TICK_NS)
+		return SV_POLL_TICK_NS;
+	return last + SV_POLL_LEASE_NS - now;
+}
 
 /* what the calling thread is doing (engine_internal.h) */
 __thread struct sv_engine *sv_eng_tls_progress, *sv_eng_tls_engine_thread;
@@ -262,8 +279,7 @@ static bool arm_in_memory(struct sv_engine *eng, uint64_t *tick_ns)
 			continue;
 		if (lease) {
 			/* an in-memory connection, and an application polls */
-			*tick_ns = now < eng->one_sided_until ? SV_POLL_TICK_NS
-							      : SV_POLL_SLOW_TICK_NS;
+			*tick_ns = lease_tick(eng, now);
 			break;
 		}
 		if (to_ec(c)->mem->arm(c))
@@ -431,9 +447,9 @@ static void take_alive(struct sv_engine *eng)
  * woken by every packet only to find it taken, or to take it first and
  * keep the poller waiting for progress_lock: on a machine whose cores the
  * spinning applications fill, each such wake-up is a context switch in the
- * round trip.  So the engine thread waits on its doorbell alone, and ticks
- * (SV_POLL_SLOW_TICK_NS) to see whether the polling goes on; when it has
- * stopped, the thread looks at everything and waits on the sockets again.
+ * round trip.  So the engine thread waits on its doorbell alone until the
+ * lease would end (lease_tick), to see whether the polling goes on; when it
+ * has stopped, the thread looks at everything and waits on the sockets again.
  * Not while one-sided requests come by the wire: the application may spin
  * on its memory rather than on a CQ, and a WRITE would wait for the tick.
  * A thread that arms a completion channel ends the lease
@@ -450,15 +466,16 @@ static bool socket_lease(struct sv_engine *eng, uint64_t *tick_ns)
 	      eng->data_watched))
 		return false;
 	if (!*tick_ns)
-		*tick_ns = SV_POLL_SLOW_TICK_NS;
+		*tick_ns = lease_tick(eng, now);
 	return true;
 }
 
-/* Wait on the doorbell for a tick (or the next timer, if sooner); true when
- * the tick ended it and an application thread has polled since: nothing
- * for this thread to do. */
-static bool lease_wait(struct sv_engine *eng, uint64_t tick, int timeout)
+/* Wait on the doorbell until the lease would end (or the next timer, if
+ * sooner); true when that ended it and the lease still holds (an
+ * application thread has polled since): nothing for this thread to do. */
+static bool lease_wait(struct sv_engine *eng, int timeout)
 {
+	uint64_t tick = lease_tick(eng, sv_now_ns());
 	uint64_t ns = timeout > 0 ? SV_MIN(tick, (uint64_t)timeout * 1000000u) : tick;
 	struct timespec ts = { 0, (long)ns };
 	struct epoll_event ev;
@@ -475,7 +492,8 @@ static bool lease_wait(struct sv_engine *eng, uint64_t tick, int timeout)
 	}
 	atomic_store(&eng->lease_wait, false);
 	return n == 0 && atomic_load(&eng->last_poll_ns) &&
-	       sv_now_ns() - atomic_load_explicit(&eng->last_poll_ns, memory_order_relaxed) < tick;
+	       sv_now_ns() - atomic_load_explicit(&eng->last_poll_ns, memory_order_relaxed) <
+		       SV_POLL_LEASE_NS;
 }
 
 void sv_engine_end_lease(struct sv_engine *eng)
@@ -504,7 +522,7 @@ static void *engine_main(void *arg)
 		int n;
 
 		take_alive(eng);
-		if (leased && timeout != 0 && lease_wait(eng, tick, timeout)) {
+		if (leased && timeout != 0 && lease_wait(eng, timeout)) {
 			/* the tick ended it, and the application still polls */
 			continue;
 		} else if (leased && timeout != 0) {
@@ -529,9 +547,14 @@ static void *engine_main(void *arg)
 		 * one: it makes the progress (due timers included), and this
 		 * thread would only wait for its lock (a futex wake-up in its
 		 * next unlock) and take a CPU from it */
-		if (n == 0 && tick && timeout != 0 &&
-		    sv_now_ns() - atomic_load_explicit(&eng->last_poll_ns, memory_order_relaxed) < tick)
-			continue;
+		if (n == 0 && tick && timeout != 0) {
+			uint64_t now = sv_now_ns();
+
+			if (now - atomic_load_explicit(&eng->last_poll_ns, memory_order_relaxed) < tick) {
+				tick = lease_tick(eng, now); /* until the lease now ends */
+				continue;
+			}
+		}
 		sv_mutex_lock(&eng->progress_lock);
 		sv_eng_tls_progress = eng;
 		if (n > 0)
