@@ -77,6 +77,18 @@ static void init_once(void)
 #endif
 }
 
+/*
+ * At load time, while the process most likely has one thread: registering
+ * for expedited membarriers then costs nothing, where once other threads
+ * exist the kernel makes it wait for an RCU grace period (about 15 ms
+ * here, in the first verbs call of every process, both ends of every
+ * rdma_cm connection included).
+ */
+__attribute__((constructor)) static void arw_load(void)
+{
+	pthread_once(&once, init_once);
+}
+
 /* The library is unloaded (dlclose), or the process exits: a thread that
  * ends after this must not be sent to reader_release, whose code may be
  * gone.  (Its slot then stays taken: a writer finds it empty.) */
