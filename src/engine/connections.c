@@ -461,6 +461,78 @@ static bool rx_held(struct sv_conn *c)
 	return true;
 }
 
+/*
+ * Answers after the application's turn.  A receive completion makes the
+ * responder write the ACK it owes before the completion becomes visible,
+ * because once the application sees its message it may exit (a NIC has
+ * put the ACK on the wire by then).  In a pass of the engine thread that
+ * order stays: the application runs beside it.  In a pass of the polling
+ * thread the application sees nothing until the pass returns, and what it
+ * does then is the round trip's next step: the reply to the message it
+ * was waiting for.  So there the answers stay corked until that thread
+ * posts (sv_engine_posted: right after the posted request's frame) or
+ * polls SV_OWED_GRACE_NS later (sv_engine_poll_begins, loop.c), and the
+ * reply goes first: between two namespaces each message's ACK was a system
+ * call (and the peer's TCP receive, which veth runs in it) on the critical
+ * path.  The grace is for middleware that polls once more before it posts
+ * the reply (libfabric's rxm).  Bounded: a polling thread flushes them
+ * once the grace is over; one that stops polling leaves them to the engine
+ * thread, whose lease ends at most SV_POLL_LEASE_NS after the last poll
+ * (loop.c), or which is woken when it sleeps without a lease; a QP taken
+ * to the error state or destroyed settles them (sv_engine_settle); the
+ * exit quiesce flushes them (sv_engine_quiesce).
+ */
+void sv_eng_answers_for_completion(struct sv_conn *conn)
+{
+	/* in the polling thread's pass over this connection's input (whose
+	 * end uncorks it, sv_eng_conn_event) */
+	if (sv_eng_tls_progress == conn->eng && sv_eng_tls_engine_thread != conn->eng &&
+	    atomic_load_explicit(&conn->tx_corked, memory_order_relaxed))
+		to_ec(conn)->defer_answers = true;
+	else
+		sv_conn_uncork_now(conn);
+}
+
+bool sv_eng_owe_answers(struct sv_conn *c)
+{
+	struct sv_engine_conn *ec = to_ec(c);
+	struct sv_engine *eng = c->eng;
+
+	if (!ec->defer_answers)
+		return false;
+	ec->defer_answers = false;
+	if (!ec->owed) {
+		if (sv_list_empty(&eng->owed_conns))
+			eng->owed_since = sv_now_ns();
+		ec->owed = true;
+		sv_conn_get(c);
+		sv_list_add_tail(&eng->owed_conns, &ec->owed_link);
+		atomic_store_explicit(&eng->any_owed, true, memory_order_release);
+		/* an engine thread asleep without a lease would not look again
+		 * by itself; one asleep for the lease does when it ends */
+		if (!atomic_load(&eng->lease_wait))
+			sv_eng_wake(eng);
+	}
+	return true;
+}
+
+void sv_eng_flush_owed(struct sv_engine *eng)
+{
+	if (!atomic_load_explicit(&eng->any_owed, memory_order_acquire))
+		return;
+	while (!sv_list_empty(&eng->owed_conns)) {
+		struct sv_engine_conn *ec =
+			SV_CONTAINER_OF(eng->owed_conns.next, struct sv_engine_conn, owed_link);
+
+		sv_list_del(&ec->owed_link);
+		ec->owed = false;
+		if (atomic_load(&ec->c.state) != SV_CONN_DEAD)
+			conn_flush(&ec->c);
+		sv_conn_put(&ec->c);
+	}
+	atomic_store_explicit(&eng->any_owed, false, memory_order_relaxed);
+}
+
 /* May a held connection's input go on (or is it dead)? */
 static bool hold_over(struct sv_engine_conn *ec)
 {
@@ -585,7 +657,7 @@ void sv_eng_conn_event(struct sv_conn *c, uint32_t events)
 		atomic_store_explicit(&c->tx_corked, true, memory_order_relaxed);
 		sv_mutex_unlock(&c->tx_lock);
 		c->ops->input(c, events & (EPOLLRDHUP | EPOLLHUP | EPOLLERR));
-		if (atomic_load(&c->state) == SV_CONN_DEAD)
+		if (atomic_load(&c->state) == SV_CONN_DEAD || sv_eng_owe_answers(c))
 			return;
 		conn_flush(c); /* uncorks */
 		return;

@@ -52,6 +52,13 @@ struct sv_engine_conn {
 	atomic_int reads_left;    /* READs whose rest goes here (sv_qp.resp.rd_left) */
 	bool rx_held;             /* c.tx_lock, set by the progress holder: input waits */
 	struct sv_list held_link; /* engine->held_conns (progress holder), with a reference */
+	/* progress holder: a receive completion of this pass owes the peer
+	 * the answers corked here (defer_answers); listed on
+	 * engine->owed_conns, with a reference, they leave at the polling
+	 * thread's next call (sv_eng_flush_owed) */
+	bool defer_answers;
+	bool owed;
+	struct sv_list owed_link;
 	int redials;              /* connections before this one that carried its queue */
 	bool polled;              /* eng->lock: counted in eng->nconns_polled */
 	/* its data waits in memory, looked at thus (sv_conn_host.in_memory;
@@ -84,7 +91,10 @@ struct sv_engine {
 	 * while an application thread polls and takes the sockets' input
 	 * itself (loop.c, lease_wait) */
 	int bell_ep;
-	atomic_bool lease_wait; /* the engine thread waits on bell_ep */
+	/* the engine thread sleeps for the lease (on bell_ep, or on epfd for
+	 * a tick while the rings are polled): ending the lease, or leaving
+	 * answers owed, needs no doorbell unless it wakes it (loop.c) */
+	atomic_bool lease_wait;
 	uint16_t port;
 	struct sv_qpn_claim qpns; /* this context's block of the host's QP numbers */
 	atomic_bool stop;
@@ -99,6 +109,9 @@ struct sv_engine {
 	struct sv_list timer_qps;
 	struct sv_list run_qps;
 	struct sv_list held_conns; /* progress holder: connections whose input waits */
+	struct sv_list owed_conns; /* progress holder: corked answers, for the next poll */
+	atomic_bool any_owed;      /* owed_conns is not empty (read without the lock) */
+	uint64_t owed_since;       /* progress holder: when owed_conns last became non-empty */
 	/* QPs on run_qps (written under lock): a pass finds the list empty
 	 * without taking the lock */
 	atomic_uint nrun;
@@ -157,6 +170,15 @@ void sv_engine_quiesce(struct sv_engine *eng, uint64_t deadline_ns);
 
 /* Do pending engine work from the calling thread, if nobody else is. */
 void sv_engine_progress(struct sv_engine *eng);
+/* A poll, and a post, by an application thread: the answers a pass of
+ * its own left go now, after a grace for a poll, at once after a post
+ * (connections.c, sv_eng_answers_for_completion). */
+void sv_engine_poll_begins(struct sv_engine *eng);
+void sv_engine_posted(struct sv_engine *eng);
+/* The responder is about to make a receive completion visible: the
+ * answers corked on conn (its ACK) go before, or, in a pass of the polling
+ * thread, right after the application had its turn (connections.c). */
+void sv_eng_answers_for_completion(struct sv_conn *conn);
 /* a blocking pass over what has arrived (before a QP is taken to ERR) */
 void sv_engine_settle(struct sv_engine *eng);
 

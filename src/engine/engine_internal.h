@@ -53,6 +53,11 @@ bool sv_eng_held_ready(struct sv_engine *eng);
 /* Progress holder: held connections whose wait is over take their input up
  * again; true if one did. */
 bool sv_eng_release_held(struct sv_engine *eng);
+/* Progress holder: a connection whose receive pass ends; false when it
+ * stays corked, its answers owed to the next poll. */
+bool sv_eng_owe_answers(struct sv_conn *c);
+/* Progress holder: the owed answers go out. */
+void sv_eng_flush_owed(struct sv_engine *eng);
 /* Closing a device: a connection's queue (and held frames) go out. */
 void sv_eng_conn_drain(struct sv_conn *c);
 /* Is any connection still connecting, or sending? */

@@ -45,6 +45,9 @@ static int tag_wake;
  */
 #define SV_POLL_LEASE_NS 1000000ull
 #define SV_POLL_TICK_NS 20000ull
+/* How long answers owed to a polling thread's next call wait for a post
+ * before a poll sends them anyway (connections.c). */
+#define SV_OWED_GRACE_NS 20000ull
 
 /*
  * How long the engine thread sleeps, before it looks at what nobody may be
@@ -342,12 +345,21 @@ static void handle_events(struct sv_engine *eng, struct epoll_event *evs, int n,
 
 /* One pass over what has arrived, from a thread other than the engine's, which
  * read the clock at now; progress_lock held. */
-static void progress_locked(struct sv_engine *eng, uint64_t now)
+/* Progress holder: has the grace of the owed answers ended by now (a
+ * polling thread's clock may be older than when they became owed)? */
+static bool owed_due(const struct sv_engine *eng, uint64_t now)
+{
+	return (int64_t)(now - eng->owed_since) >= (int64_t)SV_OWED_GRACE_NS;
+}
+
+static void progress_locked(struct sv_engine *eng, uint64_t now, bool settle)
 {
 	struct epoll_event evs[16];
 	int n;
 
 	sv_eng_tls_progress = eng;
+	if (settle || owed_due(eng, now))
+		sv_eng_flush_owed(eng); /* the application had its turn */
 	scan_in_memory(eng);
 	/* only connections behind an fd need a system call to be looked at */
 	if (atomic_load_explicit(&eng->nconns_polled, memory_order_relaxed) || eng->data_watched) {
@@ -387,6 +399,32 @@ static void progress_locked(struct sv_engine *eng, uint64_t now)
  */
 #define SV_POLLS_PER_CLOCK 8u
 
+/* What the last pass of a polling thread owed goes (the application has
+ * had its turn), unless someone else is in a pass: after a post, or at a
+ * poll once the grace is over (sv_eng_answers_for_completion). */
+static void owed_flush(struct sv_engine *eng, bool posted)
+{
+	if (!eng || !atomic_load_explicit(&eng->any_owed, memory_order_relaxed) ||
+	    sv_mutex_trylock(&eng->progress_lock))
+		return;
+	if (posted || owed_due(eng, sv_now_ns())) {
+		sv_eng_tls_progress = eng;
+		sv_eng_flush_owed(eng);
+		sv_eng_tls_progress = NULL;
+	}
+	sv_mutex_unlock(&eng->progress_lock);
+}
+
+void sv_engine_poll_begins(struct sv_engine *eng)
+{
+	owed_flush(eng, false);
+}
+
+void sv_engine_posted(struct sv_engine *eng)
+{
+	owed_flush(eng, true);
+}
+
 void sv_engine_progress(struct sv_engine *eng)
 {
 	if (sv_mutex_trylock(&eng->progress_lock))
@@ -396,7 +434,7 @@ void sv_engine_progress(struct sv_engine *eng)
 		eng->poll_now = sv_now_ns();
 		atomic_store_explicit(&eng->last_poll_ns, eng->poll_now, memory_order_relaxed);
 	}
-	progress_locked(eng, eng->poll_now);
+	progress_locked(eng, eng->poll_now, false);
 	sv_mutex_unlock(&eng->progress_lock);
 }
 
@@ -411,7 +449,7 @@ void sv_engine_settle(struct sv_engine *eng)
 	if (!eng || sv_eng_tls_progress == eng || sv_eng_tls_engine_thread == eng)
 		return; /* called from within a pass: what is there is being handled */
 	sv_mutex_lock(&eng->progress_lock);
-	progress_locked(eng, sv_now_ns());
+	progress_locked(eng, sv_now_ns(), true);
 	sv_mutex_unlock(&eng->progress_lock);
 }
 
@@ -522,7 +560,8 @@ static void *engine_main(void *arg)
 		int n;
 
 		take_alive(eng);
-		if (leased && timeout != 0 && lease_wait(eng, timeout)) {
+		if (leased && timeout != 0 && lease_wait(eng, timeout) &&
+		    !atomic_load_explicit(&eng->any_owed, memory_order_relaxed)) {
 			/* the tick ended it, and the application still polls */
 			continue;
 		} else if (leased && timeout != 0) {
@@ -532,9 +571,18 @@ static void *engine_main(void *arg)
 			uint64_t ns = timeout > 0 ? SV_MIN(tick, (uint64_t)timeout * 1000000u) : tick;
 			struct timespec ts = { 0, (long)ns };
 
-			n = epoll_pwait2(eng->epfd, evs, 64, &ts, NULL);
-			if (n < 0 && errno == ENOSYS)
-				n = epoll_wait(eng->epfd, evs, 64, 1); /* kernels before 5.11 */
+			/* as in lease_wait: a thread that ends the lease, or
+			 * leaves answers owed, wakes this wait (no poll since:
+			 * the test below makes the pass) */
+			atomic_store(&eng->lease_wait, true);
+			n = 0;
+			if (atomic_load(&eng->last_poll_ns) &&
+			    !atomic_load_explicit(&eng->any_owed, memory_order_relaxed)) {
+				n = epoll_pwait2(eng->epfd, evs, 64, &ts, NULL);
+				if (n < 0 && errno == ENOSYS)
+					n = epoll_wait(eng->epfd, evs, 64, 1); /* kernels before 5.11 */
+			}
+			atomic_store(&eng->lease_wait, false);
 		} else {
 			n = epoll_wait(eng->epfd, evs, 64, timeout);
 		}
@@ -547,7 +595,8 @@ static void *engine_main(void *arg)
 		 * one: it makes the progress (due timers included), and this
 		 * thread would only wait for its lock (a futex wake-up in its
 		 * next unlock) and take a CPU from it */
-		if (n == 0 && tick && timeout != 0) {
+		if (n == 0 && tick && timeout != 0 &&
+		    !atomic_load_explicit(&eng->any_owed, memory_order_relaxed)) {
 			uint64_t now = sv_now_ns();
 
 			if (now - atomic_load_explicit(&eng->last_poll_ns, memory_order_relaxed) < tick) {
@@ -557,6 +606,7 @@ static void *engine_main(void *arg)
 		}
 		sv_mutex_lock(&eng->progress_lock);
 		sv_eng_tls_progress = eng;
+		sv_eng_flush_owed(eng); /* left by a polling thread that stopped */
 		if (n > 0)
 			handle_events(eng, evs, n, true);
 		scan_in_memory(eng);
@@ -661,6 +711,7 @@ int sv_engine_start(struct sv_context *ctx, const struct in6_addr *ip)
 	sv_list_init(&eng->timer_qps);
 	sv_list_init(&eng->run_qps);
 	sv_list_init(&eng->held_conns);
+	sv_list_init(&eng->owed_conns);
 	ctx->eng = eng;
 
 	eng->epfd = epoll_create1(EPOLL_CLOEXEC);
@@ -724,6 +775,11 @@ fail:
 
 void sv_engine_quiesce(struct sv_engine *eng, uint64_t deadline_ns)
 {
+	if (eng && atomic_load(&eng->any_owed)) {
+		sv_mutex_lock(&eng->progress_lock);
+		sv_eng_flush_owed(eng);
+		sv_mutex_unlock(&eng->progress_lock);
+	}
 	while (eng && eng->thread_started && sv_now_ns() < deadline_ns) {
 		if (!sv_eng_conns_pending(eng))
 			return;
@@ -800,6 +856,13 @@ void sv_engine_stop(struct sv_engine *eng)
 
 		sv_eng_conn_drain(c);
 		sv_engine_conn_fail(c);
+	}
+	while (!sv_list_empty(&eng->owed_conns)) {
+		struct sv_engine_conn *ec =
+			SV_CONTAINER_OF(eng->owed_conns.next, struct sv_engine_conn, owed_link);
+
+		sv_list_del(&ec->owed_link);
+		sv_conn_put(&ec->c);
 	}
 	while (!sv_list_empty(&eng->held_conns)) {
 		struct sv_engine_conn *ec =

@@ -176,9 +176,11 @@ static void ud_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opcode
  * A SEND/WRITE packet was executed: advance the expected PSN (RC) and, on the
  * last packet, end the message and acknowledge it.  Returns true at the end
  * of a message; the caller then posts the receive completion, after the ACK
- * is written (sv_conn_uncork_now), because once the application sees its
- * message it may close, or die.  ACKs of WRITEs, which complete nothing
- * here, stay corked and leave together at the end of the receive pass.
+ * is written, because once the application sees its message it may close,
+ * or die (or, in the polling thread's own pass, right after the
+ * application's next step: sv_eng_answers_for_completion).  ACKs of WRITEs,
+ * which complete nothing here, stay corked and leave together at the end
+ * of the receive pass.
  */
 static bool packet_done(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opcode_info *op,
 			uint32_t psn, bool ackreq)
@@ -985,7 +987,7 @@ static enum resp_result exec_send(const struct resp_pkt *p)
 		}
 	}
 	if (packet_done(qp, p->conn, p->op, p->psn, p->ackreq)) {
-		sv_conn_uncork_now(p->conn); /* the ACK leaves before the completion */
+		sv_eng_answers_for_completion(p->conn);
 		complete_recv(qp, IBV_WC_SUCCESS, IBV_WC_RECV, qp->resp.rwqe_off, p->imm,
 			      src_qpn(qp), p->op->off_ieth ? IBV_WC_WITH_INV : 0, inv,
 			      p->solicited);
@@ -1274,7 +1276,7 @@ static enum resp_result exec_write(const struct resp_pkt *p)
 	qp->resp.wr_va += p->plen;
 	qp->resp.wr_left -= p->plen;
 	if (packet_done(qp, p->conn, p->op, p->psn, p->ackreq) && p->imm) {
-		sv_conn_uncork_now(p->conn); /* the ACK leaves before the completion */
+		sv_eng_answers_for_completion(p->conn);
 		qp->resp.rwqe_off = 0;
 		complete_recv(qp, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, qp->resp.wr_total, p->imm,
 			      src_qpn(qp), 0, 0, p->solicited);

@@ -240,6 +240,7 @@ int sv_poll_cq(struct ibv_cq *ibcq, int num, struct ibv_wc *wc)
 
 	if (num < 0)
 		return -EINVAL;
+	sv_engine_poll_begins(cq->ctx->eng);
 	n = cq_drain(cq, num, wc);
 	if (!n && num) {
 		/* nothing yet: make progress here rather than wait for the engine */

@@ -767,6 +767,8 @@ int sv_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr
 	sv_mutex_lock(&qp->lock);
 	err = post_chain(qp, wr, bad_wr, true);
 	sv_mutex_unlock(&qp->lock);
+	/* the answers owed since this thread's last poll follow its request */
+	sv_engine_posted(qp->ctx->eng);
 	return err;
 }
 
