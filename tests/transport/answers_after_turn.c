@@ -18,6 +18,11 @@
  *      ACK comes anyway (the engine thread, at the end of the poll lease,
  *      a millisecond after the last poll).
  * Every ACK names its SEND's PSN, and each reply B posts completes.
+ *
+ * Over tcp.  With SVT_WIRE_VIA=shm X comes over shm, where an ACK is
+ * written into a ring at no cost worth saving and goes before the
+ * completion as from the engine thread: 1 is not asserted there (X's
+ * bridge thread makes its timing unknowable), 2 and 3 are.
  */
 #include "sv_test.h"
 #include "wire_peer.h"
@@ -172,7 +177,8 @@ int main(void)
 	printf("1. %d of %d messages taken in by the polling thread, their ACK after its "
 	       "completion; %d of them out by the end of the reply's post\n",
 	       deferred, ROUNDS, by_post);
-	SVT_CHECK_GT(deferred, 0);
+	if (!svt_wire_via_shm())
+		SVT_CHECK_GT(deferred, 0);
 
 	/* 2. polling on, nothing posted */
 	for (int r = 0; r < 3; r++, t.psn++) {
