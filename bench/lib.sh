@@ -8,6 +8,8 @@
 #   ROOT, LOGS, RAW_CSV, DEADLINE (absolute, in $SECONDS), QUICK
 #   BW_BYTES, LAT_BYTES, LAT_MAX_ITERS, BW_MAX_ITERS (optional)
 #                                            (bw_iters / lat_iters)
+#   BW_SECS (optional): bandwidth runs last this many seconds (perftest -D)
+#   instead of moving BW_BYTES, as long as the TCP peers run (sv_bw)
 #   SV_TOOL, PT_PORT, PT_TIMEOUT, SRV_NS, CLI_NS, SRV_DEV, CLI_DEV, SRV_HOST
 #                                            (perftest / sv_bw / sv_lat /
 #                                             pair_run)
@@ -280,7 +282,7 @@ pair_run() {
 }
 
 # perftest PATH PROG SIZE ITERS SUFFIX [ARGS...]: one perftest run over
-# softverbs with ARGS added on both sides, server in
+# softverbs with ARGS added on both sides (ITERS "DN": for N seconds), server in
 # $SRV_NS on $SRV_DEV, client in $CLI_NS on $CLI_DEV connecting to $SRV_HOST,
 # both with the environment settings in SV_ENV.
 # Sets PT_OUT (the client's output file); returns 0 if both sides exited 0.
@@ -290,7 +292,9 @@ perftest() {
 	local base="$LOGS/$path-$prog$suffix-$size$TAG" port
 	PT_OUT=$base.client.txt
 	# -F: do not fail on the VM's inconsistent cpufreq readings.
-	local common=(-F -x 0 -s "$size" -n "$iters" "$@")
+	local count=(-n "$iters")
+	[ "${iters#D}" = "$iters" ] || count=(-D "${iters#D}")
+	local common=(-F -x 0 -s "$size" "${count[@]}" "$@")
 	take_pt_port
 	port=$PORT
 	SRV_CMD=(env "${SV_ENV[@]}" "$SV_TOOL" run -- "$prog" -d "$SRV_DEV" -p "$port" "${common[@]}")
@@ -312,7 +316,9 @@ sv_bw() {
 			warn "$1 $2 $3: skipped, past BENCH_DEADLINE"
 			break
 		fi
-		if perftest "$1" "$2" "$3" "$(bw_iters "$3")" "$([ "$try" = 2 ] && echo -retry)"; then
+		local n
+		n=$(if [ -n "${BW_SECS:-}" ]; then echo "D$BW_SECS"; else bw_iters "$3"; fi)
+		if perftest "$1" "$2" "$3" "$n" "$([ "$try" = 2 ] && echo -retry)"; then
 			v=$(perftest_value "$PT_OUT" "$3" "BW average")
 			[ -n "$v" ] && v=$(awk -v x="$v" 'BEGIN { printf "%.2f", x * 1.048576 }')
 			mr=$(perftest_value "$PT_OUT" "$3" "MsgRate")

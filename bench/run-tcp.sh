@@ -24,6 +24,8 @@
 #                    with `make` first)
 #   REPEAT=N         runs at the target sizes (8 B, 1 MiB), median reported;
 #                    default 3 (1 with QUICK=1)
+#   BW_SECS=S        seconds per perftest bandwidth run (default: as long as
+#                    the TCP peers' runs, 1); empty: a fixed amount of bytes
 #   BENCH_DEADLINE=S seconds after which remaining measurements are skipped
 #   REPORT_ONLY=1    measure nothing: re-print the table and re-draw the plot
 #                    from an existing results.csv
@@ -81,6 +83,12 @@ else
 	DEADLINE=${BENCH_DEADLINE:-1200}
 fi
 TCP_SECS=1          # qperf -t and iperf3 -t per point
+# perftest's bandwidth runs last as long (-D): a run of BW_BYTES took a
+# tenth of that, mostly the connection's start (TCP's slow start, the first
+# reads), and was set against the peers' second of steady state
+# (ib_write_bw 1 MiB over veth: 1.4 GB/s in 64 MiB, 4.1 GB/s in a second).
+# BW_SECS= (empty) goes back to BW_BYTES.
+BW_SECS=${BW_SECS-$TCP_SECS}
 TARGET_SIZES="8 1048576"   # the sizes of the brief's two TCP-path targets
 REPEAT=${REPEAT:-$([ "$QUICK" = 1 ] && echo 1 || echo 3)}   # runs per target size
 PT_TIMEOUT=20       # one perftest process; healthy runs take 1-3 s
