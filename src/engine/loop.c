@@ -347,8 +347,6 @@ static void handle_events(struct sv_engine *eng, struct epoll_event *evs, int n,
 	}
 }
 
-/* One pass over what has arrived, from a thread other than the engine's, which
- * read the clock at now; progress_lock held. */
 /* Progress holder: has the grace of the owed answers ended by now (a
  * polling thread's clock may be older than when they became owed)? */
 static bool owed_due(const struct sv_engine *eng, uint64_t now)
@@ -356,6 +354,9 @@ static bool owed_due(const struct sv_engine *eng, uint64_t now)
 	return (int64_t)(now - eng->owed_since) >= (int64_t)SV_OWED_GRACE_NS;
 }
 
+/* One pass over what has arrived, from a thread other than the engine's, which
+ * read the clock at now; progress_lock held.  settle: owed answers go
+ * whatever their grace (sv_engine_settle). */
 static void progress_locked(struct sv_engine *eng, uint64_t now, bool settle)
 {
 	struct epoll_event evs[16];
