@@ -10,7 +10,8 @@
 #   - softverbs with Debian's unmodified perftest, server and client two
 #     processes on this host talking through 127.0.0.1 (device sv_lo):
 #     ib_write_bw (bandwidth and message rate), ib_write_lat, ib_send_lat,
-#     and (default transport only) ib_read_lat, ib_atomic_lat (8 B only);
+#     and (default transport only) ib_read_bw, ib_read_lat, ib_atomic_lat
+#     (8 B only);
 #     twice: with softverbs' default transport selection (SOFTVERBS_TRANSPORT
 #     unset, i.e. "auto": shared memory between processes of one host) and
 #     with SOFTVERBS_TRANSPORT=tcp, so that the table shows one against the
@@ -31,6 +32,10 @@
 #   RESULTS=DIR      where results go
 #   SV_TOOL=PATH     the softverbs tool (default: build/bin/softverbs, built
 #                    with `make` first, which also builds the memcpy program)
+#   BW_SECS=S        seconds per perftest bandwidth run (perftest -D; default
+#                    1); BW_SECS= (empty) moves a fixed amount instead
+#                    (BW_BYTES: 64 MiB with QUICK=1, 64 messages of 1 MiB,
+#                    which is mostly the connection's start)
 #   REPEAT=N         runs at the target sizes (8 B, 1 MiB), median reported;
 #                    default 3 (1 with QUICK=1)
 #   BENCH_DEADLINE=S seconds after which remaining measurements are skipped
@@ -82,6 +87,11 @@ fi
 # messages once the transport is fast: at UCX's rate 5000 messages last a
 # millisecond.  Over TCP 20000 8-byte messages still take well under a second.
 BW_MAX_ITERS=$([ "$QUICK" = 1 ] && echo 20000 || echo 50000)
+# Bandwidth runs last a time, not an amount: with QUICK's 64 MiB a 1 MiB
+# point was 64 messages, mostly the first touch of the buffers, set against
+# UCX's four times as many bytes after a warm-up.  perftest -D measures
+# after a warm-up of its own.  BW_SECS= (empty) goes back to BW_BYTES.
+BW_SECS=${BW_SECS-1}
 TARGET_SIZES="8 1048576"   # the sizes the brief's intra-host targets name
 REPEAT=${REPEAT:-$([ "$QUICK" = 1 ] && echo 1 || echo 3)}
 PT_TIMEOUT=20       # one perftest / ucx_perftest process
@@ -232,6 +242,7 @@ sv_point() {
 	[ "$key" = sv_tcp ] && SV_ENV=(SOFTVERBS_TRANSPORT=tcp)
 	case $what in
 	write_bw) sv_bw "$key" ib_write_bw "$size" write_bw_MBps write_mr_Mmsgs ;;
+	read_bw) sv_bw "$key" ib_read_bw "$size" read_bw_MBps ;;
 	write_lat) sv_lat "$key" ib_write_lat "$size" write_lat ;;
 	send_lat) sv_lat "$key" ib_send_lat "$size" send_lat ;;
 	read_lat) sv_lat "$key" ib_read_lat "$size" read_lat ;;
@@ -247,6 +258,7 @@ shm_point() {
 	memcpy_point "$size"
 	sv_point sv_auto write_bw "$size"
 	sv_point sv_tcp write_bw "$size"
+	sv_point sv_auto read_bw "$size"
 	ucx_point ucx ucp_put_bw "$size" bw
 	sv_point sv_auto write_lat "$size"
 	sv_point sv_tcp write_lat "$size"
@@ -263,7 +275,7 @@ shm_point() {
 
 # KEY:COLUMN pairs; the CSV header is KEY_COLUMN.
 COLUMNS_CSV="
-	sv_auto:write_bw_MBps sv_auto:write_mr_Mmsgs
+	sv_auto:write_bw_MBps sv_auto:write_mr_Mmsgs sv_auto:read_bw_MBps
 	sv_auto:write_lat_typical_us sv_auto:write_lat_avg_us
 	sv_auto:send_lat_typical_us sv_auto:send_lat_avg_us
 	sv_auto:read_lat_typical_us sv_auto:read_lat_avg_us
@@ -321,10 +333,12 @@ report() {
 		NR == 1 { for (i = 1; i <= NF; i++) col[$i] = i; next }
 		{
 			s = $1
-			bw = bw sprintf("%7s | %9s %9s %9s %9s %9s | %7s %7s %7s | %8s %8s %8s %7s\n", human(s),
+			bw = bw sprintf("%7s | %9s %9s %9s %9s %9s %9s | %7s %7s %7s %7s | %8s %8s %8s %7s\n", human(s),
 				f(v("sv_auto_write_bw_MBps"), "%.1f"), f(v("sv_tcp_write_bw_MBps"), "%.1f"),
+				f(v("sv_auto_read_bw_MBps"), "%.1f"),
 				f(v("ucx_put_bw_MBps"), "%.1f"), f(v("memcpy_MBps"), "%.1f"), f(v("memcpy_hot_MBps"), "%.1f"),
 				ratio(v("sv_auto_write_bw_MBps"), v("ucx_put_bw_MBps")),
+				ratio(v("sv_auto_read_bw_MBps"), v("ucx_put_bw_MBps")),
 				ratio(v("sv_auto_write_bw_MBps"), v("memcpy_MBps")),
 				ratio(v("sv_tcp_write_bw_MBps"), v("ucx_put_bw_MBps")),
 				f(v("sv_auto_write_mr_Mmsgs"), "%.3g"), f(v("sv_tcp_write_mr_Mmsgs"), "%.3g"),
@@ -344,16 +358,20 @@ report() {
 				ratio(v("sv_auto_read_lat_typical_us"), v("ucx_put_lat_typical_us")),
 				f(v("sv_auto_atomic_lat_typical_us"), "%.2f"), f(v("sv_auto_atomic_lat_avg_us"), "%.2f"),
 				ratio(v("sv_auto_atomic_lat_typical_us"), v("ucx_put_lat_typical_us")))
+			if (s == 65536 || s == 1048576 || s == 4194304) {
+				bulk[s, "write"] = v("sv_auto_write_bw_MBps"); bulk[s, "read"] = v("sv_auto_read_bw_MBps")
+				bulk[s, "ucx"] = v("ucx_put_bw_MBps")
+			}
 			if (s == 1048576) for (i in col) at1m[i] = $col[i]
 			if (s == 8) for (i in col) at8[i] = $col[i]
 		}
 		END {
 			printf "\n== bandwidth (MB/s = 10^6 B/s) and message rate (10^6 msg/s) ==\n"
-			printf "%7s | %9s %9s %9s %9s %9s | %7s %7s %7s | %8s %8s %8s %7s\n", "",
-				"softverbs", "softverbs", "UCX", "memcpy", "memcpy", "auto/", "auto/", "tcp/",
-				"sv auto", "sv tcp", "UCX", "auto/"
-			printf "%7s | %9s %9s %9s %9s %9s | %7s %7s %7s | %8s %8s %8s %7s\n", "size",
-				"auto", "tcp", "put_bw", "rotating", "hot", "UCX", "memcpy", "UCX",
+			printf "%7s | %9s %9s %9s %9s %9s %9s | %7s %7s %7s %7s | %8s %8s %8s %7s\n", "",
+				"softverbs", "softverbs", "softverbs", "UCX", "memcpy", "memcpy", "write/", "read/",
+				"write/", "tcp/", "sv auto", "sv tcp", "UCX", "auto/"
+			printf "%7s | %9s %9s %9s %9s %9s %9s | %7s %7s %7s %7s | %8s %8s %8s %7s\n", "size",
+				"write", "tcp write", "read", "put_bw", "rotating", "hot", "UCX", "UCX", "memcpy", "UCX",
 				"Mmsg/s", "Mmsg/s", "Mmsg/s", "UCX"
 			printf "%s", bw
 			printf "\n== one-way latency (us): median (med) and mean (avg) ==\n"
@@ -369,7 +387,13 @@ report() {
 				"atom med", "atom avg", "/UCX"
 			printf "%s", rd
 
-			printf "\nTargets (issue 13, intra-host), softverbs with the default transport (auto):\n"
+			printf "\nTargets (issues 13 and 37, intra-host), softverbs with the default transport (auto):\n"
+			split("65536 1048576 4194304", bs, " ")
+			for (i = 1; i <= 3; i++) for (k = 1; k <= 2; k++) {
+				op = k == 1 ? "write" : "read"
+				target(sprintf("ib_%s_bw %s", op, human(bs[i])), bulk[bs[i], op], bulk[bs[i], "ucx"],
+					"UCX ucp_put_bw", "MB/s", "%9.1f", 1.0, 1, "")
+			}
 			target("ib_write_bw 1 MiB", at1m["sv_auto_write_bw_MBps"], at1m["ucx_put_bw_MBps"],
 				"UCX ucp_put_bw", "MB/s", "%9.1f", 1.0, 1,
 				sprintf("; tcp transport %s x", ratio(at1m["sv_tcp_write_bw_MBps"], at1m["ucx_put_bw_MBps"])))
