@@ -28,6 +28,7 @@
  */
 #include "engine/direct_exec.h"
 #include "engine/access_check.h"
+#include "engine/direct_recv.h"
 #include "engine/dma.h"
 #include "engine/mem_export.h"
 #include "engine/objects.h"
@@ -430,6 +431,13 @@ bool sv_direct_soon(struct sv_qp *qp, struct sv_conn *conn, const struct sv_send
 {
 	struct direct_target t;
 
+	if (w->op->flags & SV_WRF_DIRECT_SEND) {
+		/* as below, for the receives of the peer's QP */
+		if (sv_now_ns() - qp->req.send_miss_ns < SV_DIRECT_RETRY_NS)
+			return false;
+		return !qp->ti->xrc && !sv_faults_enabled && atomic_load(&conn->state) == SV_CONN_UP &&
+		       peer_mem(conn, qp->attr.dest_qp_num);
+	}
 	if (!direct_target(w, &t))
 		return false;
 	/* a key the wire served is tried again now and then: what made it
@@ -506,6 +514,254 @@ static uint8_t *extent_base(struct sv_qp *qp, struct sv_peer_mem *pm, const stru
 	return base;
 }
 
+/* pm->lock held: the mapping of the peer's memfd (an extent, the receive
+ * arena); may trade the read lock for the write lock (*wrlocked). */
+static uint8_t *peer_map(struct sv_peer_mem *pm, int fd, uint64_t ino, uint64_t size,
+			 bool *wrlocked)
+{
+	uint8_t *base = mapped_extent(pm, ino, size);
+
+	if (base || !fd || fd < 0)
+		return base;
+	if (!*wrlocked) {
+		sv_arwlock_rdunlock(&pm->lock);
+		sv_arwlock_wrlock(&pm->lock);
+		*wrlocked = true;
+	}
+	return map_extent(pm, fd, ino, size);
+}
+
+/* A bit of the peer's ready map set (seq_cst), with no write when set. */
+static void mark_ready(_Atomic uint64_t *word, uint64_t bit)
+{
+	if (!(atomic_load_explicit(word, memory_order_seq_cst) & bit))
+		atomic_fetch_or(word, bit);
+}
+
+/* A piece of a receive buffer of the peer's, as the placement writes it. */
+struct recv_piece {
+	uint8_t *at;
+	uint32_t len;
+};
+
+/*
+ * The receive WQE e (its SGEs sge[0..n)) of the peer's QP q, checked as the
+ * responder checks the WQE it takes (each SGE's lkey names an MR of the
+ * QP's PD that allows local writes and covers it): where each of the len
+ * bytes goes, in pieces; false if any check fails or the buffers hold less
+ * than len (the wire's responder then answers as the IBA requires).
+ */
+static bool recv_pieces(struct sv_qp *qp, struct sv_peer_mem *pm, const struct sv_xqp *q,
+			const struct ibv_sge *sge, uint32_t n, uint32_t len,
+			struct recv_piece *out, int *nout, bool *wrlocked)
+{
+	uint32_t nmr = SV_MIN(atomic_load(&pm->x->nmr), (uint32_t)SV_XMR_SLOTS);
+	uintptr_t pd = atomic_load(&q->pd);
+
+	*nout = 0;
+	for (uint32_t i = 0; i < n && len; i++) {
+		uint32_t take = SV_MIN(sge[i].length, len), slot = UINT32_MAX;
+		struct xmr_view m;
+		uint64_t off;
+		uint8_t *base;
+
+		if (!take)
+			continue;
+		if (qp->req.xrecv_lkey == sge[i].lkey && qp->req.xrecv_slot < nmr)
+			slot = qp->req.xrecv_slot;
+		else
+			for (uint32_t s = 0; s < nmr; s++)
+				if (atomic_load(&pm->x->mr[s].rkey) == sge[i].lkey) {
+					slot = s;
+					break;
+				}
+		/* (the table's MRs: lkey == rkey, and a window never has an lkey) */
+		if (slot == UINT32_MAX || !read_slot(&pm->x->mr[slot], sge[i].lkey, &m) ||
+		    sv_key_allows_range(&m.key, pd, IBV_ACCESS_LOCAL_WRITE, sge[i].addr, take) !=
+			    SV_MEM_OK)
+			return false;
+		qp->req.xrecv_lkey = sge[i].lkey;
+		qp->req.xrecv_slot = slot;
+		off = m.off + (sge[i].addr - m.key.iova);
+		if (off > m.size || take > m.size - off)
+			return false;
+		base = peer_map(pm, m.fd, m.ino, m.size, wrlocked);
+		if (!base)
+			return false;
+		out[(*nout)++] = (struct recv_piece){ base + off, take };
+		len -= take;
+	}
+	return len == 0;
+}
+
+/* The bytes of w, from its local buffers (iov) or its inline copy, into
+ * the pieces; false if a local buffer faults. */
+static bool place_pieces(const struct sv_send_wqe *w, const struct iovec *iov, int niov,
+			 const struct recv_piece *to, int nto)
+{
+	const uint8_t *src = w->inline_buf;
+	size_t in_off = 0;
+	int ii = 0;
+
+	for (int k = 0; k < nto; k++) {
+		uint32_t done = 0;
+
+		while (done < to[k].len) {
+			size_t n;
+			const uint8_t *from;
+
+			if (src) {
+				from = src + in_off;
+				n = to[k].len - done;
+			} else {
+				if (ii >= niov)
+					return false;
+				from = (const uint8_t *)iov[ii].iov_base + in_off;
+				n = SV_MIN(iov[ii].iov_len - in_off, (size_t)(to[k].len - done));
+			}
+			if (!sv_copy_guarded(to[k].at + done, from, n))
+				return false;
+			done += (uint32_t)n;
+			in_off += n;
+			if (!src && in_off == iov[ii].iov_len) {
+				ii++;
+				in_off = 0;
+			}
+		}
+	}
+	return true;
+}
+
+/*
+ * A SEND (with immediate) placed into the receive WQE at the head of the
+ * peer's QP (direct_recv.h): taken by compare-and-swap, the bytes copied,
+ * the result written, `done` advanced, the peer's slot marked ready and the
+ * peer woken if it sleeps.  WIRE when any check fails, no receive is
+ * posted (RNR, which the wire's responder answers), or a placement is
+ * under way.  Called with the peer's QP record entered (q, busy raised)
+ * and the local buffers checked (iov; the MR read lock held).
+ */
+static enum sv_direct place_send(struct sv_qp *qp, struct sv_peer_mem *pm, struct sv_xqp *q,
+				 uint32_t slot, struct sv_send_wqe *w, const struct iovec *iov,
+				 int niov, enum ibv_wc_status *st)
+{
+	uint32_t off = atomic_load(&q->rq_off), size = atomic_load(&q->rq_size),
+		 msge = atomic_load(&q->rq_max_sge), idx, nsge;
+	uint64_t blk, t, gen, arena = pm->x->arena_size;
+	struct recv_piece to[SV_MAX_SGE];
+	struct ibv_sge sge[SV_MAX_SGE];
+	enum sv_direct r = SV_DIRECT_WIRE;
+	bool wrlocked = false;
+	struct sv_xrecv *e;
+	struct sv_xrq *x;
+	uint8_t *base;
+	int nto;
+
+	if (!off || !size || !msge || msge > SV_MAX_SGE || size > (1u << 24))
+		return SV_DIRECT_WIRE;
+	blk = sv_xrq_bytes(size, msge);
+	if (off % 64 || arena > SV_XRQ_ARENA || off > arena || blk > arena - off)
+		return SV_DIRECT_WIRE;
+	sv_arwlock_rdlock(&pm->lock);
+	base = peer_map(pm, pm->x->arena_fd, pm->x->arena_ino, arena, &wrlocked);
+	if (!base)
+		goto out;
+	x = (struct sv_xrq *)(base + off);
+	t = atomic_load_explicit(&x->taken, memory_order_acquire);
+	gen = atomic_load_explicit(&x->gen, memory_order_relaxed);
+	/* what the queue held when last read, unless it was reset since:
+	 * posted is written at every post, and reading it each time is a
+	 * line the owner's post took away */
+	if (qp->req.xr_pm != pm || qp->req.xr_off != off || qp->req.xr_gen != gen ||
+	    t >= qp->req.xr_posted) {
+		qp->req.xr_pm = pm;
+		qp->req.xr_off = off;
+		qp->req.xr_gen = gen;
+		qp->req.xr_posted = atomic_load_explicit(&x->posted, memory_order_acquire);
+		if (t >= qp->req.xr_posted)
+			goto out; /* no receive: RNR, the wire's */
+	}
+	idx = (uint32_t)(t % size);
+	e = sv_xrecv_at(base + off + sizeof(struct sv_xrq), msge, idx);
+	nsge = e->num_sge;
+	if (nsge > msge)
+		goto out;
+	memcpy(sge, sv_xrecv_sge(e), nsge * sizeof(struct ibv_sge));
+	if (!recv_pieces(qp, pm, q, sge, nsge, w->length, to, &nto, &wrlocked))
+		goto out;
+	/* the WQE is ours once taken: from here on it completes, here */
+	if (!atomic_compare_exchange_strong(&x->taken, &t, t + 1))
+		goto out;
+	*st = place_pieces(w, iov, niov, to, nto) ? IBV_WC_SUCCESS : IBV_WC_LOC_PROT_ERR;
+	e->byte_len = *st == IBV_WC_SUCCESS ? w->length : 0;
+	e->imm = w->wr.imm_data;
+	atomic_store_explicit(&e->flags,
+			      SV_XRECV_DONE | ((w->op->flags & SV_WRF_IMM) ? SV_XRECV_IMM : 0) |
+				      ((w->wr.send_flags & IBV_SEND_SOLICITED) ? SV_XRECV_SOLICITED : 0),
+			      memory_order_seq_cst);
+	/* the owner's engine finds the slot marked (a poll of its CQ finds
+	 * done moved): a bit the engine has not taken yet is not set again,
+	 * its taking comes before the load of done (seq_cst), which then sees
+	 * this one */
+	mark_ready(&pm->x->rq_ready[slot / 64], 1ull << (slot % 64));
+	mark_ready(&pm->x->rq_ready_sum[slot / 4096], 1ull << ((slot / 64) % 64));
+	r = SV_DIRECT_DONE;
+out:
+	if (wrlocked)
+		sv_arwlock_wrunlock(&pm->lock);
+	else
+		sv_arwlock_rdunlock(&pm->lock);
+	return r;
+}
+
+/* A SEND (with immediate) to a peer of this host (place_send). */
+static enum sv_direct direct_send(struct sv_qp *qp, struct sv_conn *conn, struct sv_send_wqe *w,
+				  bool may_defer)
+{
+	uint32_t dq = qp->attr.dest_qp_num, slot;
+	struct iovec iov[SV_MAX_SGE];
+	enum ibv_wc_status st = IBV_WC_SUCCESS;
+	enum sv_direct r = SV_DIRECT_WIRE;
+	struct sv_peer_mem *pm;
+	struct sv_xqp *q;
+	int niov = 0;
+	bool local;
+
+	if (qp->ti->xrc || sv_faults_enabled || atomic_load(&conn->state) != SV_CONN_UP ||
+	    !(pm = peer_mem(conn, dq)) || (dq & ~(uint32_t)SV_QPN_LOW) != pm->qpn_base)
+		return SV_DIRECT_WIRE;
+	if (w->length > SV_DIRECT_INLINE_MAX && may_defer)
+		return SV_DIRECT_DEFER; /* the engine thread copies it */
+	slot = sv_qpn_unpermute(&pm->perm, dq);
+	q = &pm->x->qp[slot];
+	local = !w->inline_buf && w->length;
+	if (local) {
+		sv_mr_read_lock(qp->ctx);
+		if (!local_iov(qp, w, w->length, w->op->local_access, iov, &niov, &st) ||
+		    st != IBV_WC_SUCCESS) {
+			sv_mr_read_unlock(qp->ctx);
+			if (st == IBV_WC_SUCCESS)
+				return SV_DIRECT_WIRE; /* GPU memory */
+			w->status = st;
+			return SV_DIRECT_DONE;
+		}
+	}
+	sv_xqp_enter(q);
+	if (atomic_load(&q->open) && atomic_load(&q->dest_qpn) == qp->ex.qp_base.qp_num)
+		r = place_send(qp, pm, q, slot, w, iov, niov, &st);
+	sv_xqp_leave(q);
+	if (local)
+		sv_mr_read_unlock(qp->ctx);
+	if (r == SV_DIRECT_DONE) {
+		w->status = st;
+		if (conn->ops->wake)
+			conn->ops->wake(conn);
+	} else {
+		qp->req.send_miss_ns = sv_now_ns();
+	}
+	return r;
+}
+
 enum sv_direct sv_direct_exec(struct sv_qp *qp, struct sv_conn *conn, struct sv_send_wqe *w,
 			      bool may_defer)
 {
@@ -522,6 +778,8 @@ enum sv_direct sv_direct_exec(struct sv_qp *qp, struct sv_conn *conn, struct sv_
 	enum sv_direct r = SV_DIRECT_WIRE;
 	bool local, wrlocked = false;
 
+	if ((w->op->flags & SV_WRF_DIRECT_SEND) && qp->ti->reliable)
+		return direct_send(qp, conn, w, may_defer);
 	if (!direct_target(w, &t) || qp->ti->xrc || sv_faults_enabled ||
 	    atomic_load(&conn->state) != SV_CONN_UP || !(pm = peer_mem(conn, dq)))
 		return SV_DIRECT_WIRE;

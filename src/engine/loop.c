@@ -8,6 +8,7 @@
  */
 #include "engine/engine_internal.h"
 #include "engine/stats.h"
+#include "engine/direct_recv.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -252,6 +253,7 @@ static void scan_in_memory(struct sv_engine *eng)
 {
 	unsigned gen = atomic_load_explicit(&eng->conns_gen, memory_order_acquire);
 
+	sv_xrq_poll(eng->ctx); /* receives peers of this host placed */
 	if (!eng->scan_built || gen != eng->scan_gen)
 		scan_build(eng, gen);
 	if (eng->nscan >= 0)
@@ -293,6 +295,10 @@ static bool arm_in_memory(struct sv_engine *eng, uint64_t *tick_ns)
 			pending = true;
 	}
 	sv_mutex_unlock(&eng->lock);
+	/* a peer that placed a receive's message rings the bells armed above
+	 * (seq_cst both sides: it sees the bell, or this sees its bit) */
+	if (!lease && sv_xrq_waiting(eng->ctx))
+		pending = true;
 	return pending;
 }
 

@@ -4,6 +4,7 @@
  * by engine/direct_exec.c in the peers.
  */
 #include "engine/mem_export.h"
+#include "engine/direct_recv.h"
 #include "engine/engine.h"
 #include "engine/mem_share.h"
 #include "engine/objects.h"
@@ -95,6 +96,7 @@ bool sv_export_open(struct sv_context *ctx)
 	}
 	ctx->xseg = x;
 	ctx->xfd = fd;
+	(void)sv_xrq_arena_open(ctx); /* without it, receive queues are private */
 	sv_qpn_publish_export(&ctx->eng->qpns, fd, (uint64_t)st.st_ino);
 	return true;
 }
@@ -105,6 +107,7 @@ void sv_export_close(struct sv_context *ctx)
 		return;
 	/* the registry's block was released with the engine: nobody finds the
 	 * table any more, and the connections of the peers that map it are gone */
+	sv_xrq_arena_close(ctx);
 	munmap(ctx->xseg, sizeof(*ctx->xseg));
 	close(ctx->xfd);
 	ctx->xseg = NULL;
@@ -175,7 +178,8 @@ struct sv_extent *sv_export_share(struct sv_context *ctx, void *addr, size_t len
 {
 	if (!ctx->xseg || !atomic_load(&ctx->xshare) || gpu || !addr ||
 	    (access & IBV_ACCESS_ON_DEMAND) ||
-	    !(access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC)))
+	    !(access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
+			IBV_ACCESS_LOCAL_WRITE)))
 		return NULL;
 	return sv_share_get(addr, len);
 }
@@ -294,6 +298,19 @@ bool sv_export_qp(struct sv_qp *qp)
 	return true;
 }
 
+void sv_export_qp_quiet(struct sv_qp *qp)
+{
+	struct sv_xqp *q = xqp_of(qp);
+
+	if (!q)
+		return;
+	atomic_store(&q->open, 0);
+	sv_fence();
+	if (!wait_idle(q, sv_now_ns() + QUIET_WAIT_NS))
+		sv_warn_limited("a peer's access through QP %#x has not ended in 1 s; going on",
+				qp->ex.qp_base.qp_num);
+}
+
 void sv_export_qp_settle(struct sv_qp *qp)
 {
 	struct sv_xqp *q = xqp_of(qp);
@@ -314,6 +331,9 @@ void sv_export_qp_settle(struct sv_qp *qp)
 		atomic_store(&q->pd, qp->pd->ibpd.handle);
 		atomic_store(&q->access, qp->attr.qp_access_flags);
 		atomic_store(&q->dest_qpn, qp->attr.dest_qp_num);
+		atomic_store(&q->rq_off, qp->srq ? 0 : qp->rq.xoff);
+		atomic_store(&q->rq_size, qp->rq.size);
+		atomic_store(&q->rq_max_sge, qp->rq.max_sge);
 		atomic_store(&q->open, 1);
 	}
 	sv_mutex_unlock(&qp->lock);

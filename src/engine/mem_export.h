@@ -33,7 +33,7 @@
 #include <stdint.h>
 
 #define SV_XSEG_MAGIC 0x53565845u /* "SVXE" */
-#define SV_XSEG_VERSION 3u /* 3: QPs by slot, qpn_key */
+#define SV_XSEG_VERSION 4u /* 3: QPs by slot, qpn_key; 4: receive queues (direct_recv.h) */
 #define SV_XMR_SLOTS 4096 /* MRs a context exports; more go through its engine */
 
 /* A QP, at the index of its slot: sv_qpn_unpermute of its number's low
@@ -45,7 +45,13 @@ struct sv_xqp {
 	_Atomic uint32_t pd;     /* its PD's handle */
 	_Atomic uint32_t access; /* qp_access_flags */
 	_Atomic uint32_t dest_qpn;
-	uint32_t pad[3];
+	/* its receive queue in the receive arena (direct_recv.h), read by
+	 * peers that place SENDs themselves: the offset of its struct sv_xrq
+	 * (0: none, the QP's receives are private), its capacity and SGEs
+	 * per receive */
+	_Atomic uint32_t rq_off;
+	_Atomic uint32_t rq_size;
+	_Atomic uint32_t rq_max_sge;
 };
 
 /* In busy: the owner waits for the count to be 0 (mem_export.c). */
@@ -89,7 +95,12 @@ struct sv_xseg {
 	/* where in the table the kernel keeps the lock word of `alive` (0:
 	 * not known; then peers ask the process itself) */
 	uint32_t alive_off;
-	uint32_t pad[9];
+	/* the receive arena (direct_recv.h): a memfd of the owner, its inode
+	 * and size; fd -1: none */
+	int32_t arena_fd;
+	uint64_t arena_ino;
+	uint64_t arena_size;
+	uint32_t pad[4];
 	/*
 	 * A robust, process-shared mutex that the owner's engine thread holds
 	 * for as long as it runs.  When that thread ends (the process exits,
@@ -106,6 +117,11 @@ struct sv_xseg {
 		pthread_mutex_t m;
 		uint8_t line[64];
 	} alive;
+	/* QP slots with receive completions that peers placed and the owner
+	 * has not taken in yet: a bit per slot, and a bit per word of those
+	 * (direct_recv.h) */
+	_Alignas(64) _Atomic uint64_t rq_ready_sum[SV_QPN_BLOCK / 64 / 64];
+	_Alignas(64) _Atomic uint64_t rq_ready[SV_QPN_BLOCK / 64];
 	struct sv_xqp qp[SV_QPN_BLOCK];
 	struct sv_xmr mr[SV_XMR_SLOTS];
 };
@@ -150,6 +166,12 @@ void sv_export_quiesce(struct sv_context *ctx);
  * closed: then the verb, once it has dropped qp->lock and before it
  * returns, calls sv_export_qp_settle. */
 bool sv_export_qp(struct sv_qp *qp);
+/* qp->lock held: the record closes, and no peer access through it is in
+ * progress when this returns (at most 1 s); a peer's access needs no lock
+ * of ours, so it ends meanwhile.  For what must not change under a peer
+ * that has passed its checks (the receive queue's counters at RESET);
+ * sv_export_qp then finds the record closed, and settle reopens it. */
+void sv_export_qp_quiet(struct sv_qp *qp);
 /* No lock held: no peer access through qp that had begun when the record
  * was closed is in progress any more (a sleep on its busy count, at most
  * 1 s: a peer stopped inside an access is not waited for longer); then,

@@ -162,6 +162,18 @@ struct sv_context {
 	atomic_bool xshare;
 	/* MR slots: the lowest free one is searched from xmr_hint (MR write lock) */
 	uint32_t xmr_hint;
+	/* the receive arena (direct_recv.c): its mapping and memfd; blocks
+	 * from arena_next on were never used, the free ones are listed (lock) */
+	uint8_t *arena;
+	/* set once the table and the arena are made (the engine thread, which
+	 * starts before them, looks at them only then) */
+	atomic_bool arena_on;
+	/* what the next queue made or reset is numbered (struct sv_xrq gen) */
+	_Atomic uint64_t arena_gen;
+	int arena_fd;
+	uint32_t arena_next;
+	struct sv_arena_free *arena_free;
+	uint32_t narena_free, arena_free_cap;
 };
 
 /*
@@ -285,6 +297,12 @@ struct sv_cq {
 	/* extended polling state (ibv_start_poll ...) */
 	struct ibv_wc cur;
 	bool polling;
+	/* the QPs whose receives complete here and peers of this host may
+	 * place SENDs into (engine/direct_recv.c), under lock; nxrq_any: as
+	 * of the last change, read without it */
+	struct sv_qp **xrq;
+	uint32_t nxrq, xrq_cap;
+	atomic_uint nxrq_any;
 };
 /* lock held: cq->count changed */
 static inline void sv_cq_count_changed(struct sv_cq *cq)
@@ -308,6 +326,14 @@ struct sv_rq {
 	struct ibv_sge *sge_pool;
 	uint32_t size, max_sge; /* size is the posted capacity (max_wr) */
 	uint32_t head, count;
+	/* in the receive arena, where peers of this host read it
+	 * (direct_recv.h): its counters and results; NULL: private */
+	struct sv_xrq *x;
+	struct sv_xrecv *xent;
+	uint32_t xoff, xlen; /* its block of the arena */
+	/* head, as a poll reads it without the owner's lock (a hint: the
+	 * poll looks at a QP whose head a peer has marked done) */
+	_Atomic uint32_t xwatch;
 };
 
 /*
@@ -487,6 +513,15 @@ struct sv_qp_req {
 		uint64_t ino;
 		uint8_t *base;
 	} xcache;
+	/* the peer's MR its SENDs were placed into last (a slot of its
+	 * export table), and when one last went by the wire instead */
+	uint32_t xrecv_lkey, xrecv_slot;
+	uint64_t send_miss_ns;
+	/* the peer's receive queue as last read: its place in the arena, its
+	 * resets and what was posted to it */
+	const void *xr_pm;
+	uint32_t xr_off;
+	uint64_t xr_gen, xr_posted;
 };
 
 /*

@@ -8,6 +8,7 @@
 #include "engine/gpu.h"
 #include "engine/stats.h"
 #include "engine/mem_export.h"
+#include "engine/direct_recv.h"
 #include "engine/xrc_relay.h"
 
 #include <stdlib.h>
@@ -73,11 +74,14 @@ void sv_qp_flush_recv(struct sv_qp *qp)
 	sv_responder_flush_rwqe(qp);
 	if (qp->srq)
 		return; /* SRQ WQEs belong to the SRQ, not to this QP */
+	sv_xrq_drain(qp); /* what peers of this host completed, before the flush */
 	for (; qp->rq.count; qp->rq.count--) {
 		push_flush(qp->rcq, qp->rq.wqe[qp->rq.head].wr_id, qp->ex.qp_base.qp_num,
 			   IBV_WC_RECV);
 		qp->rq.head = (qp->rq.head + 1) % qp->rq.size;
 	}
+	if (qp->rq.x)
+		atomic_store(&qp->rq.xwatch, qp->rq.head);
 }
 
 void sv_qp_enter_error(struct sv_qp *qp)

@@ -11,6 +11,7 @@
 #include "engine/stats.h"
 #include "engine/dma.h"
 #include "engine/gpu.h"
+#include "engine/direct_recv.h"
 #include "engine/xrc_relay.h"
 #include "common/fault_guard.h"
 
@@ -475,6 +476,13 @@ static bool take_recv(struct sv_qp *qp)
 		rq = &qp->srq->rq;
 	} else {
 		rq = &qp->rq;
+		/* receives a peer of this host completed go first, in order;
+		 * and the head is taken from the peers' view too */
+		if (rq->x) {
+			sv_xrq_drain(qp);
+			if (!rq->count || !sv_xrq_take(qp))
+				return false;
+		}
 	}
 	if (!rq->count) {
 		if (qp->srq)

@@ -907,6 +907,23 @@ static void shm_drain(struct sv_conn *c, uint64_t deadline)
 	}
 }
 
+/* A peer that sleeps armed the bell of the ring we write: ring it as a
+ * write would (shm_send), with nothing written.  The rings stay mapped
+ * while the caller holds its reference; the socket is looked at under
+ * tx_lock, which its closing takes. */
+static void shm_wake(struct sv_conn *c)
+{
+	struct sv_shm *s = to_shm(c);
+
+	if (!shm_ready(s) || !atomic_load_explicit(&s->tx->bell, memory_order_seq_cst) ||
+	    !atomic_exchange_explicit(&s->tx->bell, 0, memory_order_seq_cst))
+		return;
+	sv_mutex_lock(&c->tx_lock);
+	if (c->fd >= 0)
+		ring_bell(c);
+	sv_mutex_unlock(&c->tx_lock);
+}
+
 /* Room after a full ring is signalled by a bell (EPOLLIN), never EPOLLOUT;
  * and the bells are watched while the input waits, since they say there
  * is room as well as data. */
@@ -955,6 +972,7 @@ static void shm_input(struct sv_conn *c, bool closing)
 const struct sv_transport_ops sv_shm_ops = {
 	.name = "shm",
 	.watch = shm_watch,
+	.wake = shm_wake,
 	.iface_open = shm_iface,
 	.iface_close = sv_iface_stream_close,
 	.finish_connect = shm_finish_connect,

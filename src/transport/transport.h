@@ -506,6 +506,11 @@ struct sv_transport_ops {
 	 * endpoint to_port, to that endpoint's process on this host; 0, and
 	 * conn->keep_socket set, or -errno.  NULL: not a transport that can. */
 	int (*handoff)(struct sv_conn *conn, const uint8_t *hello, size_t len, uint16_t to_port);
+	/* Something for the peer was placed in its memory beside the stream
+	 * (a SEND placed by its initiator, engine/direct_recv.h): if the peer
+	 * sleeps, wake it as an arrival would (seq_cst: after the placement
+	 * is published).  Any thread, no lock held.  NULL: never placed. */
+	void (*wake)(struct sv_conn *conn);
 	/* A connection being set up reported writable or an error: 0 once it is up. */
 	int (*finish_connect)(struct sv_conn *conn);
 	/* Closing: what is queued goes out and the stream ends, by deadline_ns. */

@@ -7,6 +7,7 @@
 #include "verbs/verbs.h"
 #include "engine/engine.h"
 #include "engine/stats.h"
+#include "engine/direct_recv.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -171,6 +172,7 @@ int ibv_destroy_cq(struct ibv_cq *ibcq)
 		sv_ref_put(&SV_CONTAINER_OF(cq->ex.channel, struct sv_comp_channel, ibch)->cqs);
 	sv_ctx_release(ctx, &ctx->ncq);
 	sv_mutex_destroy(&cq->lock);
+	free(cq->xrq);
 	free(cq->ring);
 	cq->ring = NULL;
 	/* like rdma-core: wait until every event handed out was acknowledged;
@@ -242,6 +244,11 @@ int sv_poll_cq(struct ibv_cq *ibcq, int num, struct ibv_wc *wc)
 		return -EINVAL;
 	sv_engine_poll_begins(cq->ctx->eng);
 	n = cq_drain(cq, num, wc);
+	if (!n && num) {
+		/* receives peers of this host completed (a load when none) */
+		sv_xrq_poll_cq(cq);
+		n = cq_drain(cq, num, wc);
+	}
 	if (!n && num) {
 		/* nothing yet: make progress here rather than wait for the engine */
 		sv_engine_progress(cq->ctx->eng);

@@ -10,6 +10,7 @@
 #include "engine/engine.h"
 #include "engine/stats.h"
 #include "engine/mem_export.h"
+#include "engine/direct_recv.h"
 #include "engine/dma.h"
 #include "engine/xrc_relay.h"
 #include "transport/auth.h"
@@ -137,7 +138,10 @@ static int queues_init(struct sv_qp *qp, const struct ibv_qp_cap *cap)
 	if (qp->cap.max_inline_data)
 		sq->inline_pool = malloc((size_t)sq->size * qp->cap.max_inline_data);
 	if (!sq->wqe || !sq->sge_pool || (qp->cap.max_inline_data && !sq->inline_pool) ||
-	    (!qp->srq && sv_rq_init(&qp->rq, cap->max_recv_wr, cap->max_recv_sge)))
+	    (!qp->srq && (qp->ti->type == IBV_QPT_RC
+				  ? sv_rq_init_shared(qp->ctx, &qp->rq, cap->max_recv_wr,
+						      cap->max_recv_sge)
+				  : sv_rq_init(&qp->rq, cap->max_recv_wr, cap->max_recv_sge))))
 		return ENOMEM;
 	for (uint32_t i = 0; i < sq->size; i++)
 		sq->wqe[i].sge = sq->sge_pool + (size_t)i * sges;
@@ -149,6 +153,7 @@ static void queues_free(struct sv_qp *qp)
 	free(qp->sq.wqe);
 	free(qp->sq.sge_pool);
 	free(qp->sq.inline_pool);
+	sv_xrq_free(qp->ctx, &qp->rq);
 	sv_rq_free(&qp->rq);
 }
 
@@ -257,6 +262,10 @@ static struct ibv_qp *qp_create(struct ibv_context *context, struct ibv_qp_init_
 	}
 	init_base(qp, context, ia, idx);
 	hold_objects(qp);
+	if (qp->rq.x && sv_xrq_attach(qp)) {
+		/* no room to list it: its receives stay private */
+		sv_xrq_free(ctx, &qp->rq);
+	}
 	sv_stats_qp_create(qp);
 	ia->cap = qp->cap;
 	return &qp->ex.qp_base;
@@ -347,6 +356,7 @@ static void reset_qp(struct sv_qp *qp)
 		sv_wqe_release(&sq->wqe[sq->head & (sq->size - 1)]);
 	sq->head = sq->next = sq->tail = sq->seg_off = sq->rd_atomic_inflight = 0;
 	qp->rq.head = qp->rq.count = 0;
+	sv_xrq_reset(qp);
 	/* each role forgets its previous life (GPU copies too: none started
 	 * later, none reused) */
 	sv_responder_reset(qp);
@@ -621,6 +631,7 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 	sv_mutex_unlock(&qp->lock);
 	if (settle_export) /* no peer's access through it is still in progress */
 		sv_export_qp_settle(qp);
+	sv_xrq_detach(qp); /* a poll that holds it lets go before the wait below */
 	sv_engine_forget_qp(ctx->eng, qp);
 	/* wait for the engine to let go of it (references are short-lived) */
 	sv_ref_drop_and_wait(&qp->ref);
@@ -647,6 +658,7 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 	free(qp->sq.wqe);
 	free(qp->sq.sge_pool);
 	free(qp->sq.inline_pool);
+	sv_xrq_free(ctx, &qp->rq);
 	sv_rq_free(&qp->rq);
 	sv_gpu_stage_free(&qp->req.gpu_tx);
 	sv_gpu_sink_free(&qp->comp.gpu_rd_in);

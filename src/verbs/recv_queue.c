@@ -5,6 +5,7 @@
  * (responder.c) under the same lock.
  */
 #include "verbs/verbs.h"
+#include "engine/direct_recv.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@ static int ring_alloc(struct sv_rq *rq, uint32_t max_wr, uint32_t max_sge)
 {
 	uint32_t n = SV_MAX(max_wr, 1u);
 
+	*rq = (struct sv_rq){ 0 }; /* private: no part in the arena */
 	rq->max_sge = SV_MAX(max_sge, 1u);
 	rq->wqe = calloc(n, sizeof(*rq->wqe));
 	rq->sge_pool = calloc((size_t)n * rq->max_sge, sizeof(struct ibv_sge));
@@ -34,10 +36,30 @@ int sv_rq_init(struct sv_rq *rq, uint32_t max_wr, uint32_t max_sge)
 	return ring_alloc(rq, max_wr, max_sge);
 }
 
+int sv_rq_init_shared(struct sv_context *ctx, struct sv_rq *rq, uint32_t max_wr, uint32_t max_sge)
+{
+	uint32_t n = SV_MAX(max_wr, 1u);
+
+	if (!sv_xrq_alloc(ctx, rq, max_wr, max_sge))
+		return ring_alloc(rq, max_wr, max_sge);
+	rq->max_sge = SV_MAX(max_sge, 1u);
+	rq->wqe = calloc(n, sizeof(*rq->wqe));
+	if (!rq->wqe) {
+		sv_xrq_free(ctx, rq);
+		return ENOMEM;
+	}
+	for (uint32_t i = 0; i < n; i++)
+		rq->wqe[i].sge = sv_xrecv_sge(sv_xrecv_at(rq->xent, rq->max_sge, i));
+	rq->size = max_wr;
+	rq->head = rq->count = 0;
+	return 0;
+}
+
 void sv_rq_free(struct sv_rq *rq)
 {
 	free(rq->wqe);
-	free(rq->sge_pool);
+	if (!rq->x) /* (the arena's is sv_xrq_free's) */
+		free(rq->sge_pool);
 	rq->wqe = NULL;
 	rq->sge_pool = NULL;
 }
@@ -56,6 +78,8 @@ int sv_rq_post(struct sv_rq *rq, const struct ibv_recv_wr *wr)
 	if (wr->num_sge)
 		memcpy(w->sge, wr->sg_list, sizeof(*w->sge) * (size_t)wr->num_sge);
 	rq->count++;
+	if (rq->x)
+		sv_xrq_posted(rq);
 	return 0;
 }
 
@@ -64,6 +88,8 @@ int sv_rq_resize(struct sv_rq *rq, uint32_t max_wr)
 	struct sv_rq n;
 	int err;
 
+	if (rq->x)
+		return EOPNOTSUPP; /* (an SRQ's only, never in the arena) */
 	if (max_wr < rq->count)
 		return EINVAL; /* the WRs posted must fit (rxe refuses the same) */
 	err = ring_alloc(&n, max_wr, rq->max_sge);

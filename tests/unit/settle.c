@@ -279,6 +279,11 @@ int main(int argc, char **argv)
 	int nbefore, nafter, nlib = 0;
 	struct sigaction sa;
 
+	/* the SENDs go by the wire, whose ACKs this is about: between
+	 * processes of one host with shared pages the sender places a SEND
+	 * into the receive itself and completes it in its post, as unit_direct_send
+	 * shows (the child inherits this) */
+	setenv("SOFTVERBS_SHARED_MR", "0", 1);
 	svt_child_dispatch(argc, argv, roles);
 	svt_watchdog(50);
 

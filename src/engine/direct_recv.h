@@ -1,0 +1,127 @@
+/*
+ * Receive queues that peers of this host can read: the receiving side of
+ * the same-host SEND (ARCHITECTURE.md §4.6).  Between two processes of one
+ * host an RC SEND is placed by its initiator (direct_exec.c): it reads the
+ * receive WQE at the head of the target QP's queue, checks it as the
+ * responder would, copies the message into the buffers it names and writes
+ * the result beside it; the target's CPU is needed only to poll, which
+ * turns the results into completions in the order of the queue.  No packet,
+ * no ACK.
+ *
+ * Each WQE's SGEs, and its result, live in the context's receive
+ * arena, a memfd peers take as they take MR extents (its descriptor and
+ * inode are in the export table's header); the wr_id stays private.  Two
+ * counters, each a count of WQEs since the queue was made or reset (gen
+ * counts the resets):
+ *   posted  written by the owner (ibv_post_recv), after the WQE (its SGEs,
+ *           its result cleared);
+ *   taken   the next WQE to consume: a peer that places a SEND takes it by
+ *           compare-and-swap, and so does the owner's responder for a SEND
+ *           that came by the wire.
+ * A peer writes the WQE's result, SV_XRECV_DONE last (release), after the
+ * bytes.  The owner completes, in order from its head, the WQEs marked
+ * done (sv_xrq_drain); the mark is on the line the peer writes anyway, and
+ * `taken` is on one the owner's polls do not read, so a placement costs
+ * the peer no more lines than it must write.  The owner trusts none of it:
+ * it completes only WQEs it posted, with wr_ids of its own.
+ */
+#ifndef SV_DIRECT_RECV_H
+#define SV_DIRECT_RECV_H
+
+#include <infiniband/verbs.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+struct sv_context;
+struct sv_qp;
+struct sv_rq;
+
+struct sv_xrq {
+	_Alignas(64) _Atomic uint64_t posted;
+	_Alignas(64) _Atomic uint64_t taken;
+	_Atomic uint64_t gen; /* moves at each reset: what a peer knew of posted is stale */
+};
+
+/* The result a peer writes for a WQE it placed a message into. */
+struct sv_xrecv {
+	uint32_t num_sge; /* the owner's, at the post */
+	uint32_t byte_len;
+	uint32_t imm;     /* network order, as in a work completion */
+	_Atomic uint32_t flags; /* SV_XRECV_*: 0 from the post until the peer's result */
+};
+
+#define SV_XRECV_IMM 0x1        /* imm is set */
+#define SV_XRECV_SOLICITED 0x2  /* the SEND asked for a solicited event */
+#define SV_XRECV_DONE 0x80000000u /* the result is written (the last store) */
+
+/* A WQE in the arena: its result, then its SGEs, on as few lines as can
+ * be (a peer reads the SGEs and writes the result of the same WQE). */
+static inline size_t sv_xrecv_stride(uint32_t max_sge)
+{
+	return sizeof(struct sv_xrecv) + (size_t)max_sge * sizeof(struct ibv_sge);
+}
+/* The block of a queue: its counters, then its WQEs. */
+static inline uint64_t sv_xrq_bytes(uint32_t size, uint32_t max_sge)
+{
+	return sizeof(struct sv_xrq) + (uint64_t)size * sv_xrecv_stride(max_sge);
+}
+
+/* The arena: SV_XRQ_ARENA bytes of address space, only what queues use
+ * takes memory. */
+#define SV_XRQ_ARENA (256u << 20)
+
+/* The context's arena, made with its export table; false when it cannot be
+ * (queues then stay private). */
+bool sv_xrq_arena_open(struct sv_context *ctx);
+void sv_xrq_arena_close(struct sv_context *ctx);
+
+/*
+ * The receive queue of an RC QP without an SRQ, in the arena: rq->x and
+ * rq->xent set (rq->sge_pool NULL: each WQE's SGEs follow its result, see
+ * sv_xrecv_at), rq->xoff its offset; false when the context has no arena
+ * or it is full (then the caller makes it private).
+ */
+bool sv_xrq_alloc(struct sv_context *ctx, struct sv_rq *rq, uint32_t max_wr, uint32_t max_sge);
+void sv_xrq_free(struct sv_context *ctx, struct sv_rq *rq);
+
+/* WQE i of a queue in the arena, and its SGEs. */
+static inline struct sv_xrecv *sv_xrecv_at(void *first, uint32_t max_sge, uint32_t i)
+{
+	return (struct sv_xrecv *)((uint8_t *)first + (size_t)i * sv_xrecv_stride(max_sge));
+}
+static inline struct ibv_sge *sv_xrecv_sge(struct sv_xrecv *e)
+{
+	return (struct ibv_sge *)(e + 1);
+}
+
+/* Owner's lock held: a WQE was added at the tail. */
+void sv_xrq_posted(struct sv_rq *rq);
+/* qp->lock held: every WQE is gone (the QP goes to RESET); waits for a
+ * peer's placement in progress to end first (sv_export_qp_quiet). */
+void sv_xrq_reset(struct sv_qp *qp);
+
+/* qp->lock held: the receives peers completed go to the CQ, in order. */
+void sv_xrq_drain(struct sv_qp *qp);
+/* qp->lock held, the queue drained and not empty: the head WQE is the
+ * responder's (true), or a peer is placing into it (false: the message
+ * that came by the wire finds no receive, as RNR). */
+bool sv_xrq_take(struct sv_qp *qp);
+
+/* The QP (its queue in the arena) joins its receive CQ's list, which
+ * sv_xrq_poll_cq looks at: 0 or ENOMEM.  Detach: it leaves the list
+ * (before its destruction waits for references to go). */
+int sv_xrq_attach(struct sv_qp *qp);
+void sv_xrq_detach(struct sv_qp *qp);
+/* A poll of cq found it empty: the receives peers completed for its QPs
+ * go into it (a load when there are none). */
+struct sv_cq;
+void sv_xrq_poll_cq(struct sv_cq *cq);
+
+/* Take in what peers completed for the context's QPs, from the slots
+ * they marked ready (the engine's pass; any thread). */
+void sv_xrq_poll(struct sv_context *ctx);
+/* Something waits for sv_xrq_poll (seq_cst: after a bell is armed). */
+bool sv_xrq_waiting(struct sv_context *ctx);
+
+#endif

@@ -1,0 +1,1101 @@
+/*
+ * unit_direct_send: RC SEND between two processes of this host, over shm,
+ * where the sender executes the SEND itself on the receiver's posted
+ * receive (as it already executes WRITE, READ and atomics: unit_peer_mem);
+ * the parent is the sender, the spawned child the receiver, each part on
+ * a QP pair of its own between the same two contexts.
+ *   - the receiver stopped: it registers a malloc'd 4 MiB buffer with
+ *     LOCAL_WRITE | REMOTE_WRITE (pages shared with this host's peers),
+ *     fills it with a guard pattern and posts 12 receives (1, 2 and 3 SGEs
+ *     at odd offsets, some larger than their message) once a first SEND,
+ *     into an MR of LOCAL_WRITE only, has made the connection and the
+ *     buffer's pages are shared (svt_shared_pages); the sender stops it
+ *     with SIGSTOP and posts in one list SENDs of 0, 1, 8, 63, 4096 + 13,
+ *     64 KiB (gathered from 2 SGEs), 256 KiB, 4 KiB, 777 B (gathered) and
+ *     1 MiB + 7 B, a SEND_WITH_IMM and an inline SEND of 16 B, each of its
+ *     own pattern, all signaled: every one completes successfully within
+ *     5 s while the receiver is stopped.  Continued, the receiver finds
+ *     its completions in posting order (wr_id, IBV_WC_RECV, byte_len,
+ *     IBV_WC_WITH_IMM and imm_data for the one with immediate data,
+ *     qp_num, src_qp), every message scattered across its SGEs, and every
+ *     other byte of the buffer (beyond byte_len, between the SGEs) still
+ *     the guard.  (Before the sender executes SENDs, this is the one
+ *     assertion that fails: "SEND did not complete while the receiver was
+ *     stopped".)
+ *   - order with the wire: one post list of SEND, RDMA_WRITE,
+ *     RDMA_WRITE_WITH_IMM, SEND_WITH_IMM, SEND into a receive whose MR has
+ *     LOCAL_WRITE only (never shared: it goes by the wire) and SEND again;
+ *     the receive completions come in the order of the requests that
+ *     consumed them (IBV_WC_RECV / IBV_WC_RECV_RDMA_WITH_IMM, imm_data,
+ *     byte_len), each with its data in place when it is polled (both
+ *     WRITEs' data with the WRITE_WITH_IMM's completion), nothing else of
+ *     either buffer touched
+ *   - RNR, then success: no receive posted, the sender's QP with rnr_retry
+ *     7 (no limit) and both QPs with min_rnr_timer 10 (0.32 ms); the
+ *     receive comes 50 ms after the SEND is posted; both complete
+ *     successfully, the data right, and the SEND not before the receiver
+ *     said it was posting the receive
+ *   - too small: a SEND of 64 B into a receive of 16 B (then a SEND of 8 B
+ *     and a receive of 4 KiB behind them), as tests/errors/err_loc_len.c
+ *     asserts in one process: the receive completes IBV_WC_LOC_LEN_ERR, the
+ *     SEND IBV_WC_REM_INV_REQ_ERR (qp_num of each), both QPs are in ERR, the
+ *     WRs behind are flushed, nothing else completes; no byte of the
+ *     receiver's buffer outside the 16 B is written
+ *   - completion channel: the receiver's CQ has a channel, armed, the
+ *     receiver blocked waiting for its event (svt_wait_cq_event); a SEND
+ *     brings the event within 2 s, then the completion, the data right
+ *   - deregistration: a receive is posted into an MR (REMOTE_WRITE, so
+ *     shared) that is then deregistered, its buffer (still the receiver's
+ *     memory) filled with a poison pattern; a SEND of 4 KiB into it writes
+ *     nothing (the poison intact), the receive completes
+ *     IBV_WC_LOC_PROT_ERR, the SEND IBV_WC_REM_OP_ERR, both QPs in ERR
+ *     (what the responder does today over shm, by the wire)
+ *   - flush: 4 receives posted, 2 SENDs completed, then the receiver
+ *     moves its QP to ERR before polling: 2 successful receive
+ *     completions (data right), then 2 IBV_WC_WR_FLUSH_ERR, in order
+ *
+ * SVT_DSEND_NO_STOP=1 leaves the receiver running in the first part (no
+ * SIGSTOP): the rest of the test, as SENDs by the wire pass it, checked
+ * on its own.
+ */
+#include "sv_test.h"
+
+#include <arpa/inet.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define LONG_MS 30000 /* a token from the other process (a busy machine) */
+#define WC_MS 20000   /* a completion not bound to the 5 s of part 1 */
+#define STOPPED_MS 5000
+
+#define GUARD 0x6a7d /* seed of the guard pattern of receive buffers */
+#define POISON 0x0b5e
+
+static bool no_stop(void)
+{
+	const char *s = getenv("SVT_DSEND_NO_STOP");
+
+	return s && *s && strcmp(s, "0") != 0;
+}
+
+/* buf[j] = the byte svt_fill(…, seed) puts at offset base + j */
+static void fill_at(void *buf, size_t len, uint32_t seed, size_t base)
+{
+	uint8_t *p = buf;
+
+	for (size_t j = 0; j < len; j++)
+		p[j] = svt_pattern_byte(seed, base + j);
+}
+
+/* ---- one QP and its CQ in each process, linked through the pipes ---- */
+
+struct end {
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
+	uint32_t max_inline;
+	struct svt_peer_info peer;
+};
+
+static void end_open(struct end *e, struct svt_dev *d, struct ibv_comp_channel *ch)
+{
+	struct ibv_qp_init_attr ia;
+
+	memset(e, 0, sizeof(*e));
+	e->cq = svt_create_cq(d->ctx, 64, ch);
+	memset(&ia, 0, sizeof(ia));
+	ia.send_cq = ia.recv_cq = e->cq;
+	ia.qp_type = IBV_QPT_RC;
+	ia.cap.max_send_wr = ia.cap.max_recv_wr = 32;
+	ia.cap.max_send_sge = ia.cap.max_recv_sge = 3;
+	ia.cap.max_inline_data = 64;
+	e->qp = ibv_create_qp(d->pd, &ia);
+	if (!e->qp) {
+		/* no inline data: the inline SEND goes as a plain one */
+		ia.cap.max_inline_data = 0;
+		e->qp = ibv_create_qp(d->pd, &ia);
+	}
+	SVT_CHECK_PTR(e->qp);
+	e->max_inline = ia.cap.max_inline_data;
+}
+
+/* Tell the peer our QP (and an MR it may WRITE to), learn its, and connect. */
+static void end_link(struct end *e, struct svt_dev *d, int rfd, int wfd, const void *addr,
+		     uint32_t rkey, const struct svt_conn *c)
+{
+	struct svt_peer_info me;
+
+	memset(&me, 0, sizeof(me));
+	me.gid = d->gid;
+	me.qpn = e->qp->qp_num;
+	me.addr = (uintptr_t)addr;
+	me.rkey = rkey;
+	svt_send_info(wfd, &me);
+	svt_chan_read(rfd, &e->peer, sizeof(e->peer), LONG_MS);
+	svt_qp_connect(e->qp, c, &e->peer.gid, e->peer.qpn);
+}
+
+/* Is a token from the other process there to be read, now? */
+static bool token_ready(int fd)
+{
+	struct pollfd pfd = { .fd = fd, .events = POLLIN };
+	int r;
+
+	while ((r = poll(&pfd, 1, 0)) < 0 && errno == EINTR)
+		;
+	SVT_CHECK(r >= 0);
+	return r > 0;
+}
+
+static void end_close(struct end *e)
+{
+	SVT_CHECK_OK(ibv_destroy_qp(e->qp));
+	SVT_CHECK_OK(ibv_destroy_cq(e->cq));
+}
+
+static void post_recv_sgl(struct ibv_qp *qp, uint64_t wr_id, struct ibv_sge *sge, int n)
+{
+	struct ibv_recv_wr wr, *bad = NULL;
+
+	memset(&wr, 0, sizeof(wr));
+	wr.wr_id = wr_id;
+	wr.sg_list = n ? sge : NULL;
+	wr.num_sge = n;
+	SVT_CHECK_OK(ibv_post_recv(qp, &wr, &bad));
+}
+
+/* Poll n completions by deadline; returns how many came. */
+static int poll_until(struct ibv_cq *cq, int n, struct ibv_wc *wc, uint64_t deadline)
+{
+	int got = 0;
+
+	while (got < n) {
+		int r = ibv_poll_cq(cq, n - got, wc + got);
+
+		SVT_CHECK(r >= 0);
+		got += r;
+		if (r == 0) {
+			struct timespec ts = { 0, 20000 };
+
+			if (svt_now_ms() > deadline)
+				break;
+			nanosleep(&ts, NULL); /* the other process may need the CPU */
+		}
+	}
+	return got;
+}
+
+static struct ibv_wc expect_wc(struct ibv_cq *cq, uint64_t wr_id, enum ibv_wc_status st,
+			       const char *what)
+{
+	struct ibv_wc wc;
+
+	memset(&wc, 0, sizeof(wc));
+	if (poll_until(cq, 1, &wc, svt_now_ms() + WC_MS) != 1)
+		SVT_FAIL("%s: no completion for wr_id %llu within %d ms", what,
+			 (unsigned long long)wr_id, WC_MS);
+	if (wc.wr_id != wr_id || wc.status != st)
+		SVT_FAIL("%s: completion wr_id %llu status %d (%s), expected wr_id %llu status "
+			 "%d (%s)",
+			 what, (unsigned long long)wc.wr_id, (int)wc.status,
+			 ibv_wc_status_str(wc.status), (unsigned long long)wr_id, (int)st,
+			 ibv_wc_status_str(st));
+	return wc;
+}
+
+/* A successful receive completion of a message from the peer QP. */
+static void check_recv_wc(const struct ibv_wc *wc, const struct end *e, uint64_t wr_id,
+			  enum ibv_wc_opcode opc, uint32_t byte_len, const uint32_t *imm,
+			  const char *what)
+{
+	if (wc->status != IBV_WC_SUCCESS || wc->wr_id != wr_id)
+		SVT_FAIL("%s: receive completion wr_id %llu status %d (%s), expected wr_id %llu, "
+			 "success",
+			 what, (unsigned long long)wc->wr_id, (int)wc->status,
+			 ibv_wc_status_str(wc->status), (unsigned long long)wr_id);
+	SVT_CHECK_EQ(wc->opcode, opc);
+	SVT_CHECK_EQ(wc->byte_len, byte_len);
+	SVT_CHECK_EQ(wc->qp_num, e->qp->qp_num);
+	SVT_CHECK_EQ(wc->src_qp, e->peer.qpn);
+	if (imm) {
+		SVT_CHECK(wc->wc_flags & IBV_WC_WITH_IMM);
+		SVT_CHECK_EQ(ntohl(wc->imm_data), *imm);
+	} else {
+		SVT_CHECK_EQ(wc->wc_flags & IBV_WC_WITH_IMM, 0);
+	}
+}
+
+/* Into img (an image of the buffer at base): a message of len bytes of
+ * pattern seed, scattered over sge[0..n-1]. */
+static void scatter(uint8_t *img, const void *base, const struct ibv_sge *sge, int n, uint32_t len,
+		    uint32_t seed)
+{
+	uint32_t k = 0;
+
+	for (int i = 0; i < n && k < len; i++) {
+		uint32_t m = sge[i].length < len - k ? sge[i].length : len - k;
+
+		fill_at(img + (sge[i].addr - (uintptr_t)base), m, seed, k);
+		k += m;
+	}
+	SVT_CHECK_EQ(k, len); /* the receive holds the message */
+}
+
+/* The message is in place, now (the rest of the buffer is checked later). */
+static void check_scattered(const struct ibv_sge *sge, int n, uint32_t len, uint32_t seed,
+			    const char *what)
+{
+	uint32_t k = 0;
+
+	for (int i = 0; i < n && k < len; i++) {
+		const volatile uint8_t *p = (const uint8_t *)(uintptr_t)sge[i].addr;
+		uint32_t m = sge[i].length < len - k ? sge[i].length : len - k;
+
+		for (uint32_t j = 0; j < m; j++)
+			if (p[j] != svt_pattern_byte(seed, k + j))
+				SVT_FAIL("%s: message byte %u (SGE %d, byte %u) is 0x%02x, "
+					 "expected 0x%02x",
+					 what, k + j, i, j, p[j], svt_pattern_byte(seed, k + j));
+		k += m;
+	}
+}
+
+/* buf holds img: every message in place, every other byte the guard. */
+static void check_image(const uint8_t *buf, const uint8_t *img, size_t len, const char *what)
+{
+	for (size_t i = 0; i < len; i++) {
+		const char *why = "a message's byte";
+
+		if (buf[i] == img[i])
+			continue;
+		if (img[i] == svt_pattern_byte(GUARD, i))
+			why = "the guard: written where no message goes";
+		SVT_FAIL("%s: byte %zu of the buffer is 0x%02x, expected 0x%02x (%s)", what, i,
+			 buf[i], img[i], why);
+	}
+}
+
+/* The guard in buf and in a copy of it, the image of what must be there. */
+static uint8_t *guard_image(uint8_t *buf, size_t len)
+{
+	uint8_t *img = malloc(len);
+
+	SVT_CHECK_PTR(img);
+	svt_fill(buf, len, GUARD);
+	memcpy(img, buf, len);
+	return img;
+}
+
+static void check_state(struct ibv_qp *qp, enum ibv_qp_state st, const char *what)
+{
+	enum ibv_qp_state s = svt_qp_state(qp);
+
+	if (s != st)
+		SVT_FAIL("%s: QP %u in state %d, expected %d", what, qp->qp_num, (int)s, (int)st);
+}
+
+/* ---- part 1: SENDs complete while the receiver is stopped ---- */
+
+/* Are buf's first and last pages shared with this host's peers? */
+static bool pages_shared(const uint8_t *buf, size_t len)
+{
+	return svt_shared_pages(buf) && svt_shared_pages(buf + len - 1);
+}
+
+#define P1_LEN (4u << 20)
+#define P1_SRC (2u << 20)
+#define P1_IMM 0xd5e7d001u
+
+struct msg1 {
+	uint32_t len;
+	enum ibv_wr_opcode op;
+	bool inl;
+	int gather; /* SGEs of the SEND (2: the pieces in reverse order in memory) */
+	uint32_t rsge[3]; /* the receive's SGE lengths (0 ends) */
+};
+
+static const struct msg1 msgs1[] = {
+	{ 0, IBV_WR_SEND, false, 1, { 64 } },
+	{ 1, IBV_WR_SEND, false, 1, { 1 } },
+	{ 8, IBV_WR_SEND, false, 1, { 3, 5 } },
+	{ 63, IBV_WR_SEND, false, 1, { 10, 20, 100 } },
+	{ 4096 + 13, IBV_WR_SEND, false, 1, { 4096, 13 } },
+	{ 65536, IBV_WR_SEND, false, 2, { 1000, 64536, 50 } },
+	{ 256u << 10, IBV_WR_SEND, false, 1, { (256u << 10) + 100 } },
+	{ 100, IBV_WR_SEND_WITH_IMM, false, 1, { 50, 50, 50 } },
+	{ 16, IBV_WR_SEND, true, 1, { 7, 9 } },
+	{ 4096, IBV_WR_SEND, false, 1, { 4096, 4096 } },
+	{ 777, IBV_WR_SEND, false, 2, { 1, 1, 1000 } },
+	{ (1u << 20) + 7, IBV_WR_SEND, false, 1, { 1u << 19, 600000 } },
+};
+#define N1 ((int)(sizeof(msgs1) / sizeof(msgs1[0])))
+
+static uint32_t seed1(int i)
+{
+	return 0x100 + (uint32_t)i;
+}
+
+/* Receive i's SGEs in buf: at odd offsets, apart. */
+static int sgl1(int i, uint8_t *buf, uint32_t lkey, struct ibv_sge *sge)
+{
+	size_t off = 37;
+	int n = 0;
+
+	for (int m = 0; m <= i; m++)
+		for (int s = 0; s < 3 && msgs1[m].rsge[s]; s++) {
+			if (m == i) {
+				sge[n].addr = (uintptr_t)(buf + off);
+				sge[n].length = msgs1[m].rsge[s];
+				sge[n].lkey = lkey;
+				n++;
+			}
+			off += msgs1[m].rsge[s] + 61 + 2 * (size_t)s;
+		}
+	SVT_CHECK_LE(off, P1_LEN);
+	return n;
+}
+
+static void recv_part1(struct svt_dev *d, int rfd, int wfd)
+{
+	uint8_t *buf = malloc(P1_LEN), *warm = svt_alloc(4096), *img;
+	struct ibv_mr *mr, *wmr;
+	struct ibv_sge sge[3];
+	struct ibv_wc wc[N1];
+	struct end e;
+	uint64_t until;
+
+	SVT_CHECK_PTR(buf);
+	img = guard_image(buf, P1_LEN);
+	mr = svt_reg_mr(d->pd, buf, P1_LEN, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	wmr = svt_reg_mr(d->pd, warm, 4096, IBV_ACCESS_LOCAL_WRITE);
+	end_open(&e, d, NULL);
+	end_link(&e, d, rfd, wfd, NULL, 0, NULL);
+
+	/* the connection is made by a SEND, answered by this process running */
+	SVT_CHECK_OK(svt_post_recv(e.qp, 900, warm, 4096, wmr->lkey));
+	svt_sync_send(wfd, 'R');
+	SVT_CHECK_EQ(svt_sync_recv(rfd, LONG_MS), 'W');
+	wc[0] = expect_wc(e.cq, 900, IBV_WC_SUCCESS, "warm-up");
+	check_recv_wc(&wc[0], &e, 900, IBV_WC_RECV, 32, NULL, "warm-up");
+	SVT_CHECK_FILL(warm, 32, 0x99);
+	/* a peer of this host has proved itself: the buffer's pages are shared */
+	for (until = svt_now_ms() + 5000; !pages_shared(buf, P1_LEN) && svt_now_ms() < until;)
+		svt_sleep_ms(1);
+	SVT_CHECK_MSG(pages_shared(buf, P1_LEN),
+		      "the receive buffer's pages are not shared with the peer");
+
+	for (int i = 0; i < N1; i++) {
+		int n = sgl1(i, buf, mr->lkey, sge);
+
+		scatter(img, buf, sge, n, msgs1[i].len, seed1(i));
+		post_recv_sgl(e.qp, 1000 + (uint64_t)i, sge, n);
+	}
+	svt_sync_send(wfd, 'S');
+	/* stopped here by the sender, then continued */
+	SVT_CHECK_EQ(svt_sync_recv(rfd, 60000), 'C');
+	if (poll_until(e.cq, N1, wc, svt_now_ms() + WC_MS) != N1)
+		SVT_FAIL("part 1: fewer than %d receive completions within %d ms", N1, WC_MS);
+	for (int i = 0; i < N1; i++) {
+		uint32_t imm = P1_IMM;
+		char what[32];
+
+		snprintf(what, sizeof(what), "part 1, message %d", i);
+		check_recv_wc(&wc[i], &e, 1000 + (uint64_t)i, IBV_WC_RECV, msgs1[i].len,
+			      msgs1[i].op == IBV_WR_SEND_WITH_IMM ? &imm : NULL, what);
+	}
+	check_image(buf, img, P1_LEN, "part 1");
+	svt_expect_no_wc(e.cq, 20);
+	svt_sync_send(wfd, 'D');
+
+	end_close(&e);
+	SVT_CHECK_OK(ibv_dereg_mr(mr));
+	SVT_CHECK_OK(ibv_dereg_mr(wmr));
+	free(buf);
+	free(img);
+	free(warm);
+}
+
+static void send_part1(struct svt_dev *d, struct svt_child *c)
+{
+	uint8_t *src = svt_alloc(P1_SRC);
+	struct ibv_mr *mr = svt_reg_mr(d->pd, src, P1_SRC, IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_send_wr wr[N1], *bad = NULL;
+	struct ibv_sge sge[N1][2];
+	struct ibv_wc wc[N1];
+	size_t off = 0;
+	struct end e;
+	int status, got;
+	bool stop = !no_stop();
+
+	end_open(&e, d, NULL);
+	end_link(&e, d, c->rfd, c->wfd, NULL, 0, NULL);
+	SVT_CHECK_EQ(svt_sync_recv(c->rfd, LONG_MS), 'R');
+	svt_fill(src, 32, 0x99);
+	SVT_CHECK_OK(svt_post_send(e.qp, 900, IBV_WR_SEND, IBV_SEND_SIGNALED, src, 32, mr->lkey, 0,
+				   0, 0));
+	expect_wc(e.cq, 900, IBV_WC_SUCCESS, "warm-up");
+	svt_sync_send(c->wfd, 'W');
+
+	memset(wr, 0, sizeof(wr));
+	for (int i = 0; i < N1; i++) {
+		const struct msg1 *m = &msgs1[i];
+		uint32_t a = m->gather == 2 ? m->len / 2 : m->len;
+		uint8_t *first = src + off + (m->len - a) + 64;
+
+		wr[i].wr_id = 1000 + (uint64_t)i;
+		wr[i].opcode = m->op;
+		wr[i].send_flags = IBV_SEND_SIGNALED;
+		if (m->inl && e.max_inline >= m->len)
+			wr[i].send_flags |= IBV_SEND_INLINE;
+		if (m->op == IBV_WR_SEND_WITH_IMM)
+			wr[i].imm_data = htonl(P1_IMM);
+		wr[i].next = i + 1 < N1 ? &wr[i + 1] : NULL;
+		if (!m->len)
+			continue;
+		/* the first piece after the second in memory */
+		sge[i][0] = (struct ibv_sge){ (uintptr_t)first, a, mr->lkey };
+		fill_at(first, a, seed1(i), 0);
+		if (m->gather == 2) {
+			uint8_t *second = src + off;
+
+			sge[i][1] = (struct ibv_sge){ (uintptr_t)second, m->len - a, mr->lkey };
+			fill_at(second, m->len - a, seed1(i), a);
+		}
+		wr[i].sg_list = sge[i];
+		wr[i].num_sge = m->gather;
+		off += m->len + 64 + 200;
+		SVT_CHECK_LE(off, P1_SRC);
+	}
+	if (e.max_inline < 16)
+		svt_log("max_inline_data %u: the 16 B SEND goes as a plain one", e.max_inline);
+	SVT_CHECK_EQ(svt_sync_recv(c->rfd, LONG_MS), 'S');
+
+	if (stop) {
+		SVT_CHECK_OK(kill(c->pid, SIGSTOP));
+		SVT_CHECK_EQ(waitpid(c->pid, &status, WUNTRACED), c->pid);
+		SVT_CHECK(WIFSTOPPED(status));
+	}
+	SVT_CHECK_OK(ibv_post_send(e.qp, wr, &bad));
+	got = poll_until(e.cq, N1, wc, svt_now_ms() + (stop ? STOPPED_MS : WC_MS));
+	if (got < N1 && stop)
+		SVT_FAIL("SEND did not complete while the receiver was stopped (same-host SEND not "
+			 "executed by the sender): %d of %d SENDs completed in %d ms",
+			 got, N1, STOPPED_MS);
+	if (got < N1)
+		SVT_FAIL("part 1: %d of %d SENDs completed in %d ms", got, N1, WC_MS);
+	for (int i = 0; i < N1; i++) {
+		if (wc[i].status != IBV_WC_SUCCESS)
+			SVT_FAIL("part 1: SEND wr_id %llu completed with status %d (%s)%s",
+				 (unsigned long long)wc[i].wr_id, (int)wc[i].status,
+				 ibv_wc_status_str(wc[i].status),
+				 stop ? " while the receiver was stopped" : "");
+		SVT_CHECK_EQ(wc[i].wr_id, 1000 + i);
+		SVT_CHECK_EQ(wc[i].opcode, IBV_WC_SEND);
+		SVT_CHECK_EQ(wc[i].qp_num, e.qp->qp_num);
+	}
+	if (stop)
+		SVT_CHECK_OK(kill(c->pid, SIGCONT));
+	svt_sync_send(c->wfd, 'C');
+	SVT_CHECK_EQ(svt_sync_recv(c->rfd, LONG_MS), 'D');
+	svt_log("part 1: %d SENDs (0 B to 1 MiB + 7, gathered, inline, with immediate data) "
+		"completed %s; placed, in order, nothing else written",
+		N1, stop ? "with the receiver stopped" : "(receiver running: SVT_DSEND_NO_STOP)");
+
+	end_close(&e);
+	SVT_CHECK_OK(ibv_dereg_mr(mr));
+	free(src);
+}
+
+/* ---- part 2: SENDs in order with what goes by the wire ---- */
+
+#define P2_LEN (1u << 20)
+#define P2_LLEN (64u << 10)
+#define P2_W1 100003u /* the WRITE's target in the shared buffer */
+#define P2_W2 200009u /* the WRITE_WITH_IMM's */
+#define P2_IMM_W 0xfeed0002u
+#define P2_IMM_S 0xfeed0003u
+
+/* the requests, in posting order: opcode, length, seed, the receive consumed (-1: none) */
+static const struct {
+	enum ibv_wr_opcode op;
+	uint32_t len;
+	int recv;
+} reqs2[] = {
+	{ IBV_WR_SEND, 3000, 0 },		 { IBV_WR_RDMA_WRITE, 5000, -1 },
+	{ IBV_WR_RDMA_WRITE_WITH_IMM, 7000, 1 }, { IBV_WR_SEND_WITH_IMM, 2000, 2 },
+	{ IBV_WR_SEND, 1500, 3 },		 { IBV_WR_SEND, 4097, 4 },
+};
+#define NREQ2 6
+#define NRECV2 5
+
+static uint32_t seed2(int i)
+{
+	return 0x200 + (uint32_t)i;
+}
+
+/* The receives: 0, 1, 2 and 4 in the shared buffer s, 3 in the
+ * LOCAL_WRITE-only buffer l. */
+static int sgl2(int r, uint8_t *s, uint32_t skey, uint8_t *l, uint32_t lkey, struct ibv_sge *sge)
+{
+	switch (r) {
+	case 0:
+		sge[0] = (struct ibv_sge){ (uintptr_t)(s + 1001), 2000, skey };
+		sge[1] = (struct ibv_sge){ (uintptr_t)(s + 5003), 1500, skey };
+		return 2;
+	case 1: /* never written: a WRITE_WITH_IMM places its data by address */
+		sge[0] = (struct ibv_sge){ (uintptr_t)(s + 9001), 256, skey };
+		return 1;
+	case 2:
+		sge[0] = (struct ibv_sge){ (uintptr_t)(s + 12007), 4096, skey };
+		return 1;
+	case 3:
+		sge[0] = (struct ibv_sge){ (uintptr_t)(l + 33), 500, lkey };
+		sge[1] = (struct ibv_sge){ (uintptr_t)(l + 1033), 500, lkey };
+		sge[2] = (struct ibv_sge){ (uintptr_t)(l + 2033), 1000, lkey };
+		return 3;
+	default:
+		sge[0] = (struct ibv_sge){ (uintptr_t)(s + 20011), 8192, skey };
+		return 1;
+	}
+}
+
+static void recv_part2(struct svt_dev *d, int rfd, int wfd)
+{
+	uint8_t *s = malloc(P2_LEN), *l = malloc(P2_LLEN), *simg, *limg;
+	struct ibv_mr *smr, *lmr;
+	struct ibv_sge sge[NRECV2][3];
+	int nsge[NRECV2];
+	struct end e;
+
+	SVT_CHECK(s && l);
+	simg = guard_image(s, P2_LEN);
+	limg = guard_image(l, P2_LLEN);
+	smr = svt_reg_mr(d->pd, s, P2_LEN, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	lmr = svt_reg_mr(d->pd, l, P2_LLEN, IBV_ACCESS_LOCAL_WRITE);
+	end_open(&e, d, NULL);
+	end_link(&e, d, rfd, wfd, s, smr->rkey, NULL);
+	for (int r = 0; r < NRECV2; r++) {
+		nsge[r] = sgl2(r, s, smr->lkey, l, lmr->lkey, sge[r]);
+		post_recv_sgl(e.qp, 2000 + (uint64_t)r, sge[r], nsge[r]);
+	}
+	for (int i = 0; i < NREQ2; i++) {
+		if (reqs2[i].op == IBV_WR_RDMA_WRITE || reqs2[i].op == IBV_WR_RDMA_WRITE_WITH_IMM)
+			fill_at(simg + (reqs2[i].op == IBV_WR_RDMA_WRITE ? P2_W1 : P2_W2),
+				reqs2[i].len, seed2(i), 0);
+		else if (reqs2[i].recv == 3)
+			scatter(limg, l, sge[3], nsge[3], reqs2[i].len, seed2(i));
+		else
+			scatter(simg, s, sge[reqs2[i].recv], nsge[reqs2[i].recv], reqs2[i].len,
+				seed2(i));
+	}
+	svt_sync_send(wfd, 'R');
+
+	/* each receive completion, polled one at a time, finds its data (and
+	 * that of the requests before it) in place */
+	for (int i = 0; i < NREQ2; i++) {
+		int r = reqs2[i].recv;
+		uint32_t imm_w = P2_IMM_W, imm_s = P2_IMM_S;
+		struct ibv_wc wc;
+		char what[48];
+
+		if (r < 0)
+			continue;
+		snprintf(what, sizeof(what), "part 2, request %d (receive %d)", i, r);
+		if (poll_until(e.cq, 1, &wc, svt_now_ms() + WC_MS) != 1)
+			SVT_FAIL("%s: no receive completion within %d ms", what, WC_MS);
+		if (reqs2[i].op == IBV_WR_RDMA_WRITE_WITH_IMM) {
+			check_recv_wc(&wc, &e, 2000 + (uint64_t)r, IBV_WC_RECV_RDMA_WITH_IMM,
+				      reqs2[i].len, &imm_w, what);
+			/* the WRITE before it, and its own data */
+			for (int w = 0; w <= i; w++)
+				if (reqs2[w].op == IBV_WR_RDMA_WRITE ||
+				    reqs2[w].op == IBV_WR_RDMA_WRITE_WITH_IMM) {
+					struct ibv_sge at = {
+						(uintptr_t)(s + (reqs2[w].op == IBV_WR_RDMA_WRITE
+									 ? P2_W1
+									 : P2_W2)),
+						reqs2[w].len, 0
+					};
+
+					check_scattered(&at, 1, reqs2[w].len, seed2(w), what);
+				}
+		} else {
+			check_recv_wc(&wc, &e, 2000 + (uint64_t)r, IBV_WC_RECV, reqs2[i].len,
+				      reqs2[i].op == IBV_WR_SEND_WITH_IMM ? &imm_s : NULL, what);
+			check_scattered(sge[r], nsge[r], reqs2[i].len, seed2(i), what);
+		}
+	}
+	check_image(s, simg, P2_LEN, "part 2, the shared buffer");
+	check_image(l, limg, P2_LLEN, "part 2, the LOCAL_WRITE-only buffer");
+	svt_expect_no_wc(e.cq, 20);
+	svt_sync_send(wfd, 'D');
+
+	end_close(&e);
+	SVT_CHECK_OK(ibv_dereg_mr(smr));
+	SVT_CHECK_OK(ibv_dereg_mr(lmr));
+	free(s);
+	free(l);
+	free(simg);
+	free(limg);
+}
+
+static void send_part2(struct svt_dev *d, struct svt_child *c)
+{
+	uint8_t *src = svt_alloc(64u << 10);
+	struct ibv_mr *mr = svt_reg_mr(d->pd, src, 64u << 10, IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_send_wr wr[NREQ2], *bad = NULL;
+	struct ibv_sge sge[NREQ2];
+	struct ibv_wc wc[NREQ2];
+	size_t off = 0;
+	struct end e;
+
+	end_open(&e, d, NULL);
+	end_link(&e, d, c->rfd, c->wfd, NULL, 0, NULL);
+	memset(wr, 0, sizeof(wr));
+	for (int i = 0; i < NREQ2; i++) {
+		fill_at(src + off, reqs2[i].len, seed2(i), 0);
+		sge[i] = (struct ibv_sge){ (uintptr_t)(src + off), reqs2[i].len, mr->lkey };
+		off += reqs2[i].len + 100;
+		wr[i].wr_id = 20 + (uint64_t)i;
+		wr[i].opcode = reqs2[i].op;
+		wr[i].send_flags = IBV_SEND_SIGNALED;
+		wr[i].sg_list = &sge[i];
+		wr[i].num_sge = 1;
+		wr[i].next = i + 1 < NREQ2 ? &wr[i + 1] : NULL;
+		if (reqs2[i].op == IBV_WR_RDMA_WRITE || reqs2[i].op == IBV_WR_RDMA_WRITE_WITH_IMM) {
+			wr[i].wr.rdma.remote_addr =
+				e.peer.addr + (reqs2[i].op == IBV_WR_RDMA_WRITE ? P2_W1 : P2_W2);
+			wr[i].wr.rdma.rkey = e.peer.rkey;
+		}
+		if (reqs2[i].op == IBV_WR_RDMA_WRITE_WITH_IMM)
+			wr[i].imm_data = htonl(P2_IMM_W);
+		if (reqs2[i].op == IBV_WR_SEND_WITH_IMM)
+			wr[i].imm_data = htonl(P2_IMM_S);
+	}
+	SVT_CHECK_EQ(svt_sync_recv(c->rfd, LONG_MS), 'R');
+	SVT_CHECK_OK(ibv_post_send(e.qp, wr, &bad));
+	svt_poll_ok(e.cq, NREQ2, wc, WC_MS);
+	for (int i = 0; i < NREQ2; i++) {
+		SVT_CHECK_EQ(wc[i].wr_id, 20 + i);
+		SVT_CHECK_EQ(wc[i].opcode, reqs2[i].op == IBV_WR_RDMA_WRITE ||
+						   reqs2[i].op == IBV_WR_RDMA_WRITE_WITH_IMM
+					   ? IBV_WC_RDMA_WRITE
+					   : IBV_WC_SEND);
+	}
+	SVT_CHECK_EQ(svt_sync_recv(c->rfd, LONG_MS), 'D');
+	svt_log("part 2: SEND, WRITE, WRITE_WITH_IMM, SEND_WITH_IMM, SEND by the wire, SEND: "
+		"receive completions in order, each with its data");
+
+	end_close(&e);
+	SVT_CHECK_OK(ibv_dereg_mr(mr));
+	free(src);
+}
+
+/* ---- part 3: RNR, then the receive 50 ms later ---- */
+
+#define P3_LEN 3000u
+#define P3_SEED 0x300
+
+static void rnr_conn(struct svt_conn *c)
+{
+	svt_conn_default(c, IBV_QPT_RC);
+	c->rnr_retry = 7;      /* no limit */
+	c->min_rnr_timer = 10; /* 0.32 ms */
+}
+
+static void recv_part3(struct svt_dev *d, int rfd, int wfd)
+{
+	uint8_t *buf = malloc(64u << 10), *img;
+	struct ibv_sge sge = { 0 };
+	struct ibv_mr *mr;
+	struct svt_conn conn;
+	struct ibv_wc wc;
+	struct end e;
+
+	SVT_CHECK_PTR(buf);
+	img = guard_image(buf, 64u << 10);
+	mr = svt_reg_mr(d->pd, buf, 64u << 10, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	rnr_conn(&conn);
+	end_open(&e, d, NULL);
+	end_link(&e, d, rfd, wfd, NULL, 0, &conn);
+	svt_sync_send(wfd, 'R');
+	SVT_CHECK_EQ(svt_sync_recv(rfd, LONG_MS), 'P'); /* the SEND is posted */
+	svt_sleep_ms(50);
+	sge = (struct ibv_sge){ (uintptr_t)(buf + 77), 4096, mr->lkey };
+	scatter(img, buf, &sge, 1, P3_LEN, P3_SEED);
+	svt_sync_send(wfd, 'A'); /* before the receive is posted */
+	post_recv_sgl(e.qp, 3000, &sge, 1);
+	wc = expect_wc(e.cq, 3000, IBV_WC_SUCCESS, "part 3");
+	check_recv_wc(&wc, &e, 3000, IBV_WC_RECV, P3_LEN, NULL, "part 3");
+	check_image(buf, img, 64u << 10, "part 3");
+	svt_sync_send(wfd, 'D');
+
+	end_close(&e);
+	SVT_CHECK_OK(ibv_dereg_mr(mr));
+	free(buf);
+	free(img);
+}
+
+static void send_part3(struct svt_dev *d, struct svt_child *c)
+{
+	uint8_t *src = svt_alloc(4096);
+	struct ibv_mr *mr = svt_reg_mr(d->pd, src, 4096, IBV_ACCESS_LOCAL_WRITE);
+	struct svt_conn conn;
+	struct end e;
+
+	rnr_conn(&conn);
+	end_open(&e, d, NULL);
+	end_link(&e, d, c->rfd, c->wfd, NULL, 0, &conn);
+	svt_fill(src, P3_LEN, P3_SEED);
+	SVT_CHECK_EQ(svt_sync_recv(c->rfd, LONG_MS), 'R');
+	SVT_CHECK_OK(svt_post_send(e.qp, 30, IBV_WR_SEND, IBV_SEND_SIGNALED, src, P3_LEN, mr->lkey,
+				   0, 0, 0));
+	svt_sync_send(c->wfd, 'P');
+	expect_wc(e.cq, 30, IBV_WC_SUCCESS, "part 3");
+	/* the receiver said it was posting the receive before it did: the
+	 * SEND waited for it */
+	SVT_CHECK_MSG(token_ready(c->rfd), "part 3: the SEND completed before the receive came");
+	SVT_CHECK_EQ(svt_sync_recv(c->rfd, LONG_MS), 'A');
+	SVT_CHECK_EQ(svt_sync_recv(c->rfd, LONG_MS), 'D');
+	svt_log("part 3: a SEND with no receive posted completed once the receive came, 50 ms "
+		"later, its data in place");
+
+	end_close(&e);
+	SVT_CHECK_OK(ibv_dereg_mr(mr));
+	free(src);
+}
+
+/* ---- part 4: a receive too small ---- */
+
+#define P4_OFF 1024
+#define P4_RLEN 16
+#define P4_SLEN 64
+
+static void recv_part4(struct svt_dev *d, int rfd, int wfd)
+{
+	uint8_t *buf = malloc(64u << 10), *img;
+	struct ibv_mr *mr;
+	struct ibv_wc wc;
+	struct end e;
+
+	SVT_CHECK_PTR(buf);
+	img = guard_image(buf, 64u << 10);
+	mr = svt_reg_mr(d->pd, buf, 64u << 10, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	end_open(&e, d, NULL);
+	end_link(&e, d, rfd, wfd, NULL, 0, NULL);
+	SVT_CHECK_OK(svt_post_recv(e.qp, 41, buf + P4_OFF, P4_RLEN, mr->lkey));
+	/* big enough, but behind: flushed, not used */
+	SVT_CHECK_OK(svt_post_recv(e.qp, 42, buf + 8192, 4096, mr->lkey));
+	svt_sync_send(wfd, 'R');
+
+	wc = expect_wc(e.cq, 41, IBV_WC_LOC_LEN_ERR, "part 4, the 16 B receive");
+	SVT_CHECK_EQ(wc.qp_num, e.qp->qp_num);
+	check_state(e.qp, IBV_QPS_ERR, "part 4, the receiver");
+	wc = expect_wc(e.cq, 42, IBV_WC_WR_FLUSH_ERR, "part 4, the receive behind");
+	SVT_CHECK_EQ(wc.qp_num, e.qp->qp_num);
+	svt_expect_no_wc(e.cq, 50);
+	/* the 16 B may hold part of the message (the receive failed, its
+	 * buffer is undefined); nothing around them may */
+	memcpy(img + P4_OFF, buf + P4_OFF, P4_RLEN);
+	check_image(buf, img, 64u << 10, "part 4 (outside the 16 B receive)");
+	svt_sync_send(wfd, 'D');
+
+	end_close(&e);
+	SVT_CHECK_OK(ibv_dereg_mr(mr));
+	free(buf);
+	free(img);
+}
+
+static void send_part4(struct svt_dev *d, struct svt_child *c)
+{
+	uint8_t *src = svt_alloc(4096);
+	struct ibv_mr *mr = svt_reg_mr(d->pd, src, 4096, IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_wc wc;
+	struct end e;
+
+	end_open(&e, d, NULL);
+	end_link(&e, d, c->rfd, c->wfd, NULL, 0, NULL);
+	svt_fill(src, 4096, 0x400);
+	SVT_CHECK_EQ(svt_sync_recv(c->rfd, LONG_MS), 'R');
+	SVT_CHECK_OK(svt_post_send(e.qp, 41, IBV_WR_SEND, IBV_SEND_SIGNALED, src, P4_SLEN, mr->lkey,
+				   0, 0, 0));
+	SVT_CHECK_OK(svt_post_send(e.qp, 42, IBV_WR_SEND, IBV_SEND_SIGNALED, src, 8, mr->lkey, 0,
+				   0, 0));
+	wc = expect_wc(e.cq, 41, IBV_WC_REM_INV_REQ_ERR, "part 4, the 64 B SEND");
+	SVT_CHECK_EQ(wc.qp_num, e.qp->qp_num);
+	check_state(e.qp, IBV_QPS_ERR, "part 4, the sender");
+	wc = expect_wc(e.cq, 42, IBV_WC_WR_FLUSH_ERR, "part 4, the SEND behind");
+	SVT_CHECK_EQ(wc.qp_num, e.qp->qp_num);
+	svt_expect_no_wc(e.cq, 50);
+	SVT_CHECK_EQ(svt_sync_recv(c->rfd, LONG_MS), 'D');
+	svt_log("part 4: 64 B SEND into 16 B: REM_INV_REQ_ERR / LOC_LEN_ERR, both QPs in ERR, "
+		"the WRs behind flushed, nothing written around the receive");
+
+	end_close(&e);
+	SVT_CHECK_OK(ibv_dereg_mr(mr));
+	free(src);
+}
+
+/* ---- part 5: the completion channel ---- */
+
+#define P5_LEN 2500u
+#define P5_SEED 0x500
+
+static void recv_part5(struct svt_dev *d, int rfd, int wfd)
+{
+	uint8_t *buf = malloc(64u << 10), *img;
+	struct ibv_comp_channel *ch = ibv_create_comp_channel(d->ctx);
+	struct ibv_sge sge;
+	struct ibv_mr *mr;
+	struct ibv_cq *ecq = NULL;
+	void *ectx = NULL;
+	struct ibv_wc wc;
+	struct end e;
+	int rc;
+
+	SVT_CHECK(buf && ch);
+	img = guard_image(buf, 64u << 10);
+	mr = svt_reg_mr(d->pd, buf, 64u << 10, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	end_open(&e, d, ch);
+	end_link(&e, d, rfd, wfd, NULL, 0, NULL);
+	sge = (struct ibv_sge){ (uintptr_t)(buf + 129), 4096, mr->lkey };
+	scatter(img, buf, &sge, 1, P5_LEN, P5_SEED);
+	post_recv_sgl(e.qp, 5000, &sge, 1);
+	SVT_CHECK_OK(ibv_req_notify_cq(e.cq, 0));
+	svt_sync_send(wfd, 'R');
+	rc = svt_wait_cq_event(ch, 2000, &ecq, &ectx);
+	SVT_CHECK_MSG(rc == 0, "part 5: no completion event within 2 s of the SEND's post (%s)",
+		      strerror(rc));
+	SVT_CHECK(ecq == e.cq);
+	ibv_ack_cq_events(e.cq, 1);
+	wc = expect_wc(e.cq, 5000, IBV_WC_SUCCESS, "part 5");
+	check_recv_wc(&wc, &e, 5000, IBV_WC_RECV, P5_LEN, NULL, "part 5");
+	check_image(buf, img, 64u << 10, "part 5");
+	svt_sync_send(wfd, 'D');
+
+	end_close(&e);
+	SVT_CHECK_OK(ibv_destroy_comp_channel(ch));
+	SVT_CHECK_OK(ibv_dereg_mr(mr));
+	free(buf);
+	free(img);
+}
+
+static void send_part5(struct svt_dev *d, struct svt_child *c)
+{
+	uint8_t *src = svt_alloc(4096);
+	struct ibv_mr *mr = svt_reg_mr(d->pd, src, 4096, IBV_ACCESS_LOCAL_WRITE);
+	struct end e;
+
+	end_open(&e, d, NULL);
+	end_link(&e, d, c->rfd, c->wfd, NULL, 0, NULL);
+	svt_fill(src, P5_LEN, P5_SEED);
+	SVT_CHECK_EQ(svt_sync_recv(c->rfd, LONG_MS), 'R');
+	SVT_CHECK_OK(svt_post_send(e.qp, 50, IBV_WR_SEND, IBV_SEND_SIGNALED, src, P5_LEN, mr->lkey,
+				   0, 0, 0));
+	expect_wc(e.cq, 50, IBV_WC_SUCCESS, "part 5");
+	SVT_CHECK_EQ(svt_sync_recv(c->rfd, LONG_MS), 'D');
+	svt_log("part 5: the receiver, blocked on its completion channel, woke for the SEND");
+
+	end_close(&e);
+	SVT_CHECK_OK(ibv_dereg_mr(mr));
+	free(src);
+}
+
+/* ---- part 6: a receive whose MR was deregistered ---- */
+
+#define P6_LEN (64u << 10)
+/* what the receive and the SEND complete with (the responder's check of
+ * the receive's memory, by the wire: the receive LOC_PROT_ERR, a NAK
+ * "remote operational error") */
+#define P6_RECV_ST IBV_WC_LOC_PROT_ERR
+#define P6_SEND_ST IBV_WC_REM_OP_ERR
+
+static void recv_part6(struct svt_dev *d, int rfd, int wfd)
+{
+	uint8_t *buf = malloc(P6_LEN);
+	struct ibv_mr *mr;
+	struct ibv_wc wc;
+	struct end e;
+
+	SVT_CHECK_PTR(buf);
+	memset(buf, 0, P6_LEN);
+	mr = svt_reg_mr(d->pd, buf, P6_LEN, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	end_open(&e, d, NULL);
+	end_link(&e, d, rfd, wfd, NULL, 0, NULL);
+	SVT_CHECK_OK(svt_post_recv(e.qp, 6000, buf + 4096, 8192, mr->lkey));
+	SVT_CHECK_OK(ibv_dereg_mr(mr));
+	svt_fill(buf, P6_LEN, POISON); /* ours again, not the HCA's */
+	svt_sync_send(wfd, 'R');
+
+	wc = expect_wc(e.cq, 6000, P6_RECV_ST, "part 6, the receive into a deregistered MR");
+	SVT_CHECK_EQ(wc.qp_num, e.qp->qp_num);
+	check_state(e.qp, IBV_QPS_ERR, "part 6, the receiver");
+	SVT_CHECK_EQ(svt_sync_recv(rfd, LONG_MS), 'E'); /* the SEND is over */
+	svt_expect_no_wc(e.cq, 20);
+	SVT_CHECK_FILL(buf, P6_LEN, POISON);
+	svt_sync_send(wfd, 'D');
+
+	end_close(&e);
+	free(buf);
+}
+
+static void send_part6(struct svt_dev *d, struct svt_child *c)
+{
+	uint8_t *src = svt_alloc(4096);
+	struct ibv_mr *mr = svt_reg_mr(d->pd, src, 4096, IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_wc wc;
+	struct end e;
+
+	end_open(&e, d, NULL);
+	end_link(&e, d, c->rfd, c->wfd, NULL, 0, NULL);
+	svt_fill(src, 4096, 0x600);
+	SVT_CHECK_EQ(svt_sync_recv(c->rfd, LONG_MS), 'R');
+	SVT_CHECK_OK(svt_post_send(e.qp, 60, IBV_WR_SEND, IBV_SEND_SIGNALED, src, 4096, mr->lkey, 0,
+				   0, 0));
+	wc = expect_wc(e.cq, 60, P6_SEND_ST, "part 6, the SEND into a deregistered MR");
+	SVT_CHECK_EQ(wc.qp_num, e.qp->qp_num);
+	check_state(e.qp, IBV_QPS_ERR, "part 6, the sender");
+	svt_sync_send(c->wfd, 'E');
+	SVT_CHECK_EQ(svt_sync_recv(c->rfd, LONG_MS), 'D');
+	svt_log("part 6: a SEND into a receive whose MR was deregistered: %s / %s, the poison "
+		"intact",
+		ibv_wc_status_str(P6_SEND_ST), ibv_wc_status_str(P6_RECV_ST));
+
+	end_close(&e);
+	SVT_CHECK_OK(ibv_dereg_mr(mr));
+	free(src);
+}
+
+/* ---- part 7: completions before a flush ---- */
+
+#define P7_LEN 1000u
+
+static void recv_part7(struct svt_dev *d, int rfd, int wfd)
+{
+	uint8_t *buf = malloc(64u << 10), *img;
+	struct ibv_sge sge[4];
+	struct ibv_wc wc[4];
+	struct ibv_mr *mr;
+	struct end e;
+
+	SVT_CHECK_PTR(buf);
+	img = guard_image(buf, 64u << 10);
+	mr = svt_reg_mr(d->pd, buf, 64u << 10, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	end_open(&e, d, NULL);
+	end_link(&e, d, rfd, wfd, NULL, 0, NULL);
+	for (int r = 0; r < 4; r++) {
+		sge[r] = (struct ibv_sge){ (uintptr_t)(buf + 5 + 2048 * r), 1024, mr->lkey };
+		if (r < 2)
+			scatter(img, buf, &sge[r], 1, P7_LEN, 0x700 + (uint32_t)r);
+		post_recv_sgl(e.qp, 7000 + (uint64_t)r, &sge[r], 1);
+	}
+	svt_sync_send(wfd, 'R');
+	SVT_CHECK_EQ(svt_sync_recv(rfd, LONG_MS), 'S'); /* both SENDs completed */
+	SVT_CHECK_OK(svt_qp_to_state(e.qp, IBV_QPS_ERR));
+	if (poll_until(e.cq, 4, wc, svt_now_ms() + WC_MS) != 4)
+		SVT_FAIL("part 7: fewer than 4 receive completions within %d ms", WC_MS);
+	for (int r = 0; r < 2; r++)
+		check_recv_wc(&wc[r], &e, 7000 + (uint64_t)r, IBV_WC_RECV, P7_LEN, NULL, "part 7");
+	for (int r = 2; r < 4; r++) {
+		SVT_CHECK_WC_STATUS(wc[r], IBV_WC_WR_FLUSH_ERR);
+		SVT_CHECK_EQ(wc[r].wr_id, 7000 + r);
+		SVT_CHECK_EQ(wc[r].qp_num, e.qp->qp_num);
+	}
+	svt_expect_no_wc(e.cq, 50);
+	check_image(buf, img, 64u << 10, "part 7");
+	svt_sync_send(wfd, 'D');
+
+	end_close(&e);
+	SVT_CHECK_OK(ibv_dereg_mr(mr));
+	free(buf);
+	free(img);
+}
+
+static void send_part7(struct svt_dev *d, struct svt_child *c)
+{
+	uint8_t *src = svt_alloc(4096);
+	struct ibv_mr *mr = svt_reg_mr(d->pd, src, 4096, IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_wc wc[2];
+	struct end e;
+
+	end_open(&e, d, NULL);
+	end_link(&e, d, c->rfd, c->wfd, NULL, 0, NULL);
+	svt_fill(src, P7_LEN, 0x700);
+	svt_fill(src + 2048, P7_LEN, 0x701);
+	SVT_CHECK_EQ(svt_sync_recv(c->rfd, LONG_MS), 'R');
+	SVT_CHECK_OK(svt_post_send(e.qp, 70, IBV_WR_SEND, IBV_SEND_SIGNALED, src, P7_LEN, mr->lkey,
+				   0, 0, 0));
+	SVT_CHECK_OK(svt_post_send(e.qp, 71, IBV_WR_SEND, IBV_SEND_SIGNALED, src + 2048, P7_LEN,
+				   mr->lkey, 0, 0, 0));
+	svt_poll_ok(e.cq, 2, wc, WC_MS);
+	SVT_CHECK_EQ(wc[0].wr_id, 70);
+	SVT_CHECK_EQ(wc[1].wr_id, 71);
+	svt_sync_send(c->wfd, 'S');
+	SVT_CHECK_EQ(svt_sync_recv(c->rfd, LONG_MS), 'D');
+	svt_log("part 7: 2 receives completed, then 2 flushed, in order");
+
+	end_close(&e);
+	SVT_CHECK_OK(ibv_dereg_mr(mr));
+	free(src);
+}
+
+/* ---- the two processes ---- */
+
+static int receiver(int rfd, int wfd, int argc, char **argv)
+{
+	struct svt_dev d;
+
+	(void)argc;
+	(void)argv;
+	/* stopped by the parent: if it dies meanwhile, so do we */
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	if (getppid() == 1)
+		return 1;
+	svt_watchdog(115);
+	svt_dev_open(&d);
+	recv_part1(&d, rfd, wfd);
+	recv_part2(&d, rfd, wfd);
+	recv_part3(&d, rfd, wfd);
+	recv_part4(&d, rfd, wfd);
+	recv_part5(&d, rfd, wfd);
+	recv_part6(&d, rfd, wfd);
+	recv_part7(&d, rfd, wfd);
+	svt_dev_close(&d);
+	return 0;
+}
+
+static const struct svt_child_role roles[] = {
+	{ "receiver", receiver },
+	{ NULL, NULL },
+};
+
+int main(int argc, char **argv)
+{
+	const char *tp = getenv("SOFTVERBS_TRANSPORT");
+	const char *share = getenv("SOFTVERBS_SHARED_MR");
+	struct svt_child c;
+	struct svt_dev d;
+
+	svt_child_dispatch(argc, argv, roles);
+	svt_watchdog(110); /* below CTest's 120 s; alone it takes a few seconds */
+	if (tp && (!strcmp(tp, "tcp") || !strcmp(tp, "rocev2")))
+		svt_skip("a SEND is executed by the sender between processes of this host over shm "
+			 "only");
+	if (share && !strcmp(share, "0"))
+		svt_skip("SOFTVERBS_SHARED_MR=0: no receive buffer is shared with the sender");
+	svt_spawn(&c, "receiver", NULL);
+	svt_dev_open(&d);
+	send_part1(&d, &c);
+	send_part2(&d, &c);
+	send_part3(&d, &c);
+	send_part4(&d, &c);
+	send_part5(&d, &c);
+	send_part6(&d, &c);
+	send_part7(&d, &c);
+	SVT_CHECK_EQ(svt_child_wait(&c, LONG_MS), 0);
+	svt_dev_close(&d);
+	return 0;
+}
