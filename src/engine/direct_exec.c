@@ -431,7 +431,7 @@ bool sv_direct_soon(struct sv_qp *qp, struct sv_conn *conn, const struct sv_send
 {
 	struct direct_target t;
 
-	if (w->op->flags & SV_WRF_DIRECT_SEND) {
+	if (w->op->flags & SV_WRF_DIRECT_RECV) {
 		/* as below, for the receives of the peer's QP */
 		if (sv_now_ns() - qp->req.send_miss_ns < SV_DIRECT_RETRY_NS)
 			return false;
@@ -594,6 +594,35 @@ static bool recv_pieces(struct sv_qp *qp, struct sv_peer_mem *pm, const struct s
 	return len == 0;
 }
 
+/* A WRITE with immediate's target, checked as a WRITE's (check_target):
+ * one piece where its bytes go (none for zero bytes, which name no
+ * memory); false if the checks fail. */
+static bool write_piece(struct sv_qp *qp, struct sv_peer_mem *pm, struct sv_xqp *q,
+			const struct sv_send_wqe *w, struct recv_piece *out, int *nout,
+			bool *wrlocked)
+{
+	struct direct_target t = {
+		.rkey = w->wr.wr.rdma.rkey,
+		.va = w->wr.wr.rdma.remote_addr,
+		.len = w->length,
+		.need = w->op->remote_access,
+	};
+	struct xmr_view m;
+	uint64_t at_off;
+	uint8_t *base;
+
+	*nout = 0;
+	if (!t.len)
+		return true;
+	if (!check_target(qp, pm, q, &t, &m, &at_off))
+		return false;
+	base = extent_base(qp, pm, &m, wrlocked);
+	if (!base)
+		return false;
+	out[(*nout)++] = (struct recv_piece){ base + at_off, w->length };
+	return true;
+}
+
 /* The bytes of w, from its local buffers (iov) or its inline copy, into
  * the pieces; false if a local buffer faults. */
 static bool place_pieces(const struct sv_send_wqe *w, const struct iovec *iov, int niov,
@@ -619,7 +648,9 @@ static bool place_pieces(const struct sv_send_wqe *w, const struct iovec *iov, i
 				from = (const uint8_t *)iov[ii].iov_base + in_off;
 				n = SV_MIN(iov[ii].iov_len - in_off, (size_t)(to[k].len - done));
 			}
-			if (!sv_copy_guarded(to[k].at + done, from, n))
+			/* (in address order, the last byte last: a WRITE's
+			 * target may be watched, as sv_dma_write says) */
+			if (!sv_dma_write(to[k].at + done, from, n))
 				return false;
 			done += (uint32_t)n;
 			in_off += n;
@@ -686,9 +717,16 @@ static enum sv_direct place_send(struct sv_qp *qp, struct sv_peer_mem *pm, struc
 	nsge = e->num_sge;
 	if (nsge > msge)
 		goto out;
-	memcpy(sge, sv_xrecv_sge(e), nsge * sizeof(struct ibv_sge));
-	if (!recv_pieces(qp, pm, q, sge, nsge, w->length, to, &nto, &wrlocked))
-		goto out;
+	if (w->op->flags & SV_WRF_WRITE) {
+		/* a WRITE with immediate: its bytes go where its rkey says, the
+		 * receive only completes */
+		if (!write_piece(qp, pm, q, w, to, &nto, &wrlocked))
+			goto out;
+	} else {
+		memcpy(sge, sv_xrecv_sge(e), nsge * sizeof(struct ibv_sge));
+		if (!recv_pieces(qp, pm, q, sge, nsge, w->length, to, &nto, &wrlocked))
+			goto out;
+	}
 	/* the WQE is ours once taken: from here on it completes, here */
 	if (!atomic_compare_exchange_strong(&x->taken, &t, t + 1))
 		goto out;
@@ -697,6 +735,7 @@ static enum sv_direct place_send(struct sv_qp *qp, struct sv_peer_mem *pm, struc
 	e->imm = w->wr.imm_data;
 	atomic_store_explicit(&e->flags,
 			      SV_XRECV_DONE | ((w->op->flags & SV_WRF_IMM) ? SV_XRECV_IMM : 0) |
+				      ((w->op->flags & SV_WRF_WRITE) ? SV_XRECV_WRITE : 0) |
 				      ((w->wr.send_flags & IBV_SEND_SOLICITED) ? SV_XRECV_SOLICITED : 0),
 			      memory_order_seq_cst);
 	/* the owner's engine finds the slot marked (a poll of its CQ finds
@@ -778,7 +817,7 @@ enum sv_direct sv_direct_exec(struct sv_qp *qp, struct sv_conn *conn, struct sv_
 	enum sv_direct r = SV_DIRECT_WIRE;
 	bool local, wrlocked = false;
 
-	if ((w->op->flags & SV_WRF_DIRECT_SEND) && qp->ti->reliable)
+	if ((w->op->flags & SV_WRF_DIRECT_RECV) && qp->ti->reliable)
 		return direct_send(qp, conn, w, may_defer);
 	if (!direct_target(w, &t) || qp->ti->xrc || sv_faults_enabled ||
 	    atomic_load(&conn->state) != SV_CONN_UP || !(pm = peer_mem(conn, dq)))

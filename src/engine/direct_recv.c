@@ -215,6 +215,8 @@ void sv_xrq_drain(struct sv_qp *qp)
 		/* the mark goes, so that the poll's look at the head (xwatch)
 		 * does not find it again */
 		atomic_store_explicit(&e->flags, 0, memory_order_relaxed);
+		if (f & SV_XRECV_WRITE)
+			wc.opcode = IBV_WC_RECV_RDMA_WITH_IMM;
 		if (f & SV_XRECV_IMM) {
 			wc.imm_data = e->imm;
 			wc.wc_flags = IBV_WC_WITH_IMM;

@@ -29,9 +29,9 @@ enum {
 	SV_WRF_DIRECT = 1 << 9,        /* one-sided, nothing asked of the target's CPU:
 					* the initiator may execute it on a peer of
 					* its host's memory (direct_exec.h) */
-	SV_WRF_DIRECT_SEND = 1 << 10,  /* two-sided, the initiator may place it into a
-					* receive of a peer of its host
-					* (direct_exec.h, direct_recv.h) */
+	SV_WRF_DIRECT_RECV = 1 << 10,  /* consumes a receive, and the initiator may
+					* complete that receive of a peer of its host
+					* itself (direct_exec.h, direct_recv.h) */
 };
 /* the requests that wait for a response (and count against max_rd_atomic) */
 #define SV_WRF_RD_ATOMIC (SV_WRF_READ | SV_WRF_ATOMIC | SV_WRF_ATOMIC_WRITE)

@@ -12,11 +12,13 @@
  *     buffer's pages are shared (svt_shared_pages); the sender stops it
  *     with SIGSTOP and posts in one list SENDs of 0, 1, 8, 63, 4096 + 13,
  *     64 KiB (gathered from 2 SGEs), 256 KiB, 4 KiB, 777 B (gathered) and
- *     1 MiB + 7 B, a SEND_WITH_IMM and an inline SEND of 16 B, each of its
- *     own pattern, all signaled: every one completes successfully within
- *     5 s while the receiver is stopped.  Continued, the receiver finds
- *     its completions in posting order (wr_id, IBV_WC_RECV, byte_len,
- *     IBV_WC_WITH_IMM and imm_data for the one with immediate data,
+ *     1 MiB + 7 B, a SEND_WITH_IMM, an inline SEND of 16 B and an
+ *     RDMA_WRITE_WITH_IMM of 5000 B (gathered) into the buffer, whose
+ *     receive has no SGE, each of its own pattern, all signaled: every one
+ *     completes successfully within 5 s while the receiver is stopped.
+ *     Continued, the receiver finds its completions in posting order
+ *     (wr_id, IBV_WC_RECV or IBV_WC_RECV_RDMA_WITH_IMM, byte_len,
+ *     IBV_WC_WITH_IMM and imm_data for those with immediate data,
  *     qp_num, src_qp), every message scattered across its SGEs, and every
  *     other byte of the buffer (beyond byte_len, between the SGEs) still
  *     the guard.  (Before the sender executes SENDs, this is the one
@@ -24,7 +26,7 @@
  *     stopped".)
  *   - order with the wire: one post list of SEND, RDMA_WRITE,
  *     RDMA_WRITE_WITH_IMM, SEND_WITH_IMM, SEND into a receive whose MR has
- *     LOCAL_WRITE only (never shared: it goes by the wire) and SEND again;
+ *     LOCAL_WRITE only and SEND again (whichever way each goes);
  *     the receive completions come in the order of the requests that
  *     consumed them (IBV_WC_RECV / IBV_WC_RECV_RDMA_WITH_IMM, imm_data,
  *     byte_len), each with its data in place when it is polled (both
@@ -308,6 +310,7 @@ static bool pages_shared(const uint8_t *buf, size_t len)
 #define P1_LEN (4u << 20)
 #define P1_SRC (2u << 20)
 #define P1_IMM 0xd5e7d001u
+#define P1_WRITE_AT (P1_LEN - 16384) /* where the WRITE with immediate's bytes go */
 
 struct msg1 {
 	uint32_t len;
@@ -330,6 +333,8 @@ static const struct msg1 msgs1[] = {
 	{ 4096, IBV_WR_SEND, false, 1, { 4096, 4096 } },
 	{ 777, IBV_WR_SEND, false, 2, { 1, 1, 1000 } },
 	{ (1u << 20) + 7, IBV_WR_SEND, false, 1, { 1u << 19, 600000 } },
+	/* its bytes at P1_WRITE_AT; the receive (no SGE) only completes */
+	{ 5000, IBV_WR_RDMA_WRITE_WITH_IMM, false, 2, { 0 } },
 };
 #define N1 ((int)(sizeof(msgs1) / sizeof(msgs1[0])))
 
@@ -372,7 +377,7 @@ static void recv_part1(struct svt_dev *d, int rfd, int wfd)
 	mr = svt_reg_mr(d->pd, buf, P1_LEN, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
 	wmr = svt_reg_mr(d->pd, warm, 4096, IBV_ACCESS_LOCAL_WRITE);
 	end_open(&e, d, NULL);
-	end_link(&e, d, rfd, wfd, NULL, 0, NULL);
+	end_link(&e, d, rfd, wfd, buf, mr->rkey, NULL);
 
 	/* the connection is made by a SEND, answered by this process running */
 	SVT_CHECK_OK(svt_post_recv(e.qp, 900, warm, 4096, wmr->lkey));
@@ -390,7 +395,13 @@ static void recv_part1(struct svt_dev *d, int rfd, int wfd)
 	for (int i = 0; i < N1; i++) {
 		int n = sgl1(i, buf, mr->lkey, sge);
 
-		scatter(img, buf, sge, n, msgs1[i].len, seed1(i));
+		if (msgs1[i].op == IBV_WR_RDMA_WRITE_WITH_IMM) {
+			struct ibv_sge at = { (uintptr_t)(buf + P1_WRITE_AT), msgs1[i].len, 0 };
+
+			scatter(img, buf, &at, 1, msgs1[i].len, seed1(i));
+		} else {
+			scatter(img, buf, sge, n, msgs1[i].len, seed1(i));
+		}
 		post_recv_sgl(e.qp, 1000 + (uint64_t)i, sge, n);
 	}
 	svt_sync_send(wfd, 'S');
@@ -403,8 +414,10 @@ static void recv_part1(struct svt_dev *d, int rfd, int wfd)
 		char what[32];
 
 		snprintf(what, sizeof(what), "part 1, message %d", i);
-		check_recv_wc(&wc[i], &e, 1000 + (uint64_t)i, IBV_WC_RECV, msgs1[i].len,
-			      msgs1[i].op == IBV_WR_SEND_WITH_IMM ? &imm : NULL, what);
+		check_recv_wc(&wc[i], &e, 1000 + (uint64_t)i,
+			      msgs1[i].op == IBV_WR_RDMA_WRITE_WITH_IMM ? IBV_WC_RECV_RDMA_WITH_IMM
+									 : IBV_WC_RECV,
+			      msgs1[i].len, msgs1[i].op == IBV_WR_SEND ? NULL : &imm, what);
 	}
 	check_image(buf, img, P1_LEN, "part 1");
 	svt_expect_no_wc(e.cq, 20);
@@ -450,8 +463,12 @@ static void send_part1(struct svt_dev *d, struct svt_child *c)
 		wr[i].send_flags = IBV_SEND_SIGNALED;
 		if (m->inl && e.max_inline >= m->len)
 			wr[i].send_flags |= IBV_SEND_INLINE;
-		if (m->op == IBV_WR_SEND_WITH_IMM)
+		if (m->op != IBV_WR_SEND)
 			wr[i].imm_data = htonl(P1_IMM);
+		if (m->op == IBV_WR_RDMA_WRITE_WITH_IMM) {
+			wr[i].wr.rdma.remote_addr = e.peer.addr + P1_WRITE_AT;
+			wr[i].wr.rdma.rkey = e.peer.rkey;
+		}
 		wr[i].next = i + 1 < N1 ? &wr[i + 1] : NULL;
 		if (!m->len)
 			continue;
@@ -493,7 +510,9 @@ static void send_part1(struct svt_dev *d, struct svt_child *c)
 				 ibv_wc_status_str(wc[i].status),
 				 stop ? " while the receiver was stopped" : "");
 		SVT_CHECK_EQ(wc[i].wr_id, 1000 + i);
-		SVT_CHECK_EQ(wc[i].opcode, IBV_WC_SEND);
+		SVT_CHECK_EQ(wc[i].opcode, msgs1[i].op == IBV_WR_RDMA_WRITE_WITH_IMM
+						   ? IBV_WC_RDMA_WRITE
+						   : IBV_WC_SEND);
 		SVT_CHECK_EQ(wc[i].qp_num, e.qp->qp_num);
 	}
 	if (stop)
@@ -501,6 +520,7 @@ static void send_part1(struct svt_dev *d, struct svt_child *c)
 	svt_sync_send(c->wfd, 'C');
 	SVT_CHECK_EQ(svt_sync_recv(c->rfd, LONG_MS), 'D');
 	svt_log("part 1: %d SENDs (0 B to 1 MiB + 7, gathered, inline, with immediate data) "
+		"and a WRITE with immediate "
 		"completed %s; placed, in order, nothing else written",
 		N1, stop ? "with the receiver stopped" : "(receiver running: SVT_DSEND_NO_STOP)");
 
