@@ -63,6 +63,7 @@
 	X(QP, "qp->lock", 0)                                                     \
 	X(SRQT, "ctx->srqt_lock", 0)                                             \
 	X(SRQ, "srq->lock", 0)                                                   \
+	X(ARENA, "ctx->arena_lock (direct_recv.c)", 0)                           \
 	X(AH, "ah->lock", 0)                                                     \
 	X(MR, "MR table lock (ctx->mrs.lock)", 0)                                \
 	X(PEER_MAP, "peer mappings lock (pm->lock)", 0)                          \

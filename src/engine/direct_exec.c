@@ -433,7 +433,7 @@ bool sv_direct_soon(struct sv_qp *qp, struct sv_conn *conn, const struct sv_send
 
 	if (w->op->flags & SV_WRF_DIRECT_RECV) {
 		/* as below, for the receives of the peer's QP */
-		if (sv_now_ns() - qp->req.send_miss_ns < SV_DIRECT_RETRY_NS)
+		if (qp->req.xs && sv_now_ns() - qp->req.xs->miss_ns < SV_DIRECT_RETRY_NS)
 			return false;
 		return !qp->ti->xrc && !sv_faults_enabled && atomic_load(&conn->state) == SV_CONN_UP &&
 		       peer_mem(conn, qp->attr.dest_qp_num);
@@ -567,8 +567,8 @@ static bool recv_pieces(struct sv_qp *qp, struct sv_peer_mem *pm, const struct s
 
 		if (!take)
 			continue;
-		if (qp->req.xrecv_lkey == sge[i].lkey && qp->req.xrecv_slot < nmr)
-			slot = qp->req.xrecv_slot;
+		if (qp->req.xs->recv_lkey == sge[i].lkey && qp->req.xs->recv_slot < nmr)
+			slot = qp->req.xs->recv_slot;
 		else
 			for (uint32_t s = 0; s < nmr; s++)
 				if (atomic_load(&pm->x->mr[s].rkey) == sge[i].lkey) {
@@ -580,8 +580,8 @@ static bool recv_pieces(struct sv_qp *qp, struct sv_peer_mem *pm, const struct s
 		    sv_key_allows_range(&m.key, pd, IBV_ACCESS_LOCAL_WRITE, sge[i].addr, take) !=
 			    SV_MEM_OK)
 			return false;
-		qp->req.xrecv_lkey = sge[i].lkey;
-		qp->req.xrecv_slot = slot;
+		qp->req.xs->recv_lkey = sge[i].lkey;
+		qp->req.xs->recv_slot = slot;
 		off = m.off + (sge[i].addr - m.key.iova);
 		if (off > m.size || take > m.size - off)
 			return false;
@@ -676,8 +676,8 @@ static enum sv_direct place_send(struct sv_qp *qp, struct sv_peer_mem *pm, struc
 				 uint32_t slot, struct sv_send_wqe *w, const struct iovec *iov,
 				 int niov, enum ibv_wc_status *st)
 {
-	uint32_t off = atomic_load(&q->rq_off), size = atomic_load(&q->rq_size),
-		 msge = atomic_load(&q->rq_max_sge), idx, nsge;
+	uint32_t off = atomic_load(&q->rq_off), shape = atomic_load(&q->rq_shape),
+		 size = shape >> 8, msge = shape & 0xff, idx, nsge;
 	uint64_t blk, t, gen, arena = pm->x->arena_size;
 	struct recv_piece to[SV_MAX_SGE];
 	struct ibv_sge sge[SV_MAX_SGE];
@@ -688,7 +688,13 @@ static enum sv_direct place_send(struct sv_qp *qp, struct sv_peer_mem *pm, struc
 	uint8_t *base;
 	int nto;
 
-	if (!off || !size || !msge || msge > SV_MAX_SGE || size > (1u << 24))
+	if (!off) {
+		/* its queue is private: asked for, it moves at the next post */
+		if (!atomic_load_explicit(&q->rq_want, memory_order_relaxed))
+			atomic_store(&q->rq_want, 1);
+		return SV_DIRECT_WIRE;
+	}
+	if (!size || !msge || msge > SV_MAX_SGE)
 		return SV_DIRECT_WIRE;
 	blk = sv_xrq_bytes(size, msge);
 	if (off % 64 || arena > SV_XRQ_ARENA || off > arena || blk > arena - off)
@@ -703,13 +709,13 @@ static enum sv_direct place_send(struct sv_qp *qp, struct sv_peer_mem *pm, struc
 	/* what the queue held when last read, unless it was reset since:
 	 * posted is written at every post, and reading it each time is a
 	 * line the owner's post took away */
-	if (qp->req.xr_pm != pm || qp->req.xr_off != off || qp->req.xr_gen != gen ||
-	    t >= qp->req.xr_posted) {
-		qp->req.xr_pm = pm;
-		qp->req.xr_off = off;
-		qp->req.xr_gen = gen;
-		qp->req.xr_posted = atomic_load_explicit(&x->posted, memory_order_acquire);
-		if (t >= qp->req.xr_posted)
+	if (qp->req.xs->rq_pm != pm || qp->req.xs->rq_off != off || qp->req.xs->rq_gen != gen ||
+	    t >= qp->req.xs->rq_posted) {
+		qp->req.xs->rq_pm = pm;
+		qp->req.xs->rq_off = off;
+		qp->req.xs->rq_gen = gen;
+		qp->req.xs->rq_posted = atomic_load_explicit(&x->posted, memory_order_acquire);
+		if (t >= qp->req.xs->rq_posted)
 			goto out; /* no receive: RNR, the wire's */
 	}
 	idx = (uint32_t)(t % size);
@@ -771,6 +777,8 @@ static enum sv_direct direct_send(struct sv_qp *qp, struct sv_conn *conn, struct
 		return SV_DIRECT_WIRE;
 	if (w->length > SV_DIRECT_INLINE_MAX && may_defer)
 		return SV_DIRECT_DEFER; /* the engine thread copies it */
+	if (!qp->req.xs && !(qp->req.xs = calloc(1, sizeof(*qp->req.xs))))
+		return SV_DIRECT_WIRE;
 	slot = sv_qpn_unpermute(&pm->perm, dq);
 	q = &pm->x->qp[slot];
 	local = !w->inline_buf && w->length;
@@ -796,7 +804,7 @@ static enum sv_direct direct_send(struct sv_qp *qp, struct sv_conn *conn, struct
 		if (conn->ops->wake)
 			conn->ops->wake(conn);
 	} else {
-		qp->req.send_miss_ns = sv_now_ns();
+		qp->req.xs->miss_ns = sv_now_ns();
 	}
 	return r;
 }

@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* A block given back (ctx->lock): reused by a queue that fits in it. */
+/* A block given back (arena_lock): reused by a queue that fits in it. */
 struct sv_arena_free {
 	uint32_t off, len;
 };
@@ -23,7 +23,7 @@ struct sv_arena_free {
 #define ARENA_ALIGN 64u
 
 /* WQE i of the queue's records */
-#define XE(rq, i) sv_xrecv_at((rq)->xent, (rq)->max_sge, (i))
+#define XE(rq, i) sv_xrecv_at((rq)->xl->xent, (rq)->max_sge, (i))
 
 bool sv_xrq_arena_open(struct sv_context *ctx)
 {
@@ -44,6 +44,7 @@ bool sv_xrq_arena_open(struct sv_context *ctx)
 		close(fd);
 		return false;
 	}
+	sv_mutex_init(&ctx->arena_lock, SV_LOCK_ARENA);
 	ctx->arena = p;
 	ctx->arena_fd = fd;
 	ctx->arena_next = ARENA_ALIGN; /* offset 0 means "none" in a QP's record */
@@ -59,8 +60,10 @@ bool sv_xrq_arena_open(struct sv_context *ctx)
 void sv_xrq_arena_close(struct sv_context *ctx)
 {
 	atomic_store(&ctx->arena_on, false);
-	if (ctx->arena)
+	if (ctx->arena) {
 		munmap(ctx->arena, SV_XRQ_ARENA);
+		sv_mutex_destroy(&ctx->arena_lock);
+	}
 	if (ctx->arena_fd >= 0)
 		close(ctx->arena_fd);
 	free(ctx->arena_free);
@@ -70,7 +73,7 @@ void sv_xrq_arena_close(struct sv_context *ctx)
 	ctx->narena_free = ctx->arena_free_cap = 0;
 }
 
-/* ctx->lock held: the offset of a block of len bytes; 0 if none. */
+/* arena_lock held: the offset of a block of len bytes; 0 if none. */
 static uint32_t arena_take(struct sv_context *ctx, uint32_t len)
 {
 	uint32_t off;
@@ -94,7 +97,7 @@ static uint32_t arena_take(struct sv_context *ctx, uint32_t len)
 	return off;
 }
 
-/* ctx->lock held: the block goes back (its pages are given back to the
+/* arena_lock held: the block goes back (its pages are given back to the
  * system, so a queue that is gone costs no memory). */
 static void arena_give(struct sv_context *ctx, uint32_t off, uint32_t len)
 {
@@ -121,50 +124,112 @@ static void arena_give(struct sv_context *ctx, uint32_t off, uint32_t len)
 	ctx->arena_free[ctx->narena_free++] = (struct sv_arena_free){ off, len };
 }
 
-bool sv_xrq_alloc(struct sv_context *ctx, struct sv_rq *rq, uint32_t max_wr, uint32_t max_sge)
+/* A block for a queue of max_wr WQEs of max_sge SGEs: NULL when the
+ * context has no arena or it is full. */
+static struct sv_xrq_local *xrq_alloc(struct sv_context *ctx, uint32_t max_wr, uint32_t max_sge)
 {
-	uint32_t n = SV_MAX(max_wr, 1u), sges = SV_MAX(max_sge, 1u);
-	uint64_t len = sv_xrq_bytes(n, sges);
+	uint64_t len = sv_xrq_bytes(SV_MAX(max_wr, 1u), SV_MAX(max_sge, 1u));
+	struct sv_xrq_local *xl;
 	uint32_t off;
-	uint8_t *b;
 
 	if (!ctx->arena || len > SV_XRQ_ARENA / 4)
-		return false;
+		return NULL;
+	xl = calloc(1, sizeof(*xl));
+	if (!xl)
+		return NULL;
 	len = (len + ARENA_ALIGN - 1) & ~(uint64_t)(ARENA_ALIGN - 1);
-	sv_mutex_lock(&ctx->lock);
+	sv_mutex_lock(&ctx->arena_lock);
 	off = arena_take(ctx, (uint32_t)len);
-	sv_mutex_unlock(&ctx->lock);
-	if (!off)
-		return false;
-	b = ctx->arena + off;
-	rq->x = (struct sv_xrq *)b;
-	rq->xent = (struct sv_xrecv *)(b + sizeof(struct sv_xrq));
+	sv_mutex_unlock(&ctx->arena_lock);
+	if (!off) {
+		free(xl);
+		return NULL;
+	}
+	xl->x = (struct sv_xrq *)(ctx->arena + off);
+	xl->xent = (struct sv_xrecv *)(ctx->arena + off + sizeof(struct sv_xrq));
+	xl->off = off;
+	xl->len = (uint32_t)len;
+	xl->ctx = ctx;
+	return xl;
+}
+
+/* The QP's record, where its queue can move to the arena; NULL if not. */
+static struct sv_xqp *movable(struct sv_qp *qp)
+{
+	struct sv_context *ctx = qp->ctx;
+	uint32_t slot = sv_qpn_slot(ctx, qp->ex.qp_base.qp_num);
+
+	if (qp->rq.xl || qp->srq || qp->ti->type != IBV_QPT_RC ||
+	    !atomic_load_explicit(&ctx->arena_on, memory_order_acquire) || slot >= SV_QPN_BLOCK)
+		return NULL;
+	return &ctx->xseg->qp[slot];
+}
+
+void sv_xrq_consider(struct sv_qp *qp)
+{
+	struct sv_xqp *q = movable(qp);
+
+	if (q && atomic_load_explicit(&q->rq_want, memory_order_relaxed))
+		sv_xrq_adopt(qp);
+}
+
+void sv_xrq_adopt(struct sv_qp *qp)
+{
+	struct sv_context *ctx = qp->ctx;
+	struct sv_xqp *q = movable(qp);
+	struct sv_rq *rq = &qp->rq;
+	struct sv_xrq_local *xl;
+
+	if (!q)
+		return;
+	atomic_store(&q->rq_want, 0); /* asked again if it cannot move now */
+	xl = xrq_alloc(ctx, rq->size, rq->max_sge);
+	if (!xl)
+		return;
+	/* each WQE's SGEs into its record, at the same index: the counters
+	 * start so that the head's count is its index (posted - count) */
+	for (uint32_t i = 0; i < SV_MAX(rq->size, 1u); i++) {
+		struct sv_xrecv *e = sv_xrecv_at(xl->xent, rq->max_sge, i);
+
+		e->num_sge = rq->wqe[i].num_sge;
+		memcpy(sv_xrecv_sge(e), rq->wqe[i].sge, sizeof(struct ibv_sge) * rq->max_sge);
+		rq->wqe[i].sge = sv_xrecv_sge(e);
+	}
+	free(rq->sge_pool);
 	rq->sge_pool = NULL;
-	rq->xoff = off;
-	rq->xlen = (uint32_t)len;
-	atomic_store(&rq->x->gen, atomic_fetch_add(&ctx->arena_gen, 1) + 1);
-	return true;
+	atomic_store(&xl->x->gen, atomic_fetch_add(&ctx->arena_gen, 1) | 1);
+	atomic_store(&xl->x->taken, rq->head);
+	atomic_store(&xl->x->posted, (uint64_t)rq->head + rq->count);
+	atomic_store(&xl->watch, rq->head);
+	rq->xl = xl;
+	if (sv_xrq_attach(qp))
+		return; /* no room to list it on its CQ: never published */
+	/* published: the shape first (a peer reads the offset, then it) */
+	atomic_store(&q->rq_shape, rq->size << 8 | rq->max_sge);
+	atomic_store(&q->rq_off, xl->off);
 }
 
 void sv_xrq_free(struct sv_context *ctx, struct sv_rq *rq)
 {
-	if (!rq->x)
+	if (!rq->xl)
 		return;
-	sv_mutex_lock(&ctx->lock);
-	arena_give(ctx, rq->xoff, rq->xlen);
-	sv_mutex_unlock(&ctx->lock);
-	rq->x = NULL;
-	rq->xent = NULL;
+	sv_mutex_lock(&ctx->arena_lock);
+	arena_give(ctx, rq->xl->off, rq->xl->len);
+	sv_mutex_unlock(&ctx->arena_lock);
+	free(rq->xl);
+	rq->xl = NULL;
 }
 
 void sv_xrq_posted(struct sv_rq *rq)
 {
 	uint32_t i = (rq->head + rq->count - 1) % rq->size;
 
+	if (!atomic_load_explicit(&rq->xl->x->gen, memory_order_relaxed))
+		atomic_store(&rq->xl->x->gen, atomic_fetch_add(&rq->xl->ctx->arena_gen, 1) | 1);
 	XE(rq, i)->num_sge = rq->wqe[i].num_sge;
 	atomic_store_explicit(&XE(rq, i)->flags, 0, memory_order_relaxed);
 	/* the WQE (its SGEs in the arena) before the count that shows it */
-	atomic_store_explicit(&rq->x->posted, atomic_load_explicit(&rq->x->posted, memory_order_relaxed) + 1,
+	atomic_store_explicit(&rq->xl->x->posted, atomic_load_explicit(&rq->xl->x->posted, memory_order_relaxed) + 1,
 			      memory_order_release);
 }
 
@@ -172,23 +237,23 @@ void sv_xrq_reset(struct sv_qp *qp)
 {
 	struct sv_rq *rq = &qp->rq;
 
-	if (!rq->x)
+	if (!rq->xl)
 		return;
 	/* no peer is placing into it any more, nor starts to (the record
 	 * closed; modify_qp reopens it when the QP receives again) */
 	sv_export_qp_quiet(qp);
-	atomic_store(&rq->x->gen, atomic_fetch_add(&qp->ctx->arena_gen, 1) + 1);
-	atomic_store(&rq->x->posted, 0);
-	atomic_store(&rq->x->taken, 0);
+	atomic_store(&rq->xl->x->gen, 0); /* numbered again at the next post */
+	atomic_store(&rq->xl->x->posted, 0);
+	atomic_store(&rq->xl->x->taken, 0);
 	for (uint32_t i = 0; i < rq->size; i++)
 		atomic_store_explicit(&XE(rq, i)->flags, 0, memory_order_relaxed);
-	atomic_store(&rq->xwatch, 0);
+	atomic_store(&rq->xl->watch, 0);
 }
 
 /* The count of WQEs completed (or taken by the responder): the head's. */
 static uint64_t completed(const struct sv_rq *rq)
 {
-	return atomic_load_explicit(&rq->x->posted, memory_order_relaxed) - rq->count;
+	return atomic_load_explicit(&rq->xl->x->posted, memory_order_relaxed) - rq->count;
 }
 
 void sv_xrq_drain(struct sv_qp *qp)
@@ -196,7 +261,7 @@ void sv_xrq_drain(struct sv_qp *qp)
 	struct sv_rq *rq = &qp->rq;
 	uint32_t f;
 
-	if (!rq->x)
+	if (!rq->xl)
 		return;
 	/* (only what was posted: a mark past it is not looked at) */
 	while (rq->count &&
@@ -223,7 +288,7 @@ void sv_xrq_drain(struct sv_qp *qp)
 		}
 		rq->head = (rq->head + 1) % rq->size;
 		rq->count--;
-		atomic_store_explicit(&rq->xwatch, rq->head, memory_order_relaxed);
+		atomic_store_explicit(&rq->xl->watch, rq->head, memory_order_relaxed);
 		sv_cq_push(qp->rcq, &wc, f & SV_XRECV_SOLICITED);
 	}
 }
@@ -234,10 +299,10 @@ bool sv_xrq_take(struct sv_qp *qp)
 	uint64_t c = completed(rq);
 
 	/* a peer placing a message into the head WQE has taken it already */
-	if (!atomic_compare_exchange_strong(&rq->x->taken, &c, c + 1))
+	if (!atomic_compare_exchange_strong(&rq->xl->x->taken, &c, c + 1))
 		return false;
 	/* (the caller moves the head past it) */
-	atomic_store_explicit(&rq->xwatch, (rq->head + 1) % rq->size, memory_order_relaxed);
+	atomic_store_explicit(&rq->xl->watch, (rq->head + 1) % rq->size, memory_order_relaxed);
 	return true;
 }
 
@@ -270,7 +335,7 @@ void sv_xrq_detach(struct sv_qp *qp)
 {
 	struct sv_cq *cq = qp->rcq;
 
-	if (!qp->rq.x)
+	if (!qp->rq.xl)
 		return;
 	sv_mutex_lock(&cq->lock);
 	for (uint32_t i = 0; i < cq->nxrq; i++)
@@ -286,7 +351,7 @@ void sv_xrq_detach(struct sv_qp *qp)
  * hint; a load of the line the peer writes when it places). */
 static bool xrq_moved(struct sv_qp *qp)
 {
-	uint32_t i = atomic_load_explicit(&qp->rq.xwatch, memory_order_relaxed);
+	uint32_t i = atomic_load_explicit(&qp->rq.xl->watch, memory_order_relaxed);
 
 	return i < qp->rq.size &&
 	       (atomic_load_explicit(&XE(&qp->rq, i)->flags, memory_order_relaxed) & SV_XRECV_DONE);

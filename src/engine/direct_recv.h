@@ -40,7 +40,10 @@ struct sv_rq;
 struct sv_xrq {
 	_Alignas(64) _Atomic uint64_t posted;
 	_Alignas(64) _Atomic uint64_t taken;
-	_Atomic uint64_t gen; /* moves at each reset: what a peer knew of posted is stale */
+	/* numbered at the first post after the queue was made or reset, from
+	 * a count of the context's (never 0 then): what a peer knew of posted
+	 * under another number is stale */
+	_Atomic uint64_t gen;
 };
 
 /* The result a peer writes for a WQE it placed a message into. */
@@ -78,12 +81,18 @@ bool sv_xrq_arena_open(struct sv_context *ctx);
 void sv_xrq_arena_close(struct sv_context *ctx);
 
 /*
- * The receive queue of an RC QP without an SRQ, in the arena: rq->x and
- * rq->xent set (rq->sge_pool NULL: each WQE's SGEs follow its result, see
- * sv_xrecv_at), rq->xoff its offset; false when the context has no arena
- * or it is full (then the caller makes it private).
+ * qp->lock held, after a post: an RC QP without an SRQ whose record a peer
+ * of this host marked (rq_want) has its receive queue moved into the
+ * arena, the WQEs posted kept in place, and published in its record;
+ * from then on its queue stays there (rq->xl; rq->sge_pool NULL:
+ * each WQE's SGEs follow its result, sv_xrecv_at).  A queue nobody asks
+ * for stays private: the arena costs a QP nothing until then.
  */
-bool sv_xrq_alloc(struct sv_context *ctx, struct sv_rq *rq, uint32_t max_wr, uint32_t max_sge);
+void sv_xrq_consider(struct sv_qp *qp);
+/* The same, asked for or not: the responder's, when a message comes from a
+ * process of this host. */
+void sv_xrq_adopt(struct sv_qp *qp);
+/* The queue's part in the arena goes back (before sv_rq_free). */
 void sv_xrq_free(struct sv_context *ctx, struct sv_rq *rq);
 
 /* WQE i of a queue in the arena, and its SGEs. */

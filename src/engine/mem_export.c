@@ -331,9 +331,8 @@ void sv_export_qp_settle(struct sv_qp *qp)
 		atomic_store(&q->pd, qp->pd->ibpd.handle);
 		atomic_store(&q->access, qp->attr.qp_access_flags);
 		atomic_store(&q->dest_qpn, qp->attr.dest_qp_num);
-		atomic_store(&q->rq_off, qp->srq ? 0 : qp->rq.xoff);
-		atomic_store(&q->rq_size, qp->rq.size);
-		atomic_store(&q->rq_max_sge, qp->rq.max_sge);
+		atomic_store(&q->rq_shape, qp->rq.size << 8 | qp->rq.max_sge);
+		atomic_store(&q->rq_off, qp->rq.xl ? qp->rq.xl->off : 0);
 		atomic_store(&q->open, 1);
 	}
 	sv_mutex_unlock(&qp->lock);

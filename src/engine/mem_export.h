@@ -47,11 +47,14 @@ struct sv_xqp {
 	_Atomic uint32_t dest_qpn;
 	/* its receive queue in the receive arena (direct_recv.h), read by
 	 * peers that place SENDs themselves: the offset of its struct sv_xrq
-	 * (0: none, the QP's receives are private), its capacity and SGEs
-	 * per receive */
+	 * (0: none, the QP's receives are private), and its capacity << 8 |
+	 * SGEs per receive (written first) */
 	_Atomic uint32_t rq_off;
-	_Atomic uint32_t rq_size;
-	_Atomic uint32_t rq_max_sge;
+	_Atomic uint32_t rq_shape;
+	/* set by a peer that would place SENDs: the owner moves the queue
+	 * into the arena at its next post (a queue nobody asks for stays
+	 * private and costs the arena nothing) */
+	_Atomic uint32_t rq_want;
 };
 
 /* In busy: the owner waits for the count to be 0 (mem_export.c). */

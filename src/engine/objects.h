@@ -163,7 +163,9 @@ struct sv_context {
 	/* MR slots: the lowest free one is searched from xmr_hint (MR write lock) */
 	uint32_t xmr_hint;
 	/* the receive arena (direct_recv.c): its mapping and memfd; blocks
-	 * from arena_next on were never used, the free ones are listed (lock) */
+	 * from arena_next on were never used, the free ones are listed
+	 * (arena_lock, taken with a QP's lock held) */
+	struct sv_mutex arena_lock;
 	uint8_t *arena;
 	/* set once the table and the arena are made (the engine thread, which
 	 * starts before them, looks at them only then) */
@@ -326,14 +328,20 @@ struct sv_rq {
 	struct ibv_sge *sge_pool;
 	uint32_t size, max_sge; /* size is the posted capacity (max_wr) */
 	uint32_t head, count;
-	/* in the receive arena, where peers of this host read it
-	 * (direct_recv.h): its counters and results; NULL: private */
-	struct sv_xrq *x;
-	struct sv_xrecv *xent;
-	uint32_t xoff, xlen; /* its block of the arena */
+	/* its part in the receive arena, where peers of this host read it
+	 * (direct_recv.h); NULL: private */
+	struct sv_xrq_local *xl;
+};
+
+/* A receive queue's part in the receive arena (engine/direct_recv.c). */
+struct sv_xrq_local {
+	struct sv_xrq *x;      /* its counters */
+	struct sv_xrecv *xent; /* its first WQE's record */
+	struct sv_context *ctx; /* the arena's */
+	uint32_t off, len;     /* its block of the arena */
 	/* head, as a poll reads it without the owner's lock (a hint: the
 	 * poll looks at a QP whose head a peer has marked done) */
-	_Atomic uint32_t xwatch;
+	_Atomic uint32_t watch;
 };
 
 /*
@@ -513,15 +521,22 @@ struct sv_qp_req {
 		uint64_t ino;
 		uint8_t *base;
 	} xcache;
-	/* the peer's MR its SENDs were placed into last (a slot of its
-	 * export table), and when one last went by the wire instead */
-	uint32_t xrecv_lkey, xrecv_slot;
-	uint64_t send_miss_ns;
-	/* the peer's receive queue as last read: its place in the arena, its
-	 * resets and what was posted to it */
-	const void *xr_pm;
-	uint32_t xr_off;
-	uint64_t xr_gen, xr_posted;
+	/* what its SENDs placed on a peer of this host know (direct_exec.c);
+	 * NULL until one is tried */
+	struct sv_xsend *xs;
+};
+
+/* A requester's SENDs placed by itself (engine/direct_exec.c). */
+struct sv_xsend {
+	/* the peer's MR they were placed into last (a slot of its export
+	 * table), and when one last went by the wire instead */
+	uint32_t recv_lkey, recv_slot;
+	uint64_t miss_ns;
+	/* the peer's receive queue as last read: its place in the arena,
+	 * its number (resets) and what was posted to it */
+	const void *rq_pm;
+	uint32_t rq_off;
+	uint64_t rq_gen, rq_posted;
 };
 
 /*
@@ -600,16 +615,16 @@ struct sv_qp {
 	 * (verbs/xrcd.c); NULL until either is first needed */
 	struct sv_xrc_qp *xrc;
 	struct sv_ref ref;    /* the owner's, and the engine's while it holds it */
-	bool destroyed;
 	int mcast_attached;   /* ctx->mcast.lock: groups it is attached to */
+	bool destroyed;
 	bool mcast_no_self;   /* IBV_QP_CREATE_BLOCK_SELF_MCAST_LB: not its own datagrams */
 
 	struct sv_mutex lock; /* everything below */
 	enum ibv_qp_state state;
+	uint32_t mtu; /* bytes */
 	struct ibv_qp_attr attr; /* current attributes, as query_qp reports */
 	struct ibv_qp_cap cap;
 	bool sq_sig_all;
-	uint32_t mtu; /* bytes */
 
 	struct sv_sq sq;
 	struct sv_rq rq;

@@ -80,8 +80,8 @@ void sv_qp_flush_recv(struct sv_qp *qp)
 			   IBV_WC_RECV);
 		qp->rq.head = (qp->rq.head + 1) % qp->rq.size;
 	}
-	if (qp->rq.x)
-		atomic_store(&qp->rq.xwatch, qp->rq.head);
+	if (qp->rq.xl)
+		atomic_store(&qp->rq.xl->watch, qp->rq.head);
 }
 
 void sv_qp_enter_error(struct sv_qp *qp)

@@ -478,7 +478,7 @@ static bool take_recv(struct sv_qp *qp)
 		rq = &qp->rq;
 		/* receives a peer of this host completed go first, in order;
 		 * and the head is taken from the peers' view too */
-		if (rq->x) {
+		if (rq->xl) {
 			sv_xrq_drain(qp);
 			if (!rq->count || !sv_xrq_take(qp))
 				return false;
@@ -972,6 +972,10 @@ static enum resp_result exec_send(const struct resp_pkt *p)
 		r = check_recv(qp);
 		if (r != RESP_OK)
 			return r;
+		/* a SEND from a process of this host: the next ones can be
+		 * placed by it, once the queue is where it can read it */
+		if (p->conn->peer_pid && !qp->rq.xl)
+			sv_xrq_adopt(qp);
 		qp->resp.rwqe_off = 0;
 		qp->resp.msg_first_psn = p->psn;
 		qp->resp.in_msg = true;

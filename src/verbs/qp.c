@@ -138,10 +138,7 @@ static int queues_init(struct sv_qp *qp, const struct ibv_qp_cap *cap)
 	if (qp->cap.max_inline_data)
 		sq->inline_pool = malloc((size_t)sq->size * qp->cap.max_inline_data);
 	if (!sq->wqe || !sq->sge_pool || (qp->cap.max_inline_data && !sq->inline_pool) ||
-	    (!qp->srq && (qp->ti->type == IBV_QPT_RC
-				  ? sv_rq_init_shared(qp->ctx, &qp->rq, cap->max_recv_wr,
-						      cap->max_recv_sge)
-				  : sv_rq_init(&qp->rq, cap->max_recv_wr, cap->max_recv_sge))))
+	    (!qp->srq && sv_rq_init(&qp->rq, cap->max_recv_wr, cap->max_recv_sge)))
 		return ENOMEM;
 	for (uint32_t i = 0; i < sq->size; i++)
 		sq->wqe[i].sge = sq->sge_pool + (size_t)i * sges;
@@ -262,10 +259,6 @@ static struct ibv_qp *qp_create(struct ibv_context *context, struct ibv_qp_init_
 	}
 	init_base(qp, context, ia, idx);
 	hold_objects(qp);
-	if (qp->rq.x && sv_xrq_attach(qp)) {
-		/* no room to list it: its receives stay private */
-		sv_xrq_free(ctx, &qp->rq);
-	}
 	sv_stats_qp_create(qp);
 	ia->cap = qp->cap;
 	return &qp->ex.qp_base;
@@ -655,6 +648,7 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 		sv_wqe_release(&qp->sq.wqe[qp->sq.head & (qp->sq.size - 1)]);
 	sv_responder_free(qp);
 	sv_xrc_relay_free(qp);
+	free(qp->req.xs);
 	free(qp->sq.wqe);
 	free(qp->sq.sge_pool);
 	free(qp->sq.inline_pool);
@@ -828,6 +822,7 @@ int sv_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr
 			break;
 		}
 	}
+	sv_xrq_consider(qp); /* a peer of this host asked to place into it */
 	if (qp->state == IBV_QPS_ERR)
 		sv_qp_flush_recv(qp);
 out:

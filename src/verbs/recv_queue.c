@@ -36,29 +36,10 @@ int sv_rq_init(struct sv_rq *rq, uint32_t max_wr, uint32_t max_sge)
 	return ring_alloc(rq, max_wr, max_sge);
 }
 
-int sv_rq_init_shared(struct sv_context *ctx, struct sv_rq *rq, uint32_t max_wr, uint32_t max_sge)
-{
-	uint32_t n = SV_MAX(max_wr, 1u);
-
-	if (!sv_xrq_alloc(ctx, rq, max_wr, max_sge))
-		return ring_alloc(rq, max_wr, max_sge);
-	rq->max_sge = SV_MAX(max_sge, 1u);
-	rq->wqe = calloc(n, sizeof(*rq->wqe));
-	if (!rq->wqe) {
-		sv_xrq_free(ctx, rq);
-		return ENOMEM;
-	}
-	for (uint32_t i = 0; i < n; i++)
-		rq->wqe[i].sge = sv_xrecv_sge(sv_xrecv_at(rq->xent, rq->max_sge, i));
-	rq->size = max_wr;
-	rq->head = rq->count = 0;
-	return 0;
-}
-
 void sv_rq_free(struct sv_rq *rq)
 {
 	free(rq->wqe);
-	if (!rq->x) /* (the arena's is sv_xrq_free's) */
+	if (!rq->xl) /* (the arena's is sv_xrq_free's) */
 		free(rq->sge_pool);
 	rq->wqe = NULL;
 	rq->sge_pool = NULL;
@@ -78,7 +59,7 @@ int sv_rq_post(struct sv_rq *rq, const struct ibv_recv_wr *wr)
 	if (wr->num_sge)
 		memcpy(w->sge, wr->sg_list, sizeof(*w->sge) * (size_t)wr->num_sge);
 	rq->count++;
-	if (rq->x)
+	if (rq->xl)
 		sv_xrq_posted(rq);
 	return 0;
 }
@@ -88,7 +69,7 @@ int sv_rq_resize(struct sv_rq *rq, uint32_t max_wr)
 	struct sv_rq n;
 	int err;
 
-	if (rq->x)
+	if (rq->xl)
 		return EOPNOTSUPP; /* (an SRQ's only, never in the arena) */
 	if (max_wr < rq->count)
 		return EINVAL; /* the WRs posted must fit (rxe refuses the same) */

@@ -54,10 +54,6 @@ uint32_t sv_mtu_bytes(enum ibv_mtu mtu);
 
 /* Receive rings of QPs and SRQs (recv_queue.c); the owner's lock held. */
 int sv_rq_init(struct sv_rq *rq, uint32_t max_wr, uint32_t max_sge); /* 0 or ENOMEM */
-/* An RC QP's: in the context's receive arena where it has one, so that
- * peers of this host place SENDs into it (engine/direct_recv.h); the
- * caller gives the arena's part back with sv_xrq_free before sv_rq_free. */
-int sv_rq_init_shared(struct sv_context *ctx, struct sv_rq *rq, uint32_t max_wr, uint32_t max_sge);
 void sv_rq_free(struct sv_rq *rq);
 int sv_rq_post(struct sv_rq *rq, const struct ibv_recv_wr *wr);     /* 0, EINVAL, ENOMEM */
 /* New capacity max_wr, the posted WRs kept in order: 0, EINVAL (they would
