@@ -664,13 +664,14 @@ static bool place_pieces(const struct sv_send_wqe *w, const struct iovec *iov, i
 }
 
 /*
- * A SEND (with immediate) placed into the receive WQE at the head of the
- * peer's QP (direct_recv.h): taken by compare-and-swap, the bytes copied,
- * the result written, `done` advanced, the peer's slot marked ready and the
- * peer woken if it sleeps.  WIRE when any check fails, no receive is
- * posted (RNR, which the wire's responder answers), or a placement is
- * under way.  Called with the peer's QP record entered (q, busy raised)
- * and the local buffers checked (iov; the MR read lock held).
+ * A SEND (with immediate), or a WRITE with immediate, placed into the
+ * receive WQE at the head of the peer's QP (direct_recv.h): taken by
+ * compare-and-swap, the bytes copied, the result written and marked done
+ * last, the peer's slot marked ready (its caller wakes the peer if it
+ * sleeps).  WIRE when any check fails, no receive is posted (RNR, which
+ * the wire's responder answers), or the compare-and-swap is lost.  Called
+ * with the peer's QP record entered (q, busy raised) and the local
+ * buffers checked (iov; the MR read lock held).
  */
 static enum sv_direct place_send(struct sv_qp *qp, struct sv_peer_mem *pm, struct sv_xqp *q,
 				 uint32_t slot, struct sv_send_wqe *w, const struct iovec *iov,
@@ -736,11 +737,14 @@ static enum sv_direct place_send(struct sv_qp *qp, struct sv_peer_mem *pm, struc
 	/* the WQE is ours once taken: from here on it completes, here */
 	if (!atomic_compare_exchange_strong(&x->taken, &t, t + 1))
 		goto out;
+	/* (a local buffer that faults, unmapped under its MR: the send
+	 * fails, and so does the receive it took, as aborted) */
 	*st = place_pieces(w, iov, niov, to, nto) ? IBV_WC_SUCCESS : IBV_WC_LOC_PROT_ERR;
 	e->byte_len = *st == IBV_WC_SUCCESS ? w->length : 0;
 	e->imm = w->wr.imm_data;
 	atomic_store_explicit(&e->flags,
-			      SV_XRECV_DONE | ((w->op->flags & SV_WRF_IMM) ? SV_XRECV_IMM : 0) |
+			      SV_XRECV_DONE | (*st != IBV_WC_SUCCESS ? SV_XRECV_ABORTED : 0) |
+				      ((w->op->flags & SV_WRF_IMM) ? SV_XRECV_IMM : 0) |
 				      ((w->op->flags & SV_WRF_WRITE) ? SV_XRECV_WRITE : 0) |
 				      ((w->wr.send_flags & IBV_SEND_SOLICITED) ? SV_XRECV_SOLICITED : 0),
 			      memory_order_seq_cst);

@@ -282,6 +282,11 @@ void sv_xrq_drain(struct sv_qp *qp)
 		atomic_store_explicit(&e->flags, 0, memory_order_relaxed);
 		if (f & SV_XRECV_WRITE)
 			wc.opcode = IBV_WC_RECV_RDMA_WITH_IMM;
+		if (f & SV_XRECV_ABORTED) {
+			wc.status = IBV_WC_REM_ABORT_ERR;
+			wc.vendor_err = IBV_WC_REM_ABORT_ERR;
+			f &= ~SV_XRECV_IMM;
+		}
 		if (f & SV_XRECV_IMM) {
 			wc.imm_data = e->imm;
 			wc.wc_flags = IBV_WC_WITH_IMM;

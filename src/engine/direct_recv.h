@@ -57,6 +57,7 @@ struct sv_xrecv {
 #define SV_XRECV_IMM 0x1        /* imm is set */
 #define SV_XRECV_SOLICITED 0x2  /* the SEND asked for a solicited event */
 #define SV_XRECV_WRITE 0x4      /* an RDMA WRITE with immediate's (no byte here) */
+#define SV_XRECV_ABORTED 0x8    /* the sender's buffer faulted: REM_ABORT_ERR */
 #define SV_XRECV_DONE 0x80000000u /* the result is written (the last store) */
 
 /* A WQE in the arena: its result, then its SGEs, on as few lines as can

@@ -55,6 +55,9 @@
  *   - flush: 4 receives posted, 2 SENDs completed, then the receiver
  *     moves its QP to ERR before polling: 2 successful receive
  *     completions (data right), then 2 IBV_WC_WR_FLUSH_ERR, in order
+ *   - the sender's source unmapped under its MR (a page of it, after a
+ *     first SEND moved the receive queue): the SEND ends in LOC_PROT_ERR,
+ *     the receive it had taken in REM_ABORT_ERR, nothing else completes
  *
  * SVT_DSEND_NO_STOP=1 leaves the receiver running in the first part (no
  * SIGSTOP): the rest of the test, as SENDs by the wire pass it, checked
@@ -65,6 +68,7 @@
 #include <arpa/inet.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -1062,6 +1066,69 @@ static void send_part7(struct svt_dev *d, struct svt_child *c)
 	free(src);
 }
 
+/* ---- part 8: the sender's source unmapped under its MR ---- */
+
+static void recv_part8(struct svt_dev *d, int rfd, int wfd)
+{
+	uint8_t *buf = malloc(64u << 10);
+	struct ibv_wc wc;
+	struct ibv_mr *mr;
+	struct end e;
+
+	SVT_CHECK_PTR(buf);
+	mr = svt_reg_mr(d->pd, buf, 64u << 10, IBV_ACCESS_LOCAL_WRITE);
+	end_open(&e, d, NULL);
+	end_link(&e, d, rfd, wfd, NULL, 0, NULL);
+	SVT_CHECK_OK(svt_post_recv(e.qp, 8000, buf, 4096, mr->lkey));
+	SVT_CHECK_OK(svt_post_recv(e.qp, 8001, buf + 8192, 16384, mr->lkey));
+	svt_sync_send(wfd, 'R');
+	wc = expect_wc(e.cq, 8000, IBV_WC_SUCCESS, "part 8, first");
+	SVT_CHECK_EQ(wc.byte_len, 64);
+	wc = svt_poll_one(e.cq);
+	SVT_CHECK_EQ(wc.wr_id, 8001);
+	SVT_CHECK_WC_STATUS(wc, IBV_WC_REM_ABORT_ERR);
+	SVT_CHECK_EQ(wc.qp_num, e.qp->qp_num);
+	svt_expect_no_wc(e.cq, 20);
+	svt_sync_send(wfd, 'D');
+
+	end_close(&e);
+	SVT_CHECK_OK(ibv_dereg_mr(mr));
+	free(buf);
+}
+
+static void send_part8(struct svt_dev *d, struct svt_child *c)
+{
+	uint8_t *src = mmap(NULL, 8192, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	struct ibv_mr *mr;
+	struct ibv_wc wc;
+	struct end e;
+
+	SVT_CHECK(src != MAP_FAILED);
+	memset(src, 0x88, 8192);
+	mr = svt_reg_mr(d->pd, src, 8192, IBV_ACCESS_LOCAL_WRITE);
+	end_open(&e, d, NULL);
+	end_link(&e, d, c->rfd, c->wfd, NULL, 0, NULL);
+	SVT_CHECK_EQ(svt_sync_recv(c->rfd, LONG_MS), 'R');
+	/* the first SEND (by the wire) moves the receive queue where it can
+	 * be placed into; then the second page goes, the MR still naming it */
+	SVT_CHECK_OK(svt_post_send(e.qp, 80, IBV_WR_SEND, IBV_SEND_SIGNALED, src, 64, mr->lkey, 0,
+				   0, 0));
+	wc = expect_wc(e.cq, 80, IBV_WC_SUCCESS, "part 8, first");
+	SVT_CHECK_OK(munmap(src + 4096, 4096));
+	SVT_CHECK_OK(svt_post_send(e.qp, 81, IBV_WR_SEND, IBV_SEND_SIGNALED, src, 8192, mr->lkey, 0,
+				   0, 0));
+	wc = svt_poll_one(e.cq);
+	SVT_CHECK_EQ(wc.wr_id, 81);
+	SVT_CHECK_WC_STATUS(wc, IBV_WC_LOC_PROT_ERR);
+	SVT_CHECK_EQ(svt_sync_recv(c->rfd, LONG_MS), 'D');
+	svt_log("part 8: a SEND whose source page was unmapped under its MR: LOC_PROT_ERR here, "
+		"REM_ABORT_ERR at the receiver");
+
+	end_close(&e);
+	SVT_CHECK_OK(ibv_dereg_mr(mr));
+	SVT_CHECK_OK(munmap(src, 4096));
+}
+
 /* ---- the two processes ---- */
 
 static int receiver(int rfd, int wfd, int argc, char **argv)
@@ -1083,6 +1150,7 @@ static int receiver(int rfd, int wfd, int argc, char **argv)
 	recv_part5(&d, rfd, wfd);
 	recv_part6(&d, rfd, wfd);
 	recv_part7(&d, rfd, wfd);
+	recv_part8(&d, rfd, wfd);
 	svt_dev_close(&d);
 	return 0;
 }
@@ -1115,6 +1183,7 @@ int main(int argc, char **argv)
 	send_part5(&d, &c);
 	send_part6(&d, &c);
 	send_part7(&d, &c);
+	send_part8(&d, &c);
 	SVT_CHECK_EQ(svt_child_wait(&c, LONG_MS), 0);
 	svt_dev_close(&d);
 	return 0;
