@@ -445,6 +445,28 @@ static bool ctrl_send(struct sv_conn *conn, const struct sv_xrc_ctrl *x,
 	return !sv_send_packet(conn, &h, sizeof(h), &iov, attr ? 1 : 0);
 }
 
+/*
+ * Do frames sent on c still reach the peer?  A connection that ended before
+ * the peer's HELLO was dialled again, its queue and later frames going on
+ * to the new one (c->next, set under c's tx_lock): it is dead, but what was
+ * asked on it is answered on its successor.  (Seen under load: a question
+ * asked as the first connection was refused failed at once with EIO.)
+ */
+static bool conn_goes_on(struct sv_conn *c)
+{
+	while (atomic_load(&c->state) == SV_CONN_DEAD) {
+		struct sv_conn *next;
+
+		sv_mutex_lock(&c->tx_lock);
+		next = c->next; /* (c holds its reference, and the caller holds c) */
+		sv_mutex_unlock(&c->tx_lock);
+		if (!next)
+			return false;
+		c = next;
+	}
+	return true;
+}
+
 int sv_xrc_ctrl_call(struct sv_context *ctx, struct sv_conn *conn, uint8_t op, uint32_t qpn,
 		     const struct sv_xrcd *x, int mask, struct ibv_qp_attr *attr)
 {
@@ -463,9 +485,33 @@ int sv_xrc_ctrl_call(struct sv_context *ctx, struct sv_conn *conn, uint8_t op, u
 	if (!ctrl_send(conn, &q, op == SV_XRC_CTRL_MODIFY ? attr : NULL))
 		err = EIO;
 	sv_mutex_lock(&ctx->xrc_call_lock);
-	while (!err && !c.done && atomic_load(&conn->state) != SV_CONN_DEAD)
-		if (sv_cond_timedwait(&ctx->xrc_call_cond, &ctx->xrc_call_lock, &until) == ETIMEDOUT)
+	while (!err && !c.done) {
+		struct timespec now, wake;
+		bool on;
+
+		/* (tx_lock comes before xrc_call_lock) */
+		sv_mutex_unlock(&ctx->xrc_call_lock);
+		on = conn_goes_on(conn);
+		sv_mutex_lock(&ctx->xrc_call_lock);
+		if (c.done || !on)
+			break;
+		/* the connection is looked at again every 20 ms: its end
+		 * signals nothing here */
+		clock_gettime(CLOCK_REALTIME, &now);
+		wake = now;
+		wake.tv_nsec += 20000000;
+		if (wake.tv_nsec >= 1000000000) {
+			wake.tv_sec++;
+			wake.tv_nsec -= 1000000000;
+		}
+		if (wake.tv_sec > until.tv_sec ||
+		    (wake.tv_sec == until.tv_sec && wake.tv_nsec > until.tv_nsec))
+			wake = until;
+		if (sv_cond_timedwait(&ctx->xrc_call_cond, &ctx->xrc_call_lock, &wake) == ETIMEDOUT &&
+		    (now.tv_sec > until.tv_sec ||
+		     (now.tv_sec == until.tv_sec && now.tv_nsec >= until.tv_nsec)))
 			err = ETIMEDOUT;
+	}
 	if (!err)
 		err = c.done ? c.status : EIO; /* (the process went) */
 	sv_list_del(&c.link);
