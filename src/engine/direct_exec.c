@@ -308,21 +308,33 @@ static bool read_slot(struct sv_xmr *m, uint32_t rkey, struct xmr_view *out)
 	return atomic_load(&m->seq) == s;
 }
 
-/* The slot of rkey in the peer's table; -1 if it exports no such MR. */
-static int find_slot(struct sv_qp *qp, const struct sv_xseg *x, uint32_t rkey)
+/* The slot of key in the peer's table, *ckey and *cslot the caller's
+ * cache of the last one found; -1 if it exports no such MR. */
+static int key_slot(const struct sv_xseg *x, uint32_t key, uint32_t *ckey, uint32_t *cslot)
 {
 	uint32_t n = SV_MIN(atomic_load(&x->nmr), (uint32_t)SV_XMR_SLOTS);
 
-	if (qp->req.xcache.rkey == rkey && qp->req.xcache.slot < n)
-		return (int)qp->req.xcache.slot;
+	if (*ckey == key && *cslot < n)
+		return (int)*cslot;
 	for (uint32_t i = 0; i < n; i++)
-		if (atomic_load(&x->mr[i].rkey) == rkey) {
-			qp->req.xcache.rkey = rkey;
-			qp->req.xcache.slot = i;
-			qp->req.xcache.base = NULL;
+		if (atomic_load(&x->mr[i].rkey) == key) {
+			*ckey = key;
+			*cslot = i;
 			return (int)i;
 		}
 	return -1;
+}
+
+/* The slot of rkey in the peer's table; -1 if it exports no such MR. */
+static int find_slot(struct sv_qp *qp, const struct sv_xseg *x, uint32_t rkey)
+{
+	bool cached = qp->req.xcache.rkey == rkey &&
+		      qp->req.xcache.slot < SV_MIN(atomic_load(&x->nmr), (uint32_t)SV_XMR_SLOTS);
+	int slot = key_slot(x, rkey, &qp->req.xcache.rkey, &qp->req.xcache.slot);
+
+	if (!cached && slot >= 0)
+		qp->req.xcache.base = NULL; /* found again: its mapping is looked up again */
+	return slot;
 }
 
 /* Local buffers (the MR read lock held): an error status, or SUCCESS with
@@ -427,6 +439,16 @@ static bool direct_target(const struct sv_send_wqe *w, struct direct_target *t)
 	return t->len != 0;
 }
 
+/* The peer's memory, where this QP may act on it itself; NULL: the wire.
+ * (XRC: the target's keys are checked against the PD of the SRQ each
+ * request names, which only its responder knows: always the wire.) */
+static struct sv_peer_mem *direct_peer(struct sv_qp *qp, struct sv_conn *conn)
+{
+	if (qp->ti->xrc || sv_faults_enabled || atomic_load(&conn->state) != SV_CONN_UP)
+		return NULL;
+	return peer_mem(conn, qp->attr.dest_qp_num);
+}
+
 bool sv_direct_soon(struct sv_qp *qp, struct sv_conn *conn, const struct sv_send_wqe *w)
 {
 	struct direct_target t;
@@ -435,8 +457,7 @@ bool sv_direct_soon(struct sv_qp *qp, struct sv_conn *conn, const struct sv_send
 		/* as below, for the receives of the peer's QP */
 		if (qp->req.xs && sv_now_ns() - qp->req.xs->miss_ns < SV_DIRECT_RETRY_NS)
 			return false;
-		return !qp->ti->xrc && !sv_faults_enabled && atomic_load(&conn->state) == SV_CONN_UP &&
-		       peer_mem(conn, qp->attr.dest_qp_num);
+		return direct_peer(qp, conn);
 	}
 	if (!direct_target(w, &t))
 		return false;
@@ -445,10 +466,7 @@ bool sv_direct_soon(struct sv_qp *qp, struct sv_conn *conn, const struct sv_send
 	 * a queue kept full never drains by itself to let sv_direct_exec see */
 	if (t.rkey == qp->req.xcache.miss && sv_now_ns() - qp->req.xcache.miss_ns < SV_DIRECT_RETRY_NS)
 		return false;
-	/* (XRC: the target's keys are checked against the PD of the SRQ each
-	 * request names, which only its responder knows: always the wire) */
-	return !qp->ti->xrc && !sv_faults_enabled && atomic_load(&conn->state) == SV_CONN_UP &&
-	       peer_mem(conn, qp->attr.dest_qp_num);
+	return direct_peer(qp, conn);
 }
 
 /* The responder's checks (access_check.h) against the target's table, q's
@@ -490,6 +508,25 @@ static bool check_local(struct sv_qp *qp, struct sv_send_wqe *w, struct iovec *i
 	       *st == IBV_WC_SUCCESS;
 }
 
+/* pm->lock held: the mapping of the peer's memfd (an extent, the receive
+ * arena).  Mapped already, by another QP or before the epoch moved, it is
+ * found under the read lock (a writer costs a membarrier, arwlock.h);
+ * else the read lock is traded for the write lock (*wrlocked). */
+static uint8_t *peer_map(struct sv_peer_mem *pm, int fd, uint64_t ino, uint64_t size,
+			 bool *wrlocked)
+{
+	uint8_t *base = mapped_extent(pm, ino, size);
+
+	if (base || fd < 0)
+		return base;
+	if (!*wrlocked) {
+		sv_arwlock_rdunlock(&pm->lock);
+		sv_arwlock_wrlock(&pm->lock);
+		*wrlocked = true;
+	}
+	return map_extent(pm, fd, ino, size);
+}
+
 /* pm->lock held: the mapping of m's extent, the QP's cache first.  May
  * trade the read lock for the write lock (*wrlocked). */
 static uint8_t *extent_base(struct sv_qp *qp, struct sv_peer_mem *pm, const struct xmr_view *m,
@@ -499,36 +536,11 @@ static uint8_t *extent_base(struct sv_qp *qp, struct sv_peer_mem *pm, const stru
 
 	if (base && qp->req.xcache.ino == m->ino && qp->req.xcache.epoch == atomic_load(&pm->epoch))
 		return base;
-	/* mapped already, by another QP or before the epoch moved: found under
-	 * the read lock (a writer costs a membarrier, arwlock.h) */
-	base = mapped_extent(pm, m->ino, m->size);
-	if (!base) {
-		sv_arwlock_rdunlock(&pm->lock);
-		sv_arwlock_wrlock(&pm->lock);
-		*wrlocked = true;
-		base = map_extent(pm, m->fd, m->ino, m->size);
-	}
+	base = peer_map(pm, m->fd, m->ino, m->size, wrlocked);
 	qp->req.xcache.base = base;
 	qp->req.xcache.ino = m->ino;
 	qp->req.xcache.epoch = atomic_load(&pm->epoch);
 	return base;
-}
-
-/* pm->lock held: the mapping of the peer's memfd (an extent, the receive
- * arena); may trade the read lock for the write lock (*wrlocked). */
-static uint8_t *peer_map(struct sv_peer_mem *pm, int fd, uint64_t ino, uint64_t size,
-			 bool *wrlocked)
-{
-	uint8_t *base = mapped_extent(pm, ino, size);
-
-	if (base || !fd || fd < 0)
-		return base;
-	if (!*wrlocked) {
-		sv_arwlock_rdunlock(&pm->lock);
-		sv_arwlock_wrlock(&pm->lock);
-		*wrlocked = true;
-	}
-	return map_extent(pm, fd, ino, size);
 }
 
 /* A bit of the peer's ready map set (seq_cst), with no write when set. */
@@ -555,33 +567,24 @@ static bool recv_pieces(struct sv_qp *qp, struct sv_peer_mem *pm, const struct s
 			const struct ibv_sge *sge, uint32_t n, uint32_t len,
 			struct recv_piece *out, int *nout, bool *wrlocked)
 {
-	uint32_t nmr = SV_MIN(atomic_load(&pm->x->nmr), (uint32_t)SV_XMR_SLOTS);
 	uintptr_t pd = atomic_load(&q->pd);
 
 	*nout = 0;
 	for (uint32_t i = 0; i < n && len; i++) {
-		uint32_t take = SV_MIN(sge[i].length, len), slot = UINT32_MAX;
+		uint32_t take = SV_MIN(sge[i].length, len);
 		struct xmr_view m;
+		int slot;
 		uint64_t off;
 		uint8_t *base;
 
 		if (!take)
 			continue;
-		if (qp->req.xs->recv_lkey == sge[i].lkey && qp->req.xs->recv_slot < nmr)
-			slot = qp->req.xs->recv_slot;
-		else
-			for (uint32_t s = 0; s < nmr; s++)
-				if (atomic_load(&pm->x->mr[s].rkey) == sge[i].lkey) {
-					slot = s;
-					break;
-				}
 		/* (the table's MRs: lkey == rkey, and a window never has an lkey) */
-		if (slot == UINT32_MAX || !read_slot(&pm->x->mr[slot], sge[i].lkey, &m) ||
+		slot = key_slot(pm->x, sge[i].lkey, &qp->req.xs->recv_lkey, &qp->req.xs->recv_slot);
+		if (slot < 0 || !read_slot(&pm->x->mr[slot], sge[i].lkey, &m) ||
 		    sv_key_allows_range(&m.key, pd, IBV_ACCESS_LOCAL_WRITE, sge[i].addr, take) !=
 			    SV_MEM_OK)
 			return false;
-		qp->req.xs->recv_lkey = sge[i].lkey;
-		qp->req.xs->recv_slot = slot;
 		off = m.off + (sge[i].addr - m.key.iova);
 		if (off > m.size || take > m.size - off)
 			return false;
@@ -776,8 +779,7 @@ static enum sv_direct direct_send(struct sv_qp *qp, struct sv_conn *conn, struct
 	int niov = 0;
 	bool local;
 
-	if (qp->ti->xrc || sv_faults_enabled || atomic_load(&conn->state) != SV_CONN_UP ||
-	    !(pm = peer_mem(conn, dq)) || (dq & ~(uint32_t)SV_QPN_LOW) != pm->qpn_base)
+	if (!(pm = direct_peer(qp, conn)) || (dq & ~(uint32_t)SV_QPN_LOW) != pm->qpn_base)
 		return SV_DIRECT_WIRE;
 	if (w->length > SV_DIRECT_INLINE_MAX && may_defer)
 		return SV_DIRECT_DEFER; /* the engine thread copies it */
@@ -788,8 +790,7 @@ static enum sv_direct direct_send(struct sv_qp *qp, struct sv_conn *conn, struct
 	local = !w->inline_buf && w->length;
 	if (local) {
 		sv_mr_read_lock(qp->ctx);
-		if (!local_iov(qp, w, w->length, w->op->local_access, iov, &niov, &st) ||
-		    st != IBV_WC_SUCCESS) {
+		if (!check_local(qp, w, iov, &niov, &st)) {
 			sv_mr_read_unlock(qp->ctx);
 			if (st == IBV_WC_SUCCESS)
 				return SV_DIRECT_WIRE; /* GPU memory */
@@ -831,8 +832,7 @@ enum sv_direct sv_direct_exec(struct sv_qp *qp, struct sv_conn *conn, struct sv_
 
 	if ((w->op->flags & SV_WRF_DIRECT_RECV) && qp->ti->reliable)
 		return direct_send(qp, conn, w, may_defer);
-	if (!direct_target(w, &t) || qp->ti->xrc || sv_faults_enabled ||
-	    atomic_load(&conn->state) != SV_CONN_UP || !(pm = peer_mem(conn, dq)))
+	if (!direct_target(w, &t) || !(pm = direct_peer(qp, conn)))
 		return SV_DIRECT_WIRE;
 	if ((t.word && (t.va & 7)) || (dq & ~(uint32_t)SV_QPN_LOW) != pm->qpn_base)
 		return SV_DIRECT_WIRE; /* misaligned: the responder's error */

@@ -223,11 +223,12 @@ void sv_xrq_free(struct sv_context *ctx, struct sv_rq *rq)
 void sv_xrq_posted(struct sv_rq *rq)
 {
 	uint32_t i = (rq->head + rq->count - 1) % rq->size;
+	struct sv_xrecv *e = XE(rq, i);
 
 	if (!atomic_load_explicit(&rq->xl->x->gen, memory_order_relaxed))
 		atomic_store(&rq->xl->x->gen, atomic_fetch_add(&rq->xl->ctx->arena_gen, 1) | 1);
-	XE(rq, i)->num_sge = rq->wqe[i].num_sge;
-	atomic_store_explicit(&XE(rq, i)->flags, 0, memory_order_relaxed);
+	e->num_sge = rq->wqe[i].num_sge;
+	atomic_store_explicit(&e->flags, 0, memory_order_relaxed);
 	/* the WQE (its SGEs in the arena) before the count that shows it */
 	atomic_store_explicit(&rq->xl->x->posted, atomic_load_explicit(&rq->xl->x->posted, memory_order_relaxed) + 1,
 			      memory_order_release);
@@ -395,14 +396,8 @@ void sv_xrq_poll_cq(struct sv_cq *cq)
 /* Take in the completions of the QP in slot, if it is still there. */
 static void drain_slot(struct sv_context *ctx, uint32_t slot)
 {
-	struct sv_qp *qp = NULL;
+	struct sv_qp *qp = sv_qp_lookup(ctx, sv_qpn_of_slot(ctx, slot));
 
-	sv_mutex_lock(&ctx->lock);
-	if (slot < ctx->qpt_size && ctx->qpt[slot]) {
-		qp = ctx->qpt[slot];
-		sv_qp_get(qp);
-	}
-	sv_mutex_unlock(&ctx->lock);
 	if (qp)
 		drain_ref(qp);
 }

@@ -298,6 +298,16 @@ bool sv_export_qp(struct sv_qp *qp)
 	return true;
 }
 
+/* The record q of qp is closed: the accesses that passed its checks end
+ * (at most QUIET_WAIT_NS). */
+static void qp_record_quiet(struct sv_xqp *q, const struct sv_qp *qp)
+{
+	sv_fence();
+	if (!wait_idle(q, sv_now_ns() + QUIET_WAIT_NS))
+		sv_warn_limited("a peer's access through QP %#x has not ended in 1 s; going on",
+				qp->ex.qp_base.qp_num);
+}
+
 void sv_export_qp_quiet(struct sv_qp *qp)
 {
 	struct sv_xqp *q = xqp_of(qp);
@@ -305,10 +315,7 @@ void sv_export_qp_quiet(struct sv_qp *qp)
 	if (!q)
 		return;
 	atomic_store(&q->open, 0);
-	sv_fence();
-	if (!wait_idle(q, sv_now_ns() + QUIET_WAIT_NS))
-		sv_warn_limited("a peer's access through QP %#x has not ended in 1 s; going on",
-				qp->ex.qp_base.qp_num);
+	qp_record_quiet(q, qp);
 }
 
 void sv_export_qp_settle(struct sv_qp *qp)
@@ -320,10 +327,7 @@ void sv_export_qp_settle(struct sv_qp *qp)
 	/* the record has been closed since before this began (sv_export_qp):
 	 * once the accesses in progress end, nobody is inside its checks, and
 	 * it can be filled and opened again without a peer reading half of it */
-	sv_fence();
-	if (!wait_idle(q, sv_now_ns() + QUIET_WAIT_NS))
-		sv_warn_limited("a peer's access through QP %#x has not ended in 1 s; going on",
-				qp->ex.qp_base.qp_num);
+	qp_record_quiet(q, qp);
 	sv_mutex_lock(&qp->lock);
 	/* (the latest attributes: a change made meanwhile by another thread
 	 * found the record closed and settles it too) */

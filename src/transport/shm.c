@@ -390,6 +390,14 @@ fail:
 	return err;
 }
 
+/* The consumer of the ring we write armed its bell, and this takes it (the
+ * one ring that follows is ours): seq_cst, as the consumer's arming. */
+static bool take_bell(struct sv_shm *s)
+{
+	return atomic_load_explicit(&s->tx->bell, memory_order_seq_cst) &&
+	       atomic_exchange_explicit(&s->tx->bell, 0, memory_order_seq_cst);
+}
+
 static void ring_bell(struct sv_conn *c)
 {
 	char b = 0;
@@ -652,8 +660,7 @@ static ssize_t shm_writev(struct sv_conn *c, const struct iovec *iov, int iovcnt
 	/* Each side stores, then loads what the other stores, all seq_cst (no
 	 * fences: ThreadSanitizer does not model them): either the consumer
 	 * sees our tail, or we see its bell */
-	if (taken && atomic_load_explicit(&s->tx->bell, memory_order_seq_cst) &&
-	    atomic_exchange_explicit(&s->tx->bell, 0, memory_order_seq_cst))
+	if (taken && take_bell(s))
 		ring_bell(c);
 	return (ssize_t)taken;
 }
@@ -915,8 +922,7 @@ static void shm_wake(struct sv_conn *c)
 {
 	struct sv_shm *s = to_shm(c);
 
-	if (!shm_ready(s) || !atomic_load_explicit(&s->tx->bell, memory_order_seq_cst) ||
-	    !atomic_exchange_explicit(&s->tx->bell, 0, memory_order_seq_cst))
+	if (!shm_ready(s) || !take_bell(s))
 		return;
 	sv_mutex_lock(&c->tx_lock);
 	if (c->fd >= 0)
