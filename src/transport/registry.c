@@ -100,12 +100,22 @@ static struct sv_qpn_file *registry_map(const struct in6_addr *ip)
 	return f;
 }
 
+/*
+ * 61000: ports 61001-62022, above Linux's ephemeral range (32768-60999, so
+ * a connect() never holds one) and away from the ports RDMA programs listen
+ * on by default (perftest and the pingpongs 18515, qperf 19765, rping 7174,
+ * ucx_perftest 13337, fi_pingpong 47592).  A program opens its device
+ * before it listens: had a block's port been its own, its listen(2) would
+ * fail whenever the context drew that block.
+ */
+#define SV_PORT_BASE_DEFAULT 61000
+
 static long port_base(void)
 {
 	static long base = -1;
 
 	if (base < 0)
-		base = sv_env_long("SOFTVERBS_PORT_BASE", 18000);
+		base = sv_env_long("SOFTVERBS_PORT_BASE", SV_PORT_BASE_DEFAULT);
 	return base;
 }
 

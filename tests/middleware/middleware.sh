@@ -89,10 +89,10 @@ else
 fi
 
 # A TCP port for the out-of-band exchange, free in the server's namespace,
-# below the kernel's ephemeral range (32768 up), where softverbs' own
-# listeners and every outgoing connection take theirs: a port picked there
-# can be taken between the check and the server's bind.  The client tests
-# use 18600-19200.
+# below the kernel's ephemeral range (32768 up), where every outgoing
+# connection takes its port (a port picked there can be taken between the
+# check and the server's bind), and below softverbs' own listeners
+# (61001-62022).  The client tests use 18600-19200.
 oob_port() { sv_free_port "$SNS" "$((21000 + RANDOM % 10000))"; }
 
 # check_no_crash NAME: the output shows no crash report.

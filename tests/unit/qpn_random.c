@@ -14,6 +14,11 @@
  *   - rdma_cm: the sq_psn rdma_init_qp_attr gives a UD id (once 0) differs
  *     from id to id (an RC id's comes from the same draw, rdmacm/id.c, and
  *     is the PSN its REQ or REP carries: cm_extqp checks that)
+ *   - a context listens on TCP port 61000 + its block, outside Linux's
+ *     ephemeral range and never perftest's default 18515: a program that
+ *     opens its device and then listens on its own port must not find
+ *     that port taken by its context (perftest once failed "Couldn't
+ *     listen to port 18790" when its context drew block 790 of base 18000)
  *   - as root, in a network namespace of its own (a registry of its own),
  *     with SOFTVERBS_PORT_BASE leaving 4 blocks: 4 processes take all 4
  *     (a random draw still finds the last free one), a 5th is refused, and
@@ -25,6 +30,8 @@
 #include <arpa/inet.h>
 #include <rdma/rdma_cma.h>
 #include <signal.h>
+#include <stdio.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #define BLOCK_SHIFT 14
@@ -104,6 +111,59 @@ static void test_fresh_contexts(void)
 	SVT_CHECK_GE(distinct(qpn, NCTX), 6);
 	SVT_CHECK_GE(distinct(low, NCTX), 6);
 	SVT_CHECK_GE(distinct(srqn, NCTX), 6);
+}
+
+/* The kernel's ephemeral port range; false when it cannot be read. */
+static bool ephemeral_range(int *lo, int *hi)
+{
+	FILE *f = fopen("/proc/sys/net/ipv4/ip_local_port_range", "r");
+	bool ok = f && fscanf(f, "%d %d", lo, hi) == 2;
+
+	if (f)
+		fclose(f);
+	return ok;
+}
+
+static void test_default_port(void)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	union ibv_gid gid;
+	struct svt_dev d;
+	struct ibv_cq *cq;
+	struct ibv_qp *qp;
+	int port, lo, hi, fd;
+
+	SVT_CHECK(!getenv("SOFTVERBS_PORT_BASE"));
+	svt_dev_open(&d);
+	cq = svt_create_cq(d.ctx, 4, NULL);
+	qp = small_qp(d.pd, cq, IBV_QPT_RC);
+	SVT_CHECK_PTR(qp);
+	port = 61000 + (int)block_of(qp->qp_num);
+	SVT_CHECK(port >= 61001 && port <= 62022);
+	SVT_CHECK_NE(port, 18515);
+	if (ephemeral_range(&lo, &hi) && lo == 32768 && hi == 60999)
+		SVT_CHECK(port > hi);
+	/* the context's listener is there, at the device's IPv4 address: its
+	 * IPv4-mapped GID (::ffff:a.b.c.d) */
+	for (int i = 0;; i++) {
+		static const uint8_t mapped[12] = { [10] = 0xff, [11] = 0xff };
+
+		SVT_CHECK_MSG(i < 8, "the device has no IPv4-mapped GID");
+		SVT_CHECK_OK(ibv_query_gid(d.ctx, 1, i, &gid));
+		if (!memcmp(gid.raw, mapped, sizeof(mapped)))
+			break;
+	}
+	memcpy(&sa.sin_addr, gid.raw + 12, 4);
+	sa.sin_port = htons((uint16_t)port);
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	SVT_CHECK(fd >= 0);
+	SVT_CHECK_MSG(connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0,
+		      "connect to the context's port %d: %s", port, strerror(errno));
+	close(fd);
+	svt_log("QPN %#x: its context listens on port %d", qp->qp_num, port);
+	SVT_CHECK_OK(ibv_destroy_qp(qp));
+	SVT_CHECK_OK(ibv_destroy_cq(cq));
+	svt_dev_close(&d);
 }
 
 static int steps_of_one(const uint32_t *v, int n)
@@ -328,6 +388,7 @@ int main(int argc, char **argv)
 	test_hundred();
 	test_limit();
 	test_cm_psn();
+	test_default_port();
 	if (own_ns) {
 		test_reclaim();
 		svt_private_netns_done();
