@@ -73,6 +73,7 @@ struct sv_peer_mem {
 	struct pm_map map[PM_MAPS];
 	int nmap;
 	_Atomic uint32_t epoch; /* moves when a mapping goes: QP caches are stale */
+	uint64_t id;            /* never 0, never another view's (QP caches) */
 };
 
 static void pm_free(void *p)
@@ -190,6 +191,8 @@ static bool peer_alive(struct sv_peer_mem *pm)
 	return true;
 }
 
+static _Atomic uint64_t pm_ids;
+
 /* The connection's view of the peer's memory; NULL when there is none. */
 static struct sv_peer_mem *peer_mem(struct sv_conn *conn, uint32_t qpn)
 {
@@ -205,6 +208,7 @@ static struct sv_peer_mem *peer_mem(struct sv_conn *conn, uint32_t qpn)
 	pm = calloc(1, sizeof(*pm));
 	if (!pm)
 		return NULL;
+	pm->id = atomic_fetch_add(&pm_ids, 1) + 1;
 	sv_arwlock_init(&pm->lock, SV_LOCK_PEER_MAP);
 	pm->pidfd = -1;
 	pm_setup(pm, conn, qpn);
@@ -534,13 +538,30 @@ static uint8_t *extent_base(struct sv_qp *qp, struct sv_peer_mem *pm, const stru
 {
 	uint8_t *base = qp->req.xcache.base;
 
-	if (base && qp->req.xcache.ino == m->ino && qp->req.xcache.epoch == atomic_load(&pm->epoch))
+	if (base && qp->req.xcache.pm_id == pm->id && qp->req.xcache.ino == m->ino &&
+	    qp->req.xcache.epoch == atomic_load(&pm->epoch))
 		return base;
 	base = peer_map(pm, m->fd, m->ino, m->size, wrlocked);
 	qp->req.xcache.base = base;
 	qp->req.xcache.ino = m->ino;
 	qp->req.xcache.epoch = atomic_load(&pm->epoch);
+	qp->req.xcache.pm_id = pm->id;
 	return base;
+}
+
+/* The slot of the peer's QP dqpn in its table (pm's permutation), the
+ * QP's cache first. */
+static uint32_t peer_slot(struct sv_qp *qp, const struct sv_peer_mem *pm, uint32_t dqpn)
+{
+	if (qp->req.xcache.pm_id != pm->id || qp->req.xcache.dqpn != dqpn) {
+		/* (the MR cache was pm's too: its base goes) */
+		if (qp->req.xcache.pm_id != pm->id)
+			qp->req.xcache.base = NULL;
+		qp->req.xcache.pm_id = pm->id;
+		qp->req.xcache.dqpn = dqpn;
+		qp->req.xcache.dslot = sv_qpn_unpermute(&pm->perm, dqpn);
+	}
+	return qp->req.xcache.dslot;
 }
 
 /* A bit of the peer's ready map set (seq_cst), with no write when set. */
@@ -785,7 +806,7 @@ static enum sv_direct direct_send(struct sv_qp *qp, struct sv_conn *conn, struct
 		return SV_DIRECT_DEFER; /* the engine thread copies it */
 	if (!qp->req.xs && !(qp->req.xs = calloc(1, sizeof(*qp->req.xs))))
 		return SV_DIRECT_WIRE;
-	slot = sv_qpn_unpermute(&pm->perm, dq);
+	slot = peer_slot(qp, pm, dq);
 	q = &pm->x->qp[slot];
 	local = !w->inline_buf && w->length;
 	if (local) {
@@ -836,7 +857,7 @@ enum sv_direct sv_direct_exec(struct sv_qp *qp, struct sv_conn *conn, struct sv_
 		return SV_DIRECT_WIRE;
 	if ((t.word && (t.va & 7)) || (dq & ~(uint32_t)SV_QPN_LOW) != pm->qpn_base)
 		return SV_DIRECT_WIRE; /* misaligned: the responder's error */
-	q = &pm->x->qp[sv_qpn_unpermute(&pm->perm, dq)];
+	q = &pm->x->qp[peer_slot(qp, pm, dq)];
 	/* the local buffers first, under our MR table's read lock, held until
 	 * the copy is over (a deregistration of ours waits for it).  Inline
 	 * data (a WRITE's, an atomic write's, copied at the post) reaches no

@@ -14,7 +14,12 @@
  * deferred requester list before it lets go, and the engine thread
  * recomputes its timers at the end of each pass (loop.c).
  */
-extern __thread struct sv_engine *sv_eng_tls_progress, *sv_eng_tls_engine_thread;
+/* (initial-exec: a poll reads them; the library is loaded with the
+ * program or by dlopen early enough for the static TLS it takes) */
+extern __thread struct sv_engine *sv_eng_tls_progress
+	__attribute__((tls_model("initial-exec")));
+extern __thread struct sv_engine *sv_eng_tls_engine_thread
+	__attribute__((tls_model("initial-exec")));
 
 /* The engine's side of a connection (engine.h). */
 static inline struct sv_engine_conn *to_ec(struct sv_conn *c)

@@ -70,7 +70,8 @@ static uint64_t lease_tick(const struct sv_engine *eng, uint64_t now)
 }
 
 /* what the calling thread is doing (engine_internal.h) */
-__thread struct sv_engine *sv_eng_tls_progress, *sv_eng_tls_engine_thread;
+__thread struct sv_engine *sv_eng_tls_progress __attribute__((tls_model("initial-exec")));
+__thread struct sv_engine *sv_eng_tls_engine_thread __attribute__((tls_model("initial-exec")));
 
 /* progress_lock held, eng->lock not (a system call each): the listeners
  * are polled (or, resting, not), as eng->listeners_resting last said */

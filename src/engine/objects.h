@@ -513,13 +513,18 @@ struct sv_qp_req {
 	/* a host window onto GPU memory being sent: a send WQE's payload
 	 * (engine/gpu.h); NULL until first used */
 	struct sv_gpu_stage *gpu_tx;
-	/* the peer's MR this QP reached last by itself (engine/direct_exec.c) */
+	/* the peer's MR this QP reached last by itself (engine/direct_exec.c),
+	 * in the peer view numbered pm_id (a view freed and another made at
+	 * the same address is another number), and the slot of the peer's
+	 * QP record (dqpn's: the permutation is a few dependent loads a post) */
 	struct {
 		uint32_t rkey, slot, epoch;
 		uint32_t miss; /* the rkey whose last operation went by the wire */
 		uint64_t miss_ns; /* when (the wire keeps it until SV_DIRECT_RETRY_NS) */
 		uint64_t ino;
 		uint8_t *base;
+		uint64_t pm_id;
+		uint32_t dqpn, dslot;
 	} xcache;
 	/* what its SENDs placed on a peer of this host know (direct_exec.c);
 	 * NULL until one is tried */
