@@ -549,21 +549,6 @@ static uint8_t *extent_base(struct sv_qp *qp, struct sv_peer_mem *pm, const stru
 	return base;
 }
 
-/* The slot of the peer's QP dqpn in its table (pm's permutation), the
- * QP's cache first. */
-static uint32_t peer_slot(struct sv_qp *qp, const struct sv_peer_mem *pm, uint32_t dqpn)
-{
-	if (qp->req.xcache.pm_id != pm->id || qp->req.xcache.dqpn != dqpn) {
-		/* (the MR cache was pm's too: its base goes) */
-		if (qp->req.xcache.pm_id != pm->id)
-			qp->req.xcache.base = NULL;
-		qp->req.xcache.pm_id = pm->id;
-		qp->req.xcache.dqpn = dqpn;
-		qp->req.xcache.dslot = sv_qpn_unpermute(&pm->perm, dqpn);
-	}
-	return qp->req.xcache.dslot;
-}
-
 /* A bit of the peer's ready map set (seq_cst), with no write when set. */
 static void mark_ready(_Atomic uint64_t *word, uint64_t bit)
 {
@@ -761,6 +746,7 @@ static enum sv_direct place_send(struct sv_qp *qp, struct sv_peer_mem *pm, struc
 	/* the WQE is ours once taken: from here on it completes, here */
 	if (!atomic_compare_exchange_strong(&x->taken, &t, t + 1))
 		goto out;
+	e->qpn = qp->attr.dest_qp_num; /* (an SRQ's completes on that QP's CQ) */
 	/* (a local buffer that faults, unmapped under its MR: the send
 	 * fails, and so does the receive it took, as aborted) */
 	*st = place_pieces(w, iov, niov, to, nto) ? IBV_WC_SUCCESS : IBV_WC_LOC_PROT_ERR;
@@ -806,7 +792,7 @@ static enum sv_direct direct_send(struct sv_qp *qp, struct sv_conn *conn, struct
 		return SV_DIRECT_DEFER; /* the engine thread copies it */
 	if (!qp->req.xs && !(qp->req.xs = calloc(1, sizeof(*qp->req.xs))))
 		return SV_DIRECT_WIRE;
-	slot = peer_slot(qp, pm, dq);
+	slot = sv_qpn_unpermute(&pm->perm, dq);
 	q = &pm->x->qp[slot];
 	local = !w->inline_buf && w->length;
 	if (local) {
@@ -857,7 +843,7 @@ enum sv_direct sv_direct_exec(struct sv_qp *qp, struct sv_conn *conn, struct sv_
 		return SV_DIRECT_WIRE;
 	if ((t.word && (t.va & 7)) || (dq & ~(uint32_t)SV_QPN_LOW) != pm->qpn_base)
 		return SV_DIRECT_WIRE; /* misaligned: the responder's error */
-	q = &pm->x->qp[peer_slot(qp, pm, dq)];
+	q = &pm->x->qp[sv_qpn_unpermute(&pm->perm, dq)];
 	/* the local buffers first, under our MR table's read lock, held until
 	 * the copy is over (a deregistration of ours waits for it).  Inline
 	 * data (a WRITE's, an atomic write's, copied at the post) reaches no

@@ -153,16 +153,72 @@ static struct sv_xrq_local *xrq_alloc(struct sv_context *ctx, uint32_t max_wr, u
 	return xl;
 }
 
-/* The QP's record, where its queue can move to the arena; NULL if not. */
-static struct sv_xqp *movable(struct sv_qp *qp)
+/* A poll watches the head WQE of rq (its record in the arena). */
+static void set_watch(struct sv_rq *rq)
+{
+	atomic_store_explicit(&rq->xl->watch, XE(rq, rq->head), memory_order_relaxed);
+}
+
+void sv_xrq_rewatch(struct sv_rq *rq)
+{
+	if (rq->xl)
+		set_watch(rq);
+}
+
+/*
+ * rq's WQEs into a block of the arena, each at its index, the counters
+ * started so that the head's count is its index (posted - count): false,
+ * rq as it was, when there is no room.  xl: the record of the queue's
+ * part to fill again (a resize: polls may be reading it), or NULL for a
+ * new one.
+ */
+static bool xrq_move(struct sv_context *ctx, struct sv_rq *rq, struct sv_xrq_local *xl)
+{
+	struct sv_xrq_local *n = xrq_alloc(ctx, rq->size, rq->max_sge);
+
+	if (!n)
+		return false;
+	for (uint32_t i = 0; i < SV_MAX(rq->size, 1u); i++) {
+		struct sv_xrecv *e = sv_xrecv_at(n->xent, rq->max_sge, i);
+
+		e->num_sge = rq->wqe[i].num_sge;
+		memcpy(sv_xrecv_sge(e), rq->wqe[i].sge, sizeof(struct ibv_sge) * rq->max_sge);
+		rq->wqe[i].sge = sv_xrecv_sge(e);
+	}
+	free(rq->sge_pool);
+	rq->sge_pool = NULL;
+	atomic_store(&n->x->gen, atomic_fetch_add(&ctx->arena_gen, 1) | 1);
+	atomic_store(&n->x->taken, rq->head);
+	atomic_store(&n->x->posted, (uint64_t)rq->head + rq->count);
+	if (xl) {
+		xl->x = n->x;
+		xl->xent = n->xent;
+		xl->off = n->off;
+		xl->len = n->len;
+		free(n);
+		n = xl;
+	}
+	rq->xl = n;
+	set_watch(rq);
+	return true;
+}
+
+/* The record of an RC QP of this context whose queue may move to the
+ * arena; NULL if not. */
+static struct sv_xqp *rc_record(struct sv_qp *qp)
 {
 	struct sv_context *ctx = qp->ctx;
-	uint32_t slot = sv_qpn_slot(ctx, qp->ex.qp_base.qp_num);
 
-	if (qp->rq.xl || qp->srq || qp->ti->type != IBV_QPT_RC ||
-	    !atomic_load_explicit(&ctx->arena_on, memory_order_acquire) || slot >= SV_QPN_BLOCK)
+	if (qp->destroyed || qp->ti->type != IBV_QPT_RC ||
+	    !atomic_load_explicit(&ctx->arena_on, memory_order_acquire))
 		return NULL;
-	return &ctx->xseg->qp[slot];
+	return sv_export_qp_record(qp);
+}
+
+/* The QP's own queue's record, where it can move to the arena; NULL if not. */
+static struct sv_xqp *movable(struct sv_qp *qp)
+{
+	return qp->rq.xl || qp->srq ? NULL : rc_record(qp);
 }
 
 void sv_xrq_consider(struct sv_qp *qp)
@@ -173,40 +229,109 @@ void sv_xrq_consider(struct sv_qp *qp)
 		sv_xrq_adopt(qp);
 }
 
+/* srq->lock held: whether qp's record names the SRQ's queue. */
+static bool srq_lists(const struct sv_srq *srq, const struct sv_qp *qp)
+{
+	for (uint32_t i = 0; i < srq->nxqps; i++)
+		if (srq->xqps[i] == qp)
+			return true;
+	return false;
+}
+
+/* srq->lock held: the QP numbered qpn whose record names the SRQ's queue. */
+static struct sv_qp *srq_qp(const struct sv_srq *srq, uint32_t qpn)
+{
+	for (uint32_t i = 0; i < srq->nxqps; i++)
+		if (srq->xqps[i]->ex.qp_base.qp_num == qpn)
+			return srq->xqps[i];
+	return NULL;
+}
+
+/* srq->lock held: qp's record is to name the SRQ's queue; false: no room. */
+static bool srq_list(struct sv_srq *srq, struct sv_qp *qp)
+{
+	if (srq_lists(srq, qp))
+		return true;
+	if (srq->nxqps == srq->xqps_cap) {
+		uint32_t cap = srq->xqps_cap ? 2 * srq->xqps_cap : 4;
+		struct sv_qp **n = realloc(srq->xqps, cap * sizeof(*n));
+
+		if (!n)
+			return false;
+		srq->xqps = n;
+		srq->xqps_cap = cap;
+	}
+	srq->xqps[srq->nxqps++] = qp;
+	return true;
+}
+
+/* The record q names rq's block (the shape first: a peer reads the
+ * offset, then it). */
+static void publish(struct sv_xqp *q, const struct sv_rq *rq)
+{
+	atomic_store(&q->rq_shape, rq->size << 8 | rq->max_sge);
+	atomic_store(&q->rq_off, rq->xl->off);
+}
+
+/* qp->lock held: the SRQ's queue moves to the arena if it is not there,
+ * and qp's record names it.  Only a basic SRQ of the QP's own PD: a peer
+ * checks a receive's lkeys against the PD in the QP's record, and the
+ * responder against the SRQ's. */
+static void adopt_srq(struct sv_qp *qp)
+{
+	struct sv_srq *srq = qp->srq;
+	struct sv_xqp *q = rc_record(qp);
+
+	if (!q || atomic_load_explicit(&q->rq_off, memory_order_relaxed) || srq->xrcd ||
+	    srq->pd != qp->pd)
+		return; /* (named already: a load) */
+	atomic_store(&q->rq_want, 0);
+	sv_mutex_lock(&srq->lock);
+	if (!srq->rq.xl && xrq_move(qp->ctx, &srq->rq, srq->xl_kept))
+		srq->xl_kept = NULL; /* (the SRQ's one record, in use again) */
+	if (srq->rq.xl && srq_list(srq, qp) && !sv_xrq_attach(qp, srq->rq.xl))
+		publish(q, &srq->rq);
+	sv_mutex_unlock(&srq->lock);
+}
+
 void sv_xrq_adopt(struct sv_qp *qp)
 {
-	struct sv_context *ctx = qp->ctx;
-	struct sv_xqp *q = movable(qp);
 	struct sv_rq *rq = &qp->rq;
-	struct sv_xrq_local *xl;
+	struct sv_xqp *q;
 
+	if (qp->srq) {
+		adopt_srq(qp);
+		return;
+	}
+	q = movable(qp);
 	if (!q)
 		return;
 	atomic_store(&q->rq_want, 0); /* asked again if it cannot move now */
-	xl = xrq_alloc(ctx, rq->size, rq->max_sge);
-	if (!xl)
+	if (!xrq_move(qp->ctx, rq, NULL))
 		return;
-	/* each WQE's SGEs into its record, at the same index: the counters
-	 * start so that the head's count is its index (posted - count) */
-	for (uint32_t i = 0; i < SV_MAX(rq->size, 1u); i++) {
-		struct sv_xrecv *e = sv_xrecv_at(xl->xent, rq->max_sge, i);
-
-		e->num_sge = rq->wqe[i].num_sge;
-		memcpy(sv_xrecv_sge(e), rq->wqe[i].sge, sizeof(struct ibv_sge) * rq->max_sge);
-		rq->wqe[i].sge = sv_xrecv_sge(e);
-	}
-	free(rq->sge_pool);
-	rq->sge_pool = NULL;
-	atomic_store(&xl->x->gen, atomic_fetch_add(&ctx->arena_gen, 1) | 1);
-	atomic_store(&xl->x->taken, rq->head);
-	atomic_store(&xl->x->posted, (uint64_t)rq->head + rq->count);
-	atomic_store(&xl->watch, rq->head);
-	rq->xl = xl;
-	if (sv_xrq_attach(qp))
+	if (sv_xrq_attach(qp, rq->xl))
 		return; /* no room to list it on its CQ: never published */
-	/* published: the shape first (a peer reads the offset, then it) */
-	atomic_store(&q->rq_shape, rq->size << 8 | rq->max_sge);
-	atomic_store(&q->rq_off, xl->off);
+	publish(q, rq);
+}
+
+void sv_xrq_record(struct sv_qp *qp, struct sv_xqp *q)
+{
+	struct sv_srq *srq = qp->srq;
+
+	if (!srq) {
+		if (qp->rq.xl)
+			publish(q, &qp->rq);
+		else
+			atomic_store(&q->rq_off, 0);
+		return;
+	}
+	/* under the SRQ's lock: a resize moves its queue meanwhile */
+	sv_mutex_lock(&srq->lock);
+	if (srq->rq.xl && srq_lists(srq, qp))
+		publish(q, &srq->rq);
+	else
+		atomic_store(&q->rq_off, 0);
+	sv_mutex_unlock(&srq->lock);
 }
 
 void sv_xrq_free(struct sv_context *ctx, struct sv_rq *rq)
@@ -238,6 +363,15 @@ void sv_xrq_reset(struct sv_qp *qp)
 {
 	struct sv_rq *rq = &qp->rq;
 
+	if (qp->srq) {
+		/* no peer places for it any more; what they placed completes
+		 * now, before RESET takes its completions out of its CQ */
+		if (!qp->srq->xrcd) {
+			sv_export_qp_quiet(qp);
+			sv_xrq_drain(qp);
+		}
+		return;
+	}
 	if (!rq->xl)
 		return;
 	/* no peer is placing into it any more, nor starts to (the record
@@ -248,7 +382,7 @@ void sv_xrq_reset(struct sv_qp *qp)
 	atomic_store(&rq->xl->x->taken, 0);
 	for (uint32_t i = 0; i < rq->size; i++)
 		atomic_store_explicit(&XE(rq, i)->flags, 0, memory_order_relaxed);
-	atomic_store(&rq->xl->watch, 0);
+	set_watch(rq); /* (the caller emptied the ring: its head is 0) */
 }
 
 /* The count of WQEs completed (or taken by the responder): the head's. */
@@ -257,82 +391,299 @@ static uint64_t completed(const struct sv_rq *rq)
 	return atomic_load_explicit(&rq->xl->x->posted, memory_order_relaxed) - rq->count;
 }
 
+/* The completion of a WQE a peer marked done (flags f, taken from e). */
+static void xrecv_wc(struct ibv_wc *wc, const struct sv_xrecv *e, uint32_t f)
+{
+	wc->status = IBV_WC_SUCCESS;
+	wc->opcode = (f & SV_XRECV_WRITE) ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV;
+	wc->byte_len = e->byte_len;
+	if (f & SV_XRECV_ABORTED) {
+		wc->status = IBV_WC_REM_ABORT_ERR;
+		wc->vendor_err = IBV_WC_REM_ABORT_ERR;
+		f &= ~SV_XRECV_IMM;
+	}
+	if (f & SV_XRECV_IMM) {
+		wc->imm_data = e->imm;
+		wc->wc_flags = IBV_WC_WITH_IMM;
+	}
+}
+
+/* The owner's lock held: the head WQE, if a peer marked it done (its
+ * flags in *f, the mark gone so that the poll's look at the head does not
+ * find it again); NULL if not. */
+static struct sv_xrecv *done_head(struct sv_rq *rq, uint32_t *f)
+{
+	struct sv_xrecv *e;
+
+	/* (only what was posted: a mark past it is not looked at) */
+	if (!rq->count)
+		return NULL;
+	e = XE(rq, rq->head);
+	*f = atomic_load_explicit(&e->flags, memory_order_acquire);
+	if (!(*f & SV_XRECV_DONE))
+		return NULL;
+	atomic_store_explicit(&e->flags, 0, memory_order_relaxed);
+	return e;
+}
+
+/* The owner's lock held: the head WQE is done with. */
+static void pop_head(struct sv_rq *rq)
+{
+	rq->head = (rq->head + 1) % rq->size;
+	rq->count--;
+	set_watch(rq);
+}
+
+/* srq->lock held: a WQE a peer took for a QP the SRQ does not know (no
+ * peer that plays by the rules does: the QP's destruction waits its
+ * placements out) is posted again at the tail, so that the buffer is not
+ * lost to the application. */
+static void srq_repost(struct sv_srq *srq, uint32_t qpn)
+{
+	struct sv_rq *rq = &srq->rq;
+	struct ibv_sge sge[SV_MAX_SGE];
+	uint64_t wr_id = rq->wqe[rq->head].wr_id;
+	uint32_t nsge = SV_MIN(rq->wqe[rq->head].num_sge, (uint32_t)SV_MAX_SGE), t;
+
+	memcpy(sge, rq->wqe[rq->head].sge, sizeof(*sge) * nsge);
+	sv_warn_limited("a peer of this host placed a message into SRQ %#x for QP %#x, not one of "
+			"its QPs: the receive is posted again",
+			srq->srq_num, qpn);
+	pop_head(rq);
+	/* at the tail (the slot just freed leaves room) */
+	t = (rq->head + rq->count) % rq->size;
+	rq->wqe[t].wr_id = wr_id;
+	rq->wqe[t].num_sge = nsge;
+	memcpy(rq->wqe[t].sge, sge, sizeof(*sge) * nsge);
+	rq->count++;
+	sv_xrq_posted(rq);
+}
+
+/* srq->lock held: the WQEs the SRQ holds that nobody has taken. */
+uint32_t sv_xrq_srq_avail(const struct sv_srq *srq)
+{
+	const struct sv_rq *rq = &srq->rq;
+
+	if (!rq->xl)
+		return rq->count;
+	return (uint32_t)(atomic_load(&rq->xl->x->posted) - atomic_load(&rq->xl->x->taken));
+}
+
+/* srq->lock held: the receives peers completed go to their QPs' CQs, in
+ * the order they were taken.  *limit: the armed limit was crossed. */
+static void srq_drain(struct sv_srq *srq, bool *limit)
+{
+	struct sv_rq *rq = &srq->rq;
+	struct sv_xrecv *e;
+	bool took = false;
+	uint32_t f;
+
+	while ((e = done_head(rq, &f))) {
+		const struct sv_recv_wqe *w = &rq->wqe[rq->head];
+		struct sv_qp *to = srq_qp(srq, e->qpn);
+		struct sv_xqp *q;
+		struct ibv_wc wc = { .wr_id = w->wr_id, .qp_num = e->qpn };
+
+		if (!to) {
+			srq_repost(srq, e->qpn);
+			continue;
+		}
+		/* the sender, as the QP's record names it (its attributes are
+		 * under its lock, not taken here) */
+		q = sv_export_qp_record(to);
+		wc.src_qp = q ? atomic_load(&q->dest_qpn) : 0;
+		xrecv_wc(&wc, e, f);
+		pop_head(rq);
+		sv_cq_push(to->rcq, &wc, f & SV_XRECV_SOLICITED);
+		took = true;
+	}
+	/* as the responder's take checks it: after WQEs were consumed (a
+	 * limit armed above what is left waits for the next one, as in rxe) */
+	if (took && srq->srq_limit && sv_xrq_srq_avail(srq) < srq->srq_limit) {
+		srq->srq_limit = 0; /* one-shot: disarmed */
+		*limit = true;
+	}
+}
+
+static void srq_limit_event(struct sv_srq *srq)
+{
+	sv_async_event(srq->ctx, IBV_EVENT_SRQ_LIMIT_REACHED, srq, &srq->async, 0);
+}
+
 void sv_xrq_drain(struct sv_qp *qp)
 {
 	struct sv_rq *rq = &qp->rq;
+	struct sv_xrecv *e;
 	uint32_t f;
 
+	if (qp->srq) {
+		struct sv_srq *srq = qp->srq;
+		bool limit = false;
+
+		if (srq->xrcd)
+			return;
+		sv_mutex_lock(&srq->lock);
+		if (srq->rq.xl)
+			srq_drain(srq, &limit);
+		sv_mutex_unlock(&srq->lock);
+		if (limit)
+			srq_limit_event(srq);
+		return;
+	}
 	if (!rq->xl)
 		return;
-	/* (only what was posted: a mark past it is not looked at) */
-	while (rq->count &&
-	       ((f = atomic_load_explicit(&XE(rq, rq->head)->flags, memory_order_acquire)) &
-		SV_XRECV_DONE)) {
-		struct sv_xrecv *e = XE(rq, rq->head);
+	while ((e = done_head(rq, &f))) {
 		struct ibv_wc wc = {
 			.wr_id = rq->wqe[rq->head].wr_id,
-			.status = IBV_WC_SUCCESS,
-			.opcode = IBV_WC_RECV,
-			.byte_len = e->byte_len,
 			.qp_num = qp->ex.qp_base.qp_num,
 			.src_qp = qp->attr.dest_qp_num,
 		};
 
-		/* the mark goes, so that the poll's look at the head (xwatch)
-		 * does not find it again */
-		atomic_store_explicit(&e->flags, 0, memory_order_relaxed);
-		if (f & SV_XRECV_WRITE)
-			wc.opcode = IBV_WC_RECV_RDMA_WITH_IMM;
-		if (f & SV_XRECV_ABORTED) {
-			wc.status = IBV_WC_REM_ABORT_ERR;
-			wc.vendor_err = IBV_WC_REM_ABORT_ERR;
-			f &= ~SV_XRECV_IMM;
-		}
-		if (f & SV_XRECV_IMM) {
-			wc.imm_data = e->imm;
-			wc.wc_flags = IBV_WC_WITH_IMM;
-		}
-		rq->head = (rq->head + 1) % rq->size;
-		rq->count--;
-		atomic_store_explicit(&rq->xl->watch, rq->head, memory_order_relaxed);
+		xrecv_wc(&wc, e, f);
+		pop_head(rq);
 		sv_cq_push(qp->rcq, &wc, f & SV_XRECV_SOLICITED);
 	}
 }
 
-bool sv_xrq_take(struct sv_qp *qp)
+/* The owner's lock held, the queue drained and not empty: the head WQE is
+ * taken from the peers' view too (false: a peer is placing into it). */
+static bool take_head(struct sv_rq *rq)
 {
-	struct sv_rq *rq = &qp->rq;
 	uint64_t c = completed(rq);
 
 	/* a peer placing a message into the head WQE has taken it already */
 	if (!atomic_compare_exchange_strong(&rq->xl->x->taken, &c, c + 1))
 		return false;
 	/* (the caller moves the head past it) */
-	atomic_store_explicit(&rq->xl->watch, (rq->head + 1) % rq->size, memory_order_relaxed);
+	atomic_store_explicit(&rq->xl->watch, XE(rq, (rq->head + 1) % rq->size),
+			      memory_order_relaxed);
 	return true;
 }
 
-int sv_xrq_attach(struct sv_qp *qp)
+bool sv_xrq_take(struct sv_qp *qp)
+{
+	return take_head(&qp->rq);
+}
+
+bool sv_xrq_srq_take(struct sv_srq *srq, bool take, bool *limit)
+{
+	srq_drain(srq, limit);
+	return take && srq->rq.count && take_head(&srq->rq);
+}
+
+/* srq->lock held: the records of the SRQ's QPs name its queue again. */
+static void srq_publish_all(struct sv_srq *srq)
+{
+	for (uint32_t i = 0; i < srq->nxqps; i++) {
+		struct sv_xqp *q = sv_export_qp_record(srq->xqps[i]);
+
+		if (q)
+			publish(q, &srq->rq);
+	}
+}
+
+int sv_xrq_srq_unshare(struct sv_srq *srq, bool *limit)
+{
+	struct sv_rq *rq = &srq->rq;
+	struct sv_xrq_local *xl = rq->xl;
+	struct ibv_sge *pool;
+	uint32_t n = SV_MAX(rq->size, 1u);
+
+	/* no record names the queue now, and the peers that read it before
+	 * are waited out: every WQE taken is done */
+	for (uint32_t i = 0; i < srq->nxqps; i++) {
+		struct sv_xqp *q = sv_export_qp_record(srq->xqps[i]);
+
+		if (q)
+			atomic_store(&q->rq_off, 0);
+	}
+	for (uint32_t i = 0; i < srq->nxqps; i++)
+		sv_export_qp_wait_peers(srq->xqps[i]);
+	srq_drain(srq, limit);
+	pool = completed(rq) == atomic_load(&xl->x->taken)
+		       ? calloc((size_t)n * rq->max_sge, sizeof(*pool))
+		       : NULL;
+	if (!pool) {
+		/* (a peer stopped inside its placement, or no memory) */
+		srq_publish_all(srq);
+		return completed(rq) == atomic_load(&xl->x->taken) ? ENOMEM : EBUSY;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		memcpy(pool + (size_t)i * rq->max_sge, rq->wqe[i].sge,
+		       sizeof(*pool) * rq->max_sge);
+		rq->wqe[i].sge = pool + (size_t)i * rq->max_sge;
+	}
+	rq->sge_pool = pool;
+	/* the record stays (polls watching it find nothing), for the next move */
+	atomic_store(&xl->watch, NULL);
+	sv_mutex_lock(&srq->ctx->arena_lock);
+	arena_give(srq->ctx, xl->off, xl->len);
+	sv_mutex_unlock(&srq->ctx->arena_lock);
+	srq->xl_kept = xl;
+	rq->xl = NULL;
+	return 0;
+}
+
+void sv_xrq_srq_free(struct sv_srq *srq)
+{
+	sv_xrq_free(srq->ctx, &srq->rq);
+	free(srq->xl_kept);
+	srq->xl_kept = NULL;
+	free(srq->xqps);
+	srq->xqps = NULL;
+}
+
+void sv_xrq_srq_leave(struct sv_qp *qp)
+{
+	struct sv_srq *srq = qp->srq;
+	bool limit = false;
+
+	if (!srq || srq->xrcd)
+		return;
+	sv_mutex_lock(&srq->lock);
+	if (srq->rq.xl)
+		srq_drain(srq, &limit);
+	for (uint32_t i = 0; i < srq->nxqps; i++)
+		if (srq->xqps[i] == qp) {
+			srq->xqps[i] = srq->xqps[--srq->nxqps];
+			break;
+		}
+	sv_mutex_unlock(&srq->lock);
+	if (limit)
+		srq_limit_event(srq);
+}
+
+/* cq->lock held: qp's place on the CQ's list, or -1. */
+static int listed_at(const struct sv_cq *cq, const struct sv_qp *qp)
+{
+	for (uint32_t i = 0; i < cq->nxrq; i++)
+		if (cq->xrq[i].qp == qp)
+			return (int)i;
+	return -1;
+}
+
+int sv_xrq_attach(struct sv_qp *qp, struct sv_xrq_local *xl)
 {
 	struct sv_cq *cq = qp->rcq;
 	int err = 0;
 
 	sv_mutex_lock(&cq->lock);
+	if (listed_at(cq, qp) >= 0)
+		goto out; /* (an SRQ's QP, once more) */
 	if (cq->nxrq == cq->xrq_cap) {
 		uint32_t cap = cq->xrq_cap ? 2 * cq->xrq_cap : 4;
-		struct sv_qp **n = realloc(cq->xrq, cap * sizeof(*n));
+		struct sv_xrq_watch *n = realloc(cq->xrq, cap * sizeof(*n));
 
-		if (n) {
-			cq->xrq = n;
-			cq->xrq_cap = cap;
-		} else {
+		if (!n) {
 			err = ENOMEM;
+			goto out;
 		}
+		cq->xrq = n;
+		cq->xrq_cap = cap;
 	}
-	if (!err) {
-		cq->xrq[cq->nxrq++] = qp;
-		atomic_store(&cq->nxrq_any, cq->nxrq);
-	}
+	cq->xrq[cq->nxrq++] = (struct sv_xrq_watch){ qp, xl };
+	atomic_store(&cq->nxrq_any, cq->nxrq);
+out:
 	sv_mutex_unlock(&cq->lock);
 	return err;
 }
@@ -340,27 +691,27 @@ int sv_xrq_attach(struct sv_qp *qp)
 void sv_xrq_detach(struct sv_qp *qp)
 {
 	struct sv_cq *cq = qp->rcq;
+	int i;
 
-	if (!qp->rq.xl)
-		return;
+	if (!cq)
+		return; /* (an XRC receive QP whose SRQ went) */
 	sv_mutex_lock(&cq->lock);
-	for (uint32_t i = 0; i < cq->nxrq; i++)
-		if (cq->xrq[i] == qp) {
-			cq->xrq[i] = cq->xrq[--cq->nxrq];
-			break;
-		}
-	atomic_store(&cq->nxrq_any, cq->nxrq);
+	i = listed_at(cq, qp);
+	if (i >= 0) {
+		cq->xrq[i] = cq->xrq[--cq->nxrq];
+		atomic_store(&cq->nxrq_any, cq->nxrq);
+	}
 	sv_mutex_unlock(&cq->lock);
 }
 
-/* Whether a peer completed the receive at qp's head (without its lock: a
- * hint; a load of the line the peer writes when it places). */
-static bool xrq_moved(struct sv_qp *qp)
+/* cq->lock held: whether a peer completed the receive at the head of the
+ * queue w watches (without the queue's lock: a hint; a load of the line
+ * the peer writes when it places). */
+static bool xrq_moved(const struct sv_xrq_watch *w)
 {
-	uint32_t i = atomic_load_explicit(&qp->rq.xl->watch, memory_order_relaxed);
+	struct sv_xrecv *e = atomic_load_explicit(&w->xl->watch, memory_order_relaxed);
 
-	return i < qp->rq.size &&
-	       (atomic_load_explicit(&XE(&qp->rq, i)->flags, memory_order_relaxed) & SV_XRECV_DONE);
+	return e && (atomic_load_explicit(&e->flags, memory_order_relaxed) & SV_XRECV_DONE);
 }
 
 /* The completions of qp, whose reference the caller took (and this drops). */
@@ -382,8 +733,8 @@ void sv_xrq_poll_cq(struct sv_cq *cq)
 
 		sv_mutex_lock(&cq->lock);
 		for (; start < cq->nxrq && !qp; start++)
-			if (xrq_moved(cq->xrq[start])) {
-				qp = cq->xrq[start];
+			if (xrq_moved(&cq->xrq[start])) {
+				qp = cq->xrq[start].qp;
 				sv_qp_get(qp);
 			}
 		sv_mutex_unlock(&cq->lock);

@@ -36,6 +36,8 @@
 struct sv_context;
 struct sv_qp;
 struct sv_rq;
+struct sv_srq;
+struct sv_xrq_local;
 
 struct sv_xrq {
 	_Alignas(64) _Atomic uint64_t posted;
@@ -52,6 +54,10 @@ struct sv_xrecv {
 	uint32_t byte_len;
 	uint32_t imm;     /* network order, as in a work completion */
 	_Atomic uint32_t flags; /* SV_XRECV_*: 0 from the post until the peer's result */
+	/* the QP the message came to (an SRQ's WQE completes on that QP's
+	 * CQ); written once the WQE is taken, before the bytes */
+	uint32_t qpn;
+	uint32_t unused;
 };
 
 #define SV_XRECV_IMM 0x1        /* imm is set */
@@ -82,6 +88,20 @@ bool sv_xrq_arena_open(struct sv_context *ctx);
 void sv_xrq_arena_close(struct sv_context *ctx);
 
 /*
+ * An SRQ's queue moves into the arena too, when a SEND from a process of
+ * this host comes to one of its RC QPs (whose PD is the SRQ's), and from
+ * then on its WQEs are taken as a QP's are.  The records of its QPs name
+ * it as they come to receive such SENDs (srq->xqps lists them): a peer
+ * placing a SEND to QP n takes the SRQ's next WQE and writes n beside it,
+ * and the owner completes it on n's CQ.  The owner completes the SRQ's
+ * WQEs in the order they were taken; a WQE a peer is still writing holds
+ * back the ones after it, and the wire's responder, finding the next WQE
+ * not its own to take, answers as if none were posted (RNR): a QP's
+ * message that came by the wire never completes before one a peer placed
+ * earlier.
+ */
+
+/*
  * qp->lock held, after a post: an RC QP without an SRQ whose record a peer
  * of this host marked (rq_want) has its receive queue moved into the
  * arena, the WQEs posted kept in place, and published in its record;
@@ -91,8 +111,16 @@ void sv_xrq_arena_close(struct sv_context *ctx);
  */
 void sv_xrq_consider(struct sv_qp *qp);
 /* The same, asked for or not: the responder's, when a message comes from a
- * process of this host. */
+ * process of this host.  A QP with an SRQ: the SRQ's queue, and the QP's
+ * record names it. */
 void sv_xrq_adopt(struct sv_qp *qp);
+/* qp->lock held, its record q closed: q names the receive queue peers
+ * may place into (its own or its SRQ's), or none. */
+struct sv_xqp;
+void sv_xrq_record(struct sv_qp *qp, struct sv_xqp *q);
+/* The owner's lock held, the queue's head moved by another hand (a
+ * flush): a poll watches the new head. */
+void sv_xrq_rewatch(struct sv_rq *rq);
 /* The queue's part in the arena goes back (before sv_rq_free). */
 void sv_xrq_free(struct sv_context *ctx, struct sv_rq *rq);
 
@@ -109,20 +137,44 @@ static inline struct ibv_sge *sv_xrecv_sge(struct sv_xrecv *e)
 /* Owner's lock held: a WQE was added at the tail. */
 void sv_xrq_posted(struct sv_rq *rq);
 /* qp->lock held: every WQE is gone (the QP goes to RESET); waits for a
- * peer's placement in progress to end first (sv_export_qp_quiet). */
+ * peer's placement in progress to end first (sv_export_qp_quiet).  A QP of
+ * an SRQ: what peers placed for it completes (RESET then cleans its CQ). */
 void sv_xrq_reset(struct sv_qp *qp);
 
-/* qp->lock held: the receives peers completed go to the CQ, in order. */
+/* qp->lock held: the receives peers completed go to the CQ, in order
+ * (an SRQ's: each to its QP's). */
 void sv_xrq_drain(struct sv_qp *qp);
 /* qp->lock held, the queue drained and not empty: the head WQE is the
  * responder's (true), or a peer is placing into it (false: the message
  * that came by the wire finds no receive, as RNR). */
 bool sv_xrq_take(struct sv_qp *qp);
 
-/* The QP (its queue in the arena) joins its receive CQ's list, which
- * sv_xrq_poll_cq looks at: 0 or ENOMEM.  Detach: it leaves the list
- * (before its destruction waits for references to go). */
-int sv_xrq_attach(struct sv_qp *qp);
+/* srq->lock held, its queue in the arena: the receives peers completed
+ * go to their QPs' CQs, in order; then the head WQE, if there is one, is
+ * taken for the responder (true) or not (false: none, or a peer's).
+ * *limit: the SRQ's limit was crossed (disarmed; the caller raises the
+ * event once the lock is let go). */
+bool sv_xrq_srq_take(struct sv_srq *srq, bool take, bool *limit);
+/* srq->lock held: the WQEs the SRQ holds that nobody has taken. */
+uint32_t sv_xrq_srq_avail(const struct sv_srq *srq);
+/* srq->lock held, its queue in the arena: the queue goes back to private
+ * memory (a resize is done there), the peers placing into it waited out
+ * first and what they placed completed; the next SEND from a process of
+ * this host to one of its QPs moves it again.  0, or ENOMEM, or EBUSY (a
+ * peer stopped inside a placement: the queue stays).  *limit as
+ * sv_xrq_srq_take's. */
+int sv_xrq_srq_unshare(struct sv_srq *srq, bool *limit);
+/* The SRQ's part in the arena goes (ibv_destroy_srq). */
+void sv_xrq_srq_free(struct sv_srq *srq);
+/* The QP (not locked; destroyed, its record closed and settled) lets go of
+ * its SRQ's queue: what peers placed for it completes first. */
+void sv_xrq_srq_leave(struct sv_qp *qp);
+
+/* The QP (the queue xl in the arena, its own or its SRQ's) joins its
+ * receive CQ's list, which sv_xrq_poll_cq looks at: 0 or ENOMEM.  Detach:
+ * it leaves the list (before its destruction waits for references to
+ * go). */
+int sv_xrq_attach(struct sv_qp *qp, struct sv_xrq_local *xl);
 void sv_xrq_detach(struct sv_qp *qp);
 /* A poll of cq found it empty: the receives peers completed for its QPs
  * go into it (a load when there are none). */

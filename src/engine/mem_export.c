@@ -265,9 +265,7 @@ static bool executes_requests(const struct sv_qp *qp)
 	       sv_qp_state_receives(qp->state);
 }
 
-/* The record peers check for qp, or NULL (no shared table, or another
- * process's XRC receive QP, whose requests we execute, has none here). */
-static struct sv_xqp *xqp_of(struct sv_qp *qp)
+struct sv_xqp *sv_export_qp_record(struct sv_qp *qp)
 {
 	struct sv_context *ctx = qp->ctx;
 	uint32_t slot = sv_qpn_slot(ctx, qp->ex.qp_base.qp_num);
@@ -284,7 +282,7 @@ static bool xqp_current(const struct sv_xqp *q, const struct sv_qp *qp)
 
 bool sv_export_qp(struct sv_qp *qp)
 {
-	struct sv_xqp *q = xqp_of(qp);
+	struct sv_xqp *q = sv_export_qp_record(qp);
 
 	if (!q)
 		return false;
@@ -308,9 +306,17 @@ static void qp_record_quiet(struct sv_xqp *q, const struct sv_qp *qp)
 				qp->ex.qp_base.qp_num);
 }
 
+void sv_export_qp_wait_peers(struct sv_qp *qp)
+{
+	struct sv_xqp *q = sv_export_qp_record(qp);
+
+	if (q)
+		qp_record_quiet(q, qp);
+}
+
 void sv_export_qp_quiet(struct sv_qp *qp)
 {
-	struct sv_xqp *q = xqp_of(qp);
+	struct sv_xqp *q = sv_export_qp_record(qp);
 
 	if (!q)
 		return;
@@ -320,7 +326,7 @@ void sv_export_qp_quiet(struct sv_qp *qp)
 
 void sv_export_qp_settle(struct sv_qp *qp)
 {
-	struct sv_xqp *q = xqp_of(qp);
+	struct sv_xqp *q = sv_export_qp_record(qp);
 
 	if (!q)
 		return;
@@ -335,8 +341,7 @@ void sv_export_qp_settle(struct sv_qp *qp)
 		atomic_store(&q->pd, qp->pd->ibpd.handle);
 		atomic_store(&q->access, qp->attr.qp_access_flags);
 		atomic_store(&q->dest_qpn, qp->attr.dest_qp_num);
-		atomic_store(&q->rq_shape, qp->rq.size << 8 | qp->rq.max_sge);
-		atomic_store(&q->rq_off, qp->rq.xl ? qp->rq.xl->off : 0);
+		sv_xrq_record(qp, q); /* its receive queue, if peers may read it */
 		atomic_store(&q->open, 1);
 	}
 	sv_mutex_unlock(&qp->lock);

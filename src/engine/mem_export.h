@@ -181,5 +181,12 @@ void sv_export_qp_quiet(struct sv_qp *qp);
  * under qp->lock, the record shows the QP's present attributes again if
  * it executes requests. */
 void sv_export_qp_settle(struct sv_qp *qp);
+/* The record peers check for qp, or NULL (no shared table, or another
+ * process's XRC receive QP, whose requests we execute, has none here). */
+struct sv_xqp *sv_export_qp_record(struct sv_qp *qp);
+/* Any lock: the peer accesses through qp's record in progress end (at
+ * most 1 s); the record stays as it is (a resize of its SRQ's queue,
+ * which the record no longer names, waits for those still placing). */
+void sv_export_qp_wait_peers(struct sv_qp *qp);
 
 #endif

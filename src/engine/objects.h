@@ -302,7 +302,7 @@ struct sv_cq {
 	/* the QPs whose receives complete here and peers of this host may
 	 * place SENDs into (engine/direct_recv.c), under lock; nxrq_any: as
 	 * of the last change, read without it */
-	struct sv_qp **xrq;
+	struct sv_xrq_watch *xrq;
 	uint32_t nxrq, xrq_cap;
 	atomic_uint nxrq_any;
 };
@@ -333,15 +333,25 @@ struct sv_rq {
 	struct sv_xrq_local *xl;
 };
 
+/* A QP on a CQ's list of those whose receives peers of this host place
+ * (engine/direct_recv.c), and the queue in the arena whose head a poll
+ * watches for it: its own (rq.xl) or its SRQ's. */
+struct sv_xrq_watch {
+	struct sv_qp *qp;
+	struct sv_xrq_local *xl;
+};
+
 /* A receive queue's part in the receive arena (engine/direct_recv.c). */
+struct sv_xrecv;
 struct sv_xrq_local {
 	struct sv_xrq *x;      /* its counters */
 	struct sv_xrecv *xent; /* its first WQE's record */
 	struct sv_context *ctx; /* the arena's */
 	uint32_t off, len;     /* its block of the arena */
-	/* head, as a poll reads it without the owner's lock (a hint: the
-	 * poll looks at a QP whose head a peer has marked done) */
-	_Atomic uint32_t watch;
+	/* the head WQE's record, as a poll reads it without the owner's lock
+	 * (a hint: the poll looks at a QP whose head a peer has marked done;
+	 * the arena stays mapped, so a stale one reads harmlessly) */
+	struct sv_xrecv *_Atomic watch;
 };
 
 /*
@@ -375,6 +385,14 @@ struct sv_srq {
 	struct sv_ref users; /* QPs using it: destroy fails with EBUSY */
 	uint32_t slot;	     /* in ctx->srqt */
 	uint32_t srq_num;    /* qpn_base + slot (ibv_get_srq_num) */
+	/* its queue in the receive arena (rq.xl): the QPs whose records name
+	 * it, so peers of this host place SENDs to them into it (under lock;
+	 * engine/direct_recv.c) */
+	struct sv_qp **xqps;
+	uint32_t nxqps, xqps_cap;
+	/* the record of that part, kept while the queue is back in private
+	 * memory (a resize): polls may still watch it */
+	struct sv_xrq_local *xl_kept;
 	struct sv_xrcd *xrcd; /* XRC SRQs: the domain, and the CQ its receives */
 	struct sv_cq *cq;     /* complete on (a basic SRQ's go to each QP's) */
 };
@@ -515,8 +533,7 @@ struct sv_qp_req {
 	struct sv_gpu_stage *gpu_tx;
 	/* the peer's MR this QP reached last by itself (engine/direct_exec.c),
 	 * in the peer view numbered pm_id (a view freed and another made at
-	 * the same address is another number), and the slot of the peer's
-	 * QP record (dqpn's: the permutation is a few dependent loads a post) */
+	 * the same address is another number) */
 	struct {
 		uint32_t rkey, slot, epoch;
 		uint32_t miss; /* the rkey whose last operation went by the wire */
@@ -524,7 +541,6 @@ struct sv_qp_req {
 		uint64_t ino;
 		uint8_t *base;
 		uint64_t pm_id;
-		uint32_t dqpn, dslot;
 	} xcache;
 	/* what its SENDs placed on a peer of this host know (direct_exec.c);
 	 * NULL until one is tried */
@@ -630,6 +646,10 @@ struct sv_qp {
 	struct ibv_qp_attr attr; /* current attributes, as query_qp reports */
 	struct ibv_qp_cap cap;
 	bool sq_sig_all;
+	/* (the engine's scheduling, below) linked on engine->timer_qps: read
+	 * without eng->lock by sv_engine_timer_update, which has nothing to
+	 * do for a QP with no deadline that is not linked */
+	atomic_bool timer_linked;
 
 	struct sv_sq sq;
 	struct sv_rq rq;
@@ -643,9 +663,6 @@ struct sv_qp {
 
 	/* the engine's scheduling (engine/timers.c) */
 	struct sv_list timer_link;  /* engine->timer_qps */
-	/* linked there: read without eng->lock by sv_engine_timer_update, which
-	 * has nothing to do for a QP with no deadline that is not linked */
-	atomic_bool timer_linked;
 	struct sv_list run_link;    /* engine->run_qps: requester has work */
 	struct sv_list txwait_link; /* sv_conn_waiters(conn) */
 	/* the connection whose tx_waiters holds txwait_link, with a reference;

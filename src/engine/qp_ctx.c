@@ -72,16 +72,17 @@ void sv_qp_flush_send(struct sv_qp *qp)
 void sv_qp_flush_recv(struct sv_qp *qp)
 {
 	sv_responder_flush_rwqe(qp);
+	/* what peers of this host completed, before the flush (an SRQ's: for
+	 * every QP of the SRQ) */
+	sv_xrq_drain(qp);
 	if (qp->srq)
 		return; /* SRQ WQEs belong to the SRQ, not to this QP */
-	sv_xrq_drain(qp); /* what peers of this host completed, before the flush */
 	for (; qp->rq.count; qp->rq.count--) {
 		push_flush(qp->rcq, qp->rq.wqe[qp->rq.head].wr_id, qp->ex.qp_base.qp_num,
 			   IBV_WC_RECV);
 		qp->rq.head = (qp->rq.head + 1) % qp->rq.size;
 	}
-	if (qp->rq.xl)
-		atomic_store(&qp->rq.xl->watch, qp->rq.head);
+	sv_xrq_rewatch(&qp->rq);
 }
 
 void sv_qp_enter_error(struct sv_qp *qp)

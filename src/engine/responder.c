@@ -474,6 +474,16 @@ static bool take_recv(struct sv_qp *qp)
 	if (qp->srq) {
 		sv_mutex_lock(&qp->srq->lock);
 		rq = &qp->srq->rq;
+		/* as below, for the SRQ's queue: a WQE a peer took for one of
+		 * its QPs and has not finished holds back the ones after it,
+		 * so that none of that QP's messages completes before it */
+		if (rq->xl && !sv_xrq_srq_take(qp->srq, true, &limit)) {
+			sv_mutex_unlock(&qp->srq->lock);
+			if (limit)
+				sv_async_event(qp->ctx, IBV_EVENT_SRQ_LIMIT_REACHED, qp->srq,
+					       &qp->srq->async, 0);
+			return false;
+		}
 	} else {
 		rq = &qp->rq;
 		/* receives a peer of this host completed go first, in order;
@@ -498,7 +508,7 @@ static bool take_recv(struct sv_qp *qp)
 	rq->head = (rq->head + 1) % rq->size;
 	rq->count--;
 	if (qp->srq) {
-		if (qp->srq->srq_limit && rq->count < qp->srq->srq_limit) {
+		if (qp->srq->srq_limit && sv_xrq_srq_avail(qp->srq) < qp->srq->srq_limit) {
 			qp->srq->srq_limit = 0; /* the limit is one-shot: disarm */
 			limit = true;
 		}
@@ -973,8 +983,9 @@ static enum resp_result exec_send(const struct resp_pkt *p)
 		if (r != RESP_OK)
 			return r;
 		/* a SEND from a process of this host: the next ones can be
-		 * placed by it, once the queue is where it can read it */
-		if (p->conn->peer_pid && !qp->rq.xl)
+		 * placed by it, once the queue is where it can read it (an
+		 * SRQ's: once the QP's record names it) */
+		if (p->conn->peer_pid && (qp->srq || !qp->rq.xl))
 			sv_xrq_adopt(qp);
 		qp->resp.rwqe_off = 0;
 		qp->resp.msg_first_psn = p->psn;

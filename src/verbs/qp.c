@@ -624,6 +624,8 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 	sv_mutex_unlock(&qp->lock);
 	if (settle_export) /* no peer's access through it is still in progress */
 		sv_export_qp_settle(qp);
+	if (!qp->xrcd)
+		sv_xrq_srq_leave(qp); /* what peers placed for it completes first */
 	sv_xrq_detach(qp); /* a poll that holds it lets go before the wait below */
 	sv_engine_forget_qp(ctx->eng, qp);
 	/* wait for the engine to let go of it (references are short-lived) */

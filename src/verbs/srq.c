@@ -7,6 +7,7 @@
  */
 #include "verbs/verbs.h"
 #include "engine/engine.h"
+#include "engine/direct_recv.h"
 #include "engine/xrc_relay.h"
 
 #include <errno.h>
@@ -185,11 +186,16 @@ static void xrc_srq_detach(struct sv_srq *srq)
 int ibv_modify_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr, int mask)
 {
 	struct sv_srq *srq = to_sv_srq(ibsrq);
+	bool crossed = false;
 	int err = 0;
 
 	if (!attr || (mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT)))
 		return EINVAL;
 	sv_mutex_lock(&srq->lock);
+	/* (what peers of this host placed completes first: the WRs posted
+	 * are those left) */
+	if (srq->rq.xl)
+		(void)sv_xrq_srq_take(srq, false, &crossed);
 	/* Checked as rxe does, all before anything changes: a new size within
 	 * the device's limit, not below the limit armed (or being armed), and
 	 * holding the WRs posted; a limit within the (new) size. */
@@ -201,11 +207,19 @@ int ibv_modify_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr, int mask)
 		err = EINVAL;
 	else if (limit > size)
 		err = EINVAL;
-	else if ((mask & IBV_SRQ_MAX_WR) && attr->max_wr != srq->rq.size)
-		err = sv_rq_resize(&srq->rq, attr->max_wr);
+	else if ((mask & IBV_SRQ_MAX_WR) && attr->max_wr != srq->rq.size) {
+		/* in the arena, the queue comes back to be resized (peers of
+		 * this host move it there again) */
+		if (srq->rq.xl)
+			err = sv_xrq_srq_unshare(srq, &crossed);
+		if (!err)
+			err = sv_rq_resize(&srq->rq, attr->max_wr);
+	}
 	if (!err && (mask & IBV_SRQ_LIMIT))
 		srq->srq_limit = attr->srq_limit;
 	sv_mutex_unlock(&srq->lock);
+	if (crossed)
+		sv_async_event(srq->ctx, IBV_EVENT_SRQ_LIMIT_REACHED, srq, &srq->async, 0);
 	return err;
 }
 
@@ -242,6 +256,7 @@ int ibv_destroy_srq(struct ibv_srq *ibsrq)
 	sv_async_forget(ctx, &srq->async);
 	sv_ref_put(&srq->pd->users);
 	sv_ctx_release(ctx, &ctx->nsrq);
+	sv_xrq_srq_free(srq);
 	sv_rq_free(&srq->rq);
 	sv_mutex_destroy(&srq->lock);
 	free(srq);

@@ -58,6 +58,17 @@
  *   - the sender's source unmapped under its MR (a page of it, after a
  *     first SEND moved the receive queue): the SEND ends in LOC_PROT_ERR,
  *     the receive it had taken in REM_ABORT_ERR, nothing else completes
+ *   - an SRQ: two RC QPs of the receiver, each with a CQ of its own, share
+ *     an SRQ of 32; a first SEND on each (by the wire) moves the SRQ's
+ *     queue and names it in both QPs' records; 16 receives posted (1 or 2
+ *     SGEs at odd offsets), the limit armed at 4, the receiver stopped, 16
+ *     SENDs (0 B to 8000 B, some with immediate data) posted alternately
+ *     on the two QPs all complete; continued, each QP's CQ has its 8 in
+ *     order, each in the receive it took (receives taken in the SRQ's
+ *     order, qp_num and src_qp its own), nothing else of the buffer
+ *     written, and the SRQ limit event comes; 4 receives posted and the
+ *     SRQ resized to 64 (the queue comes back to private memory), 4 more
+ *     SENDs take them in order
  *
  * SVT_DSEND_NO_STOP=1 leaves the receiver running in the first part (no
  * SIGSTOP): the rest of the test, as SENDs by the wire pass it, checked
@@ -106,7 +117,9 @@ struct end {
 	struct svt_peer_info peer;
 };
 
-static void end_open(struct end *e, struct svt_dev *d, struct ibv_comp_channel *ch)
+/* An RC QP and its CQ; its receives srq's if not NULL. */
+static void end_open_srq(struct end *e, struct svt_dev *d, struct ibv_comp_channel *ch,
+			 struct ibv_srq *srq)
 {
 	struct ibv_qp_init_attr ia;
 
@@ -114,9 +127,12 @@ static void end_open(struct end *e, struct svt_dev *d, struct ibv_comp_channel *
 	e->cq = svt_create_cq(d->ctx, 64, ch);
 	memset(&ia, 0, sizeof(ia));
 	ia.send_cq = ia.recv_cq = e->cq;
+	ia.srq = srq;
 	ia.qp_type = IBV_QPT_RC;
-	ia.cap.max_send_wr = ia.cap.max_recv_wr = 32;
-	ia.cap.max_send_sge = ia.cap.max_recv_sge = 3;
+	ia.cap.max_send_wr = 32;
+	ia.cap.max_recv_wr = srq ? 0 : 32;
+	ia.cap.max_send_sge = 3;
+	ia.cap.max_recv_sge = srq ? 0 : 3;
 	ia.cap.max_inline_data = 64;
 	e->qp = ibv_create_qp(d->pd, &ia);
 	if (!e->qp) {
@@ -126,6 +142,11 @@ static void end_open(struct end *e, struct svt_dev *d, struct ibv_comp_channel *
 	}
 	SVT_CHECK_PTR(e->qp);
 	e->max_inline = ia.cap.max_inline_data;
+}
+
+static void end_open(struct end *e, struct svt_dev *d, struct ibv_comp_channel *ch)
+{
+	end_open_srq(e, d, ch, NULL);
 }
 
 /* Tell the peer our QP (and an MR it may WRITE to), learn its, and connect. */
@@ -162,7 +183,9 @@ static void end_close(struct end *e)
 	SVT_CHECK_OK(ibv_destroy_cq(e->cq));
 }
 
-static void post_recv_sgl(struct ibv_qp *qp, uint64_t wr_id, struct ibv_sge *sge, int n)
+/* A receive of n SGEs to qp, or to srq when qp is NULL. */
+static void post_recv_to(struct ibv_qp *qp, struct ibv_srq *srq, uint64_t wr_id,
+			 struct ibv_sge *sge, int n)
 {
 	struct ibv_recv_wr wr, *bad = NULL;
 
@@ -170,7 +193,12 @@ static void post_recv_sgl(struct ibv_qp *qp, uint64_t wr_id, struct ibv_sge *sge
 	wr.wr_id = wr_id;
 	wr.sg_list = n ? sge : NULL;
 	wr.num_sge = n;
-	SVT_CHECK_OK(ibv_post_recv(qp, &wr, &bad));
+	SVT_CHECK_OK(qp ? ibv_post_recv(qp, &wr, &bad) : ibv_post_srq_recv(srq, &wr, &bad));
+}
+
+static void post_recv_sgl(struct ibv_qp *qp, uint64_t wr_id, struct ibv_sge *sge, int n)
+{
+	post_recv_to(qp, NULL, wr_id, sge, n);
 }
 
 /* Poll n completions by deadline; returns how many came. */
@@ -1129,6 +1157,246 @@ static void send_part8(struct svt_dev *d, struct svt_child *c)
 	SVT_CHECK_OK(munmap(src, 4096));
 }
 
+/* ---- part 9: an SRQ shared by two QPs, placed into with the receiver
+ * stopped ---- */
+
+#define P9_N 16        /* SENDs placed, alternately on the two QPs */
+#define P9_SLOT 8192   /* each receive's part of the buffer */
+#define P9_LEN (P9_SLOT * (P9_N + 4))
+#define P9_LIMIT 4     /* the SRQ's limit, crossed by the 16 */
+#define P9_IMM 0x5a0009u
+
+/* Message k of QP side s (0, 1): its length and pattern */
+static uint32_t len9(int s, int k)
+{
+	static const uint32_t l[8] = { 1, 4096, 0, 777, 8000, 64, 4097, 300 };
+
+	return l[(k + 3 * s) % 8];
+}
+static uint32_t seed9(int s, int k)
+{
+	return 0x9000u + (uint32_t)(s * 100 + k);
+}
+
+/* Receive i of part 9: one SGE at an odd offset of its slot, or two. */
+static int sgl9(int i, uint8_t *buf, uint32_t lkey, struct ibv_sge *sge)
+{
+	uint8_t *at = buf + (size_t)i * P9_SLOT + 3;
+
+	sge[0] = (struct ibv_sge){ (uintptr_t)at, i % 3 ? 8100 : 1000, lkey };
+	if (i % 3)
+		return 1;
+	sge[1] = (struct ibv_sge){ (uintptr_t)(at + 1100), 7000, lkey };
+	return 2;
+}
+
+static void post_srq(struct ibv_srq *srq, uint64_t wr_id, struct ibv_sge *sge, int n)
+{
+	post_recv_to(NULL, srq, wr_id, sge, n);
+}
+
+/* Side s's completions: its messages in order, each in the receive it
+ * completed on (which receive a message takes follows the SRQ's order). */
+static void check_side9(struct end *e, int s, int n, uint8_t *buf, uint8_t *img, uint32_t lkey,
+			int first_wqe, const char *what)
+{
+	struct ibv_wc wc[P9_N];
+	struct ibv_sge sge[2];
+
+	if (poll_until(e->cq, n, wc, svt_now_ms() + WC_MS) != n)
+		SVT_FAIL("%s: fewer than %d receive completions on QP %d within %d ms", what, n,
+			 s, WC_MS);
+	for (int k = 0; k < n; k++) {
+		int i = (int)wc[k].wr_id - first_wqe, m;
+		uint32_t imm = P9_IMM + (uint32_t)k;
+		char w[64];
+
+		snprintf(w, sizeof(w), "%s, QP %d message %d", what, s, k);
+		SVT_CHECK_MSG(i >= 0 && i < P9_N + 4, "%s: wr_id %llu", w,
+			      (unsigned long long)wc[k].wr_id);
+		check_recv_wc(&wc[k], e, wc[k].wr_id, IBV_WC_RECV, len9(s, k),
+			      k % 4 == 1 ? &imm : NULL, w);
+		if (k && wc[k].wr_id <= wc[k - 1].wr_id)
+			SVT_FAIL("%s: took receive %llu after %llu", w,
+				 (unsigned long long)wc[k].wr_id, (unsigned long long)wc[k - 1].wr_id);
+		m = sgl9(i, buf, lkey, sge);
+		check_scattered(sge, m, len9(s, k), seed9(s, k), w);
+		scatter(img, buf, sge, m, len9(s, k), seed9(s, k));
+	}
+}
+
+static void recv_part9(struct svt_dev *d, int rfd, int wfd)
+{
+	uint8_t *buf = malloc(P9_LEN), *warm = svt_alloc(4096), *img;
+	struct ibv_srq_init_attr sa = { .attr = { .max_wr = 32, .max_sge = 2 } };
+	struct ibv_srq_attr at = { .srq_limit = P9_LIMIT };
+	struct ibv_async_event ev;
+	struct ibv_mr *mr, *wmr;
+	struct ibv_srq *srq;
+	struct ibv_sge sge[2];
+	struct end e[2];
+	struct ibv_wc wc;
+	uint64_t until;
+
+	SVT_CHECK_PTR(buf);
+	img = guard_image(buf, P9_LEN);
+	mr = svt_reg_mr(d->pd, buf, P9_LEN, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	wmr = svt_reg_mr(d->pd, warm, 4096, IBV_ACCESS_LOCAL_WRITE);
+	srq = ibv_create_srq(d->pd, &sa);
+	SVT_CHECK_PTR(srq);
+	for (int s = 0; s < 2; s++) {
+		end_open_srq(&e[s], d, NULL, srq);
+		end_link(&e[s], d, rfd, wfd, NULL, 0, NULL);
+	}
+	/* a first SEND on each QP, by the wire, moves the SRQ's queue where
+	 * the sender reads it and has each QP's record name it */
+	for (int s = 0; s < 2; s++)
+		SVT_CHECK_OK(svt_post_srq_recv(srq, 900 + (uint64_t)s, warm + 64 * s, 64, wmr->lkey));
+	svt_sync_send(wfd, 'R');
+	SVT_CHECK_EQ(svt_sync_recv(rfd, LONG_MS), 'W');
+	for (int s = 0; s < 2; s++) {
+		wc = expect_wc(e[s].cq, 900 + (uint64_t)s, IBV_WC_SUCCESS, "part 9, warm-up");
+		check_recv_wc(&wc, &e[s], 900 + (uint64_t)s, IBV_WC_RECV, 32, NULL,
+			      "part 9, warm-up");
+	}
+	for (until = svt_now_ms() + 5000; !pages_shared(buf, P9_LEN) && svt_now_ms() < until;)
+		svt_sleep_ms(1);
+	SVT_CHECK_MSG(pages_shared(buf, P9_LEN), "part 9: the buffer's pages are not shared");
+
+	for (int i = 0; i < P9_N; i++) {
+		int n = sgl9(i, buf, mr->lkey, sge);
+
+		post_srq(srq, 1000 + (uint64_t)i, sge, n);
+	}
+	SVT_CHECK_OK(ibv_modify_srq(srq, &at, IBV_SRQ_LIMIT));
+	svt_sync_send(wfd, 'S');
+	/* stopped here by the sender, then continued */
+	SVT_CHECK_EQ(svt_sync_recv(rfd, 60000), 'C');
+	for (int s = 0; s < 2; s++)
+		check_side9(&e[s], s, P9_N / 2, buf, img, mr->lkey, 1000, "part 9");
+	/* 16 taken of 16: the limit of 4 was crossed */
+	SVT_CHECK_MSG(svt_wait_async_event(d->ctx, 5000, &ev) == 0,
+		      "part 9: no SRQ limit event");
+	SVT_CHECK_EQ(ev.event_type, IBV_EVENT_SRQ_LIMIT_REACHED);
+	SVT_CHECK(ev.element.srq == srq);
+	ibv_ack_async_event(&ev);
+
+	/* resized with receives posted: they stay, in order, and take the
+	 * next SENDs (by the wire, then placed again) */
+	for (int i = P9_N; i < P9_N + 4; i++) {
+		int n = sgl9(i, buf, mr->lkey, sge);
+
+		post_srq(srq, 1000 + (uint64_t)i, sge, n);
+	}
+	at.max_wr = 64;
+	SVT_CHECK_OK(ibv_modify_srq(srq, &at, IBV_SRQ_MAX_WR));
+	SVT_CHECK_OK(ibv_query_srq(srq, &at));
+	SVT_CHECK_EQ(at.max_wr, 64);
+	svt_sync_send(wfd, 'X');
+	check_side9(&e[0], 0, 2, buf, img, mr->lkey, 1000, "part 9, resized");
+	check_side9(&e[1], 1, 2, buf, img, mr->lkey, 1000, "part 9, resized");
+	check_image(buf, img, P9_LEN, "part 9");
+	svt_expect_no_wc(e[0].cq, 20);
+	svt_expect_no_wc(e[1].cq, 20);
+	svt_sync_send(wfd, 'D');
+
+	for (int s = 0; s < 2; s++)
+		end_close(&e[s]);
+	SVT_CHECK_OK(ibv_destroy_srq(srq));
+	SVT_CHECK_OK(ibv_dereg_mr(mr));
+	SVT_CHECK_OK(ibv_dereg_mr(wmr));
+	free(buf);
+	free(img);
+	free(warm);
+}
+
+/* Side s's SEND k (of pattern seed9) from src. */
+static void send9(struct end *e, int s, int k, uint64_t wr_id, uint8_t *src, uint32_t lkey)
+{
+	struct ibv_send_wr wr, *bad = NULL;
+	struct ibv_sge sge = { (uintptr_t)src, len9(s, k), lkey };
+
+	memset(&wr, 0, sizeof(wr));
+	fill_at(src, len9(s, k), seed9(s, k), 0);
+	wr.wr_id = wr_id;
+	wr.opcode = k % 4 == 1 ? IBV_WR_SEND_WITH_IMM : IBV_WR_SEND;
+	wr.imm_data = htonl(P9_IMM + (uint32_t)k);
+	wr.send_flags = IBV_SEND_SIGNALED;
+	wr.sg_list = len9(s, k) ? &sge : NULL;
+	wr.num_sge = len9(s, k) ? 1 : 0;
+	SVT_CHECK_OK(ibv_post_send(e->qp, &wr, &bad));
+}
+
+static void send_part9(struct svt_dev *d, struct svt_child *c)
+{
+	uint8_t *src = svt_alloc(P9_N * P9_SLOT);
+	struct ibv_mr *mr = svt_reg_mr(d->pd, src, P9_N * P9_SLOT, IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_wc wc[P9_N];
+	struct end e[2];
+	bool stop = !no_stop();
+	int status, got[2] = { 0, 0 };
+	uint64_t until;
+
+	for (int s = 0; s < 2; s++) {
+		end_open(&e[s], d, NULL);
+		end_link(&e[s], d, c->rfd, c->wfd, NULL, 0, NULL);
+	}
+	SVT_CHECK_EQ(svt_sync_recv(c->rfd, LONG_MS), 'R');
+	svt_fill(src, 32, 0x99);
+	for (int s = 0; s < 2; s++) {
+		SVT_CHECK_OK(svt_post_send(e[s].qp, 900, IBV_WR_SEND, IBV_SEND_SIGNALED, src, 32,
+					   mr->lkey, 0, 0, 0));
+		expect_wc(e[s].cq, 900, IBV_WC_SUCCESS, "part 9, warm-up");
+	}
+	svt_sync_send(c->wfd, 'W');
+	SVT_CHECK_EQ(svt_sync_recv(c->rfd, LONG_MS), 'S');
+
+	if (stop) {
+		SVT_CHECK_OK(kill(c->pid, SIGSTOP));
+		SVT_CHECK_EQ(waitpid(c->pid, &status, WUNTRACED), c->pid);
+		SVT_CHECK(WIFSTOPPED(status));
+	}
+	/* alternately on the two QPs: the SRQ's receives go to each in turn */
+	for (int k = 0; k < P9_N / 2; k++)
+		for (int s = 0; s < 2; s++)
+			send9(&e[s], s, k, 100 + (uint64_t)k, src + (size_t)(2 * k + s) * P9_SLOT,
+			      mr->lkey);
+	until = svt_now_ms() + (stop ? STOPPED_MS : WC_MS);
+	for (int s = 0; s < 2; s++) {
+		got[s] = poll_until(e[s].cq, P9_N / 2, wc, until);
+		for (int k = 0; k < got[s]; k++) {
+			SVT_CHECK_WC_STATUS(wc[k], IBV_WC_SUCCESS);
+			SVT_CHECK_EQ(wc[k].wr_id, 100 + (uint64_t)k);
+		}
+	}
+	if ((got[0] < P9_N / 2 || got[1] < P9_N / 2) && stop)
+		SVT_FAIL("part 9: SENDs to an SRQ's QPs did not complete while the receiver was "
+			 "stopped (not placed by the sender): %d and %d of %d",
+			 got[0], got[1], P9_N / 2);
+	SVT_CHECK_EQ(got[0] + got[1], P9_N);
+	if (stop)
+		SVT_CHECK_OK(kill(c->pid, SIGCONT));
+	svt_sync_send(c->wfd, 'C');
+
+	SVT_CHECK_EQ(svt_sync_recv(c->rfd, LONG_MS), 'X');
+	for (int k = 0; k < 2; k++)
+		for (int s = 0; s < 2; s++) {
+			send9(&e[s], s, k, 200 + (uint64_t)k, src + (size_t)(2 * k + s) * P9_SLOT,
+			      mr->lkey);
+			wc[0] = expect_wc(e[s].cq, 200 + (uint64_t)k, IBV_WC_SUCCESS,
+					  "part 9, resized");
+		}
+	SVT_CHECK_EQ(svt_sync_recv(c->rfd, LONG_MS), 'D');
+	svt_log("part 9: %d SENDs to two QPs of one SRQ completed %s, each on its QP's CQ in "
+		"order, the limit event raised; after a resize, 4 more",
+		P9_N, stop ? "with the receiver stopped" : "(receiver running)");
+
+	for (int s = 0; s < 2; s++)
+		end_close(&e[s]);
+	SVT_CHECK_OK(ibv_dereg_mr(mr));
+	free(src);
+}
+
 /* ---- the two processes ---- */
 
 static int receiver(int rfd, int wfd, int argc, char **argv)
@@ -1151,6 +1419,7 @@ static int receiver(int rfd, int wfd, int argc, char **argv)
 	recv_part6(&d, rfd, wfd);
 	recv_part7(&d, rfd, wfd);
 	recv_part8(&d, rfd, wfd);
+	recv_part9(&d, rfd, wfd);
 	svt_dev_close(&d);
 	return 0;
 }
@@ -1184,6 +1453,7 @@ int main(int argc, char **argv)
 	send_part6(&d, &c);
 	send_part7(&d, &c);
 	send_part8(&d, &c);
+	send_part9(&d, &c);
 	SVT_CHECK_EQ(svt_child_wait(&c, LONG_MS), 0);
 	svt_dev_close(&d);
 	return 0;
