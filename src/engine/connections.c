@@ -6,6 +6,7 @@
  * (struct sv_conn_host).
  */
 #include "engine/engine_internal.h"
+#include "engine/direct_recv.h"
 #include "engine/stats.h"
 #include "engine/mem_export.h"
 
@@ -387,6 +388,10 @@ void sv_eng_bury_dead(struct sv_engine *eng)
 
 		sv_list_del(&c->link);
 		sv_mutex_unlock(&eng->lock);
+		/* a peer of this host gone inside a SEND it placed into one of
+		 * our queues leaves that WQE taken: let go of it */
+		if (c->peer_pid && c->hello_seen && !atomic_load(&eng->stop))
+			sv_xrq_peer_gone(eng->ctx, c->peer_pid);
 		sv_conn_put(c);
 		sv_mutex_lock(&eng->lock);
 	}

@@ -746,7 +746,10 @@ static enum sv_direct place_send(struct sv_qp *qp, struct sv_peer_mem *pm, struc
 	/* the WQE is ours once taken: from here on it completes, here */
 	if (!atomic_compare_exchange_strong(&x->taken, &t, t + 1))
 		goto out;
-	e->qpn = qp->attr.dest_qp_num; /* (an SRQ's completes on that QP's CQ) */
+	/* (an SRQ's completes on that QP's CQ; a WQE left taken by a process
+	 * killed inside its copy is let go once it has exited) */
+	e->qpn = qp->attr.dest_qp_num;
+	atomic_store_explicit(&e->pid, (int32_t)qp->ctx->owner, memory_order_relaxed);
 	/* (a local buffer that faults, unmapped under its MR: the send
 	 * fails, and so does the receive it took, as aborted) */
 	*st = place_pieces(w, iov, niov, to, nto) ? IBV_WC_SUCCESS : IBV_WC_LOC_PROT_ERR;

@@ -9,10 +9,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 /* A block given back (arena_lock): reused by a queue that fits in it. */
@@ -353,6 +355,8 @@ void sv_xrq_posted(struct sv_rq *rq)
 	if (!atomic_load_explicit(&rq->xl->x->gen, memory_order_relaxed))
 		atomic_store(&rq->xl->x->gen, atomic_fetch_add(&rq->xl->ctx->arena_gen, 1) | 1);
 	e->num_sge = rq->wqe[i].num_sge;
+	e->qpn = 0;
+	atomic_store_explicit(&e->pid, 0, memory_order_relaxed);
 	atomic_store_explicit(&e->flags, 0, memory_order_relaxed);
 	/* the WQE (its SGEs in the arena) before the count that shows it */
 	atomic_store_explicit(&rq->xl->x->posted, atomic_load_explicit(&rq->xl->x->posted, memory_order_relaxed) + 1,
@@ -742,6 +746,107 @@ void sv_xrq_poll_cq(struct sv_cq *cq)
 			return;
 		drain_ref(qp);
 	}
+}
+
+/* The owner's lock held: the WQEs of rq that process pid took and has not
+ * marked done, marked aborted (mark) or counted (not); how many. */
+static uint32_t abandoned(struct sv_rq *rq, pid_t pid, bool mark)
+{
+	uint64_t c, t;
+	uint32_t n = 0;
+
+	if (!rq->xl || !rq->count)
+		return 0;
+	c = completed(rq);
+	t = atomic_load(&rq->xl->x->taken);
+	for (uint64_t k = c; k < t && k - c < rq->count; k++) {
+		struct sv_xrecv *e = XE(rq, (uint32_t)(k % rq->size));
+
+		if ((atomic_load_explicit(&e->flags, memory_order_acquire) & SV_XRECV_DONE) ||
+		    atomic_load_explicit(&e->pid, memory_order_relaxed) != pid)
+			continue;
+		n++;
+		if (mark) {
+			e->byte_len = 0;
+			atomic_store_explicit(&e->flags, SV_XRECV_DONE | SV_XRECV_ABORTED,
+					      memory_order_release);
+		}
+	}
+	return n;
+}
+
+/* The QP's lock held: its queue's WQEs that pid abandoned (its own
+ * queue's, or its SRQ's), marked (mark) or counted; marked, they
+ * complete now. */
+static uint32_t qp_abandoned(struct sv_qp *qp, pid_t pid, bool mark)
+{
+	uint32_t n;
+
+	if (!qp->srq) {
+		n = abandoned(&qp->rq, pid, mark);
+	} else if (!qp->srq->xrcd) {
+		sv_mutex_lock(&qp->srq->lock);
+		n = abandoned(&qp->srq->rq, pid, mark);
+		sv_mutex_unlock(&qp->srq->lock);
+	} else {
+		return 0;
+	}
+	if (n && mark)
+		sv_xrq_drain(qp);
+	return n;
+}
+
+/* Has process pid exited (a zombie too), waiting up to ms for it? */
+static bool process_exited(pid_t pid, int ms)
+{
+	int fd = (int)syscall(SYS_pidfd_open, pid, 0);
+	struct pollfd p = { .fd = fd, .events = POLLIN };
+	int r;
+
+	if (fd < 0)
+		return errno == ESRCH;
+	while ((r = poll(&p, 1, ms)) < 0 && errno == EINTR)
+		;
+	close(fd);
+	return r > 0;
+}
+
+void sv_xrq_peer_gone(struct sv_context *ctx, pid_t pid)
+{
+	struct sv_qp **held = NULL;
+	uint32_t n = 0, found = 0;
+
+	if (pid <= 0 || !atomic_load_explicit(&ctx->arena_on, memory_order_acquire))
+		return;
+	sv_mutex_lock(&ctx->lock);
+	if (ctx->nqp && (held = malloc(sizeof(*held) * ctx->nqp)))
+		for (uint32_t i = 0; i < ctx->qpt_size && n < ctx->nqp; i++)
+			if (ctx->qpt[i]) {
+				held[n++] = ctx->qpt[i];
+				sv_qp_get(ctx->qpt[i]);
+			}
+	sv_mutex_unlock(&ctx->lock);
+	for (uint32_t i = 0; i < n; i++) {
+		sv_mutex_lock(&held[i]->lock);
+		found += qp_abandoned(held[i], pid, false);
+		sv_mutex_unlock(&held[i]->lock);
+	}
+	/* a process exits after its descriptors close: a short wait, and only
+	 * for one that left a WQE taken (one that merely closed a connection
+	 * lives on, and finishes what it placed) */
+	if (found && process_exited(pid, 1000)) {
+		sv_warn_limited("process %d exited inside a SEND it was placing: its receive "
+				"completes as aborted (REM_ABORT_ERR)",
+				(int)pid);
+		for (uint32_t i = 0; i < n; i++) {
+			sv_mutex_lock(&held[i]->lock);
+			(void)qp_abandoned(held[i], pid, true);
+			sv_mutex_unlock(&held[i]->lock);
+		}
+	}
+	for (uint32_t i = 0; i < n; i++)
+		sv_qp_put(held[i]);
+	free(held);
 }
 
 /* Take in the completions of the QP in slot, if it is still there. */

@@ -32,6 +32,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/types.h>
 
 struct sv_context;
 struct sv_qp;
@@ -55,9 +56,11 @@ struct sv_xrecv {
 	uint32_t imm;     /* network order, as in a work completion */
 	_Atomic uint32_t flags; /* SV_XRECV_*: 0 from the post until the peer's result */
 	/* the QP the message came to (an SRQ's WQE completes on that QP's
-	 * CQ); written once the WQE is taken, before the bytes */
+	 * CQ), and the process placing it (a WQE it took and never finished
+	 * is let go once it has exited: sv_xrq_peer_gone); written once the
+	 * WQE is taken, before the bytes; 0 from the post */
 	uint32_t qpn;
-	uint32_t unused;
+	_Atomic int32_t pid;
 };
 
 #define SV_XRECV_IMM 0x1        /* imm is set */
@@ -180,6 +183,14 @@ void sv_xrq_detach(struct sv_qp *qp);
  * go into it (a load when there are none). */
 struct sv_cq;
 void sv_xrq_poll_cq(struct sv_cq *cq);
+
+/* A process of this host whose connection to us ended (engine thread, no
+ * lock held): the WQEs of our queues it took and never marked done (it
+ * was killed inside its copy) complete as aborted (REM_ABORT_ERR) once it
+ * has exited, so that they do not hold back what follows them; an SRQ's
+ * would hold back every QP's.  Waits up to 1 s for the process to exit,
+ * and only when it holds such a WQE. */
+void sv_xrq_peer_gone(struct sv_context *ctx, pid_t pid);
 
 /* Take in what peers completed for the context's QPs, from the slots
  * they marked ready (the engine's pass; any thread). */

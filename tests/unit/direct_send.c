@@ -69,6 +69,15 @@
  *     written, and the SRQ limit event comes; 4 receives posted and the
  *     SRQ resized to 64 (the queue comes back to private memory), 4 more
  *     SENDs take them in order
+ *   - a sender killed inside its copy: a third process sends 8000 B into
+ *     an SRQ (of 2 QPs) from pages a userfaultfd never supplies, so its
+ *     copy blocks with the SRQ's next receive taken; the parent places a
+ *     SEND into the receive behind it (which completes at the parent),
+ *     then kills the third process: the receiver's first receive
+ *     completes IBV_WC_REM_ABORT_ERR on that QP's CQ, and the parent's
+ *     SEND completes on the other's, its data in place, rather than being
+ *     held back for good.  Without userfaultfd (a container's seccomp
+ *     profile) this part is logged and not tried.
  *
  * SVT_DSEND_NO_STOP=1 leaves the receiver running in the first part (no
  * SIGSTOP): the rest of the test, as SENDs by the wire pass it, checked
@@ -77,7 +86,12 @@
 #include "sv_test.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <linux/userfaultfd.h>
 #include <poll.h>
+#include <pthread.h>
+#include <sys/ioctl.h>
+#include <sys/syscall.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -1225,6 +1239,41 @@ static void check_side9(struct end *e, int s, int n, uint8_t *buf, uint8_t *img,
 	}
 }
 
+/* The receiver's SRQ and its two QPs, linked through the pipes, each
+ * warmed up by a first SEND of 32 B: by the wire, it moves the SRQ's
+ * queue where the sender reads it and has the QP's record name it. */
+static struct ibv_srq *srq_pair(struct svt_dev *d, int rfd, int wfd, struct ibv_srq_init_attr *sa,
+				struct end e[2], uint8_t *warm, uint32_t lkey, const char *what)
+{
+	struct ibv_srq *srq = ibv_create_srq(d->pd, sa);
+	struct ibv_wc wc;
+
+	SVT_CHECK_PTR(srq);
+	for (int s = 0; s < 2; s++) {
+		end_open_srq(&e[s], d, NULL, srq);
+		end_link(&e[s], d, rfd, wfd, NULL, 0, NULL);
+	}
+	for (int s = 0; s < 2; s++)
+		SVT_CHECK_OK(svt_post_srq_recv(srq, 900 + (uint64_t)s, warm + 64 * s, 64, lkey));
+	svt_sync_send(wfd, 'R');
+	SVT_CHECK_EQ(svt_sync_recv(rfd, LONG_MS), 'W');
+	for (int s = 0; s < 2; s++) {
+		wc = expect_wc(e[s].cq, 900 + (uint64_t)s, IBV_WC_SUCCESS, what);
+		check_recv_wc(&wc, &e[s], 900 + (uint64_t)s, IBV_WC_RECV, 32, NULL, what);
+	}
+	return srq;
+}
+
+static void srq_pair_close(struct end e[2], struct ibv_srq *srq, struct ibv_mr *mr,
+			   struct ibv_mr *wmr)
+{
+	for (int s = 0; s < 2; s++)
+		end_close(&e[s]);
+	SVT_CHECK_OK(ibv_destroy_srq(srq));
+	SVT_CHECK_OK(ibv_dereg_mr(mr));
+	SVT_CHECK_OK(ibv_dereg_mr(wmr));
+}
+
 static void recv_part9(struct svt_dev *d, int rfd, int wfd)
 {
 	uint8_t *buf = malloc(P9_LEN), *warm = svt_alloc(4096), *img;
@@ -1235,30 +1284,13 @@ static void recv_part9(struct svt_dev *d, int rfd, int wfd)
 	struct ibv_srq *srq;
 	struct ibv_sge sge[2];
 	struct end e[2];
-	struct ibv_wc wc;
 	uint64_t until;
 
 	SVT_CHECK_PTR(buf);
 	img = guard_image(buf, P9_LEN);
 	mr = svt_reg_mr(d->pd, buf, P9_LEN, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
 	wmr = svt_reg_mr(d->pd, warm, 4096, IBV_ACCESS_LOCAL_WRITE);
-	srq = ibv_create_srq(d->pd, &sa);
-	SVT_CHECK_PTR(srq);
-	for (int s = 0; s < 2; s++) {
-		end_open_srq(&e[s], d, NULL, srq);
-		end_link(&e[s], d, rfd, wfd, NULL, 0, NULL);
-	}
-	/* a first SEND on each QP, by the wire, moves the SRQ's queue where
-	 * the sender reads it and has each QP's record name it */
-	for (int s = 0; s < 2; s++)
-		SVT_CHECK_OK(svt_post_srq_recv(srq, 900 + (uint64_t)s, warm + 64 * s, 64, wmr->lkey));
-	svt_sync_send(wfd, 'R');
-	SVT_CHECK_EQ(svt_sync_recv(rfd, LONG_MS), 'W');
-	for (int s = 0; s < 2; s++) {
-		wc = expect_wc(e[s].cq, 900 + (uint64_t)s, IBV_WC_SUCCESS, "part 9, warm-up");
-		check_recv_wc(&wc, &e[s], 900 + (uint64_t)s, IBV_WC_RECV, 32, NULL,
-			      "part 9, warm-up");
-	}
+	srq = srq_pair(d, rfd, wfd, &sa, e, warm, wmr->lkey, "part 9, warm-up");
 	for (until = svt_now_ms() + 5000; !pages_shared(buf, P9_LEN) && svt_now_ms() < until;)
 		svt_sleep_ms(1);
 	SVT_CHECK_MSG(pages_shared(buf, P9_LEN), "part 9: the buffer's pages are not shared");
@@ -1299,12 +1331,7 @@ static void recv_part9(struct svt_dev *d, int rfd, int wfd)
 	svt_expect_no_wc(e[0].cq, 20);
 	svt_expect_no_wc(e[1].cq, 20);
 	svt_sync_send(wfd, 'D');
-
-	for (int s = 0; s < 2; s++)
-		end_close(&e[s]);
-	SVT_CHECK_OK(ibv_destroy_srq(srq));
-	SVT_CHECK_OK(ibv_dereg_mr(mr));
-	SVT_CHECK_OK(ibv_dereg_mr(wmr));
+	srq_pair_close(e, srq, mr, wmr);
 	free(buf);
 	free(img);
 	free(warm);
@@ -1397,6 +1424,203 @@ static void send_part9(struct svt_dev *d, struct svt_child *c)
 	free(src);
 }
 
+/* ---- part 10: a sender killed inside its copy into an SRQ's receive ----
+ * A third process ("doomed") sends into the SRQ from a buffer whose pages
+ * a userfaultfd never supplies: its copy blocks with the SRQ's next
+ * receive taken.  The parent places a SEND behind it, then kills it. */
+
+#define P10_LEN 8000
+
+static void recv_part10(struct svt_dev *d, int rfd, int wfd)
+{
+	uint8_t *buf = svt_alloc(4 * P9_SLOT), *warm = svt_alloc(4096);
+	struct ibv_srq_init_attr sa = { .attr = { .max_wr = 16, .max_sge = 1 } };
+	struct ibv_mr *mr, *wmr;
+	struct ibv_srq *srq;
+	struct end e[2];
+	struct ibv_wc wc;
+	char go;
+
+	mr = svt_reg_mr(d->pd, buf, 4 * P9_SLOT, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	wmr = svt_reg_mr(d->pd, warm, 4096, IBV_ACCESS_LOCAL_WRITE);
+	/* e[0] the parent's, e[1] the doomed process's (through the parent) */
+	srq = srq_pair(d, rfd, wfd, &sa, e, warm, wmr->lkey, "part 10, warm-up");
+	for (int i = 0; i < 4; i++)
+		SVT_CHECK_OK(svt_post_srq_recv(srq, 1000 + (uint64_t)i, buf + (size_t)i * P9_SLOT,
+					       P9_SLOT, mr->lkey));
+	svt_sync_send(wfd, 'S');
+	go = svt_sync_recv(rfd, LONG_MS);
+	if (go == 'K') {
+		/* the doomed process took receive 1000 and was killed in its
+		 * copy; the parent's SEND took 1001 behind it */
+		wc = expect_wc(e[1].cq, 1000, IBV_WC_REM_ABORT_ERR, "part 10, the killed sender's");
+		SVT_CHECK_EQ(wc.qp_num, e[1].qp->qp_num);
+		wc = expect_wc(e[0].cq, 1001, IBV_WC_SUCCESS,
+			       "part 10, the SEND behind the killed sender's (held back?)");
+		check_recv_wc(&wc, &e[0], 1001, IBV_WC_RECV, P10_LEN, NULL, "part 10");
+		check_scattered(&(struct ibv_sge){ (uintptr_t)(buf + P9_SLOT), P10_LEN, 0 }, 1,
+				P10_LEN, seed9(0, 10), "part 10");
+	} else {
+		SVT_CHECK_EQ(go, 'U'); /* no userfaultfd here */
+	}
+	svt_sync_send(wfd, 'D');
+	srq_pair_close(e, srq, mr, wmr);
+	free(buf);
+	free(warm);
+}
+
+/* The doomed process's fault thread: the first fault of the buffer is
+ * reported to the parent ('B') and never supplied. */
+struct uffd_watch {
+	int uffd, wfd;
+};
+
+static void *uffd_thread(void *arg)
+{
+	struct uffd_watch *w = arg;
+	struct uffd_msg m;
+
+	while (read(w->uffd, &m, sizeof(m)) != (ssize_t)sizeof(m))
+		if (errno != EINTR && errno != EAGAIN)
+			return NULL;
+	if (m.event == UFFD_EVENT_PAGEFAULT)
+		svt_sync_send(w->wfd, 'B');
+	for (;;)
+		pause(); /* killed here, with the copy still waiting */
+	return NULL;
+}
+
+/* A buffer of len bytes whose pages are missing and supplied by nobody:
+ * NULL if this kernel or process has no userfaultfd. */
+static void *missing_pages(size_t len, struct uffd_watch *w)
+{
+	struct uffdio_api api = { .api = UFFD_API };
+	struct uffdio_register reg = { .mode = UFFDIO_REGISTER_MODE_MISSING };
+	void *p = mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+	SVT_CHECK(p != MAP_FAILED);
+	reg.range.start = (uintptr_t)p;
+	reg.range.len = len;
+	/* (a container's seccomp profile may refuse it) */
+	w->uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC);
+	if (w->uffd < 0 || ioctl(w->uffd, UFFDIO_API, &api) ||
+	    ioctl(w->uffd, UFFDIO_REGISTER, &reg)) {
+		svt_log("part 10: no userfaultfd (%s): the killed sender is not tried",
+			strerror(errno));
+		return NULL;
+	}
+	return p;
+}
+
+/* Role "doomed": a second sender, linked through the parent. */
+static int doomed(int rfd, int wfd, int argc, char **argv)
+{
+	struct uffd_watch w = { -1, wfd };
+	uint8_t *warm = svt_alloc(4096), *src;
+	struct ibv_mr *wmr, *mr;
+	struct svt_dev d;
+	pthread_t t;
+	struct end e;
+
+	(void)argc;
+	(void)argv;
+	prctl(PR_SET_PDEATHSIG, SIGKILL);
+	svt_watchdog(115);
+	svt_dev_open(&d);
+	end_open(&e, &d, NULL);
+	end_link(&e, &d, rfd, wfd, NULL, 0, NULL);
+	wmr = svt_reg_mr(d.pd, warm, 4096, 0);
+	SVT_CHECK_EQ(svt_sync_recv(rfd, LONG_MS), 'G');
+	svt_fill(warm, 32, 0x99);
+	SVT_CHECK_OK(svt_post_send(e.qp, 900, IBV_WR_SEND, IBV_SEND_SIGNALED, warm, 32,
+				   wmr->lkey, 0, 0, 0));
+	expect_wc(e.cq, 900, IBV_WC_SUCCESS, "part 10, the doomed sender's warm-up");
+	src = missing_pages(2 * 4096, &w);
+	if (!src) {
+		svt_sync_send(wfd, 'U');
+		SVT_CHECK_EQ(svt_sync_recv(rfd, LONG_MS), 'E');
+		end_close(&e);
+		SVT_CHECK_OK(ibv_dereg_mr(wmr));
+		svt_dev_close(&d);
+		free(warm);
+		return 0;
+	}
+	/* registered over the missing pages (no access flag: not shared,
+	 * nothing touches them until the copy) */
+	mr = svt_reg_mr(d.pd, src, 2 * 4096, 0);
+	SVT_CHECK_OK(pthread_create(&t, NULL, uffd_thread, &w));
+	svt_sync_send(wfd, 'P');
+	SVT_CHECK_EQ(svt_sync_recv(rfd, LONG_MS), 'Q');
+	/* blocks in the copy, receive 1000 taken, until killed */
+	(void)svt_post_send(e.qp, 1, IBV_WR_SEND, IBV_SEND_SIGNALED, src, P10_LEN, mr->lkey, 0,
+			    0, 0);
+	svt_log("part 10: the doomed sender's SEND did not block: its copy found its pages");
+	svt_sync_send(wfd, 'N');
+	for (;;)
+		pause();
+	return 1;
+}
+
+static void send_part10(struct svt_dev *d, struct svt_child *c)
+{
+	uint8_t *src = svt_alloc(P9_SLOT);
+	struct ibv_mr *mr = svt_reg_mr(d->pd, src, P9_SLOT, IBV_ACCESS_LOCAL_WRITE);
+	struct svt_peer_info info;
+	struct svt_child dc;
+	struct end e;
+	int status;
+	char what;
+
+	svt_spawn(&dc, "doomed", NULL);
+	end_open(&e, d, NULL);
+	end_link(&e, d, c->rfd, c->wfd, NULL, 0, NULL);
+	/* the receiver's second QP and the doomed process's, through us */
+	svt_recv_info(c->rfd, &info);
+	svt_send_info(dc.wfd, &info);
+	svt_recv_info(dc.rfd, &info);
+	svt_send_info(c->wfd, &info);
+	SVT_CHECK_EQ(svt_sync_recv(c->rfd, LONG_MS), 'R');
+	svt_fill(src, 32, 0x99);
+	SVT_CHECK_OK(svt_post_send(e.qp, 900, IBV_WR_SEND, IBV_SEND_SIGNALED, src, 32, mr->lkey, 0,
+				   0, 0));
+	expect_wc(e.cq, 900, IBV_WC_SUCCESS, "part 10, warm-up");
+	svt_sync_send(dc.wfd, 'G');
+	what = svt_sync_recv(dc.rfd, LONG_MS);
+	if (what == 'U') {
+		svt_sync_send(dc.wfd, 'E');
+		SVT_CHECK_EQ(svt_child_wait(&dc, LONG_MS), 0);
+		svt_sync_send(c->wfd, 'W');
+		SVT_CHECK_EQ(svt_sync_recv(c->rfd, LONG_MS), 'S');
+		svt_sync_send(c->wfd, 'U');
+		SVT_CHECK_EQ(svt_sync_recv(c->rfd, LONG_MS), 'D');
+		end_close(&e);
+		SVT_CHECK_OK(ibv_dereg_mr(mr));
+		free(src);
+		return;
+	}
+	SVT_CHECK_EQ(what, 'P');
+	svt_sync_send(c->wfd, 'W');
+	SVT_CHECK_EQ(svt_sync_recv(c->rfd, LONG_MS), 'S');
+	svt_sync_send(dc.wfd, 'Q');
+	/* the doomed sender is inside its copy, receive 1000 taken */
+	SVT_CHECK_EQ(svt_sync_recv(dc.rfd, LONG_MS), 'B');
+	fill_at(src, P10_LEN, seed9(0, 10), 0);
+	SVT_CHECK_OK(svt_post_send(e.qp, 2, IBV_WR_SEND, IBV_SEND_SIGNALED, src, P10_LEN,
+				   mr->lkey, 0, 0, 0));
+	expect_wc(e.cq, 2, IBV_WC_SUCCESS, "part 10, the SEND behind");
+	SVT_CHECK_OK(kill(dc.pid, SIGKILL));
+	SVT_CHECK_EQ(waitpid(dc.pid, &status, 0), dc.pid);
+	SVT_CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+	svt_sync_send(c->wfd, 'K');
+	SVT_CHECK_EQ(svt_sync_recv(c->rfd, LONG_MS), 'D');
+	svt_log("part 10: a sender killed inside its copy into an SRQ's receive: that receive "
+		"aborted, the SEND placed behind it completed");
+
+	end_close(&e);
+	SVT_CHECK_OK(ibv_dereg_mr(mr));
+	free(src);
+}
+
 /* ---- the two processes ---- */
 
 static int receiver(int rfd, int wfd, int argc, char **argv)
@@ -1420,12 +1644,14 @@ static int receiver(int rfd, int wfd, int argc, char **argv)
 	recv_part7(&d, rfd, wfd);
 	recv_part8(&d, rfd, wfd);
 	recv_part9(&d, rfd, wfd);
+	recv_part10(&d, rfd, wfd);
 	svt_dev_close(&d);
 	return 0;
 }
 
 static const struct svt_child_role roles[] = {
 	{ "receiver", receiver },
+	{ "doomed", doomed },
 	{ NULL, NULL },
 };
 
@@ -1454,6 +1680,7 @@ int main(int argc, char **argv)
 	send_part7(&d, &c);
 	send_part8(&d, &c);
 	send_part9(&d, &c);
+	send_part10(&d, &c);
 	SVT_CHECK_EQ(svt_child_wait(&c, LONG_MS), 0);
 	svt_dev_close(&d);
 	return 0;
