@@ -413,8 +413,7 @@ static void xrecv_wc(struct ibv_wc *wc, const struct sv_xrecv *e, uint32_t f)
 }
 
 /* The owner's lock held: the head WQE, if a peer marked it done (its
- * flags in *f, the mark gone so that the poll's look at the head does not
- * find it again); NULL if not. */
+ * flags in *f); NULL if not. */
 static struct sv_xrecv *done_head(struct sv_rq *rq, uint32_t *f)
 {
 	struct sv_xrecv *e;
@@ -424,15 +423,14 @@ static struct sv_xrecv *done_head(struct sv_rq *rq, uint32_t *f)
 		return NULL;
 	e = XE(rq, rq->head);
 	*f = atomic_load_explicit(&e->flags, memory_order_acquire);
-	if (!(*f & SV_XRECV_DONE))
-		return NULL;
-	atomic_store_explicit(&e->flags, 0, memory_order_relaxed);
-	return e;
+	return (*f & SV_XRECV_DONE) ? e : NULL;
 }
 
-/* The owner's lock held: the head WQE is done with. */
+/* The owner's lock held: the head WQE is done with (its mark goes, so
+ * that the poll's look at the head does not find it again). */
 static void pop_head(struct sv_rq *rq)
 {
+	atomic_store_explicit(&XE(rq, rq->head)->flags, 0, memory_order_relaxed);
 	rq->head = (rq->head + 1) % rq->size;
 	rq->count--;
 	set_watch(rq);
@@ -492,6 +490,12 @@ static void srq_drain(struct sv_srq *srq, bool *limit)
 			srq_repost(srq, e->qpn);
 			continue;
 		}
+		/* the QP's responder has a WQE of this queue taken before this
+		 * one and not completed yet (its ACK may have gone, and the peer
+		 * placed the next message): this waits, and its completion
+		 * drains again */
+		if (atomic_load_explicit(&to->resp.srq_open, memory_order_acquire))
+			break;
 		/* the sender, as the QP's record names it (its attributes are
 		 * under its lock, not taken here) */
 		q = sv_export_qp_record(to);

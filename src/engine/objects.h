@@ -579,6 +579,10 @@ struct sv_qp_resp {
 	bool drop_msg;        /* UC: drop until next FIRST/ONLY */
 	bool have_rwqe;
 	bool comm_est_sent;
+	/* rwqe was taken from an SRQ's queue in the receive arena and is not
+	 * completed yet: the SRQ's WQEs peers placed for this QP after it wait
+	 * (engine/direct_recv.c; read under the SRQ's lock, not this QP's) */
+	atomic_bool srq_open;
 	uint64_t cnp_sent_ns; /* the last CNP to our requester peer (congestion.c) */
 	struct sv_recv_wqe rwqe; /* receive WQE being filled; its SGL in rwqe_sge */
 	uint64_t wr_va;       /* RDMA WRITE in progress */

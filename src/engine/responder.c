@@ -93,6 +93,18 @@ static void nak_fatal(struct sv_qp *qp, struct sv_conn *conn, uint32_t psn, uint
 }
 
 /* extra_flags IBV_WC_WITH_INV: inv_rkey is the key a SEND_WITH_INV invalidated */
+/* The receive WQE being filled is done with (completed, flushed or
+ * dropped).  One taken from an SRQ's queue in the arena held back what
+ * peers placed for this QP after it: that goes now, in order. */
+static void rwqe_done(struct sv_qp *qp)
+{
+	qp->resp.have_rwqe = false;
+	if (atomic_load_explicit(&qp->resp.srq_open, memory_order_relaxed)) {
+		atomic_store_explicit(&qp->resp.srq_open, false, memory_order_release);
+		sv_xrq_drain(qp);
+	}
+}
+
 static void complete_recv(struct sv_qp *qp, enum ibv_wc_status st, enum ibv_wc_opcode opc,
 			  uint32_t byte_len, const struct sv_immdt *imm, uint32_t src_qp,
 			  unsigned int extra_flags, uint32_t inv_rkey, bool solicited)
@@ -115,8 +127,8 @@ static void complete_recv(struct sv_qp *qp, enum ibv_wc_status st, enum ibv_wc_o
 	}
 	if (st != IBV_WC_SUCCESS)
 		wc.vendor_err = st;
-	qp->resp.have_rwqe = false;
 	sv_cq_push(qp->rcq, &wc, solicited);
+	rwqe_done(qp);
 }
 
 static enum ibv_wc_status place(struct sv_qp *qp, const uint8_t *data, uint32_t len,
@@ -484,6 +496,9 @@ static bool take_recv(struct sv_qp *qp)
 					       &qp->srq->async, 0);
 			return false;
 		}
+		/* (its completion comes before theirs: rwqe_done) */
+		if (rq->xl)
+			atomic_store_explicit(&qp->resp.srq_open, true, memory_order_relaxed);
 	} else {
 		rq = &qp->rq;
 		/* receives a peer of this host completed go first, in order;
@@ -1171,7 +1186,7 @@ void sv_responder_flush_rwqe(struct sv_qp *qp)
 	if (!qp->resp.have_rwqe)
 		return;
 	sv_cq_push(qp->rcq, &wc, false);
-	qp->resp.have_rwqe = false;
+	rwqe_done(qp);
 }
 
 void sv_responder_halt(struct sv_qp *qp)
@@ -1182,7 +1197,8 @@ void sv_responder_halt(struct sv_qp *qp)
 
 void sv_responder_reset(struct sv_qp *qp)
 {
-	qp->resp.have_rwqe = qp->resp.in_msg = qp->resp.drop_msg = false;
+	rwqe_done(qp);
+	qp->resp.in_msg = qp->resp.drop_msg = false;
 	sv_responder_cancel(qp); /* a READ still being answered */
 	sv_xrc_relay_idle(qp);	 /* verdicts on relayed packets: ignored now */
 	qp->resp.comm_est_sent = false;

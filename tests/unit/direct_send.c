@@ -1220,6 +1220,15 @@ static void check_side9(struct end *e, int s, int n, uint8_t *buf, uint8_t *img,
 	if (poll_until(e->cq, n, wc, svt_now_ms() + WC_MS) != n)
 		SVT_FAIL("%s: fewer than %d receive completions on QP %d within %d ms", what, n,
 			 s, WC_MS);
+	for (int k = 0; k < n; k++)
+		if (wc[k].byte_len != len9(s, k)) {
+			/* out of order, or another's: say what came, before failing */
+			for (int j = 0; j < n; j++)
+				svt_log("%s, QP %d: completion %d: wr_id %llu, %u B (message %d has %u)",
+					what, s, j, (unsigned long long)wc[j].wr_id, wc[j].byte_len, j,
+					len9(s, j));
+			break;
+		}
 	for (int k = 0; k < n; k++) {
 		int i = (int)wc[k].wr_id - first_wqe, m;
 		uint32_t imm = P9_IMM + (uint32_t)k;
