@@ -231,13 +231,14 @@ void sv_xrq_consider(struct sv_qp *qp)
 		sv_xrq_adopt(qp);
 }
 
-/* srq->lock held: whether qp's record names the SRQ's queue. */
-static bool srq_lists(const struct sv_srq *srq, const struct sv_qp *qp)
+/* srq->lock held: qp's place in the list of QPs whose records name the
+ * SRQ's queue, or -1. */
+static int srq_index(const struct sv_srq *srq, const struct sv_qp *qp)
 {
 	for (uint32_t i = 0; i < srq->nxqps; i++)
 		if (srq->xqps[i] == qp)
-			return true;
-	return false;
+			return (int)i;
+	return -1;
 }
 
 /* srq->lock held: the QP numbered qpn whose record names the SRQ's queue. */
@@ -252,7 +253,7 @@ static struct sv_qp *srq_qp(const struct sv_srq *srq, uint32_t qpn)
 /* srq->lock held: qp's record is to name the SRQ's queue; false: no room. */
 static bool srq_list(struct sv_srq *srq, struct sv_qp *qp)
 {
-	if (srq_lists(srq, qp))
+	if (srq_index(srq, qp) >= 0)
 		return true;
 	if (srq->nxqps == srq->xqps_cap) {
 		uint32_t cap = srq->xqps_cap ? 2 * srq->xqps_cap : 4;
@@ -329,7 +330,7 @@ void sv_xrq_record(struct sv_qp *qp, struct sv_xqp *q)
 	}
 	/* under the SRQ's lock: a resize moves its queue meanwhile */
 	sv_mutex_lock(&srq->lock);
-	if (srq->rq.xl && srq_lists(srq, qp))
+	if (srq->rq.xl && srq_index(srq, qp) >= 0)
 		publish(q, &srq->rq);
 	else
 		atomic_store(&q->rq_off, 0);
@@ -513,9 +514,22 @@ static void srq_drain(struct sv_srq *srq, bool *limit)
 	}
 }
 
-static void srq_limit_event(struct sv_srq *srq)
+void sv_xrq_srq_drain(struct sv_srq *srq, bool *limit)
 {
-	sv_async_event(srq->ctx, IBV_EVENT_SRQ_LIMIT_REACHED, srq, &srq->async, 0);
+	if (srq->rq.xl)
+		srq_drain(srq, limit);
+}
+
+/* srq->lock not held: what peers completed goes to the QPs' CQs now. */
+static void srq_drain_now(struct sv_srq *srq)
+{
+	bool limit = false;
+
+	sv_mutex_lock(&srq->lock);
+	sv_xrq_srq_drain(srq, &limit);
+	sv_mutex_unlock(&srq->lock);
+	if (limit)
+		sv_srq_limit_event(srq);
 }
 
 void sv_xrq_drain(struct sv_qp *qp)
@@ -525,17 +539,8 @@ void sv_xrq_drain(struct sv_qp *qp)
 	uint32_t f;
 
 	if (qp->srq) {
-		struct sv_srq *srq = qp->srq;
-		bool limit = false;
-
-		if (srq->xrcd)
-			return;
-		sv_mutex_lock(&srq->lock);
-		if (srq->rq.xl)
-			srq_drain(srq, &limit);
-		sv_mutex_unlock(&srq->lock);
-		if (limit)
-			srq_limit_event(srq);
+		if (!qp->srq->xrcd)
+			srq_drain_now(qp->srq);
 		return;
 	}
 	if (!rq->xl)
@@ -573,10 +578,10 @@ bool sv_xrq_take(struct sv_qp *qp)
 	return take_head(&qp->rq);
 }
 
-bool sv_xrq_srq_take(struct sv_srq *srq, bool take, bool *limit)
+bool sv_xrq_srq_take(struct sv_srq *srq, bool *limit)
 {
 	srq_drain(srq, limit);
-	return take && srq->rq.count && take_head(&srq->rq);
+	return srq->rq.count && take_head(&srq->rq);
 }
 
 /* srq->lock held: the records of the SRQ's QPs name its queue again. */
@@ -608,13 +613,14 @@ int sv_xrq_srq_unshare(struct sv_srq *srq, bool *limit)
 	for (uint32_t i = 0; i < srq->nxqps; i++)
 		sv_export_qp_wait_peers(srq->xqps[i]);
 	srq_drain(srq, limit);
-	pool = completed(rq) == atomic_load(&xl->x->taken)
-		       ? calloc((size_t)n * rq->max_sge, sizeof(*pool))
-		       : NULL;
+	if (completed(rq) != atomic_load(&xl->x->taken)) {
+		srq_publish_all(srq); /* a peer stopped inside its placement */
+		return EBUSY;
+	}
+	pool = calloc((size_t)n * rq->max_sge, sizeof(*pool));
 	if (!pool) {
-		/* (a peer stopped inside its placement, or no memory) */
 		srq_publish_all(srq);
-		return completed(rq) == atomic_load(&xl->x->taken) ? ENOMEM : EBUSY;
+		return ENOMEM;
 	}
 	for (uint32_t i = 0; i < n; i++) {
 		memcpy(pool + (size_t)i * rq->max_sge, rq->wqe[i].sge,
@@ -644,21 +650,17 @@ void sv_xrq_srq_free(struct sv_srq *srq)
 void sv_xrq_srq_leave(struct sv_qp *qp)
 {
 	struct sv_srq *srq = qp->srq;
-	bool limit = false;
+	int i;
 
 	if (!srq || srq->xrcd)
 		return;
+	srq_drain_now(srq);
+	/* (its record closed and settled: nothing more is placed for it) */
 	sv_mutex_lock(&srq->lock);
-	if (srq->rq.xl)
-		srq_drain(srq, &limit);
-	for (uint32_t i = 0; i < srq->nxqps; i++)
-		if (srq->xqps[i] == qp) {
-			srq->xqps[i] = srq->xqps[--srq->nxqps];
-			break;
-		}
+	i = srq_index(srq, qp);
+	if (i >= 0)
+		srq->xqps[i] = srq->xqps[--srq->nxqps];
 	sv_mutex_unlock(&srq->lock);
-	if (limit)
-		srq_limit_event(srq);
 }
 
 /* cq->lock held: qp's place on the CQ's list, or -1. */

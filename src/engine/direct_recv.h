@@ -152,12 +152,15 @@ void sv_xrq_drain(struct sv_qp *qp);
  * that came by the wire finds no receive, as RNR). */
 bool sv_xrq_take(struct sv_qp *qp);
 
-/* srq->lock held, its queue in the arena: the receives peers completed
- * go to their QPs' CQs, in order; then the head WQE, if there is one, is
- * taken for the responder (true) or not (false: none, or a peer's).
- * *limit: the SRQ's limit was crossed (disarmed; the caller raises the
- * event once the lock is let go). */
-bool sv_xrq_srq_take(struct sv_srq *srq, bool take, bool *limit);
+/* srq->lock held: the receives peers completed go to their QPs' CQs, in
+ * order (nothing if its queue is private).  *limit: the SRQ's limit was
+ * crossed (disarmed; the caller raises the event, sv_srq_limit_event, once
+ * the lock is let go). */
+void sv_xrq_srq_drain(struct sv_srq *srq, bool *limit);
+/* srq->lock held, its queue in the arena: sv_xrq_srq_drain, then the head
+ * WQE, if there is one, is taken for the responder (true) or not (false:
+ * none, or a peer's). */
+bool sv_xrq_srq_take(struct sv_srq *srq, bool *limit);
 /* srq->lock held: the WQEs the SRQ holds that nobody has taken. */
 uint32_t sv_xrq_srq_avail(const struct sv_srq *srq);
 /* srq->lock held, its queue in the arena: the queue goes back to private

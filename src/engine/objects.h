@@ -728,6 +728,12 @@ bool sv_cq_push(struct sv_cq *cq, const struct ibv_wc *wc, bool solicited);
 /* Post an event: element is the QP, CQ or SRQ (counted by obj), or NULL for port events. */
 void sv_async_event(struct sv_context *ctx, enum ibv_event_type type, void *element,
 		    struct sv_async_count *obj, int port);
+/* The SRQ's armed limit was crossed (it was disarmed under its lock, which
+ * is let go now): IBV_EVENT_SRQ_LIMIT_REACHED. */
+static inline void sv_srq_limit_event(struct sv_srq *srq)
+{
+	sv_async_event(srq->ctx, IBV_EVENT_SRQ_LIMIT_REACHED, srq, &srq->async, 0);
+}
 /* Destroying obj: drop its unread events, wait for the read ones to be acknowledged. */
 void sv_async_forget(struct sv_context *ctx, struct sv_async_count *obj);
 /* The reader: the oldest event, counted as read for its object; false when

@@ -92,7 +92,6 @@ static void nak_fatal(struct sv_qp *qp, struct sv_conn *conn, uint32_t psn, uint
 	enter_error(qp);
 }
 
-/* extra_flags IBV_WC_WITH_INV: inv_rkey is the key a SEND_WITH_INV invalidated */
 /* The receive WQE being filled is done with (completed, flushed or
  * dropped).  One taken from an SRQ's queue in the arena held back what
  * peers placed for this QP after it: that goes now, in order. */
@@ -105,6 +104,7 @@ static void rwqe_done(struct sv_qp *qp)
 	}
 }
 
+/* extra_flags IBV_WC_WITH_INV: inv_rkey is the key a SEND_WITH_INV invalidated */
 static void complete_recv(struct sv_qp *qp, enum ibv_wc_status st, enum ibv_wc_opcode opc,
 			  uint32_t byte_len, const struct sv_immdt *imm, uint32_t src_qp,
 			  unsigned int extra_flags, uint32_t inv_rkey, bool solicited)
@@ -489,16 +489,16 @@ static bool take_recv(struct sv_qp *qp)
 		/* as below, for the SRQ's queue: a WQE a peer took for one of
 		 * its QPs and has not finished holds back the ones after it,
 		 * so that none of that QP's messages completes before it */
-		if (rq->xl && !sv_xrq_srq_take(qp->srq, true, &limit)) {
-			sv_mutex_unlock(&qp->srq->lock);
-			if (limit)
-				sv_async_event(qp->ctx, IBV_EVENT_SRQ_LIMIT_REACHED, qp->srq,
-					       &qp->srq->async, 0);
-			return false;
-		}
-		/* (its completion comes before theirs: rwqe_done) */
-		if (rq->xl)
+		if (rq->xl) {
+			if (!sv_xrq_srq_take(qp->srq, &limit)) {
+				sv_mutex_unlock(&qp->srq->lock);
+				if (limit)
+					sv_srq_limit_event(qp->srq);
+				return false;
+			}
+			/* (its completion comes before theirs: rwqe_done) */
 			atomic_store_explicit(&qp->resp.srq_open, true, memory_order_relaxed);
+		}
 	} else {
 		rq = &qp->rq;
 		/* receives a peer of this host completed go first, in order;
@@ -529,7 +529,7 @@ static bool take_recv(struct sv_qp *qp)
 		}
 		sv_mutex_unlock(&qp->srq->lock);
 		if (limit)
-			sv_async_event(qp->ctx, IBV_EVENT_SRQ_LIMIT_REACHED, qp->srq, &qp->srq->async, 0);
+			sv_srq_limit_event(qp->srq);
 	}
 	qp->resp.have_rwqe = true;
 	qp->resp.rwqe_off = 0;

@@ -194,8 +194,7 @@ int ibv_modify_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr, int mask)
 	sv_mutex_lock(&srq->lock);
 	/* (what peers of this host placed completes first: the WRs posted
 	 * are those left) */
-	if (srq->rq.xl)
-		(void)sv_xrq_srq_take(srq, false, &crossed);
+	sv_xrq_srq_drain(srq, &crossed);
 	/* Checked as rxe does, all before anything changes: a new size within
 	 * the device's limit, not below the limit armed (or being armed), and
 	 * holding the WRs posted; a limit within the (new) size. */
@@ -219,7 +218,7 @@ int ibv_modify_srq(struct ibv_srq *ibsrq, struct ibv_srq_attr *attr, int mask)
 		srq->srq_limit = attr->srq_limit;
 	sv_mutex_unlock(&srq->lock);
 	if (crossed)
-		sv_async_event(srq->ctx, IBV_EVENT_SRQ_LIMIT_REACHED, srq, &srq->async, 0);
+		sv_srq_limit_event(srq);
 	return err;
 }
 
