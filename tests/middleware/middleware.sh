@@ -37,7 +37,7 @@ SV_BIN=${SV_BIN:-}
 # Where the two sides run: namespaces, devices, the server's address.
 if [ "$MODE" = hosts ]; then
 	# Two hosts as a new user has them: no SOFTVERBS_LOOPBACK (the suite's
-	# default, svt_use_loopback_device), no UCX_NET_DEVICES, each NIC its
+	# default, svt_test_environment), no UCX_NET_DEVICES, each NIC its
 	# own name.  Each side must see only its own interface's device: a
 	# device on lo looks to UCX like a path to the other host.
 	unset SOFTVERBS_LOOPBACK SOFTVERBS_IFACES

@@ -388,6 +388,7 @@ int main(void)
 		svt_skip("needs root: a network namespace of its own");
 	signal(SIGPIPE, SIG_IGN);
 	setenv("SOFTVERBS_TRANSPORT", "tcp", 1);
+	setenv("SOFTVERBS_PORT", "4791", 1); /* the default, whatever the harness gave */
 
 	/* 1. the shared TCP port, bound by a socket without SO_REUSEPORT */
 	sq = squat(AF_INET, SOCK_STREAM, "127.0.0.1", 4791, false);

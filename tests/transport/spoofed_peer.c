@@ -120,8 +120,8 @@ int main(void)
 
 	svt_watchdog(60);
 	setenv("SOFTVERBS_TRANSPORT", "tcp", 1);
-	if (!ns)
-		setenv("SOFTVERBS_PORT", "0", 1); /* the host's shared port is everyone's */
+	/* the host's shared port is everyone's; in our namespace, the default */
+	setenv("SOFTVERBS_PORT", ns ? "4791" : "0", 1);
 	svt_dev_open(&v);
 	svt_dev_open(&r);
 	struct ibv_cq *vcq = svt_create_cq(v.ctx, 16, NULL), *rcq = svt_create_cq(r.ctx, 16, NULL);
