@@ -2,7 +2,8 @@
 # bench/run-rocev2.sh: softverbs' rocev2 transport next to its tcp transport
 # and to TCP itself (qperf), with and without 1 % packet loss.
 #
-#   bench/run-rocev2.sh          # ~2 minutes here (PATHS="lo veth veth6": which)
+#   bench/run-rocev2.sh          # ~2 minutes here (PATHS="lo veth veth6": which;
+#                                # LOSSES="0 1": the loss rates, %)
 #
 # Three paths, each inside network namespaces of its own so that loss can be
 # put on them without touching the host (netem; where the kernel has no
@@ -168,7 +169,7 @@ echo "path,loss_pct,rocev2_bw_MBps,tcp_bw_MBps,qperf_bw_MBps,rocev2_lat_us,tcp_l
 } | tee "$TABLE"
 for PATH_NAME in ${PATHS:-lo veth veth6}; do
 	setup_path "$PATH_NAME"
-	for LOSS in 0 1; do
+	for LOSS in ${LOSSES:-0 1}; do
 		set_loss "$LOSS"
 		rbw=$(sv_bw rocev2) tbw=$(sv_bw tcp) qbw=$(qperf_run tcp_bw)
 		rlat=$(sv_lat rocev2) tlat=$(sv_lat tcp) qlat=$(qperf_run tcp_lat)

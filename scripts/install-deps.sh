@@ -6,7 +6,8 @@
 # --all adds every package some test runs over softverbs or uses to check it
 # (the tests skip, naming the package, where one is missing): the sanitizer
 # compiler, UCX, Open MPI, MPICH, libfabric, DAPL, scapy, tcpdump, tshark,
-# and qemu with debootstrap for the Soft-RoCE guest.  CI (.ci/run) installs
+# ethtool (the tests' veths cut UDP runs into packets as a NIC does), and
+# qemu with debootstrap for the Soft-RoCE guest.  CI (.ci/run) installs
 # these.
 #
 # Build: cmake, gcc, make, pkg-config and rdma-core's headers (libibverbs-dev,
@@ -23,7 +24,7 @@ set -euo pipefail
 
 test_packages=(
 	clang ucx-utils libucx-dev openmpi-bin libopenmpi-dev mpich libmpich-dev
-	libfabric-bin dapl2-utils python3-scapy tcpdump tshark
+	libfabric-bin dapl2-utils python3-scapy tcpdump tshark ethtool
 	qemu-system-x86 debootstrap e2fsprogs
 )
 extra=()

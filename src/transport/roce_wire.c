@@ -199,22 +199,28 @@ static bool ipv4_id_explains(uint32_t want, uint32_t have, size_t len)
 	return !diff;
 }
 
+size_t sv_roce_encoded_len(const void *pkt, size_t len)
+{
+	const uint8_t *p = pkt;
+	const struct sv_opcode_info *op;
+
+	if (len < sizeof(struct sv_bth) || !(op = sv_opcode_info(p[0])) || len < op->hdr_len ||
+	    (p[1] & SV_BTH_GPUREF))
+		return 0;
+	return len + (4 - (len - op->hdr_len) % 4) % 4 + SV_ROCE_ICRC_LEN;
+}
+
 size_t sv_roce_encode(const struct sv_roce_path *path, const void *pkt, size_t len, void *out,
 		      size_t cap)
 {
 	const uint8_t *p = pkt;
 	uint8_t *o = out, flags;
-	const struct sv_opcode_info *op;
-	size_t pad, total;
+	size_t pad, total = sv_roce_encoded_len(pkt, len);
 	uint32_t icrc;
 
-	if (len < sizeof(struct sv_bth) || !(op = sv_opcode_info(p[0])) || len < op->hdr_len ||
-	    (p[1] & SV_BTH_GPUREF))
+	if (!total || total > cap)
 		return 0;
-	pad = (4 - (len - op->hdr_len) % 4) % 4;
-	total = len + pad + SV_ROCE_ICRC_LEN;
-	if (total > cap)
-		return 0;
+	pad = total - len - SV_ROCE_ICRC_LEN;
 	flags = p[1];
 	if (o != p)
 		memcpy(o, p, len); /* else in place */

@@ -89,6 +89,8 @@ enum sv_roce_err {
  */
 size_t sv_roce_encode(const struct sv_roce_path *path, const void *pkt, size_t len, void *out,
 		      size_t cap); /* out may be pkt: encoded in place */
+/* The length sv_roce_encode gives packet pkt (len bytes), or 0 if it cannot go. */
+size_t sv_roce_encoded_len(const void *pkt, size_t len);
 
 /*
  * The softverbs packet carried by UDP payload dgram (len bytes) that arrived

@@ -49,6 +49,7 @@
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <netinet/udp.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -91,6 +92,7 @@ struct sv_rocev2_tx {
 	int refs;
 	int fd[SV_ROCEV2_TX_SOCKS];
 	uint16_t port[SV_ROCEV2_TX_SOCKS]; /* host order */
+	atomic_bool gso; /* the kernel cuts runs of datagrams (UDP_SEGMENT) */
 };
 
 static struct sv_mutex tx_lock = SV_MUTEX_INITIALIZER(SV_LOCK_ROCE_TX);
@@ -186,6 +188,17 @@ static struct sv_rocev2_tx *tx_get(const struct in6_addr *ip, int scope)
 		}
 		bufsize(t->fd[i], SO_SNDBUFFORCE, SO_SNDBUF, SV_ROCEV2_SNDBUF);
 		t->port[i] = ntohs(v4 ? sa.u.v4.sin_port : sa.u.v6.sin6_port);
+	}
+	/* a kernel that knows the option (4.18 on) takes it in a message too;
+	 * one that does not would send a run as one datagram.
+	 * SOFTVERBS_ROCEV2_GSO=0: a datagram each (what a capture on lo or a
+	 * veth shows is then what a NIC would put on the wire) */
+	{
+		int off = 0;
+
+		atomic_init(&t->gso, sv_env_long("SOFTVERBS_ROCEV2_GSO", 1) != 0 &&
+					     !setsockopt(t->fd[0], SOL_UDP, UDP_SEGMENT, &off,
+							 sizeof(off)));
 	}
 	tx_pools[slot] = t;
 out:
@@ -369,61 +382,197 @@ static ssize_t send_dgram(int fd, const uint8_t *dg, size_t n, const struct addr
 }
 
 /*
- * Each frame one datagram.  A datagram the network cannot take (a full
- * socket buffer, a packet over the path MTU) is dropped, as a switch would
- * drop it; RC's retransmission recovers it, UC and UD lose it.
+ * Runs of datagrams (UDP_SEGMENT, Linux 4.18): the datagrams of a batch
+ * that leave from one socket with one size (the last may be shorter) go in
+ * one sendmsg(2), which the kernel cuts into datagrams as late as it can
+ * (on lo and veth, at the receiving socket): one trip down the stack for up
+ * to RUN_SEGS packets instead of one each.  The kernel numbers the cut
+ * datagrams' IPv4 identifications up from the first's (0: an unconnected
+ * socket with DF), and the ICRC covers the identification, so each is
+ * encoded with its place in the run.
+ */
+#define RUN_SEGS 64
+#define RUN_BYTES 65000 /* under a UDP datagram's 65,507 bytes */
+
+struct run {
+	uint8_t *buf;		  /* the run's datagrams, encoded, back to back */
+	size_t used, seg;	  /* bytes in buf; the size of each but the last */
+	int n, s;		  /* datagrams; the socket (its index in tx) */
+	bool closed;		  /* a shorter one ended it */
+	struct sv_roce_path path; /* the first's (identification 0) */
+};
+
+/* Why a datagram could not go, said once in a while (it is dropped, as a
+ * switch drops what it cannot take; RC's retransmission recovers it). */
+static void send_failed(const struct sv_conn *c, size_t n)
+{
+	if (errno == EMSGSIZE)
+		sv_warn_limited("a %zu-byte RoCEv2 datagram to %s is over the path's "
+				"MTU: dropped (the QP's path_mtu is too large for "
+				"the link)",
+				n, SV_IP_STR(&c->peer.ip));
+	else
+		sv_dbg("rocev2: sendto %s: %s", SV_IP_STR(&c->peer.ip), strerror(errno));
+}
+
+/* The run as one message cut into datagrams of r->seg bytes. */
+static ssize_t send_run(int fd, const struct run *r, const struct addr *to)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(uint16_t))];
+		struct cmsghdr align;
+	} u;
+	struct iovec v = { r->buf, r->used };
+	struct msghdr mh = { .msg_name = (void *)&to->u, .msg_namelen = to->len,
+			     .msg_iov = &v, .msg_iovlen = 1, .msg_control = u.buf,
+			     .msg_controllen = sizeof(u.buf) };
+	struct cmsghdr *cm;
+	uint16_t seg = (uint16_t)r->seg;
+
+	memset(&u, 0, sizeof(u));
+	cm = CMSG_FIRSTHDR(&mh);
+	cm->cmsg_level = SOL_UDP;
+	cm->cmsg_type = UDP_SEGMENT;
+	cm->cmsg_len = CMSG_LEN(sizeof(seg));
+	memcpy(CMSG_DATA(cm), &seg, sizeof(seg));
+	return sendmsg(fd, &mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+}
+
+/* Send what the run holds, and empty it. */
+static void run_flush(struct sv_conn *c, struct sv_rocev2_tx *t, const struct addr *to,
+		      struct run *r)
+{
+	int fd;
+
+	if (!r->n)
+		return;
+	fd = t->fd[r->s];
+	if (r->n == 1) {
+		if (send_dgram(fd, r->buf, r->used, to, ECN_ECT0) < 0)
+			send_failed(c, r->used);
+	} else if (send_run(fd, r, to) < 0) {
+		/* EINVAL: a datagram over the path's MTU (said below), or
+		 * more than the kernel cuts at once; EIO, ENOPROTOOPT: a
+		 * device or kernel that cannot cut them.  One by one then,
+		 * each with the identification the kernel now gives it (0) */
+		if ((errno == EIO || errno == ENOPROTOOPT || errno == EOPNOTSUPP) &&
+		    atomic_exchange_explicit(&t->gso, false, memory_order_relaxed))
+			sv_info("rocev2: the kernel does not cut runs of datagrams from %s (%s): "
+				"a datagram each from now on",
+				SV_IP_STR(&t->ip), strerror(errno));
+		if (errno != EAGAIN && errno != ENOBUFS)
+			for (size_t at = 0; at < r->used; at += r->seg) {
+				size_t n = SV_MIN(r->seg, r->used - at);
+				uint8_t *dg = r->buf + at;
+
+				if (at && !r->path.v6 && !r->path.tag_key) {
+					uint32_t icrc = sv_roce_icrc(&r->path, dg, n);
+
+					for (int i = 0; i < SV_ROCE_ICRC_LEN; i++)
+						dg[n - SV_ROCE_ICRC_LEN + (size_t)i] =
+							(uint8_t)(icrc >> (8 * i));
+				}
+				if (send_dgram(fd, dg, n, to, ECN_ECT0) < 0)
+					send_failed(c, n);
+			}
+	}
+	r->used = 0;
+	r->n = 0;
+	r->closed = false;
+}
+
+/* Frame k of f gathered into dg (SV_MAX_FRAME at most): its length. */
+static size_t gather(const struct sv_frames *f, int k, uint8_t *dg)
+{
+	size_t len = 0, skip = SV_FRAME_HEAD;
+
+	for (int i = f->first[k]; i < f->first[k + 1]; i++) {
+		size_t l = f->iov[i].iov_len;
+
+		if (skip >= l) {
+			skip -= l;
+			continue;
+		}
+		if (len + l - skip > SV_MAX_FRAME)
+			break;
+		memcpy(dg + len, (const uint8_t *)f->iov[i].iov_base + skip, l - skip);
+		len += l - skip;
+		skip = 0;
+	}
+	return len;
+}
+
+/*
+ * Each frame one datagram, in runs where it can (above).  A datagram the
+ * network cannot take (a full socket buffer, a packet over the path MTU) is
+ * dropped, as a switch would drop it; RC's retransmission recovers it, UC
+ * and UD lose it.
  */
 static int rocev2_send(struct sv_conn *c, const struct sv_frames *f)
 {
 	/* on the stack: a library's thread-local storage must stay small
 	 * (dlopen takes it from the static TLS block); the packet is
-	 * gathered into it and encoded there, in place */
+	 * gathered into it and encoded there, in place.  A run's room is
+	 * the heap's, and only a batch's. */
 	uint8_t dg[SV_MAX_FRAME + 64];
 	struct sv_rocev2_tx *t = c->tp;
 	struct addr to = sockaddr_of(&c->peer.ip, t->scope ? t->scope : c->local_ifindex,
 				     SV_ROCE_UDP_PORT);
+	struct run r = { .buf = NULL };
 
+	if (f->nframes > 1 && atomic_load_explicit(&t->gso, memory_order_relaxed))
+		r.buf = malloc(RUN_BYTES + sizeof(dg));
 	for (int k = 0; k < f->nframes; k++) {
-		size_t len = 0, skip = SV_FRAME_HEAD, n;
+		uint8_t *at = r.buf ? r.buf + r.used : dg;
+		size_t len = gather(f, k, at), n;
 		struct sv_roce_path path = { .dport = SV_ROCE_UDP_PORT };
 		uint8_t flags;
 		int s;
 
-		for (int i = f->first[k]; i < f->first[k + 1]; i++) {
-			size_t l = f->iov[i].iov_len;
-
-			if (skip >= l) {
-				skip -= l;
-				continue;
-			}
-			if (len + l - skip > SV_MAX_FRAME)
-				break;
-			memcpy(dg + len, (const uint8_t *)f->iov[i].iov_base + skip, l - skip);
-			len += l - skip;
-			skip = 0;
-		}
 		if (len < 12)
 			continue;
 		/* the same socket, so the same source port, for each QP pair */
-		s = (int)((pkt_dqpn(dg) * 2654435761u) >> 29) % SV_ROCEV2_TX_SOCKS;
-		flags = dg[1]; /* fault marks: the encoding rewrites the byte */
+		s = (int)((pkt_dqpn(at) * 2654435761u) >> 29) % SV_ROCEV2_TX_SOCKS;
+		flags = at[1]; /* fault marks: the encoding rewrites the byte */
 		path_addrs(&path, &t->ip, &c->peer.ip);
 		path.sport = t->port[s];
 		if (tag_key(&path))
 			continue; /* no key: nothing a peer of this job would take */
-		n = sv_roce_encode(&path, dg, len, dg, sizeof(dg));
-		if (!n)
+		n = sv_roce_encoded_len(at, len);
+		if (!n || n > sizeof(dg))
 			continue; /* cannot go on a RoCE wire (a GPU reference) */
-		if (send_dgram(t->fd[s], dg, n, &to, apply_faults(flags, dg, n)) < 0) {
-			if (errno == EMSGSIZE)
-				sv_warn_limited("a %zu-byte RoCEv2 datagram to %s is over the path's "
-						"MTU: dropped (the QP's path_mtu is too large for "
-						"the link)",
-						n, SV_IP_STR(&c->peer.ip));
-			else
-				sv_dbg("rocev2: sendto %s: %s", SV_IP_STR(&c->peer.ip),
-				       strerror(errno));
+		if (r.buf && !(flags & (SV_BTH_CORRUPT | SV_BTH_CE))) {
+			if (r.n && (s != r.s || n > r.seg || r.closed || r.n == RUN_SEGS ||
+				    r.used + n > RUN_BYTES)) {
+				/* another run: this one goes first, the frame to its start */
+				run_flush(c, t, &to, &r);
+				memmove(r.buf, at, len);
+				at = r.buf;
+			}
+			path.ip_id = path.v6 ? 0 : (uint16_t)r.n;
+			sv_roce_encode(&path, at, len, at, n);
+			if (!r.n) {
+				r.s = s;
+				r.seg = n;
+				r.path = path;
+			}
+			r.closed = n < r.seg;
+			r.used += n;
+			r.n++;
+			continue;
 		}
+		/* alone: a fault's mark, or no runs */
+		if (r.buf) {
+			run_flush(c, t, &to, &r);
+			memcpy(dg, at, len);
+		}
+		sv_roce_encode(&path, dg, len, dg, sizeof(dg));
+		if (send_dgram(t->fd[s], dg, n, &to, apply_faults(flags, dg, n)) < 0)
+			send_failed(c, n);
+	}
+	if (r.buf) {
+		run_flush(c, t, &to, &r);
+		free(r.buf);
 	}
 	return f->nframes;
 }

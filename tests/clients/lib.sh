@@ -468,6 +468,29 @@ sv_require_ipv6_lo() {
 # own TCP connection, which is IPv4 only).  The addresses exist only inside
 # these namespaces.  Skips (77) when not root or when namespaces/veth cannot
 # be made here.
+# sv_wire_packets NS IFACE [NS IFACE...]: the interfaces cut what leaves
+# them into packets before it goes, as a NIC without UDP segmentation
+# offload does.  The rocev2 transport hands the kernel runs of datagrams in
+# one message (UDP GSO: rocev2.c), which a veth would otherwise carry whole
+# to the receiving socket: a capture or a raw socket there would see a run as
+# one frame.  So what tcpdump and the tests' own peers see is what such a
+# NIC puts on the wire, each packet's IPv4 identification (which the ICRC
+# covers) as the kernel numbers them.  Without ethtool, softverbs sends a
+# datagram each instead (SOFTVERBS_ROCEV2_GSO=0), and says so.
+sv_wire_packets() {
+	if ! command -v ethtool >/dev/null 2>&1; then
+		[ -n "${SOFTVERBS_ROCEV2_GSO:-}" ] ||
+			sv_log "no ethtool: rocev2 sends a datagram each (SOFTVERBS_ROCEV2_GSO=0)"
+		export SOFTVERBS_ROCEV2_GSO=0
+		return 0
+	fi
+	while [ $# -ge 2 ]; do
+		ip netns exec "$1" ethtool -K "$2" tx-udp-segmentation off >/dev/null 2>&1 ||
+			sv_fail "ethtool -K $2 tx-udp-segmentation off (in $1) failed"
+		shift 2
+	done
+}
+
 sv_netns_pair() {
 	local tag=$1 net=$2 v6=${3:-} a=sva b=svb
 	[ "$(id -u)" = 0 ] || sv_skip_root "network namespaces"
@@ -491,6 +514,8 @@ sv_netns_pair() {
 		ip -n "$SV_NS_A" link set lo up && ip -n "$SV_NS_B" link set lo up &&
 		ip -n "$SV_NS_A" link set $a up && ip -n "$SV_NS_B" link set $b up ||
 		sv_fail "configuring the veth pair"
+	sv_wire_packets "$SV_NS_A" sva "$SV_NS_B" svb
+	[ "$a" = sva ] || sv_wire_packets "$SV_NS_A" $a "$SV_NS_B" $b
 	if [ -n "$v6" ]; then
 		# nodad: usable at once, not after duplicate address detection
 		ip -n "$SV_NS_A" addr add "fd00:211:$net::1/64" dev sva nodad &&

@@ -19,7 +19,15 @@
 #             the server's QP with a wrong ICRC, from 10.211.NET.3.
 # The flooded run must keep at least half the baseline's bandwidth, both
 # programs must exit 0 (no error completion, no RETRY_EXC), and the output
-# says the flood's achieved rate.  Both runs are measured here, one after
+# says the flood's achieved rate.  The baseline runs beside the same flood
+# sent to A's UDP port 4792, where nothing listens (A's kernel drops each
+# datagram): on a machine of two cores the flooder, A's kernel taking its
+# datagrams and the two softverbs processes share them, and what is
+# asserted is what softverbs' own handling of the flood costs, not what a
+# third busy process costs on two cores (with rocev2's runs of datagrams the
+# sender got cheaper, and in the ASan build a baseline without the flooder
+# beside it measured 230 MB/s to the flooded run's 85, where the flooded
+# run alone had gone from 67 to 85).  Both runs are measured here, one after
 # the other, so that a busy machine slows both; when the flooded run falls
 # short, another pair is measured, up to three while the time allows (the
 # scheduler of a loaded machine can take a core from either run for a
@@ -66,62 +74,57 @@ DROPS=$(udp_rcvbuf_errors)
 
 # -f 1: measured over the middle of the run (1 s margins)
 common=(-x 3 -c RC -s 1048576 -D "$secs" -f 1)
-# run NAME FLOOD: one ib_write_bw pair; with FLOOD=1, the flooder runs from
-# the moment the server has its QP until the client has ended.  Sets BW
-# (MB/s, the client's average) and FLOOD_RATE (datagrams a second, "" for
-# none); fails the test on an error.
+# run NAME PORT: one ib_write_bw pair, the flooder sending to A's UDP PORT
+# (4791: softverbs'; 4792: nobody's) from the moment the server has its QP
+# until the client has ended.  Sets BW (MB/s, the client's average) and
+# FLOOD_RATE (datagrams a second); fails the test on an error.
 run() {
-	local name=$1 flood=$2 spid cpid qpn="" fpid="" row
+	local name=$1 to=$2 spid cpid qpn="" fpid row
 	sv_perftest_server "$SV_NS_A" sv_sva "$port" ib_write_bw "${common[@]}"
 	spid=$SV_PID port=$SV_PORT
 	sv_run_bg client "$(($(sv_left) - 3))" "$SV_NS_B" ib_write_bw -d sv_svb -p "$port" \
 		"${common[@]}" "10.211.$net.1"
 	cpid=$SV_PID
-	if [ "$flood" = 1 ]; then
-		# the server prints its QP once the client has connected,
-		# before the first WRITE
-		local deadline=$((SECONDS + 20))
-		until qpn=$(sed -n 's/.*local address:.*QPN \(0x[0-9a-fA-F]*\).*/\1/p' \
-			"$SV_WORK/server.out" | head -1) && [ -n "$qpn" ]; do
-			kill -0 "$cpid" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ] ||
-				sv_fail "the server printed no QPN"
-			sleep 0.02
-		done
-		local fkind=valid
-		[ "$kind" != badicrc ] || fkind=badicrc
-		echo "\$ ip netns exec $SV_NS_F rocev2_flood $fkind $src 10.211.$net.1 $rate ..." \
-			>"$SV_WORK/flood.out"
-		timeout -k 2 "$(($(sv_left) - 3))" ip netns exec "$SV_NS_F" "$SV_FLOOD" "$fkind" \
-			"$src" "10.211.$net.1" "$rate" 600 "$qpn" >>"$SV_WORK/flood.out" 2>&1 &
-		fpid=$!
-		SV_PGIDS+=("$fpid")
-		# what the QPs counted near the end of the run (not stopped
-		# for it: the flood would fill the socket meanwhile), for the log
-		sleep "$((secs - 1))"
-		if "$SV_TOOL" stat --json >"$SV_WORK/snap.json" 2>/dev/null; then
-			local c s
-			c=$(sv_stat_rc_sums "$SV_WORK/snap.json" "$SV_NS_B" ib_write_bw tx_packets \
-				retransmits ack_timeouts cnp_received)
-			s=$(sv_stat_rc_sums "$SV_WORK/snap.json" "$SV_NS_A" ib_write_bw rx_packets \
-				ecn_marked_packets cnp_sent)
-			sv_log "$name, $((secs - 1)) s in: client QP tx_packets retransmits" \
-				"ack_timeouts cnp_received: ${c:-gone}; server QP rx_packets" \
-				"ecn_marked_packets cnp_sent: ${s:-gone}"
-		fi
+	# the server prints its QP once the client has connected,
+	# before the first WRITE
+	local deadline=$((SECONDS + 20))
+	until qpn=$(sed -n 's/.*local address:.*QPN \(0x[0-9a-fA-F]*\).*/\1/p' \
+		"$SV_WORK/server.out" | head -1) && [ -n "$qpn" ]; do
+		kill -0 "$cpid" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ] ||
+			sv_fail "the server printed no QPN"
+		sleep 0.02
+	done
+	local fkind=valid
+	[ "$kind" != badicrc ] || fkind=badicrc
+	echo "\$ ip netns exec $SV_NS_F rocev2_flood $fkind $src 10.211.$net.1 $rate ... $to" \
+		>"$SV_WORK/flood.out"
+	timeout -k 2 "$(($(sv_left) - 3))" ip netns exec "$SV_NS_F" "$SV_FLOOD" "$fkind" \
+		"$src" "10.211.$net.1" "$rate" 600 "$qpn" "$to" >>"$SV_WORK/flood.out" 2>&1 &
+	fpid=$!
+	SV_PGIDS+=("$fpid")
+	# what the QPs counted near the end of the run (not stopped
+	# for it: the flood would fill the socket meanwhile), for the log
+	sleep "$((secs - 1))"
+	if "$SV_TOOL" stat --json >"$SV_WORK/snap.json" 2>/dev/null; then
+		local c s
+		c=$(sv_stat_rc_sums "$SV_WORK/snap.json" "$SV_NS_B" ib_write_bw tx_packets \
+			retransmits ack_timeouts cnp_received)
+		s=$(sv_stat_rc_sums "$SV_WORK/snap.json" "$SV_NS_A" ib_write_bw rx_packets \
+			ecn_marked_packets cnp_sent)
+		sv_log "$name, $((secs - 1)) s in: client QP tx_packets retransmits" \
+			"ack_timeouts cnp_received: ${c:-gone}; server QP rx_packets" \
+			"ecn_marked_packets cnp_sent: ${s:-gone}"
 	fi
 	sv_wait_both "$cpid" "$spid"
 	local drops
 	drops=$(udp_rcvbuf_errors)
 	[ "$drops" = "$DROPS" ] || sv_log "$name: A's UDP sockets dropped $((drops - DROPS)) datagrams (full)"
 	DROPS=$drops
-	FLOOD_RATE=""
-	if [ -n "$fpid" ]; then
-		kill -TERM "$fpid" 2>/dev/null || true
-		wait "$fpid" || true
-		FLOOD_RATE=$(sed -n 's/^flood .*: \([0-9]*\)\/s (asked.*/\1/p' "$SV_WORK/flood.out")
-		[ -n "$FLOOD_RATE" ] || sv_fail "the flooder reported no rate"
-		mv "$SV_WORK/flood.out" "$SV_WORK/$name-flood.out"
-	fi
+	kill -TERM "$fpid" 2>/dev/null || true
+	wait "$fpid" || true
+	FLOOD_RATE=$(sed -n 's/^flood .*: \([0-9]*\)\/s (asked.*/\1/p' "$SV_WORK/flood.out")
+	[ -n "$FLOOD_RATE" ] || sv_fail "the flooder reported no rate"
+	mv "$SV_WORK/flood.out" "$SV_WORK/$name-flood.out"
 	row=$(grep -m1 -E '^ *[0-9]+ +[0-9]+ +[0-9.]+ +[0-9.]+' "$SV_WORK/client.out") ||
 		sv_fail "$name: the client printed no result row"
 	local bytes iters
@@ -129,14 +132,14 @@ run() {
 	[ "$bytes" = 1048576 ] || sv_fail "$name: result row for $bytes bytes, expected 1048576"
 	mv "$SV_WORK/client.out" "$SV_WORK/$name-client.out"
 	mv "$SV_WORK/server.out" "$SV_WORK/$name-server.out"
-	sv_log "$name: $BW MB/s${FLOOD_RATE:+ under $FLOOD_RATE datagrams/s ($kind)}"
+	sv_log "$name: $BW MB/s beside $FLOOD_RATE datagrams/s ($kind) to port $to"
 }
 
 best=0 best_base="" best_bw="" best_rate=""
 for try in 1 2 3; do
-	run "base$try" 0
+	run "base$try" 4792
 	base=$BW
-	run "flood$try" 1
+	run "flood$try" 4791
 	ratio=$(awk -v f="$BW" -v b="$base" 'BEGIN { printf "%.2f", (b > 0 ? f / b : 0) }')
 	if awk -v r="$ratio" -v b="$best" 'BEGIN { exit !(r > b) }'; then
 		best=$ratio best_base=$base best_bw=$BW best_rate=$FLOOD_RATE
@@ -151,6 +154,6 @@ note=""
 	note=" (this machine sent only $best_rate of the $rate datagrams/s asked)"
 awk -v r="$best" 'BEGIN { exit !(r >= 0.5) }' ||
 	sv_fail "under a $kind flood of $best_rate datagrams/s$note: $best_bw MB/s," \
-		"$best of the $best_base MB/s without it"
+		"$best of the $best_base MB/s with the flood sent to port 4792 (nobody's)"
 echo "PASS: ib_write_bw RC 1 MiB under a $kind flood of $best_rate datagrams/s$note:" \
-	"$best_bw MB/s, $best of the $best_base MB/s without it; no error"
+	"$best_bw MB/s, $best of the $best_base MB/s with the flood sent to port 4792 (nobody's); no error"

@@ -1,7 +1,9 @@
 /*
- * rocev2_flood KIND SRC DST RATE SECONDS [QPN]: a hostile RoCEv2 sender
- * (issue 35, point 5).  From address SRC (bound: the address must be one of
- * this namespace's), to DST:4791, RATE datagrams a second for SECONDS, in
+ * rocev2_flood KIND SRC DST RATE SECONDS [QPN [PORT]]: a hostile RoCEv2
+ * sender (issue 35, point 5).  From address SRC (bound: the address must be
+ * one of this namespace's), to DST:4791 (or DST:PORT, where the test's
+ * control run sends the same flood to nobody), RATE datagrams a second for
+ * SECONDS, in
  * batches of sendmmsg(2), paced by the clock; then it prints what it sent:
  *
  *   flood KIND: sent N datagrams in S s: R/s (asked RATE/s)
@@ -123,13 +125,14 @@ int main(int argc, char **argv)
 	    inet_pton(AF_INET, argv[2], &src.sin_addr) != 1 ||
 	    inet_pton(AF_INET, argv[3], &dst.sin_addr) != 1 || (rate = atof(argv[4])) <= 0 ||
 	    (secs = atof(argv[5])) <= 0) {
-		fprintf(stderr, "usage: %s valid|badicrc SRC DST RATE SECONDS [QPN]\n", argv[0]);
+		fprintf(stderr, "usage: %s valid|badicrc SRC DST RATE SECONDS [QPN [PORT]]\n",
+			argv[0]);
 		return 2;
 	}
 	bad = !strcmp(argv[1], "badicrc");
 	if (argc > 6)
 		qpn = strtol(argv[6], NULL, 0) & 0xffffff;
-	dst.sin_port = htons(SV_ROCE_UDP_PORT);
+	dst.sin_port = htons(argc > 7 ? (uint16_t)atoi(argv[7]) : SV_ROCE_UDP_PORT);
 	fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) ||
 	    bind(fd, (struct sockaddr *)&src, sizeof(src)) ||
