@@ -144,6 +144,17 @@ static struct addr sockaddr_of(const struct in6_addr *ip, int scope, uint16_t po
 	return a;
 }
 
+/* Runs of datagrams, sent (UDP_SEGMENT) and taken (UDP_GRO), unless
+ * SOFTVERBS_ROCEV2_GSO=0. */
+static bool runs_wanted(void)
+{
+	static int on = -1;
+
+	if (on < 0)
+		on = sv_env_long("SOFTVERBS_ROCEV2_GSO", 1) != 0;
+	return on;
+}
+
 static struct sv_rocev2_tx *tx_get(const struct in6_addr *ip, int scope)
 {
 	struct sv_rocev2_tx *t = NULL;
@@ -196,9 +207,8 @@ static struct sv_rocev2_tx *tx_get(const struct in6_addr *ip, int scope)
 	{
 		int off = 0;
 
-		atomic_init(&t->gso, sv_env_long("SOFTVERBS_ROCEV2_GSO", 1) != 0 &&
-					     !setsockopt(t->fd[0], SOL_UDP, UDP_SEGMENT, &off,
-							 sizeof(off)));
+		atomic_init(&t->gso, runs_wanted() && !setsockopt(t->fd[0], SOL_UDP, UDP_SEGMENT,
+								     &off, sizeof(off)));
 	}
 	tx_pools[slot] = t;
 out:
@@ -651,6 +661,11 @@ static int listen_socket(const struct in6_addr *ip, int scope)
 		close(fd);
 		return e;
 	}
+	/* runs of datagrams taken whole (Linux 5.0 on): a sender's run
+	 * (UDP_SEGMENT) reaches us uncut, and datagrams of one flow that
+	 * arrive together are joined, each cut out again here (rocev2_recv) */
+	if (runs_wanted())
+		(void)setsockopt(fd, SOL_UDP, UDP_GRO, &one, sizeof(one));
 	return fd;
 }
 
@@ -1229,10 +1244,18 @@ static void forward(const struct sv_dgram *d, uint16_t from_port, const uint8_t 
 /*
  * What one recvmmsg(2) took from a listener, handed out one datagram a
  * recv (the listener's rx_state, kept by the engine): a flood costs a
- * system call per RX_BATCH datagrams, not one each.
+ * system call per RX_BATCH datagrams, not one each.  A slot holds a whole
+ * UDP datagram, which with UDP_GRO may be a run of datagrams of gso_size
+ * bytes each (the last maybe shorter), cut apart here.  After a batch with
+ * a run in it the next asks for RX_BATCH_RUNS slots only, so that what is
+ * read ahead of a pass (rx_ready hands all of it out) stays near RX_PASS.
  */
-#define RX_BATCH 32
-#define RX_CTRL (CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(struct in6_pktinfo)))
+#define RX_BATCH 16
+#define RX_BATCH_RUNS 2
+#define RX_SLOT 65536 /* above a UDP datagram's 65,507 bytes */
+#define RX_CTRL                                                                             \
+	(CMSG_SPACE(sizeof(int)) + CMSG_SPACE(sizeof(struct in6_pktinfo)) +                  \
+	 CMSG_SPACE(sizeof(int)))
 
 union rx_from {
 	struct sockaddr sa;
@@ -1241,7 +1264,10 @@ union rx_from {
 };
 
 struct rx_batch {
-	int n, next; /* datagrams in it, the next to hand out */
+	int n, next;   /* slots filled, the one being handed out */
+	size_t off;    /* where in it the next datagram starts */
+	size_t seg[RX_BATCH]; /* a slot's run: its datagrams' size; 0: one datagram */
+	bool runs;     /* the last batch had a run: ask for fewer slots */
 	struct mmsghdr mm[RX_BATCH];
 	struct iovec iov[RX_BATCH];
 	union rx_from from[RX_BATCH];
@@ -1249,8 +1275,28 @@ struct rx_batch {
 		char buf[RX_CTRL];
 		struct cmsghdr align;
 	} ctl[RX_BATCH];
-	uint8_t raw[RX_BATCH][SV_DGRAM_RAW_MAX];
+	uint8_t raw[RX_BATCH][RX_SLOT];
 };
+
+/* The size of the datagrams of the run that slot mh holds; 0 for one. */
+static size_t run_seg(const struct msghdr *mh)
+{
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(mh); cm; cm = CMSG_NXTHDR((struct msghdr *)mh, cm))
+		if (cm->cmsg_level == SOL_UDP && cm->cmsg_type == UDP_GRO) {
+			uint16_t v16;
+			int v;
+
+			if (cm->cmsg_len >= CMSG_LEN(sizeof(int))) {
+				memcpy(&v, CMSG_DATA(cm), sizeof(v));
+				return v > 0 ? (size_t)v : 0;
+			}
+			if (cm->cmsg_len >= CMSG_LEN(sizeof(v16))) {
+				memcpy(&v16, CMSG_DATA(cm), sizeof(v16));
+				return v16;
+			}
+		}
+	return 0;
+}
 
 /*
  * Datagram raw (n bytes, which arrived as mh says) from listener of d: into
@@ -1336,10 +1382,15 @@ static int rx_one(struct sv_dgram *d, const struct msghdr *mh, const uint8_t *ra
 static int rocev2_recv(int lfd, struct sv_dgram *d)
 {
 	struct rx_batch *b = d->rx_state ? *d->rx_state : NULL;
+	const uint8_t *at;
+	size_t len;
 	int r;
 
-	if (!b && d->rx_state && (b = malloc(sizeof(*b))))
-		*d->rx_state = b, b->n = b->next = 0;
+	if (!b && d->rx_state && (b = malloc(sizeof(*b)))) {
+		*d->rx_state = b;
+		b->n = b->next = 0;
+		b->runs = true; /* a burst's first batch reads little ahead too */
+	}
 	if (!b) {
 		/* no room kept: one datagram, into d's */
 		union rx_from from;
@@ -1371,16 +1422,34 @@ static int rocev2_recv(int lfd, struct sv_dgram *d)
 							    .msg_controllen = sizeof(b->ctl[i].buf) };
 		}
 		b->next = b->n = 0;
-		n = recvmmsg(lfd, b->mm, RX_BATCH, MSG_DONTWAIT, NULL);
+		b->off = 0;
+		n = recvmmsg(lfd, b->mm, b->runs ? RX_BATCH_RUNS : RX_BATCH, MSG_DONTWAIT, NULL);
 		if (n <= 0) {
 			d->more = false;
 			return n == 0 || errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
 		}
 		b->n = n;
+		b->runs = false;
+		for (int i = 0; i < n; i++) {
+			b->seg[i] = run_seg(&b->mm[i].msg_hdr);
+			if (b->seg[i] >= b->mm[i].msg_len)
+				b->seg[i] = 0; /* a run of one */
+			b->runs |= b->seg[i] != 0;
+		}
 	}
-	r = b->next++;
+	/* the slot's next datagram: the whole slot, or the run's next one */
+	r = b->next;
+	len = b->mm[r].msg_len - b->off;
+	if (b->seg[r] && len > b->seg[r])
+		len = b->seg[r];
+	at = b->raw[r] + b->off;
+	b->off += len;
+	if (b->off >= b->mm[r].msg_len) {
+		b->next++;
+		b->off = 0;
+	}
 	d->more = b->next < b->n;
-	return rx_one(d, &b->mm[r].msg_hdr, b->raw[r], b->mm[r].msg_len);
+	return rx_one(d, &b->mm[r].msg_hdr, at, len);
 }
 
 static int rocev2_fwd_recv(int ep, struct sv_dgram *d)
