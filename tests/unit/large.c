@@ -153,7 +153,8 @@ static void destroy_qp2(struct qp2 *q)
 	SVT_CHECK_OK(ibv_destroy_cq(q->cq_b));
 }
 
-static void test_concurrent(struct svt_pair *p)
+/* true when the small SEND finished no later than the last big WRITE */
+static bool test_concurrent(struct svt_pair *p)
 {
 	struct qp2 q;
 	const uint32_t chunk = 4 * MiB;
@@ -226,14 +227,11 @@ static void test_concurrent(struct svt_pair *p)
 	}
 	svt_log("rounds: small send %d, reverse write %d, last big write %d",
 		small_round, rev_round, last_big_round);
-	SVT_CHECK_MSG(small_round <= last_big_round,
-		      "64 KiB SEND on QP2 finished after all 16 MiB queued on "
-		      "QP1 (round %d > %d): QPs do not interleave",
-		      small_round, last_big_round);
 	SVT_CHECK_FILL(bbuf, BIG, 70);
 	SVT_CHECK_FILL(bbuf + BIG, 65536, 71);
 	SVT_CHECK_FILL(rev_dst, 8 * MiB, 72);
 	destroy_qp2(&q);
+	return small_round <= last_big_round;
 }
 
 /* Two QPs write large messages at once over the same connection, one of
@@ -312,7 +310,17 @@ int main(void)
 	read_big(&p, BIG, 6);
 	send_big(&p, MiB + 17, 7); /* not a multiple of the MTU */
 	sgl_big(&p);
-	test_concurrent(&p);
+	/* The rounds are this thread's: one the scheduler keeps off a core
+	 * while the engine threads move the whole 16 MiB (CI's ASan pass
+	 * once: all four WRITEs done by round 4, the SEND at 16) cannot see
+	 * the interleaving.  A second try then; QPs that do not interleave
+	 * fail both. */
+	if (!test_concurrent(&p)) {
+		svt_log("the small SEND finished after the big WRITEs: once more");
+		SVT_CHECK_MSG(test_concurrent(&p),
+			      "64 KiB SEND on QP2 finished after all 16 MiB queued on QP1, "
+			      "twice: QPs do not interleave");
+	}
 	test_write_interleaved(&p);
 	svt_pair_destroy(&p);
 
