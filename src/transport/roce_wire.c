@@ -216,7 +216,6 @@ size_t sv_roce_encode(const struct sv_roce_path *path, const void *pkt, size_t l
 	const uint8_t *p = pkt;
 	uint8_t *o = out, flags;
 	size_t pad, total = sv_roce_encoded_len(pkt, len);
-	uint32_t icrc;
 
 	if (!total || total > cap)
 		return 0;
@@ -229,10 +228,17 @@ size_t sv_roce_encode(const struct sv_roce_path *path, const void *pkt, size_t l
 	o[IB_BTH_FECN_BYTE] = o[0] == SV_OP_CNP ? IB_BTH_BECN : 0;
 	o[IB_BTH_ACK_BYTE] = (flags & SV_BTH_ACKREQ) ? IB_BTH_ACKREQ : 0;
 	memset(o + len, 0, pad);
-	icrc = path->tag_key ? sv_roce_tag(path, o, total) : sv_roce_icrc(path, o, total);
-	for (int i = 0; i < SV_ROCE_ICRC_LEN; i++)
-		o[len + pad + (size_t)i] = (uint8_t)(icrc >> (8 * i)); /* little-endian */
+	sv_roce_seal(path, o, total);
 	return total;
+}
+
+void sv_roce_seal(const struct sv_roce_path *path, void *dgram, size_t len)
+{
+	uint8_t *d = dgram;
+	uint32_t icrc = path->tag_key ? sv_roce_tag(path, d, len) : sv_roce_icrc(path, d, len);
+
+	for (int i = 0; i < SV_ROCE_ICRC_LEN; i++)
+		d[len - SV_ROCE_ICRC_LEN + (size_t)i] = (uint8_t)(icrc >> (8 * i)); /* little-endian */
 }
 
 int sv_roce_check(const void *dgram, size_t len)

@@ -91,6 +91,9 @@ size_t sv_roce_encode(const struct sv_roce_path *path, const void *pkt, size_t l
 		      size_t cap); /* out may be pkt: encoded in place */
 /* The length sv_roce_encode gives packet pkt (len bytes), or 0 if it cannot go. */
 size_t sv_roce_encoded_len(const void *pkt, size_t len);
+/* The ICRC (or the tag) of encoded UDP payload dgram (len bytes) along path
+ * written again into its last 4 bytes (another IPv4 identification). */
+void sv_roce_seal(const struct sv_roce_path *path, void *dgram, size_t len);
 
 /*
  * The softverbs packet carried by UDP payload dgram (len bytes) that arrived

@@ -475,13 +475,8 @@ static void run_flush(struct sv_conn *c, struct sv_rocev2_tx *t, const struct ad
 				size_t n = SV_MIN(r->seg, r->used - at);
 				uint8_t *dg = r->buf + at;
 
-				if (at && !r->path.v6 && !r->path.tag_key) {
-					uint32_t icrc = sv_roce_icrc(&r->path, dg, n);
-
-					for (int i = 0; i < SV_ROCE_ICRC_LEN; i++)
-						dg[n - SV_ROCE_ICRC_LEN + (size_t)i] =
-							(uint8_t)(icrc >> (8 * i));
-				}
+				if (at && !r->path.v6 && !r->path.tag_key)
+					sv_roce_seal(&r->path, dg, n); /* identification 0 */
 				if (send_dgram(fd, dg, n, to, ECN_ECT0) < 0)
 					send_failed(c, n);
 			}
@@ -571,13 +566,11 @@ static int rocev2_send(struct sv_conn *c, const struct sv_frames *f)
 			r.n++;
 			continue;
 		}
-		/* alone: a fault's mark, or no runs */
-		if (r.buf) {
-			run_flush(c, t, &to, &r);
-			memcpy(dg, at, len);
-		}
-		sv_roce_encode(&path, dg, len, dg, sizeof(dg));
-		if (send_dgram(t->fd[s], dg, n, &to, apply_faults(flags, dg, n)) < 0)
+		/* alone (a fault's mark, or no runs), after the run before it,
+		 * encoded where it was gathered */
+		run_flush(c, t, &to, &r);
+		sv_roce_encode(&path, at, len, at, n);
+		if (send_dgram(t->fd[s], at, n, &to, apply_faults(flags, at, n)) < 0)
 			send_failed(c, n);
 	}
 	if (r.buf) {
