@@ -3,7 +3,10 @@
  * CPU time of sv_roce_encode + sv_roce_decode of one WRITE packet of 8 B,
  * 1 KiB and 4 KiB payload, with and without a tag key, on one core.
  *   cc -O2 -Isrc bench/roce_tag_cost.c src/transport/roce_wire.c \
- *      src/wire/opcode.c -lsodium -lz -lpthread -o roce_tag_cost
+ *      src/wire/opcode.c src/common/lock_order.c -lsodium -lz -lpthread \
+ *      -DSV_HAVE_ISAL -lisal -o roce_tag_cost
+ * (without the last line, the ICRC with zlib's CRC-32, as a build without
+ * ISA-L computes it)
  * Prints ns per packet (encode + decode), the best of ROUNDS rounds.
  */
 #include "transport/roce_wire.h"

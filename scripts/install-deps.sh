@@ -12,7 +12,8 @@
 #
 # Build: cmake, gcc, make, pkg-config and rdma-core's headers (libibverbs-dev,
 # librdmacm-dev: softverbs is built against them, they are the ABI contract);
-# libsodium-dev for the peers' handshake (HMAC-SHA-256).
+# libsodium-dev for the peers' handshake (HMAC-SHA-256); zlib1g-dev and
+# libisal-dev (ISA-L, optional: zlib's is used without it) for RoCEv2's CRC-32.
 # Clients run over softverbs in tests and benchmarks: ibverbs-utils,
 # rdmacm-utils, perftest, qperf, dapl2-utils (uDAPL's dtest); iproute2 for
 # network namespaces; iperf3 as the TCP reference. Extra package names given
@@ -38,7 +39,7 @@ done
 
 packages=(
 	cmake gcc make pkg-config
-	libibverbs-dev librdmacm-dev libsodium-dev zlib1g-dev
+	libibverbs-dev librdmacm-dev libsodium-dev zlib1g-dev libisal-dev
 	ibverbs-utils rdmacm-utils perftest qperf dapl2-utils
 	iproute2 iperf3
 	${extra[@]+"${extra[@]}"}

@@ -10,6 +10,9 @@
 #include <stdatomic.h>
 #include <string.h>
 #include <zlib.h>
+#ifdef SV_HAVE_ISAL
+#include <isa-l/crc.h>
+#endif
 
 /* The IB BTH's bytes that differ from softverbs' (wire/wire.h). */
 #define IB_BTH_FLAGS 1	   /* SE | MigReq | PadCnt(2) | TVer(4) */
@@ -23,6 +26,22 @@
 #define IB_BTH_ACK_BYTE 8  /* AckReq | 7 reserved bits, then the PSN */
 #define IB_BTH_ACKREQ 0x80
 
+/*
+ * The Ethernet CRC-32 (reflected, zlib's crc32) over n more bytes.  ISA-L's
+ * crc32_gzip_refl is the same function, folded with carry-less multiplies:
+ * about ten times zlib's table-driven one here (45 against 4 GB/s on 4 KiB),
+ * and the ICRC is a datagram's whole length on each side.  Without ISA-L at
+ * the build, zlib's.
+ */
+static uint32_t crc_more(uint32_t crc, const void *p, size_t n)
+{
+#ifdef SV_HAVE_ISAL
+	return crc32_gzip_refl(crc, p, n);
+#else
+	return (uint32_t)crc32_z(crc, p, n);
+#endif
+}
+
 uint32_t sv_roce_icrc(const struct sv_roce_path *path, const void *dgram, size_t len)
 {
 	static const uint8_t ones[8] = { 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff };
@@ -30,7 +49,7 @@ uint32_t sv_roce_icrc(const struct sv_roce_path *path, const void *dgram, size_t
 	uint8_t ip[40], udp[8], bth[sizeof(struct sv_bth)];
 	size_t iplen, body = len - SV_ROCE_ICRC_LEN; /* what follows the BTH, ICRC excluded */
 	uint16_t udplen = (uint16_t)(8 + len);
-	uLong crc = crc32(0L, Z_NULL, 0);
+	uint32_t crc = 0;
 
 	memset(ip, 0, sizeof(ip));
 	if (path->v6) {
@@ -73,12 +92,11 @@ uint32_t sv_roce_icrc(const struct sv_roce_path *path, const void *dgram, size_t
 	}
 	memcpy(bth, d, sizeof(bth));
 	bth[IB_BTH_FECN_BYTE] = 0xff; /* FECN, BECN and reserved, masked */
-	crc = crc32(crc, ones, sizeof(ones));
-	crc = crc32(crc, ip, (uInt)iplen);
-	crc = crc32(crc, udp, sizeof(udp));
-	crc = crc32(crc, bth, sizeof(bth));
-	crc = crc32(crc, d + sizeof(bth), (uInt)(body - sizeof(bth)));
-	return (uint32_t)crc;
+	crc = crc_more(crc, ones, sizeof(ones));
+	crc = crc_more(crc, ip, iplen);
+	crc = crc_more(crc, udp, sizeof(udp));
+	crc = crc_more(crc, bth, sizeof(bth));
+	return crc_more(crc, d + sizeof(bth), body - sizeof(bth));
 }
 
 #define TAG_LABEL "svroce1"
