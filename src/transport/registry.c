@@ -26,7 +26,11 @@ struct sv_qpn_slot {
 	_Atomic uint32_t port;	 /* its endpoint's TCP port; 0 while it is set up */
 	_Atomic int32_t xfd;	 /* its export table's descriptor in the owner; -1 or 0: none */
 	_Atomic uint64_t xino;	 /* that memfd's inode (engine/mem_export.h) */
-	uint32_t pad[8];
+	/* 1: it takes RoCEv2 datagrams at port too (sv_qpn_publish_dgram); a
+	 * word that was padding, so a process of the version before leaves it
+	 * 0 and is sent to at 4791, as before */
+	_Atomic uint32_t dgram;
+	uint32_t pad[7];
 };
 
 struct sv_qpn_file {
@@ -51,30 +55,37 @@ static bool abandoned(const struct sv_qpn_slot *s, uint64_t owner)
 	return st && now && now != st;
 }
 
-static struct sv_qpn_file *registry_map(const struct in6_addr *ip)
+/* The registry file of the device at ip. */
+static void registry_path(const struct in6_addr *ip, char *path, size_t size)
 {
-	char path[128];
-	struct stat ns, st;
-	struct sv_qpn_file *f;
-	int fd;
+	struct stat ns;
 
 	/* one registry per device and network namespace: an address names an
 	 * interface only within its namespace */
 	if (stat("/proc/self/ns/net", &ns))
 		ns.st_ino = 0;
 	if (sv_ip_is_v4(ip)) {
-		snprintf(path, sizeof(path), "/dev/shm/softverbs-%u-%lu-%08x.qpn",
-			 (unsigned)getuid(), (unsigned long)ns.st_ino,
-			 (unsigned)ntohl(sv_ip_v4(ip).s_addr));
+		snprintf(path, size, "/dev/shm/softverbs-%u-%lu-%08x.qpn", (unsigned)getuid(),
+			 (unsigned long)ns.st_ino, (unsigned)ntohl(sv_ip_v4(ip).s_addr));
 	} else {
 		/* an interface with IPv6 only: the whole address */
-		int n = snprintf(path, sizeof(path), "/dev/shm/softverbs-%u-%lu-",
-				 (unsigned)getuid(), (unsigned long)ns.st_ino);
+		int n = snprintf(path, size, "/dev/shm/softverbs-%u-%lu-", (unsigned)getuid(),
+				 (unsigned long)ns.st_ino);
 
 		for (int k = 0; k < 16; k++)
-			n += snprintf(path + n, sizeof(path) - (size_t)n, "%02x", ip->s6_addr[k]);
-		snprintf(path + n, sizeof(path) - (size_t)n, ".qpn");
+			n += snprintf(path + n, size - (size_t)n, "%02x", ip->s6_addr[k]);
+		snprintf(path + n, size - (size_t)n, ".qpn");
 	}
+}
+
+static struct sv_qpn_file *registry_map(const struct in6_addr *ip)
+{
+	char path[128];
+	struct stat st;
+	struct sv_qpn_file *f;
+	int fd;
+
+	registry_path(ip, path, sizeof(path));
 	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (fd < 0)
 		return NULL;
@@ -159,6 +170,7 @@ static bool take(struct sv_qpn_claim *c, uint32_t b, uint64_t me, uint64_t mysta
 	atomic_store(&s->start, mystart);
 	atomic_store(&s->port, 0);
 	atomic_store(&s->xino, 0);
+	atomic_store(&s->dgram, 0);
 	c->block = b;
 	c->owner = me;
 	return true;
@@ -269,6 +281,63 @@ bool sv_qpn_export_of(const struct in6_addr *ip, uint32_t qpn, pid_t pid, int *f
 	return ok;
 }
 
+void sv_qpn_publish_dgram(const struct in6_addr *ip, uint16_t port, bool on)
+{
+	struct sv_qpn_file *f = registry_map(ip);
+	long b = (long)port - port_base();
+
+	if (!f)
+		return;
+	/* only a block this process holds */
+	if (b > 0 && b < (long)SV_QPN_NBLOCKS && sv_qpn_block_port((uint32_t)b) == port &&
+	    (pid_t)(atomic_load(&f->slot[b].owner) & 0xffffffffu) == getpid())
+		atomic_store(&f->slot[b].dgram, on ? 1u : 0u);
+	munmap(f, sizeof(*f));
+}
+
+struct sv_qpn_file *sv_qpn_registry_open(const struct in6_addr *ip)
+{
+	char path[128];
+	struct sv_qpn_file *f;
+	struct stat st;
+	int fd;
+
+	registry_path(ip, path, sizeof(path));
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return NULL;
+	if (fstat(fd, &st) || st.st_uid != getuid() || (st.st_mode & 077) ||
+	    st.st_size < (off_t)sizeof(*f)) {
+		close(fd);
+		return NULL;
+	}
+	f = mmap(NULL, sizeof(*f), PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	if (f == MAP_FAILED)
+		return NULL;
+	if (atomic_load(&f->magic) != REG_MAGIC || f->version != REG_VERSION) {
+		munmap(f, sizeof(*f));
+		return NULL;
+	}
+	return f;
+}
+
+void sv_qpn_registry_close(struct sv_qpn_file *f)
+{
+	if (f)
+		munmap(f, sizeof(*f));
+}
+
+uint16_t sv_qpn_dgram_port(const struct sv_qpn_file *f, uint32_t qpn)
+{
+	uint32_t b = (qpn & 0xffffffu) >> SV_QPN_BLOCK_SHIFT;
+
+	if (!f || !b || !atomic_load_explicit(&f->slot[b].dgram, memory_order_relaxed) ||
+	    !atomic_load_explicit(&f->slot[b].owner, memory_order_relaxed))
+		return 0;
+	return sv_qpn_block_port(b);
+}
+
 void sv_qpn_release(struct sv_qpn_claim *c)
 {
 	if (c->map && c->block) {
@@ -276,6 +345,7 @@ void sv_qpn_release(struct sv_qpn_claim *c)
 		uint64_t me = c->owner;
 
 		atomic_store(&s->xino, 0);
+		atomic_store(&s->dgram, 0);
 		atomic_store(&s->port, 0);
 		atomic_store(&s->start, 0);
 		atomic_compare_exchange_strong(&s->owner, &me, 0);

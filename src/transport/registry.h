@@ -19,6 +19,12 @@
  * (sv_qpn_port), on every host: so a peer anywhere that knows only (IP,
  * QPN) knows where the process owning that QPN listens, and a block whose
  * port is taken by another program is skipped.
+ *
+ * Over RoCEv2 a context may also take datagrams at that port (UDP), as
+ * well as at 4791, which every context of the address shares: a context
+ * of this host that sends to it looks that up here (sv_qpn_dgram_port),
+ * so that the kernel hands the datagrams to the owner itself and no other
+ * context has to pass them on (transport/rocev2.c).
  */
 #ifndef SV_REGISTRY_H
 #define SV_REGISTRY_H
@@ -80,6 +86,18 @@ bool sv_qpn_export_of(const struct in6_addr *ip, uint32_t qpn, pid_t pid, int *f
  * here)?  A load from a registry kept mapped: no system call after the
  * first for an address.  A block whose holder died unseen still counts. */
 bool sv_qpn_claimed(const struct in6_addr *ip, uint32_t qpn);
+/* The context holding the block of port on the device at ip (this
+ * process's) takes RoCEv2 datagrams at that port, or no longer. */
+void sv_qpn_publish_dgram(const struct in6_addr *ip, uint16_t port, bool on);
+/* The registry of the device at ip, if a context of this host (this user,
+ * this network namespace) ever opened one there, mapped for reading; NULL
+ * for any other address (no file is made).  Let go with
+ * sv_qpn_registry_close. */
+struct sv_qpn_file *sv_qpn_registry_open(const struct in6_addr *ip);
+void sv_qpn_registry_close(struct sv_qpn_file *f);
+/* Where f's context that owns qpn takes RoCEv2 datagrams of its own: its
+ * block's port, or 0 (none, or f NULL).  Two loads, no system call. */
+uint16_t sv_qpn_dgram_port(const struct sv_qpn_file *f, uint32_t qpn);
 /* The TCP port of the endpoint that owns qpn (on any host); 0 for none. */
 uint16_t sv_qpn_port(uint32_t qpn_or_block_shifted);
 /* The port of block b. */

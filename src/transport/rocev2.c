@@ -22,6 +22,15 @@
  * there (SO_PEERCRED): anyone else on the host could otherwise claim any
  * sender address.
  *
+ * Between the contexts of one host that forwarding is avoided: each also
+ * binds its block's port (its own socket, no SO_REUSEPORT) and says so in
+ * the registry, and a context that sends to an address of this host looks
+ * the destination QPN's block up there and sends to that port instead of
+ * 4791, so the kernel hands the datagrams to their owner.  Everything else
+ * about them is RoCEv2's (the ICRC covers the port they were sent to).
+ * SOFTVERBS_ROCEV2_OWN_PORT=0 binds no such socket: peers then send to
+ * 4791, as a host's other peers always do.
+ *
  * Datagrams leave from one of SV_ROCEV2_TX_SOCKS sockets per process and
  * local address, bound to ephemeral ports, with path-MTU discovery on (DF:
  * the ICRC covers the IP header as sent, roce_wire.h).  The destination
@@ -95,6 +104,15 @@ struct sv_rocev2_tx {
 	atomic_bool gso; /* the kernel cuts runs of datagrams (UDP_SEGMENT) */
 };
 
+/* A connection's state (conn->tp): its local address's sending sockets,
+ * and the registry of the peer's address where that is a device of this
+ * host, whose contexts may take datagrams at their own ports (NULL: a
+ * peer elsewhere, sent to at 4791). */
+struct rocev2_conn {
+	struct sv_rocev2_tx *tx;
+	struct sv_qpn_file *peer_reg;
+};
+
 static struct sv_mutex tx_lock = SV_MUTEX_INITIALIZER(SV_LOCK_ROCE_TX);
 static struct sv_rocev2_tx *tx_pools[16];
 
@@ -142,6 +160,17 @@ static struct addr sockaddr_of(const struct in6_addr *ip, int scope, uint16_t po
 		a.len = sizeof(a.u.v6);
 	}
 	return a;
+}
+
+/* A port of its own for this process's contexts, unless
+ * SOFTVERBS_ROCEV2_OWN_PORT=0. */
+static bool own_port_wanted(void)
+{
+	static int on = -1;
+
+	if (on < 0)
+		on = sv_env_long("SOFTVERBS_ROCEV2_OWN_PORT", 1) != 0;
+	return on;
 }
 
 /* Runs of datagrams, sent (UDP_SEGMENT) and taken (UDP_GRO), unless
@@ -301,6 +330,7 @@ static int rocev2_connect(struct sv_conn *c)
 {
 	struct in6_addr src = c->local_ip;
 	struct sv_rocev2_tx *t;
+	struct rocev2_conn *rc;
 	int scope = 0, err;
 
 	/* datagrams: lost on the way now and then, and sent to (and from) an
@@ -326,10 +356,15 @@ static int rocev2_connect(struct sv_conn *c)
 		       strerror(-err));
 		return err;
 	}
-	t = tx_get(&src, scope);
-	if (!t)
+	rc = calloc(1, sizeof(*rc));
+	t = rc ? tx_get(&src, scope) : NULL;
+	if (!t) {
+		free(rc);
 		return -ENOMEM;
-	c->tp = t;
+	}
+	rc->tx = t;
+	rc->peer_reg = sv_qpn_registry_open(&c->peer.ip);
+	c->tp = rc;
 	c->fd = -1;
 	atomic_store(&c->state, SV_CONN_UP);
 	return 0;
@@ -410,6 +445,7 @@ struct run {
 	int n, s;		  /* datagrams; the socket (its index in tx) */
 	bool closed;		  /* a shorter one ended it */
 	struct sv_roce_path path; /* the first's (identification 0) */
+	struct addr to;		  /* where they go */
 };
 
 /* Why a datagram could not go, said once in a while (it is dropped, as a
@@ -449,9 +485,9 @@ static ssize_t send_run(int fd, const struct run *r, const struct addr *to)
 }
 
 /* Send what the run holds, and empty it. */
-static void run_flush(struct sv_conn *c, struct sv_rocev2_tx *t, const struct addr *to,
-		      struct run *r)
+static void run_flush(struct sv_conn *c, struct sv_rocev2_tx *t, struct run *r)
 {
+	const struct addr *to = &r->to;
 	int fd;
 
 	if (!r->n)
@@ -520,9 +556,12 @@ static int rocev2_send(struct sv_conn *c, const struct sv_frames *f)
 	 * gathered into it and encoded there, in place.  A run's room is
 	 * the heap's, and only a batch's. */
 	uint8_t dg[SV_MAX_FRAME + 64];
-	struct sv_rocev2_tx *t = c->tp;
-	struct addr to = sockaddr_of(&c->peer.ip, t->scope ? t->scope : c->local_ifindex,
-				     SV_ROCE_UDP_PORT);
+	struct rocev2_conn *rc = c->tp;
+	struct sv_rocev2_tx *t = rc->tx;
+	int scope = t->scope ? t->scope : c->local_ifindex;
+	uint32_t to_qpn = UINT32_MAX; /* the QPN `to` was looked up for */
+	uint16_t dport = SV_ROCE_UDP_PORT;
+	struct addr to = sockaddr_of(&c->peer.ip, scope, dport);
 	struct run r = { .buf = NULL };
 
 	if (f->nframes > 1 && atomic_load_explicit(&t->gso, memory_order_relaxed))
@@ -530,15 +569,30 @@ static int rocev2_send(struct sv_conn *c, const struct sv_frames *f)
 	for (int k = 0; k < f->nframes; k++) {
 		uint8_t *at = r.buf ? r.buf + r.used : dg;
 		size_t len = gather(f, k, at), n;
-		struct sv_roce_path path = { .dport = SV_ROCE_UDP_PORT };
+		struct sv_roce_path path;
+		uint32_t dqpn;
 		uint8_t flags;
 		int s;
 
 		if (len < 12)
 			continue;
+		dqpn = pkt_dqpn(at);
+		if (rc->peer_reg && dqpn != to_qpn) {
+			/* a context of this host: its own port, if it has one */
+			uint16_t p = sv_qpn_dgram_port(rc->peer_reg, dqpn);
+
+			to_qpn = dqpn;
+			if (!p)
+				p = SV_ROCE_UDP_PORT;
+			if (p != dport) {
+				dport = p;
+				to = sockaddr_of(&c->peer.ip, scope, dport);
+			}
+		}
 		/* the same socket, so the same source port, for each QP pair */
-		s = (int)((pkt_dqpn(at) * 2654435761u) >> 29) % SV_ROCEV2_TX_SOCKS;
+		s = (int)((dqpn * 2654435761u) >> 29) % SV_ROCEV2_TX_SOCKS;
 		flags = at[1]; /* fault marks: the encoding rewrites the byte */
+		path = (struct sv_roce_path){ .dport = dport };
 		path_addrs(&path, &t->ip, &c->peer.ip);
 		path.sport = t->port[s];
 		if (tag_key(&path))
@@ -548,9 +602,9 @@ static int rocev2_send(struct sv_conn *c, const struct sv_frames *f)
 			continue; /* cannot go on a RoCE wire (a GPU reference) */
 		if (r.buf && !(flags & (SV_BTH_CORRUPT | SV_BTH_CE))) {
 			if (r.n && (s != r.s || n > r.seg || r.closed || r.n == RUN_SEGS ||
-				    r.used + n > RUN_BYTES)) {
+				    r.used + n > RUN_BYTES || dport != r.path.dport)) {
 				/* another run: this one goes first, the frame to its start */
-				run_flush(c, t, &to, &r);
+				run_flush(c, t, &r);
 				memmove(r.buf, at, len);
 				at = r.buf;
 			}
@@ -560,6 +614,7 @@ static int rocev2_send(struct sv_conn *c, const struct sv_frames *f)
 				r.s = s;
 				r.seg = n;
 				r.path = path;
+				r.to = to;
 			}
 			r.closed = n < r.seg;
 			r.used += n;
@@ -568,13 +623,13 @@ static int rocev2_send(struct sv_conn *c, const struct sv_frames *f)
 		}
 		/* alone (a fault's mark, or no runs), after the run before it,
 		 * encoded where it was gathered */
-		run_flush(c, t, &to, &r);
+		run_flush(c, t, &r);
 		sv_roce_encode(&path, at, len, at, n);
 		if (send_dgram(t->fd[s], at, n, &to, apply_faults(flags, at, n)) < 0)
 			send_failed(c, n);
 	}
 	if (r.buf) {
-		run_flush(c, t, &to, &r);
+		run_flush(c, t, &r);
 		free(r.buf);
 	}
 	return f->nframes;
@@ -593,8 +648,13 @@ static void rocev2_close(struct sv_conn *c)
 
 static void rocev2_destroy(struct sv_conn *c)
 {
-	if (c->tp)
-		tx_put(c->tp);
+	struct rocev2_conn *rc = c->tp;
+
+	if (rc) {
+		tx_put(rc->tx);
+		sv_qpn_registry_close(rc->peer_reg);
+		free(rc);
+	}
 	c->tp = NULL;
 }
 
@@ -619,16 +679,17 @@ const struct sv_transport_ops sv_rocev2_ops = {
 
 /*
  * A listener on port 4791, shared with every context of the host
- * (SO_REUSEPORT), bound to one of the device's addresses: IPv4, or an IPv6
+ * (SO_REUSEPORT; or a context's own port, not shared), bound to one of the
+ * device's addresses: IPv4, or an IPv6
  * one (its global or its link-local address, scope its interface), each
  * datagram saying which it was sent to (IPV6_PKTINFO), since the ICRC
  * covers it.  Addresses, not the interface (SO_BINDTODEVICE): a datagram
  * between two interfaces of one host comes in over lo.
  */
-static int listen_socket(const struct in6_addr *ip, int scope)
+static int listen_socket(const struct in6_addr *ip, int scope, uint16_t port, bool shared)
 {
 	bool v4 = sv_ip_is_v4(ip);
-	struct addr sa = sockaddr_of(ip, scope, SV_ROCE_UDP_PORT);
+	struct addr sa = sockaddr_of(ip, scope, port);
 	int one = 1, fd = socket(v4 ? AF_INET : AF_INET6, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 
 	if (fd < 0)
@@ -636,7 +697,7 @@ static int listen_socket(const struct in6_addr *ip, int scope)
 	bufsize(fd, SO_RCVBUFFORCE, SO_RCVBUF,
 		(int)SV_MIN(SV_MAX(sv_env_long("SOFTVERBS_ROCEV2_RCVBUF", SV_ROCEV2_RCVBUF), 4096L),
 			    1L << 30));
-	if (setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) ||
+	if ((shared && setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one))) ||
 	    /* each datagram's TOS: its ECN bits say whether a hop marked it */
 	    (v4 && setsockopt(fd, IPPROTO_IP, IP_RECVTOS, &one, sizeof(one))) ||
 	    (!v4 && (setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof(one)) ||
@@ -687,7 +748,7 @@ static int rocev2_listen(const struct in6_addr *ip)
 	pthread_once(&said, say_protection);
 	if (!sv_ip_is_v4(ip))
 		return -ENOENT; /* an interface with IPv6 only: rocev2_listen6 hears it */
-	return port_held(listen_socket(ip, 0), ip);
+	return port_held(listen_socket(ip, 0, SV_ROCE_UDP_PORT, true), ip);
 }
 
 /* The name of the interface in ifs that has IPv4 address ip, or NULL. */
@@ -716,7 +777,7 @@ static int listen6(const struct in6_addr *ip, bool link_local)
 
 	if (!sv_endpoint_ip6(ip, link_local, &a, &scope))
 		return -ENOENT; /* no such IPv6 address: nothing to hear */
-	return port_held(listen_socket(&a, (int)scope), &a);
+	return port_held(listen_socket(&a, (int)scope, SV_ROCE_UDP_PORT, true), &a);
 }
 
 /*
@@ -1047,6 +1108,7 @@ struct sv_dgram {
 	/* set by the caller */
 	struct in6_addr local_ip; /* the endpoint's address ... */
 	uint16_t local_port;	 /* ... and port (its block's, registry.h) */
+	uint16_t dport;		 /* the UDP port the listener takes (4791, or local_port) */
 	uint8_t *buf;		 /* where the packet goes */
 	size_t cap;
 	uint8_t *raw;		 /* room for the datagram as it arrived */
@@ -1107,7 +1169,7 @@ static void refused_check(struct sv_dgram *d, const struct sv_roce_path *path, c
 static int decode(struct sv_dgram *d, const uint8_t *raw, size_t n, uint16_t sport, uint8_t tos,
 		  bool admit_checked)
 {
-	struct sv_roce_path path = { .sport = sport, .dport = SV_ROCE_UDP_PORT };
+	struct sv_roce_path path = { .sport = sport, .dport = d->dport };
 	int r;
 
 	if (!admit_checked && !admitted(&d->local_ip, &d->from)) {
@@ -1364,7 +1426,9 @@ static int rx_one(struct sv_dgram *d, const struct msghdr *mh, const uint8_t *ra
 	/* QPNs of block 0 (the special QPs) and the multicast QPN have no
 	 * owner: they stay here and meet no QP */
 	if (owner && owner != d->local_port && dqpn != 0xffffffu) {
-		if (sv_qpn_claimed(&d->local_ip, dqpn))
+		/* (what was sent to this context's own port is not passed on:
+		 * the one it names would check it for 4791) */
+		if (d->dport == SV_ROCE_UDP_PORT && sv_qpn_claimed(&d->local_ip, dqpn))
 			forward(d, sport, raw, n, owner, tos);
 		return -1;
 	}
@@ -1524,6 +1588,7 @@ struct rx_iface {
 	bool (*backlogged)(int fd);  /* is it falling behind?  NULL: not asked */
 	void (*unlisten)(int fd);    /* closes fd */
 	bool shared;                 /* its port is every context's (SO_REUSEPORT) */
+	uint16_t dport;              /* the UDP port it takes datagrams at */
 	void *rx_state;              /* what recv keeps (sv_dgram.rx_state) */
 	/* the packet, and the datagram it came in, while it is taken in (the
 	 * owner's progress lock held) */
@@ -1532,7 +1597,7 @@ struct rx_iface {
 
 static struct sv_dgram rx_slot(struct rx_iface *ri)
 {
-	return (struct sv_dgram){ .local_ip = ri->at.ip, .local_port = ri->at.port,
+	return (struct sv_dgram){ .local_ip = ri->at.ip, .local_port = ri->at.port, .dport = ri->dport,
 				  .buf = ri->buf, .cap = SV_MAX_FRAME,
 				  .raw = ri->buf + SV_MAX_FRAME, .raw_cap = SV_DGRAM_RAW_MAX,
 				  .rx_state = &ri->rx_state };
@@ -1589,7 +1654,8 @@ static void close_fd(int fd)
 
 /* The listener fd (or -errno, returned) as an interface. */
 static int rx_iface_open(const struct sv_iface_at *at, int fd, int (*recv)(int, struct sv_dgram *),
-			 bool (*backlogged)(int), void (*unlisten)(int), bool shared, void **iface)
+			 bool (*backlogged)(int), void (*unlisten)(int), bool shared, uint16_t dport,
+			 void **iface)
 {
 	struct rx_iface *ri;
 	int err;
@@ -1602,7 +1668,7 @@ static int rx_iface_open(const struct sv_iface_at *at, int fd, int (*recv)(int, 
 		return -ENOMEM;
 	}
 	*ri = (struct rx_iface){ .at = *at, .fd = fd, .recv = recv, .backlogged = backlogged,
-				 .unlisten = unlisten, .shared = shared };
+				 .unlisten = unlisten, .shared = shared, .dport = dport };
 	/* packets come through it: threads that poll look at it too */
 	err = at->host->watch(at->eng, fd, true, rx_ready, ri);
 	if (err) {
@@ -1663,7 +1729,8 @@ static int listen_iface(const struct sv_iface_at *at, void **iface, bool *host_h
 	int fd = rocev2_listen(&at->ip);
 
 	*host_held = fd == -EADDRINUSE;
-	return rx_iface_open(at, fd, rocev2_recv, rocev2_backlogged, close_fd, true, iface);
+	return rx_iface_open(at, fd, rocev2_recv, rocev2_backlogged, close_fd, true,
+			     SV_ROCE_UDP_PORT, iface);
 }
 
 static int listen6_iface(const struct sv_iface_at *at, void **iface, bool *host_held)
@@ -1671,7 +1738,8 @@ static int listen6_iface(const struct sv_iface_at *at, void **iface, bool *host_
 	int fd = listen6(&at->ip, false);
 
 	*host_held = fd == -EADDRINUSE;
-	return rx_iface_open(at, fd, rocev2_recv, rocev2_backlogged, close_fd, false, iface);
+	return rx_iface_open(at, fd, rocev2_recv, rocev2_backlogged, close_fd, false,
+			     SV_ROCE_UDP_PORT, iface);
 }
 
 static int listen6ll_iface(const struct sv_iface_at *at, void **iface, bool *host_held)
@@ -1679,15 +1747,67 @@ static int listen6ll_iface(const struct sv_iface_at *at, void **iface, bool *hos
 	int fd = listen6(&at->ip, true);
 
 	*host_held = fd == -EADDRINUSE;
-	return rx_iface_open(at, fd, rocev2_recv, rocev2_backlogged, close_fd, true, iface);
+	return rx_iface_open(at, fd, rocev2_recv, rocev2_backlogged, close_fd, true,
+			     SV_ROCE_UDP_PORT, iface);
 }
 
 static int fwd_iface(const struct sv_iface_at *at, void **iface, bool *host_held)
 {
 	(void)host_held;
 	return rx_iface_open(at, rocev2_fwd_listen(&at->ip, at->port), rocev2_fwd_recv, NULL,
-			     rocev2_fwd_unlisten, false, iface);
+			     rocev2_fwd_unlisten, false, SV_ROCE_UDP_PORT, iface);
 }
+
+/*
+ * The context's own port (its block's, registry.h) at the device's address:
+ * contexts of this host send there what is for it (rocev2_send), which then
+ * reaches it without another context passing it on.  Said in the registry
+ * once bound, unsaid before it closes.  Optional: with the port held by
+ * another program, or SOFTVERBS_ROCEV2_OWN_PORT=0, none (peers send to
+ * 4791 then).
+ */
+static int own_iface(const struct sv_iface_at *at, void **iface, bool *host_held)
+{
+	int fd, err;
+
+	(void)host_held;
+	if (!own_port_wanted())
+		return -ENOENT;
+	fd = listen_socket(&at->ip, 0, at->port, false);
+	if (fd < 0) {
+		sv_dbg("rocev2: no socket of its own at %s:%u (%s): sent to at %u",
+		       SV_IP_STR(&at->ip), at->port, strerror(-fd), SV_ROCE_UDP_PORT);
+		return -ENOENT;
+	}
+	err = rx_iface_open(at, fd, rocev2_recv, rocev2_backlogged, close_fd, false, at->port,
+			    iface);
+	if (!err)
+		sv_qpn_publish_dgram(&at->ip, at->port, true);
+	return err;
+}
+
+/* Peers of this host send to 4791 again: what arrives there still comes
+ * to us (forwarded), and nothing is left to a socket nobody reads. */
+static void own_iface_leave(void *iface, bool pass_on)
+{
+	struct rx_iface *ri = iface;
+
+	(void)pass_on;
+	sv_qpn_publish_dgram(&ri->at.ip, ri->at.port, false);
+}
+
+static void own_iface_close(void *iface)
+{
+	own_iface_leave(iface, false);
+	rx_iface_close(iface);
+}
+
+const struct sv_transport_ops sv_rocev2_own_ops = {
+	.name = "rocev2 (own port)",
+	.iface_open = own_iface,
+	.iface_leave = own_iface_leave,
+	.iface_close = own_iface_close,
+};
 
 const struct sv_transport_ops sv_rocev2_listen_ops = {
 	.name = "rocev2",

@@ -40,6 +40,9 @@ extern const struct sv_transport_ops sv_rocev2_listen_ops;
 extern const struct sv_transport_ops sv_rocev2_listen6_ops;
 extern const struct sv_transport_ops sv_rocev2_listen6ll_ops;
 extern const struct sv_transport_ops sv_rocev2_fwd_ops;
+/* ... and the context's own port, where the host's other contexts send
+ * what is for it. */
+extern const struct sv_transport_ops sv_rocev2_own_ops;
 /* Multicast (mcast.c): a group's connection. */
 extern const struct sv_transport_ops sv_mcast_ops;
 int sv_mcast_open(struct sv_conn *c, const union ibv_gid *mgid, struct in_addr ifip);
@@ -75,6 +78,7 @@ int sv_transports_listening(enum sv_transport_mode mode,
 		out[n++] = &sv_rocev2_listen6_ops;
 		out[n++] = &sv_rocev2_listen6ll_ops;
 		out[n++] = &sv_rocev2_fwd_ops;
+		out[n++] = &sv_rocev2_own_ops;
 		return n;
 	}
 	if (mode != SV_TRANSPORT_TCP)

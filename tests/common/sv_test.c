@@ -531,6 +531,22 @@ int svt_qp_to_state(struct ibv_qp *qp, enum ibv_qp_state state)
 	return ibv_modify_qp(qp, &a, IBV_QP_STATE);
 }
 
+struct ibv_qp *svt_ud_qp(struct ibv_pd *pd, struct ibv_cq *scq, struct ibv_cq *rcq,
+			 uint32_t qkey, uint8_t sgid_index)
+{
+	struct svt_qp_init qi;
+	struct svt_conn c;
+	struct ibv_qp *qp;
+
+	svt_qp_init_default(&qi, IBV_QPT_UD);
+	qp = svt_create_qp(pd, scq, rcq, &qi);
+	svt_conn_default(&c, IBV_QPT_UD);
+	c.qkey = qkey;
+	c.sgid_index = sgid_index;
+	svt_qp_connect(qp, &c, NULL, 0);
+	return qp;
+}
+
 void svt_qp_connect(struct ibv_qp *qp, const struct svt_conn *c,
 		    const union ibv_gid *dgid, uint32_t dest_qpn)
 {

@@ -359,6 +359,11 @@ int svt_qp_to_state(struct ibv_qp *qp, enum ibv_qp_state state);
 void svt_qp_connect(struct ibv_qp *qp, const struct svt_conn *c,
 		    const union ibv_gid *dgid, uint32_t dest_qpn);
 
+/* A UD QP with the default init attributes, in RTS with qkey and
+ * sgid_index (the rest svt_conn_default's). */
+struct ibv_qp *svt_ud_qp(struct ibv_pd *pd, struct ibv_cq *scq, struct ibv_cq *rcq,
+			 uint32_t qkey, uint8_t sgid_index);
+
 /*
  * Connect two QPs (of the same type) to each other: qa (on the context whose
  * GID is *ga) <-> qb (GID *gb). c may be NULL (defaults for the type).

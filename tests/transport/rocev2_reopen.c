@@ -42,21 +42,6 @@ struct receiver {
 	union ibv_gid gid;
 };
 
-static struct ibv_qp *ud_qp(struct ibv_pd *pd, struct ibv_cq *scq, struct ibv_cq *rcq)
-{
-	struct svt_qp_init qi;
-	struct svt_conn c;
-	struct ibv_qp *qp;
-
-	svt_qp_init_default(&qi, IBV_QPT_UD);
-	qp = svt_create_qp(pd, scq, rcq, &qi);
-	svt_conn_default(&c, IBV_QPT_UD);
-	c.qkey = QKEY;
-	c.sgid_index = SGID;
-	svt_qp_connect(qp, &c, NULL, 0);
-	return qp;
-}
-
 static void post_slot(struct receiver *r, int q)
 {
 	SVT_CHECK_OK(svt_post_recv(r->qp[q], (uint64_t)q, r->buf + (size_t)q * (GRH + LEN),
@@ -77,7 +62,7 @@ static void receiver_open(struct receiver *r)
 	r->buf = svt_alloc((size_t)NQP * (GRH + LEN));
 	r->mr = svt_reg_mr(r->pd, r->buf, (size_t)NQP * (GRH + LEN), IBV_ACCESS_LOCAL_WRITE);
 	for (int q = 0; q < NQP; q++) {
-		r->qp[q] = ud_qp(r->pd, r->scq, r->rcq);
+		r->qp[q] = svt_ud_qp(r->pd, r->scq, r->rcq, QKEY, SGID);
 		post_slot(r, q);
 	}
 	SVT_CHECK_OK(ibv_req_notify_cq(r->rcq, 0));
@@ -136,7 +121,7 @@ int main(void)
 	setenv("SOFTVERBS_TRANSPORT", "rocev2", 1);
 	svt_dev_open(&x);
 	xcq = svt_create_cq(x.ctx, 16, NULL);
-	xqp = ud_qp(x.pd, xcq, xcq);
+	xqp = svt_ud_qp(x.pd, xcq, xcq, QKEY, SGID);
 	xmr = svt_reg_mr(x.pd, sbuf, LEN, IBV_ACCESS_LOCAL_WRITE);
 
 	for (int round = 0; round < ROUNDS; round++) {

@@ -23,6 +23,8 @@
  *   3. The QP as requester: its WRITE reaches the peer tagged; an ACK with
  *      a valid ICRC, and a CNP with one, are dropped and counted (no
  *      completion, cnp_received unchanged); the tagged ACK completes it.
+ * Root: in a network namespace of its own, where no other test's datagram
+ * (another fake peer's, on 127.0.0.2 too) can add to the counts.
  */
 #include "sv_test.h"
 #include "svt_counters.h"
@@ -173,9 +175,11 @@ int main(void)
 	uint8_t pkt[SV_MAX_PACKET_LEN + 64], rx[SV_MAX_PACKET_LEN + 64];
 	uint8_t *mem = svt_alloc(4 * LEN);
 	uint64_t before;
+	bool own_ns;
 	int n;
 
 	svt_watchdog(100);
+	own_ns = svt_private_netns();
 	setenv("SOFTVERBS_TRANSPORT", "rocev2", 1);
 	setenv("SOFTVERBS_SECRET", SECRET, 1);
 	SVT_CHECK(sodium_init() >= 0);
@@ -300,5 +304,7 @@ int main(void)
 	svt_dev_close(&d);
 	close(peer.fd);
 	free(mem);
+	if (own_ns)
+		svt_private_netns_done();
 	return 0;
 }
