@@ -1449,7 +1449,10 @@ static int rocev2_recv(int lfd, struct sv_dgram *d)
 		b->runs = true; /* a burst's first batch reads little ahead too */
 	}
 	if (!b) {
-		/* no room kept: one datagram, into d's */
+		/* no room kept: one datagram, into d's.  A run taken whole
+		 * (UDP_GRO) would not fit there, and dropped it would come
+		 * back whole with every resend: the kernel joins no more */
+		static const int off = 0;
 		union rx_from from;
 		union {
 			char buf[RX_CTRL];
@@ -1459,8 +1462,10 @@ static int rocev2_recv(int lfd, struct sv_dgram *d)
 		struct msghdr mh = { .msg_name = &from, .msg_namelen = sizeof(from), .msg_iov = &v,
 				     .msg_iovlen = 1, .msg_control = u.buf,
 				     .msg_controllen = sizeof(u.buf) };
-		ssize_t n = recvmsg(lfd, &mh, MSG_DONTWAIT);
+		ssize_t n;
 
+		(void)setsockopt(lfd, SOL_UDP, UDP_GRO, &off, sizeof(off));
+		n = recvmsg(lfd, &mh, MSG_DONTWAIT);
 		d->more = false;
 		if (n < 0)
 			return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
