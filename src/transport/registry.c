@@ -328,6 +328,23 @@ void sv_qpn_registry_close(struct sv_qpn_file *f)
 		munmap(f, sizeof(*f));
 }
 
+bool sv_qpn_port_held_here(const struct in6_addr *ip, uint16_t port)
+{
+	struct sv_qpn_file *f = sv_qpn_registry_open(ip);
+	long b = (long)port - port_base();
+	bool held = false;
+
+	if (f && b > 0 && b < (long)SV_QPN_NBLOCKS && sv_qpn_block_port((uint32_t)b) == port) {
+		struct sv_qpn_slot *s = &f->slot[b];
+		uint64_t o = atomic_load(&s->owner);
+
+		/* (a holder that died unseen: its port may be anyone's now) */
+		held = o && atomic_load(&s->port) == port && !abandoned(s, o);
+	}
+	sv_qpn_registry_close(f);
+	return held;
+}
+
 uint16_t sv_qpn_dgram_port(const struct sv_qpn_file *f, uint32_t qpn)
 {
 	uint32_t b = (qpn & 0xffffffu) >> SV_QPN_BLOCK_SHIFT;

@@ -95,6 +95,10 @@ void sv_qpn_publish_dgram(const struct in6_addr *ip, uint16_t port, bool on);
  * sv_qpn_registry_close. */
 struct sv_qpn_file *sv_qpn_registry_open(const struct in6_addr *ip);
 void sv_qpn_registry_close(struct sv_qpn_file *f);
+/* Does a live context of this host (this user, this network namespace)
+ * hold the block of port on the device at ip, its endpoint listening (its
+ * port published)?  Makes no file: false for an address of another host. */
+bool sv_qpn_port_held_here(const struct in6_addr *ip, uint16_t port);
 /* Where f's context that owns qpn takes RoCEv2 datagrams of its own: its
  * block's port, or 0 (none, or f NULL).  Two loads, no system call. */
 uint16_t sv_qpn_dgram_port(const struct sv_qpn_file *f, uint32_t qpn);

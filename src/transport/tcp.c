@@ -2,6 +2,7 @@
  * The tcp transport: one stream socket per pair of endpoints, frames laid
  * back to back (stream.c).  Listeners bind only to their device's address (BRIEF §8).
  */
+#include "transport/registry.h"
 #include "transport/stream.h"
 
 #include <arpa/inet.h>
@@ -197,15 +198,31 @@ uint16_t sv_tcp_shared_port(void)
 	return (uint16_t)port;
 }
 
+/* Endpoints of this host dialled at their own port, unless
+ * SOFTVERBS_TCP_OWN_PORT=0. */
+static bool own_port_wanted(void)
+{
+	static int on = -1;
+
+	if (on < 0)
+		on = sv_env_long("SOFTVERBS_TCP_OWN_PORT", 1) != 0;
+	return on;
+}
+
 /*
  * A connection goes to the peer host's shared port, whichever process of
  * that host takes it hands it to the endpoint its HELLO names (to_port);
  * without a shared port, or when asked (conn->direct), straight to the
- * endpoint's own port.
+ * endpoint's own port.  So does one to an endpoint of this host, which
+ * the registry shows listening: the kernel would give it to any process
+ * of the user in the shared port's group, another job's too, and one
+ * that is stopped or slow would hold it until the connection is given up
+ * (2 s) and its frames go again on another.
  */
 static int tcp_connect(struct sv_conn *conn)
 {
-	uint16_t shared = conn->direct ? 0 : sv_tcp_shared_port();
+	bool here = own_port_wanted() && sv_qpn_port_held_here(&conn->peer.ip, conn->peer.port);
+	uint16_t shared = conn->direct || here ? 0 : sv_tcp_shared_port();
 	uint16_t port = htons(shared ? shared : conn->peer.port);
 	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr = sv_ip_v4(&conn->peer.ip),
 				  .sin_port = port };

@@ -1,7 +1,9 @@
 /*
  * unit_shared_port: over tcp every connection goes to the host's shared
  * port (SOFTVERBS_PORT, all processes listening with SO_REUSEPORT) and is
- * handed to the endpoint its HELLO names (issue 11).
+ * handed to the endpoint its HELLO names (issue 11).  Between endpoints of
+ * one host that is with SOFTVERBS_TCP_OWN_PORT=0 (set for .tcp); by
+ * default they dial each other's own port.
  *   - with a third process that joined the shared port and is then
  *     stopped (SIGSTOP: it never accepts what the kernel gives it), 24 RC
  *     QP pairs between two contexts of this process still all connect and
