@@ -11,8 +11,9 @@
  *    host's shared port and its hand-off;
  *  - shm (shm.c): same host and network namespace, shared-memory rings plus
  *    single-copy transfers between the address spaces;
- *  - rocev2 (rocev2.c, roce_wire.c): RoCEv2 UDP datagrams to port 4791, for
- *    every peer when SOFTVERBS_TRANSPORT=rocev2;
+ *  - rocev2 (rocev2.c, roce_wire.c): RoCEv2 UDP datagrams to port 4791 (a
+ *    context of this host: to its own port), for every peer when
+ *    SOFTVERBS_TRANSPORT=rocev2;
  *  - multicast (mcast.c): UD datagrams to an IPv4 multicast group, for UD
  *    sends to a multicast GID.
  * select.c chooses among tcp, shm and rocev2 per peer, and makes a group's
@@ -541,7 +542,9 @@ enum sv_transport_mode {
 /* The host's shared TCP port for endpoints (SOFTVERBS_PORT, default 4791; 0: none). */
 uint16_t sv_tcp_shared_port(void);
 /* The port a peer endpoint is reached at, given its own (its block's):
- * under rocev2 every endpoint of an address is at UDP 4791. */
+ * under rocev2 every endpoint of an address is at UDP 4791, one
+ * connection per address (the transport sends a datagram for a context of
+ * this host to that context's own port, rocev2.c). */
 uint16_t sv_transport_peer_port(enum sv_transport_mode mode, uint16_t port);
 /* Are connections in this mode an address's, shared by its endpoints, so
  * that what arrives names no endpoint (sv_conn.by_address: rocev2)? */
