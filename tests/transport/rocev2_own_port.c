@@ -13,6 +13,10 @@
  *      packets and its ACKs all reached their owners;
  *   3. a UD QP sends 200 messages round robin to 16 UD QPs of the other
  *      context (over its 8 source ports), one at a time: all delivered;
+ *   4. a UD SEND this test encodes itself (roce_wire.c) for a QP of the
+ *      second context, sent to the first one's own port: dropped there,
+ *      not passed on; the same datagram encoded for the second's port and
+ *      sent there: delivered;
  *   and the stand-ins received nothing.
  * argv[1] "forwarding", run with SOFTVERBS_ROCEV2_OWN_PORT=0: no port of
  * its own (1.'s bind succeeds), 2. is skipped, and 3.'s datagrams, sent
@@ -25,6 +29,9 @@
  * the stand-ins too.  Not root: skipped.
  */
 #include "sv_test.h"
+#include "transport/roce_wire.h"
+#include "wire/opcode.h"
+#include "wire/wire.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -122,6 +129,55 @@ static void rc_traffic(struct svt_pair *p)
 		SVT_CHECK_FILL(b + (size_t)i * 4096, 4096, 100u + (uint32_t)i);
 }
 
+/* A UD SEND of LEN bytes (pattern seed) to dqpn, encoded as RoCEv2 for
+ * 127.0.0.1:port and sent there from a socket of the test. */
+static void forge_ud_send(uint32_t dqpn, uint16_t port, uint32_t seed)
+{
+	uint8_t pkt[sizeof(struct sv_bth) + sizeof(struct sv_deth) + LEN], dg[sizeof(pkt) + 64];
+	struct sockaddr_in to = { .sin_family = AF_INET, .sin_port = htons(port),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct sockaddr_in me;
+	socklen_t ml = sizeof(me);
+	struct sv_bth *b = (struct sv_bth *)pkt;
+	struct sv_deth *d = (struct sv_deth *)(b + 1);
+	struct sv_roce_path path = { .dport = port };
+	int fd = udp_socket(0, false);
+	size_t n;
+
+	SVT_CHECK_GE(fd, 0);
+	SVT_CHECK_OK(getsockname(fd, (struct sockaddr *)&me, &ml));
+	memset(pkt, 0, sizeof(pkt));
+	b->opcode = SV_OP_UD | SV_OP_SEND_ONLY;
+	b->pkey = 0xffff;
+	b->dqpn = htonl(dqpn);
+	d->qkey = htonl(QKEY);
+	d->sqpn = htonl(0x123);
+	svt_fill(d + 1, LEN, seed);
+	memcpy(path.src, &me.sin_addr.s_addr, 4);
+	memcpy(path.dst, &to.sin_addr.s_addr, 4);
+	path.sport = ntohs(me.sin_port);
+	n = sv_roce_encode(&path, pkt, sizeof(pkt), dg, sizeof(dg));
+	SVT_CHECK(n > 0);
+	SVT_CHECK_EQ(sendto(fd, dg, n, 0, (struct sockaddr *)&to, sizeof(to)), (ssize_t)n);
+	close(fd);
+}
+
+/* 4: a datagram for y's QP at x's own port is not passed on; at y's it
+ * is taken. */
+static void forged_at_own_ports(struct ibv_qp *xqp, struct ibv_qp *yqp, struct ibv_cq *ycq,
+				uint8_t *rbuf)
+{
+	struct ibv_wc wc;
+
+	forge_ud_send(yqp->qp_num, block_port(xqp->qp_num), 77);
+	svt_expect_no_wc(ycq, 300);
+	forge_ud_send(yqp->qp_num, block_port(yqp->qp_num), 78);
+	svt_poll_ok(ycq, 1, &wc, 0);
+	SVT_CHECK_EQ(wc.src_qp, 0x123);
+	SVT_CHECK_EQ(wc.byte_len, GRH + LEN);
+	SVT_CHECK_FILL(rbuf + (size_t)wc.wr_id * (GRH + LEN) + GRH, LEN, 78);
+}
+
 /* 3: UD messages from one context's QP to NQP of the other's; the number
  * delivered (each waited for, unless forwarding). */
 static int ud_traffic(struct svt_side *x, struct svt_side *y, bool forwarding)
@@ -166,6 +222,10 @@ static int ud_traffic(struct svt_side *x, struct svt_side *y, bool forwarding)
 		svt_sleep_ms(500); /* what was passed on arrives */
 		while (ibv_poll_cq(ycq, 1, &wc) == 1)
 			delivered += wc.status == IBV_WC_SUCCESS;
+	} else {
+		/* a receive of its own, as 3. took every one posted */
+		SVT_CHECK_OK(svt_post_recv(yqp[0], 0, rbuf, GRH + LEN, rmr->lkey));
+		forged_at_own_ports(xqp, yqp[0], ycq, rbuf);
 	}
 	SVT_CHECK_OK(ibv_destroy_ah(ah));
 	for (int q = 0; q < NQP; q++)
