@@ -104,3 +104,14 @@ long sv_env_long(const char *name, long dflt)
 	}
 	return r;
 }
+
+bool sv_env_switch(_Atomic int *cache, const char *name, bool dflt)
+{
+	int v = atomic_load_explicit(cache, memory_order_relaxed);
+
+	if (v < 0) {
+		v = sv_env_long(name, dflt) != 0;
+		atomic_store_explicit(cache, v, memory_order_relaxed);
+	}
+	return v;
+}

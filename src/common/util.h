@@ -78,6 +78,10 @@ uint32_t sv_random_u32(void);
 /* Configuration from the environment (documented in README.md). */
 const char *sv_env_str(const char *name, const char *dflt);
 long sv_env_long(const char *name, long dflt);
+/* A switch read once: name's number, not 0 meaning on, dflt when unset.
+ * *cache (static, initially -1) keeps it; threads that ask first at once
+ * each compute the same answer. */
+bool sv_env_switch(_Atomic int *cache, const char *name, bool dflt);
 
 /* Intrusive doubly-linked list. */
 struct sv_list {

@@ -44,16 +44,10 @@ static atomic_bool ever_shared;	  /* an extent was made: a fork has pages to cop
 
 static bool sharing_on(void)
 {
-	/* registering threads and the engine thread may ask first at once:
-	 * each computes the same answer */
+	/* (registering threads and the engine thread may ask first at once) */
 	static _Atomic int on = -1;
-	int v = atomic_load_explicit(&on, memory_order_relaxed);
 
-	if (v < 0) {
-		v = sv_env_long("SOFTVERBS_SHARED_MR", 1) != 0;
-		atomic_store_explicit(&on, v, memory_order_relaxed);
-	}
-	return v;
+	return sv_env_switch(&on, "SOFTVERBS_SHARED_MR", true);
 }
 
 static size_t huge_page_size(void)

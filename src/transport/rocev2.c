@@ -166,22 +166,18 @@ static struct addr sockaddr_of(const struct in6_addr *ip, int scope, uint16_t po
  * SOFTVERBS_ROCEV2_OWN_PORT=0. */
 static bool own_port_wanted(void)
 {
-	static int on = -1;
+	static _Atomic int on = -1;
 
-	if (on < 0)
-		on = sv_env_long("SOFTVERBS_ROCEV2_OWN_PORT", 1) != 0;
-	return on;
+	return sv_env_switch(&on, "SOFTVERBS_ROCEV2_OWN_PORT", true);
 }
 
 /* Runs of datagrams, sent (UDP_SEGMENT) and taken (UDP_GRO), unless
  * SOFTVERBS_ROCEV2_GSO=0. */
 static bool runs_wanted(void)
 {
-	static int on = -1;
+	static _Atomic int on = -1;
 
-	if (on < 0)
-		on = sv_env_long("SOFTVERBS_ROCEV2_GSO", 1) != 0;
-	return on;
+	return sv_env_switch(&on, "SOFTVERBS_ROCEV2_GSO", true);
 }
 
 static struct sv_rocev2_tx *tx_get(const struct in6_addr *ip, int scope)

@@ -188,14 +188,9 @@ static inline bool shm_ready(const struct sv_shm *s)
 
 static bool cma_allowed(void)
 {
-	static atomic_int allowed = -1;
-	int a = atomic_load_explicit(&allowed, memory_order_relaxed);
+	static _Atomic int allowed = -1;
 
-	if (a < 0) {
-		a = sv_env_long("SOFTVERBS_SHM_CMA", 1) != 0;
-		atomic_store_explicit(&allowed, a, memory_order_relaxed);
-	}
-	return a;
+	return sv_env_switch(&allowed, "SOFTVERBS_SHM_CMA", true);
 }
 
 /*

@@ -202,11 +202,9 @@ uint16_t sv_tcp_shared_port(void)
  * SOFTVERBS_TCP_OWN_PORT=0. */
 static bool own_port_wanted(void)
 {
-	static int on = -1;
+	static _Atomic int on = -1;
 
-	if (on < 0)
-		on = sv_env_long("SOFTVERBS_TCP_OWN_PORT", 1) != 0;
-	return on;
+	return sv_env_switch(&on, "SOFTVERBS_TCP_OWN_PORT", true);
 }
 
 /*
