@@ -55,50 +55,49 @@ static bool abandoned(const struct sv_qpn_slot *s, uint64_t owner)
 	return st && now && now != st;
 }
 
-/* The registry file of the device at ip. */
-static void registry_path(const struct in6_addr *ip, char *path, size_t size)
+/*
+ * The registry of the device at ip, mapped: made if need be and writable
+ * (make, a context's own device), or only if it exists and for reading (a
+ * peer's address, which may be another host's: no file is made for it).
+ */
+static struct sv_qpn_file *registry_map_as(const struct in6_addr *ip, bool make)
 {
-	struct stat ns;
+	char path[128];
+	struct stat ns, st;
+	struct sv_qpn_file *f;
+	int fd;
 
 	/* one registry per device and network namespace: an address names an
 	 * interface only within its namespace */
 	if (stat("/proc/self/ns/net", &ns))
 		ns.st_ino = 0;
 	if (sv_ip_is_v4(ip)) {
-		snprintf(path, size, "/dev/shm/softverbs-%u-%lu-%08x.qpn", (unsigned)getuid(),
-			 (unsigned long)ns.st_ino, (unsigned)ntohl(sv_ip_v4(ip).s_addr));
+		snprintf(path, sizeof(path), "/dev/shm/softverbs-%u-%lu-%08x.qpn",
+			 (unsigned)getuid(), (unsigned long)ns.st_ino,
+			 (unsigned)ntohl(sv_ip_v4(ip).s_addr));
 	} else {
 		/* an interface with IPv6 only: the whole address */
-		int n = snprintf(path, size, "/dev/shm/softverbs-%u-%lu-", (unsigned)getuid(),
-				 (unsigned long)ns.st_ino);
+		int n = snprintf(path, sizeof(path), "/dev/shm/softverbs-%u-%lu-",
+				 (unsigned)getuid(), (unsigned long)ns.st_ino);
 
 		for (int k = 0; k < 16; k++)
-			n += snprintf(path + n, size - (size_t)n, "%02x", ip->s6_addr[k]);
-		snprintf(path + n, size - (size_t)n, ".qpn");
+			n += snprintf(path + n, sizeof(path) - (size_t)n, "%02x", ip->s6_addr[k]);
+		snprintf(path + n, sizeof(path) - (size_t)n, ".qpn");
 	}
-}
-
-static struct sv_qpn_file *registry_map(const struct in6_addr *ip)
-{
-	char path[128];
-	struct stat st;
-	struct sv_qpn_file *f;
-	int fd;
-
-	registry_path(ip, path, sizeof(path));
-	fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	fd = make ? open(path, O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600)
+		  : open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 	if (fd < 0)
 		return NULL;
 	if (fstat(fd, &st) || st.st_uid != getuid() || (st.st_mode & 077) ||
-	    (st.st_size < (off_t)sizeof(*f) && ftruncate(fd, sizeof(*f)))) {
+	    (st.st_size < (off_t)sizeof(*f) && (!make || ftruncate(fd, sizeof(*f))))) {
 		close(fd);
 		return NULL;
 	}
-	f = mmap(NULL, sizeof(*f), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	f = mmap(NULL, sizeof(*f), make ? PROT_READ | PROT_WRITE : PROT_READ, MAP_SHARED, fd, 0);
 	close(fd);
 	if (f == MAP_FAILED)
 		return NULL;
-	if (!atomic_load(&f->magic)) {
+	if (make && !atomic_load(&f->magic)) {
 		uint32_t zero = 0;
 
 		f->version = REG_VERSION; /* a new file is all zeros: every block free */
@@ -109,6 +108,11 @@ static struct sv_qpn_file *registry_map(const struct in6_addr *ip)
 		return NULL;
 	}
 	return f;
+}
+
+static struct sv_qpn_file *registry_map(const struct in6_addr *ip)
+{
+	return registry_map_as(ip, true);
 }
 
 /*
@@ -281,45 +285,32 @@ bool sv_qpn_export_of(const struct in6_addr *ip, uint32_t qpn, pid_t pid, int *f
 	return ok;
 }
 
+/* The block whose port is port; 0 for none. */
+static uint32_t port_block(uint16_t port)
+{
+	long b = (long)port - port_base();
+
+	return b > 0 && b < (long)SV_QPN_NBLOCKS && sv_qpn_block_port((uint32_t)b) == port
+		       ? (uint32_t)b
+		       : 0;
+}
+
 void sv_qpn_publish_dgram(const struct in6_addr *ip, uint16_t port, bool on)
 {
 	struct sv_qpn_file *f = registry_map(ip);
-	long b = (long)port - port_base();
+	uint32_t b = port_block(port);
 
 	if (!f)
 		return;
 	/* only a block this process holds */
-	if (b > 0 && b < (long)SV_QPN_NBLOCKS && sv_qpn_block_port((uint32_t)b) == port &&
-	    (pid_t)(atomic_load(&f->slot[b].owner) & 0xffffffffu) == getpid())
+	if (b && (pid_t)(atomic_load(&f->slot[b].owner) & 0xffffffffu) == getpid())
 		atomic_store(&f->slot[b].dgram, on ? 1u : 0u);
 	munmap(f, sizeof(*f));
 }
 
 struct sv_qpn_file *sv_qpn_registry_open(const struct in6_addr *ip)
 {
-	char path[128];
-	struct sv_qpn_file *f;
-	struct stat st;
-	int fd;
-
-	registry_path(ip, path, sizeof(path));
-	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
-	if (fd < 0)
-		return NULL;
-	if (fstat(fd, &st) || st.st_uid != getuid() || (st.st_mode & 077) ||
-	    st.st_size < (off_t)sizeof(*f)) {
-		close(fd);
-		return NULL;
-	}
-	f = mmap(NULL, sizeof(*f), PROT_READ, MAP_SHARED, fd, 0);
-	close(fd);
-	if (f == MAP_FAILED)
-		return NULL;
-	if (atomic_load(&f->magic) != REG_MAGIC || f->version != REG_VERSION) {
-		munmap(f, sizeof(*f));
-		return NULL;
-	}
-	return f;
+	return registry_map_as(ip, false);
 }
 
 void sv_qpn_registry_close(struct sv_qpn_file *f)
@@ -331,10 +322,10 @@ void sv_qpn_registry_close(struct sv_qpn_file *f)
 bool sv_qpn_port_held_here(const struct in6_addr *ip, uint16_t port)
 {
 	struct sv_qpn_file *f = sv_qpn_registry_open(ip);
-	long b = (long)port - port_base();
+	uint32_t b = port_block(port);
 	bool held = false;
 
-	if (f && b > 0 && b < (long)SV_QPN_NBLOCKS && sv_qpn_block_port((uint32_t)b) == port) {
+	if (f && b) {
 		struct sv_qpn_slot *s = &f->slot[b];
 		uint64_t o = atomic_load(&s->owner);
 
