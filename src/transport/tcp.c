@@ -217,11 +217,19 @@ static bool own_port_wanted(void)
  * that is stopped or slow would hold it until the connection is given up
  * (2 s) and its frames go again on another.
  */
+static uint16_t dial_port(const struct sv_conn *conn)
+{
+	uint16_t shared = conn->direct ? 0 : sv_tcp_shared_port();
+
+	/* (the registry is read only where the shared port would be dialled) */
+	if (shared && own_port_wanted() && sv_qpn_port_held_here(&conn->peer.ip, conn->peer.port))
+		shared = 0;
+	return shared ? shared : conn->peer.port;
+}
+
 static int tcp_connect(struct sv_conn *conn)
 {
-	bool here = own_port_wanted() && sv_qpn_port_held_here(&conn->peer.ip, conn->peer.port);
-	uint16_t shared = conn->direct || here ? 0 : sv_tcp_shared_port();
-	uint16_t port = htons(shared ? shared : conn->peer.port);
+	uint16_t port = htons(dial_port(conn));
 	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr = sv_ip_v4(&conn->peer.ip),
 				  .sin_port = port };
 	struct sockaddr_in6 sa6 = { .sin6_family = AF_INET6, .sin6_addr = conn->peer.ip,
