@@ -1446,8 +1446,9 @@ static int rocev2_recv(int lfd, struct sv_dgram *d)
 	}
 	if (!b) {
 		/* no room kept: one datagram, into d's.  A run taken whole
-		 * (UDP_GRO) would not fit there, and dropped it would come
-		 * back whole with every resend: the kernel joins no more */
+		 * (UDP_GRO) does not fit there, and dropped it would come
+		 * back whole with every resend: once one is read, the kernel
+		 * joins no more */
 		static const int off = 0;
 		union rx_from from;
 		union {
@@ -1460,11 +1461,12 @@ static int rocev2_recv(int lfd, struct sv_dgram *d)
 				     .msg_controllen = sizeof(u.buf) };
 		ssize_t n;
 
-		(void)setsockopt(lfd, SOL_UDP, UDP_GRO, &off, sizeof(off));
 		n = recvmsg(lfd, &mh, MSG_DONTWAIT);
 		d->more = false;
 		if (n < 0)
 			return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
+		if ((mh.msg_flags & MSG_TRUNC) || run_seg(&mh))
+			(void)setsockopt(lfd, SOL_UDP, UDP_GRO, &off, sizeof(off));
 		return rx_one(d, &mh, d->raw, (size_t)n);
 	}
 	if (b->next == b->n) {
