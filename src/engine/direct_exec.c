@@ -392,7 +392,7 @@ static bool execute(struct sv_qp *qp, struct sv_send_wqe *w, uint8_t *at, struct
 				*st = IBV_WC_LOC_PROT_ERR;
 	} else if (kind & SV_WRF_READ) {
 		for (int i = 0; *st == IBV_WC_SUCCESS && i < n; off += iov[i++].iov_len)
-			if (!sv_copy_guarded(iov[i].iov_base, at + off, iov[i].iov_len))
+			if (!sv_dma_copy(iov[i].iov_base, at + off, iov[i].iov_len))
 				*st = IBV_WC_LOC_PROT_ERR;
 	} else { /* SV_WRF_ATOMIC: 8 bytes, aligned (checked) */
 		ok = local_iov(qp, w, 8, IBV_ACCESS_LOCAL_WRITE, iov, &n, st);

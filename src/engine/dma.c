@@ -1,5 +1,6 @@
 /* Scatter/gather list walking; see dma.h. */
 #include "engine/dma.h"
+#include "engine/copier.h"
 #include "engine/gpu.h"
 #include "common/fault_guard.h"
 
@@ -10,9 +11,15 @@ enum ibv_wc_status sv_mem_err_to_local_status(enum sv_mem_err e)
 	return e == SV_MEM_OK ? IBV_WC_SUCCESS : IBV_WC_LOC_PROT_ERR;
 }
 
+/* A long copy in host memory has a second core's help (copier.h). */
 bool sv_dma_write(void *dst, const void *src, size_t len)
 {
-	return sv_place_guarded(dst, src, len);
+	return sv_copier_copy(dst, src, len, true);
+}
+
+bool sv_dma_copy(void *dst, const void *src, size_t len)
+{
+	return sv_copier_copy(dst, src, len, false);
 }
 
 enum sv_mem_err sv_dma_place(sv_cu_ctx gpu, void *dst, const void *src, size_t len)
@@ -25,7 +32,7 @@ enum sv_mem_err sv_dma_place(sv_cu_ctx gpu, void *dst, const void *src, size_t l
 enum sv_mem_err sv_dma_read(sv_cu_ctx gpu, void *dst, const void *src, size_t len)
 {
 	if (!gpu)
-		return sv_copy_guarded(dst, src, len) ? SV_MEM_OK : SV_MEM_FAULT;
+		return sv_dma_copy(dst, src, len) ? SV_MEM_OK : SV_MEM_FAULT;
 	return sv_cuda_copy(gpu, dst, src, len) ? SV_MEM_FAULT : SV_MEM_OK;
 }
 

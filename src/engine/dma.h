@@ -61,6 +61,10 @@ enum sv_mem_err sv_sgl_copy_out(struct sv_context *ctx, struct sv_pd *pd,
  */
 bool sv_dma_write(void *dst, const void *src, size_t len);
 
+/* The same without the order of the last byte (a READ's responses, placed
+ * in the requester's own memory). */
+bool sv_dma_copy(void *dst, const void *src, size_t len);
+
 /* The same, into memory that may be GPU memory of gpu (NULL: host), or out
  * of it (sv_dma_read); SV_MEM_FAULT where the driver fails or host memory
  * is not mapped. */
