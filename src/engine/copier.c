@@ -8,8 +8,9 @@
  * So a copy of SV_COPY_SPLIT_MIN bytes or more is offered to the copier
  * thread in chunks (eight or so, from SV_COPY_CHUNK_MIN to
  * SV_COPY_CHUNK_MAX bytes, each beginning on a cache line of the
- * destination), which the caller and the copier take one at a time, and
- * the caller returns once every chunk is copied.  The caller never waits
+ * destination), which the copier takes one at a time from the front and
+ * the caller from the back, and the caller returns once every chunk is
+ * copied.  The caller never waits
  * for the copier to arrive: one that comes late takes fewer chunks, or
  * none; and at the end the caller waits at most for the chunk the copier
  * is copying.
@@ -44,10 +45,18 @@
 #include <time.h>
 #include <unistd.h>
 
-/* The claim word: the offer's generation, and the next chunk to take. */
-#define CLAIM_CLOSED 0xffffffffu /* no chunk of this offer is to be taken */
+/*
+ * The claim word: the offer's generation, and the chunks not taken yet,
+ * [lo, hi).  The copier takes them from the front, the caller from the
+ * back: when both go at one pace each copies the same half of a buffer
+ * copied again and again, which stays in its own core's cache.  Closed:
+ * lo > hi, no chunk to take.
+ */
 #define CLAIM_GEN(w) ((uint32_t)((w) >> 32))
-#define CLAIM_IDX(w) ((uint32_t)(w))
+#define CLAIM_LO(w) ((uint32_t)((w) >> 16) & 0xffffu)
+#define CLAIM_HI(w) ((uint32_t)(w)&0xffffu)
+#define CLAIM_CLOSED 0xffff0000u
+#define CLAIM_MAX_CHUNKS 0xfffeu
 
 enum copier_run {
 	COPIER_UNSTARTED,
@@ -112,15 +121,15 @@ static size_t chunk_at(uint32_t k)
 	return (size_t)(((d + (uintptr_t)k * cp.chunk) & ~(uintptr_t)63) - d);
 }
 
-/* One chunk of the open offer of generation gen taken: its index, or -1
- * when none is left to take (or the offer is another's by now). */
-static int64_t take_chunk(uint32_t gen)
+/* A chunk of the offer of generation gen taken, from its front or its
+ * back: its index, or -1 when none is left (or the offer is over). */
+static int64_t take_chunk(uint32_t gen, bool front)
 {
 	uint64_t w = atomic_load(&cp.claim);
 
-	while (CLAIM_GEN(w) == gen && CLAIM_IDX(w) < cp.nchunks && CLAIM_IDX(w) != CLAIM_CLOSED)
-		if (atomic_compare_exchange_weak(&cp.claim, &w, w + 1))
-			return CLAIM_IDX(w);
+	while (CLAIM_GEN(w) == gen && CLAIM_LO(w) < CLAIM_HI(w))
+		if (atomic_compare_exchange_weak(&cp.claim, &w, front ? w + (1u << 16) : w - 1))
+			return front ? CLAIM_LO(w) : CLAIM_HI(w) - 1;
 	return -1;
 }
 
@@ -143,13 +152,7 @@ static void join_offer(uint32_t gen)
 	int64_t k;
 
 	atomic_fetch_add(&cp.active, 1);
-	for (uint64_t w = atomic_load(&cp.claim);
-	     CLAIM_GEN(w) == gen && CLAIM_IDX(w) != CLAIM_CLOSED; w = atomic_load(&cp.claim)) {
-		if (!atomic_compare_exchange_weak(&cp.claim, &w, w + 1))
-			continue;
-		k = CLAIM_IDX(w);
-		if (k >= cp.nchunks)
-			break; /* all taken */
+	while ((k = take_chunk(gen, true)) >= 0) {
 		if (!copy_chunk((uint32_t)k))
 			atomic_store_explicit(&cp.failed, true, memory_order_relaxed);
 		atomic_fetch_add_explicit(&cp.parts, 1, memory_order_relaxed);
@@ -201,13 +204,12 @@ static bool crowded(int fd)
 	return p && strtol(p, NULL, 10) > cp.ncpu;
 }
 
-/* An offer open, and not one it has been in (where there may be nothing
- * left to take, which its caller has yet to find out). */
+/* An offer with chunks left, and not one it has been in. */
 static bool new_offer(uint32_t done_gen)
 {
 	uint64_t w = atomic_load(&cp.claim);
 
-	return CLAIM_IDX(w) != CLAIM_CLOSED && CLAIM_GEN(w) != done_gen;
+	return CLAIM_LO(w) < CLAIM_HI(w) && CLAIM_GEN(w) != done_gen;
 }
 
 static void *copier_main(void *arg)
@@ -342,15 +344,17 @@ bool sv_copier_copy(void *dst, const void *src, size_t len, bool last_last)
 	cp.src = s;
 	cp.len = tail;
 	cp.chunk = SV_MIN(SV_MAX((tail / 8) & ~(size_t)63, SV_COPY_CHUNK_MIN), SV_COPY_CHUNK_MAX);
+	/* (a copy of many GiB: longer chunks, as many as the word counts) */
+	cp.chunk = SV_MAX(cp.chunk, ((tail / CLAIM_MAX_CHUNKS) | 63) + 1);
 	cp.nchunks = (uint32_t)((tail + cp.chunk - 1) / cp.chunk);
 	atomic_store_explicit(&cp.failed, false, memory_order_relaxed);
 	gen = CLAIM_GEN(atomic_load(&cp.claim)) + 1;
 	if (gen == 0)
 		gen = 1; /* 0: the copier has been in none */
-	atomic_store(&cp.claim, (uint64_t)gen << 32);
+	atomic_store(&cp.claim, (uint64_t)gen << 32 | cp.nchunks);
 	ring();
 	ok = true;
-	while ((k = take_chunk(gen)) >= 0)
+	while ((k = take_chunk(gen, false)) >= 0)
 		ok = copy_chunk((uint32_t)k) && ok;
 	/* closed, then the copier out of it: its chunks are copied */
 	atomic_store(&cp.claim, (uint64_t)gen << 32 | CLAIM_CLOSED);
