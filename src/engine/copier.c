@@ -87,9 +87,12 @@ static struct {
 	_Atomic uint64_t backoff_until; /* callers copy alone until then */
 	_Atomic uint64_t backoff_ns;    /* the last back-off's length */
 	int ncpu;                /* CPUs the process may use, when it started */
+	int loadfd;              /* /proc/loadavg, or -1 */
+	_Atomic uint64_t crowd_at; /* when a caller last asked crowded() */
+	atomic_bool crowd;         /* and what it said */
 	atomic_ulong backoffs;   /* back-offs so far */
 	atomic_bool insist;      /* never back off (unit_copier) */
-} cp = { .claim = CLAIM_CLOSED };
+} cp = { .claim = CLAIM_CLOSED, .loadfd = -1 };
 
 static void relax(void)
 {
@@ -212,10 +215,23 @@ static bool new_offer(uint32_t done_gen)
 	return CLAIM_LO(w) < CLAIM_HI(w) && CLAIM_GEN(w) != done_gen;
 }
 
+/* crowded(), asked by a caller before it wakes the copier, at most once
+ * per SV_COPY_CROWD_NS. */
+static bool crowded_now(uint64_t now)
+{
+	bool c;
+
+	if (now - atomic_load_explicit(&cp.crowd_at, memory_order_relaxed) < SV_COPY_CROWD_NS)
+		return atomic_load_explicit(&cp.crowd, memory_order_relaxed);
+	atomic_store_explicit(&cp.crowd_at, now, memory_order_relaxed);
+	c = crowded(cp.loadfd) && !atomic_load_explicit(&cp.insist, memory_order_relaxed);
+	atomic_store_explicit(&cp.crowd, c, memory_order_relaxed);
+	return c;
+}
+
 static void *copier_main(void *arg)
 {
 	uint64_t idle_since = sv_now_ns(), seen = idle_since, now;
-	int load = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
 	bool woken = true, away = false;
 	uint32_t done_gen = 0; /* the last offer it has been in */
 	unsigned spins = 0;
@@ -226,7 +242,7 @@ static void *copier_main(void *arg)
 
 		if (woken) {
 			woken = false;
-			if (crowded(load) && !atomic_load_explicit(&cp.insist, memory_order_relaxed)) {
+			if (crowded(cp.loadfd) && !atomic_load_explicit(&cp.insist, memory_order_relaxed)) {
 				back_off(sv_now_ns());
 				away = true;
 				goto sleep;
@@ -264,8 +280,6 @@ sleep:
 		woken = true;
 		away = false;
 	}
-	if (load >= 0)
-		close(load);
 	return NULL;
 }
 
@@ -294,6 +308,8 @@ static bool copier_ready(void)
 	sigdelset(&all, SIGBUS);
 	pthread_sigmask(SIG_SETMASK, &all, &old);
 	cp.pid = getpid();
+	if (cp.loadfd < 0)
+		cp.loadfd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
 	err = pthread_create(&cp.thread, NULL, copier_main, NULL);
 	pthread_sigmask(SIG_SETMASK, &old, NULL);
 	if (err) {
@@ -328,14 +344,24 @@ bool sv_copier_copy(void *dst, const void *src, size_t len, bool last_last)
 		return copy_alone(dst, src, len, last_last);
 	burst = now - atomic_exchange_explicit(&cp.last_ns, now, memory_order_relaxed) <
 		SV_COPY_SPIN_NS;
-	if (atomic_load(&cp.asleep) && len < SV_COPY_WAKE_MIN) {
-		/* too short to wait for it.  Woken for the copies that follow
-		 * when they come close enough to keep it awake; for one now
-		 * and then, the wake-up would cost more than it saves */
-		atomic_store_explicit(&cp.owned, false, memory_order_release);
-		if (burst)
-			ring();
-		return copy_alone(dst, src, len, last_last);
+	if (atomic_load(&cp.asleep)) {
+		/* a CPU for it?  Woken where there is none, it would take the
+		 * CPU of a thread with work (its waker's, for a time slice,
+		 * waiting for its own check) */
+		bool busy = crowded_now(now);
+
+		if (busy)
+			back_off(now);
+		if (busy || len < SV_COPY_WAKE_MIN) {
+			/* too short to wait for it.  Woken for the copies that
+			 * follow when they come close enough to keep it awake;
+			 * for one now and then, the wake-up would cost more than
+			 * it saves */
+			atomic_store_explicit(&cp.owned, false, memory_order_release);
+			if (burst && !busy)
+				ring();
+			return copy_alone(dst, src, len, last_last);
+		}
 	}
 	/* the offer: chunks of what comes before the last byte (stored
 	 * after every other, below), 8 or so, none under 16 KiB */
