@@ -10,10 +10,9 @@
  * SV_COPY_CHUNK_MAX bytes, each beginning on a cache line of the
  * destination), which the copier takes one at a time from the front and
  * the caller from the back, and the caller returns once every chunk is
- * copied.  The caller never waits
- * for the copier to arrive: one that comes late takes fewer chunks, or
- * none; and at the end the caller waits at most for the chunk the copier
- * is copying.
+ * copied.  The caller never waits for the copier to arrive: one that
+ * comes late takes fewer chunks, or none; and at the end the caller waits
+ * at most for the chunk the copier is copying.
  *
  * One copier per process, started by the first long copy where the
  * process may run on two CPUs or more (SOFTVERBS_COPIER=0: never).  After
@@ -173,12 +172,12 @@ static void join_offer(uint32_t gen)
  */
 static void back_off(uint64_t now)
 {
-	if (atomic_load_explicit(&cp.insist, memory_order_relaxed))
-		return;
-	atomic_fetch_add_explicit(&cp.backoffs, 1, memory_order_relaxed);
 	uint64_t len = atomic_load_explicit(&cp.backoff_ns, memory_order_relaxed);
 	uint64_t last = atomic_load_explicit(&cp.backoff_until, memory_order_relaxed);
 
+	if (atomic_load_explicit(&cp.insist, memory_order_relaxed))
+		return;
+	atomic_fetch_add_explicit(&cp.backoffs, 1, memory_order_relaxed);
 	/* again soon after the last one ended: longer */
 	len = len && now - last < SV_COPY_BACKOFF_MAX_NS ? SV_MIN(2 * len, SV_COPY_BACKOFF_MAX_NS)
 							 : SV_COPY_BACKOFF_MIN_NS;
