@@ -188,9 +188,9 @@ static void back_off(uint64_t now)
 /*
  * More threads of the host are runnable than there are CPUs for this
  * process: the kernel's count (the fourth field of /proc/loadavg), which
- * includes the copier and its caller.  Asked when the copier wakes, so
- * that it does not first take a CPU from a thread with work for a time
- * slice before it finds it has lost its own.
+ * includes the copier and its caller.  Asked before the copier is woken
+ * and when it wakes, so that it does not first take a CPU from a thread
+ * with work for a time slice before it finds it has lost its own.
  */
 static bool crowded(int fd)
 {
@@ -214,8 +214,8 @@ static bool new_offer(uint32_t done_gen)
 	return CLAIM_LO(w) < CLAIM_HI(w) && CLAIM_GEN(w) != done_gen;
 }
 
-/* crowded(), asked by a caller before it wakes the copier, at most once
- * per SV_COPY_CROWD_NS. */
+/* crowded(), asked by a caller before it wakes the copier and by the
+ * copier when it wakes, at most once per SV_COPY_CROWD_NS. */
 static bool crowded_now(uint64_t now)
 {
 	bool c;
@@ -241,8 +241,10 @@ static void *copier_main(void *arg)
 
 		if (woken) {
 			woken = false;
-			if (crowded(cp.loadfd) && !atomic_load_explicit(&cp.insist, memory_order_relaxed)) {
-				back_off(sv_now_ns());
+			/* (its waker has just looked, mostly: then no second read) */
+			now = sv_now_ns();
+			if (crowded_now(now)) {
+				back_off(now);
 				away = true;
 				goto sleep;
 			}
@@ -363,7 +365,8 @@ bool sv_copier_copy(void *dst, const void *src, size_t len, bool last_last)
 		}
 	}
 	/* the offer: chunks of what comes before the last byte (stored
-	 * after every other, below), 8 or so, none under 16 KiB */
+	 * after every other, below), about an eighth of it each, from
+	 * SV_COPY_CHUNK_MIN to SV_COPY_CHUNK_MAX */
 	tail = len - (last_last ? 1 : 0);
 	cp.dst = d;
 	cp.src = s;
@@ -388,9 +391,11 @@ bool sv_copier_copy(void *dst, const void *src, size_t len, bool last_last)
 		if (lost) {
 			sched_yield();
 		} else {
+			uint64_t t;
+
 			relax();
-			if (n % 64 == 0 && sv_now_ns() - now > SV_COPY_PREEMPT_NS) {
-				back_off(sv_now_ns());
+			if (n % 64 == 0 && (t = sv_now_ns()) - now > SV_COPY_PREEMPT_NS) {
+				back_off(t);
 				lost = true;
 			}
 		}

@@ -23,7 +23,7 @@
 #define SV_COPY_WAKE_MIN (256u << 10)
 /* How long the copier waits, spinning, for the next copy before it sleeps. */
 #define SV_COPY_SPIN_NS 50000ull
-/* How long a caller's look at the host's runnable threads stays good. */
+/* How long a look at the host's runnable threads stays good. */
 #define SV_COPY_CROWD_NS 1000000ull
 /* A gap this long between two looks at the clock, 64 spins apart, means
  * the copier lost its CPU; so does a caller's wait this long from the
