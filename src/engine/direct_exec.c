@@ -443,6 +443,19 @@ static bool direct_target(const struct sv_send_wqe *w, struct direct_target *t)
 	return t->len != 0;
 }
 
+/* The slot of the QP dq (one of pm's) in pm's QP table, cached by view and
+ * QPN: the permutation is four rounds of table lookups, and neither
+ * changes from one WQE to the next. */
+static uint32_t peer_qp_slot(struct sv_qp *qp, const struct sv_peer_mem *pm, uint32_t dq)
+{
+	if (qp->req.xcache.qslot_pm != pm->id || qp->req.xcache.qslot_qpn != dq) {
+		qp->req.xcache.qslot = sv_qpn_unpermute(&pm->perm, dq);
+		qp->req.xcache.qslot_qpn = dq;
+		qp->req.xcache.qslot_pm = pm->id;
+	}
+	return qp->req.xcache.qslot;
+}
+
 /* The peer's memory, where this QP may act on it itself; NULL: the wire.
  * (XRC: the target's keys are checked against the PD of the SRQ each
  * request names, which only its responder knows: always the wire.) */
@@ -795,7 +808,7 @@ static enum sv_direct direct_send(struct sv_qp *qp, struct sv_conn *conn, struct
 		return SV_DIRECT_DEFER; /* the engine thread copies it */
 	if (!qp->req.xs && !(qp->req.xs = calloc(1, sizeof(*qp->req.xs))))
 		return SV_DIRECT_WIRE;
-	slot = sv_qpn_unpermute(&pm->perm, dq);
+	slot = peer_qp_slot(qp, pm, dq);
 	q = &pm->x->qp[slot];
 	local = !w->inline_buf && w->length;
 	if (local) {
@@ -846,7 +859,7 @@ enum sv_direct sv_direct_exec(struct sv_qp *qp, struct sv_conn *conn, struct sv_
 		return SV_DIRECT_WIRE;
 	if ((t.word && (t.va & 7)) || (dq & ~(uint32_t)SV_QPN_LOW) != pm->qpn_base)
 		return SV_DIRECT_WIRE; /* misaligned: the responder's error */
-	q = &pm->x->qp[sv_qpn_unpermute(&pm->perm, dq)];
+	q = &pm->x->qp[peer_qp_slot(qp, pm, dq)];
 	/* the local buffers first, under our MR table's read lock, held until
 	 * the copy is over (a deregistration of ours waits for it).  Inline
 	 * data (a WRITE's, an atomic write's, copied at the post) reaches no

@@ -541,10 +541,18 @@ struct sv_qp_req {
 		uint64_t ino;
 		uint8_t *base;
 		uint64_t pm_id;
+		/* the slot of dest_qp_num in that view's QP table: its
+		 * permutation undone once, not at every WQE */
+		uint64_t qslot_pm;
+		uint32_t qslot_qpn, qslot;
 	} xcache;
 	/* what its SENDs placed on a peer of this host know (direct_exec.c);
 	 * NULL until one is tried */
 	struct sv_xsend *xs;
+	/* its last WQE that was tried on the peer's memory executed there:
+	 * the next one posted to an empty queue is tried first, outside a
+	 * pass (requester.c, post_alone) */
+	bool direct_went;
 };
 
 /* A requester's SENDs placed by itself (engine/direct_exec.c). */

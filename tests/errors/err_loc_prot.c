@@ -10,7 +10,9 @@
  * memory keeps its pattern.
  *
  * The two QPs live on two separate ibv_contexts, so the traffic crosses the
- * transport.
+ * transport.  Each case runs twice: on a fresh QP, and after a WRITE that
+ * completed (same host: executed on the peer's memory, after which a WR
+ * posted to an empty send queue is tried there straight from the post).
  */
 #include "err_util.h"
 
@@ -121,13 +123,24 @@ static void read_into_readonly_mr(struct lp_case *c)
 	wr_basic(c, IBV_WR_RDMA_READ, 1);
 }
 
-static void run_case(const char *name, void (*build)(struct lp_case *))
+static void run_case(const char *name, void (*build)(struct lp_case *), bool warm)
 {
 	struct lp_case c;
 	struct ibv_send_wr *bad = NULL;
 
 	memset(&c, 0, sizeof(c));
 	svt_pair_create(&c.p, IBV_QPT_RC, NULL);
+	if (warm) {
+		/* twice: the first may go by the wire (the peer's MR not yet
+		 * seen), the second then executes on its memory */
+		for (uint64_t id = 10; id < 12; id++) {
+			SVT_CHECK_OK(svt_post_send(c.p.a.qp, id, IBV_WR_RDMA_WRITE,
+						   IBV_SEND_SIGNALED, c.p.a.buf, MSG,
+						   c.p.a.mr->lkey, (uintptr_t)c.p.b.buf,
+						   c.p.b.mr->rkey, 0));
+			errt_expect_wc(c.p.a.send_cq, id, IBV_WC_SUCCESS, 0);
+		}
+	}
 	svt_fill(c.p.a.buf, c.p.a.buf_len, SEED_A);
 	svt_fill(c.p.b.buf, c.p.b.buf_len, SEED_B);
 	/* A receive on the peer, so a SEND that wrongly went out would land. */
@@ -167,21 +180,24 @@ static void run_case(const char *name, void (*build)(struct lp_case *))
 	if (c.pd2)
 		SVT_CHECK_OK(ibv_dealloc_pd(c.pd2));
 	svt_pair_destroy(&c.p);
-	svt_log("ok: %s -> LOC_PROT_ERR, QP in ERR, rest flushed", name);
+	svt_log("ok: %s%s -> LOC_PROT_ERR, QP in ERR, rest flushed", name,
+		warm ? " (after a WRITE)" : "");
 }
 
 int main(void)
 {
 	svt_watchdog(50);
-	run_case("SEND with unknown lkey", send_bad_lkey);
-	run_case("RDMA WRITE with unknown lkey", write_bad_lkey);
-	run_case("SEND with SGE past the MR end", send_sge_past_end);
-	run_case("RDMA WRITE with SGE before the MR start",
-		 write_sge_before_start);
-	run_case("SEND whose second SGE has an unknown lkey",
-		 send_second_sge_bad);
-	run_case("SEND with the lkey of another PD's MR", send_other_pd_lkey);
-	run_case("RDMA READ into an MR without LOCAL_WRITE",
-		 read_into_readonly_mr);
+	for (int warm = 0; warm < 2; warm++) {
+		run_case("SEND with unknown lkey", send_bad_lkey, warm);
+		run_case("RDMA WRITE with unknown lkey", write_bad_lkey, warm);
+		run_case("SEND with SGE past the MR end", send_sge_past_end, warm);
+		run_case("RDMA WRITE with SGE before the MR start", write_sge_before_start,
+			 warm);
+		run_case("SEND whose second SGE has an unknown lkey", send_second_sge_bad,
+			 warm);
+		run_case("SEND with the lkey of another PD's MR", send_other_pd_lkey, warm);
+		run_case("RDMA READ into an MR without LOCAL_WRITE", read_into_readonly_mr,
+			 warm);
+	}
 	return 0;
 }
