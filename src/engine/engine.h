@@ -138,9 +138,10 @@ struct sv_engine {
 	atomic_int nconns_polled;      /* connections only epoll can look at (tcp) */
 	_Atomic uint64_t last_poll_ns; /* an application thread last made progress */
 	/* a one-sided request came by the wire (set by the responder, taken by
-	 * the engine thread), and until when the engine ticks fast for them */
+	 * the engine thread), and when the engine thread last saw that one had
+	 * (0: never; loop.c, one_sided_within) */
 	atomic_bool one_sided_seen;
-	uint64_t one_sided_until;
+	uint64_t one_sided_at;
 	/* the export table's liveness mutex (mem_export.h): handed over by
 	 * sv_engine_hold_alive, held by the engine thread until it ends */
 	_Atomic(pthread_mutex_t *) alive_give;
