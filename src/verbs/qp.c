@@ -425,15 +425,27 @@ static int check_attr_values(struct sv_qp *qp, struct ibv_qp_attr *a, int mask,
  * The peer may have answered, closed and disconnected meanwhile, and its
  * disconnect comes on the CM's own connection, which can overtake the ACK
  * on the data one (libfabric's rxm closes an endpoint on that disconnect).
+ *
+ * So also for an RC QP that takes requests: a pass in progress may have
+ * read a WRITE's payload into place (a stream's direct receive), where the
+ * application can see its last byte, and not yet answered it; flushed in
+ * between, the QP would drop the packet and the peer's WRITE would never
+ * complete.  The pass ends first, with its ACK, as a NIC's ACK is out by the
+ * time the application can act on the bytes (dtest's WRITE ping-pong over
+ * tcp: the side that saw the last WRITE disconnected, and the other's last
+ * WRITE completed flushed).
  */
-static void settle_sends(struct sv_qp *qp)
+static void settle_qp(struct sv_qp *qp)
 {
-	bool sending;
+	bool busy;
 
 	sv_mutex_lock(&qp->lock);
-	sending = qp->sq.head != qp->sq.tail && qp->state != IBV_QPS_ERR;
+	busy = qp->state != IBV_QPS_ERR &&
+	       (qp->sq.head != qp->sq.tail ||
+		(qp->ti->reliable && (qp->state == IBV_QPS_RTR || qp->state == IBV_QPS_RTS ||
+				      qp->state == IBV_QPS_SQD)));
 	sv_mutex_unlock(&qp->lock);
-	if (sending)
+	if (busy)
 		sv_engine_settle(qp->ctx->eng);
 }
 
@@ -450,7 +462,7 @@ int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 	if (ibqp->handle == SV_QP_HANDLE_OPENED && qp->xrc->remote)
 		return sv_xrc_remote_modify(qp, attr, mask); /* another process's */
 	if ((mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_ERR)
-		settle_sends(qp);
+		settle_qp(qp);
 	sv_mutex_lock(&qp->lock);
 	cur = qp->state;
 	next = (mask & IBV_QP_STATE) ? attr->qp_state : cur;
@@ -608,7 +620,7 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 	/* as Linux's uverbs: detach from the multicast groups first */
 	if (sv_mcg_busy(qp))
 		return EBUSY;
-	settle_sends(qp);
+	settle_qp(qp);
 	sv_mutex_lock(&ctx->lock);
 	ctx->qpt[ibqp->handle] = NULL;
 	if (ibqp->handle < ctx->qpt_hint)

@@ -3,7 +3,7 @@
  * whose ACK has already reached this host first takes in what has arrived:
  * the SEND completes with IBV_WC_SUCCESS, as on a NIC, which processes the
  * ACK on arrival, not with IBV_WC_WR_FLUSH_ERR (ibv_modify_qp) or with no
- * completion at all (ibv_destroy_qp).  See settle_sends in verbs/qp.c and
+ * completion at all (ibv_destroy_qp).  See settle_qp in verbs/qp.c and
  * sv_engine_settle in engine/loop.c.
  *
  * Here an ACK is taken in only when a thread looks: the engine thread, or
