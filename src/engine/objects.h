@@ -549,9 +549,10 @@ struct sv_qp_req {
 	/* what its SENDs placed on a peer of this host know (direct_exec.c);
 	 * NULL until one is tried */
 	struct sv_xsend *xs;
-	/* its last WQE that was tried on the peer's memory executed there:
-	 * the next one posted to an empty queue is tried first, outside a
-	 * pass (requester.c, post_alone) */
+	/* set when a WQE tried on the peer's memory executed there (or was
+	 * left to the engine thread to execute), cleared when one tried from
+	 * the post went by the wire: while set, a WQE posted to an empty
+	 * queue is tried first, outside a pass (requester.c, post_alone) */
 	bool direct_went;
 };
 
