@@ -689,18 +689,19 @@ static bool place_pieces(const struct sv_send_wqe *w, const struct iovec *iov, i
  * A SEND (with immediate), or a WRITE with immediate, placed into the
  * receive WQE at the head of the peer's QP (direct_recv.h): taken by
  * compare-and-swap, the bytes copied, the result written and marked done
- * last, the peer's slot marked ready (its caller wakes the peer if it
- * sleeps).  WIRE when any check fails, no receive is posted (RNR, which
+ * last, the peer's slot marked ready if its record asks for it
+ * (SV_XRQ_NOTIFY: *marked, and its caller wakes the peer if it sleeps).
+ * WIRE when any check fails, no receive is posted (RNR, which
  * the wire's responder answers), or the compare-and-swap is lost.  Called
  * with the peer's QP record entered (q, busy raised) and the local
  * buffers checked (iov; the MR read lock held).
  */
 static enum sv_direct place_send(struct sv_qp *qp, struct sv_peer_mem *pm, struct sv_xqp *q,
 				 uint32_t slot, struct sv_send_wqe *w, const struct iovec *iov,
-				 int niov, enum ibv_wc_status *st)
+				 int niov, enum ibv_wc_status *st, bool *marked)
 {
 	uint32_t off = atomic_load(&q->rq_off), shape = atomic_load(&q->rq_shape),
-		 size = shape >> 8, msge = shape & 0xff, idx, nsge;
+		 size = shape >> 8, msge = shape & 0xff & ~SV_XRQ_NOTIFY, idx, nsge;
 	uint64_t blk, t, gen, arena = pm->x->arena_size;
 	struct recv_piece to[SV_MAX_SGE];
 	struct ibv_sge sge[SV_MAX_SGE];
@@ -777,9 +778,14 @@ static enum sv_direct place_send(struct sv_qp *qp, struct sv_peer_mem *pm, struc
 	/* the owner's engine finds the slot marked (a poll of its CQ finds
 	 * done moved): a bit the engine has not taken yet is not set again,
 	 * its taking comes before the load of done (seq_cst), which then sees
-	 * this one */
-	mark_ready(&pm->x->rq_ready[slot / 64], 1ull << (slot % 64));
-	mark_ready(&pm->x->rq_ready_sum[slot / 4096], 1ull << ((slot / 64) % 64));
+	 * this one.  Only if the record asks: else the owner's polls alone
+	 * look, and the two lines are not taken from the owner at every
+	 * message */
+	if (shape & SV_XRQ_NOTIFY) {
+		mark_ready(&pm->x->rq_ready[slot / 64], 1ull << (slot % 64));
+		mark_ready(&pm->x->rq_ready_sum[slot / 4096], 1ull << ((slot / 64) % 64));
+		*marked = true;
+	}
 	r = SV_DIRECT_DONE;
 out:
 	if (wrlocked)
@@ -800,7 +806,7 @@ static enum sv_direct direct_send(struct sv_qp *qp, struct sv_conn *conn, struct
 	struct sv_peer_mem *pm;
 	struct sv_xqp *q;
 	int niov = 0;
-	bool local;
+	bool local, marked = false;
 
 	if (!(pm = direct_peer(qp, conn)) || (dq & ~(uint32_t)SV_QPN_LOW) != pm->qpn_base)
 		return SV_DIRECT_WIRE;
@@ -823,13 +829,13 @@ static enum sv_direct direct_send(struct sv_qp *qp, struct sv_conn *conn, struct
 	}
 	sv_xqp_enter(q);
 	if (atomic_load(&q->open) && atomic_load(&q->dest_qpn) == qp->ex.qp_base.qp_num)
-		r = place_send(qp, pm, q, slot, w, iov, niov, &st);
+		r = place_send(qp, pm, q, slot, w, iov, niov, &st, &marked);
 	sv_xqp_leave(q);
 	if (local)
 		sv_mr_read_unlock(qp->ctx);
 	if (r == SV_DIRECT_DONE) {
 		w->status = st;
-		if (conn->ops->wake)
+		if (marked && conn->ops->wake)
 			conn->ops->wake(conn);
 	} else {
 		qp->req.xs->miss_ns = sv_now_ns();

@@ -190,6 +190,7 @@ static bool xrq_move(struct sv_context *ctx, struct sv_rq *rq, struct sv_xrq_loc
 	free(rq->sge_pool);
 	rq->sge_pool = NULL;
 	atomic_store(&n->x->gen, atomic_fetch_add(&ctx->arena_gen, 1) | 1);
+	n->numbered = true;
 	atomic_store(&n->x->taken, rq->head);
 	atomic_store(&n->x->posted, (uint64_t)rq->head + rq->count);
 	if (xl) {
@@ -197,6 +198,7 @@ static bool xrq_move(struct sv_context *ctx, struct sv_rq *rq, struct sv_xrq_loc
 		xl->xent = n->xent;
 		xl->off = n->off;
 		xl->len = n->len;
+		xl->numbered = true;
 		free(n);
 		n = xl;
 	}
@@ -270,10 +272,77 @@ static bool srq_list(struct sv_srq *srq, struct sv_qp *qp)
 
 /* The record q names rq's block (the shape first: a peer reads the
  * offset, then it). */
-static void publish(struct sv_xqp *q, const struct sv_rq *rq)
+static void publish(struct sv_xqp *q, const struct sv_rq *rq, bool notify)
 {
-	atomic_store(&q->rq_shape, rq->size << 8 | rq->max_sge);
+	atomic_store(&q->rq_shape, rq->size << 8 | (notify ? SV_XRQ_NOTIFY : 0) | rq->max_sge);
 	atomic_store(&q->rq_off, rq->xl->off);
+}
+
+/*
+ * Whether peers placing into a queue must mark its slot in the ready map
+ * and ring the bell, so that the engine thread takes the completions in
+ * as they come: when its CQ has a completion channel (an event is owed),
+ * and when the CQ could overrun (IBV_EVENT_CQ_ERR is owed when it does,
+ * as a NIC raises it, not at a later poll).  Otherwise the CQ's polls
+ * look at the queue themselves (sv_xrq_poll_cq), and a post that finds
+ * the queue full takes in what was placed first: the mark would only
+ * cost the placing peer two lines of ours at every message.  An SRQ's
+ * queue is always marked (its limit event is owed whoever polls).
+ *
+ * "Could overrun": the queues that complete into the CQ hold more WQEs
+ * than it has room for (cq->wr_demand, kept at QP creation and
+ * destruction; an SRQ counts as unbounded).  Once that has been true the
+ * CQ marks for good (cq->xrq_notify), and the records of the queues it
+ * lists are marked at once; a queue published later reads the flag under
+ * the CQ's lock, so that it and the marking do not cross.
+ */
+static void own_publish(struct sv_qp *qp, struct sv_xqp *q)
+{
+	struct sv_cq *cq = qp->rcq;
+
+	sv_mutex_lock(&cq->lock);
+	publish(q, &qp->rq, cq->ex.channel || cq->xrq_notify);
+	sv_mutex_unlock(&cq->lock);
+}
+
+/* cq->lock held: the CQ starts marking if it could now overrun. */
+static void cq_check_demand(struct sv_cq *cq)
+{
+	if (cq->xrq_notify || cq->wr_demand <= (uint64_t)cq->ex.cqe)
+		return;
+	cq->xrq_notify = true;
+	for (uint32_t i = 0; i < cq->nxrq; i++) {
+		struct sv_xqp *q = sv_export_qp_record(cq->xrq[i].qp);
+
+		if (q && atomic_load(&q->rq_off))
+			atomic_fetch_or(&q->rq_shape, SV_XRQ_NOTIFY);
+	}
+}
+
+static void cq_demand(struct sv_cq *cq, uint64_t n, bool add)
+{
+	sv_mutex_lock(&cq->lock);
+	if (add)
+		cq->wr_demand += n;
+	else
+		cq->wr_demand -= n;
+	cq_check_demand(cq);
+	sv_mutex_unlock(&cq->lock);
+}
+
+void sv_xrq_cq_hold(struct sv_qp *qp, bool hold)
+{
+	if (qp->xrcd)
+		return; /* (an XRC receive QP: its CQ is its SRQ's, counted there) */
+	if (qp->scq)
+		cq_demand(qp->scq, qp->sq.max_wr, hold);
+	if (qp->rcq && !qp->ti->xrc)
+		cq_demand(qp->rcq, qp->srq ? (uint64_t)UINT32_MAX : qp->rq.size, hold);
+}
+
+void sv_xrq_cq_resized(struct sv_cq *cq)
+{
+	cq_check_demand(cq);
 }
 
 /* qp->lock held: the SRQ's queue moves to the arena if it is not there,
@@ -293,7 +362,7 @@ static void adopt_srq(struct sv_qp *qp)
 	if (!srq->rq.xl && xrq_move(qp->ctx, &srq->rq, srq->xl_kept))
 		srq->xl_kept = NULL; /* (the SRQ's one record, in use again) */
 	if (srq->rq.xl && srq_list(srq, qp) && !sv_xrq_attach(qp, srq->rq.xl))
-		publish(q, &srq->rq);
+		publish(q, &srq->rq, true);
 	sv_mutex_unlock(&srq->lock);
 }
 
@@ -314,7 +383,7 @@ void sv_xrq_adopt(struct sv_qp *qp)
 		return;
 	if (sv_xrq_attach(qp, rq->xl))
 		return; /* no room to list it on its CQ: never published */
-	publish(q, rq);
+	own_publish(qp, q);
 }
 
 void sv_xrq_record(struct sv_qp *qp, struct sv_xqp *q)
@@ -323,7 +392,7 @@ void sv_xrq_record(struct sv_qp *qp, struct sv_xqp *q)
 
 	if (!srq) {
 		if (qp->rq.xl)
-			publish(q, &qp->rq);
+			own_publish(qp, q);
 		else
 			atomic_store(&q->rq_off, 0);
 		return;
@@ -331,7 +400,7 @@ void sv_xrq_record(struct sv_qp *qp, struct sv_xqp *q)
 	/* under the SRQ's lock: a resize moves its queue meanwhile */
 	sv_mutex_lock(&srq->lock);
 	if (srq->rq.xl && srq_index(srq, qp) >= 0)
-		publish(q, &srq->rq);
+		publish(q, &srq->rq, true);
 	else
 		atomic_store(&q->rq_off, 0);
 	sv_mutex_unlock(&srq->lock);
@@ -353,8 +422,10 @@ void sv_xrq_posted(struct sv_rq *rq)
 	uint32_t i = (rq->head + rq->count - 1) % rq->size;
 	struct sv_xrecv *e = XE(rq, i);
 
-	if (!atomic_load_explicit(&rq->xl->x->gen, memory_order_relaxed))
+	if (!rq->xl->numbered) {
 		atomic_store(&rq->xl->x->gen, atomic_fetch_add(&rq->xl->ctx->arena_gen, 1) | 1);
+		rq->xl->numbered = true;
+	}
 	e->num_sge = rq->wqe[i].num_sge;
 	e->qpn = 0;
 	atomic_store_explicit(&e->pid, 0, memory_order_relaxed);
@@ -383,6 +454,7 @@ void sv_xrq_reset(struct sv_qp *qp)
 	 * closed; modify_qp reopens it when the QP receives again) */
 	sv_export_qp_quiet(qp);
 	atomic_store(&rq->xl->x->gen, 0); /* numbered again at the next post */
+	rq->xl->numbered = false;
 	atomic_store(&rq->xl->x->posted, 0);
 	atomic_store(&rq->xl->x->taken, 0);
 	for (uint32_t i = 0; i < rq->size; i++)
@@ -591,7 +663,7 @@ static void srq_publish_all(struct sv_srq *srq)
 		struct sv_xqp *q = sv_export_qp_record(srq->xqps[i]);
 
 		if (q)
-			publish(q, &srq->rq);
+			publish(q, &srq->rq, true);
 	}
 }
 
@@ -733,14 +805,20 @@ static void drain_ref(struct sv_qp *qp)
 	sv_qp_put(qp);
 }
 
-void sv_xrq_poll_cq(struct sv_cq *cq)
+bool sv_xrq_poll_cq(struct sv_cq *cq)
 {
+	bool any = false;
+
 	if (!atomic_load_explicit(&cq->nxrq_any, memory_order_relaxed))
-		return;
+		return false;
 	/* one QP at a time: its lock comes before the CQ's */
-	for (uint32_t start = 0;;) {
+	for (uint32_t start = 0;; any = true) {
 		struct sv_qp *qp = NULL;
 
+		/* (the count as the list's last change left it: a QP listed
+		 * meanwhile is looked at by the next poll) */
+		if (start >= atomic_load_explicit(&cq->nxrq_any, memory_order_relaxed))
+			return any;
 		sv_mutex_lock(&cq->lock);
 		for (; start < cq->nxrq && !qp; start++)
 			if (xrq_moved(&cq->xrq[start])) {
@@ -749,7 +827,7 @@ void sv_xrq_poll_cq(struct sv_cq *cq)
 			}
 		sv_mutex_unlock(&cq->lock);
 		if (!qp)
-			return;
+			return any;
 		drain_ref(qp);
 	}
 }

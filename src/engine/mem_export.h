@@ -48,7 +48,7 @@ struct sv_xqp {
 	/* its receive queue in the receive arena (direct_recv.h), read by
 	 * peers that place SENDs themselves: the offset of its struct sv_xrq
 	 * (0: none, the QP's receives are private), and its capacity << 8 |
-	 * SGEs per receive (written first) */
+	 * SV_XRQ_NOTIFY | SGEs per receive (written first) */
 	_Atomic uint32_t rq_off;
 	_Atomic uint32_t rq_shape;
 	/* set by a peer that would place SENDs: the owner moves the queue
@@ -56,6 +56,11 @@ struct sv_xqp {
 	 * private and costs the arena nothing) */
 	_Atomic uint32_t rq_want;
 };
+
+/* In rq_shape: a peer that places into the queue marks the QP's slot in
+ * the ready map and rings the owner's bell (direct_recv.h); without it,
+ * the owner's polls find what was placed, and nothing else needs to. */
+#define SV_XRQ_NOTIFY 0x80u
 
 /* In busy: the owner waits for the count to be 0 (mem_export.c). */
 #define SV_XQP_WAITER 0x80000000u

@@ -305,6 +305,11 @@ struct sv_cq {
 	struct sv_xrq_watch *xrq;
 	uint32_t nxrq, xrq_cap;
 	atomic_uint nxrq_any;
+	/* under lock: the WQEs the queues completing here may hold (an SRQ
+	 * counts as unbounded); xrq_notify: that was once more than cqe, and
+	 * peers placing into the listed queues mark the ready map (for good) */
+	uint64_t wr_demand;
+	bool xrq_notify;
 };
 /* lock held: cq->count changed */
 static inline void sv_cq_count_changed(struct sv_cq *cq)
@@ -352,6 +357,9 @@ struct sv_xrq_local {
 	 * (a hint: the poll looks at a QP whose head a peer has marked done;
 	 * the arena stays mapped, so a stale one reads harmlessly) */
 	struct sv_xrecv *_Atomic watch;
+	/* x->gen is set (the owner's copy: the line of taken, which
+	 * peers write at every placement, is not read at every post) */
+	bool numbered;
 };
 
 /*

@@ -212,6 +212,7 @@ int ibv_resize_cq(struct ibv_cq *ibcq, int cqe)
 	cq->head = 0;
 	cq->size = (uint32_t)cqe + 1;
 	ibcq->cqe = cqe;
+	sv_xrq_cq_resized(cq); /* smaller: peers' placements may now overrun it */
 	sv_mutex_unlock(&cq->lock);
 	return 0;
 }
@@ -244,11 +245,12 @@ int sv_poll_cq(struct ibv_cq *ibcq, int num, struct ibv_wc *wc)
 		return -EINVAL;
 	sv_engine_poll_begins(cq->ctx->eng);
 	n = cq_drain(cq, num, wc);
-	if (!n && num) {
-		/* receives peers of this host completed (a load when none) */
-		sv_xrq_poll_cq(cq);
-		n = cq_drain(cq, num, wc);
-	}
+	/* receives peers of this host completed, also when the ring had
+	 * some: no engine thread takes them in unless the CQ has a channel
+	 * (direct_recv.c, own_notify) */
+	if (n < num && atomic_load_explicit(&cq->nxrq_any, memory_order_relaxed) &&
+	    sv_xrq_poll_cq(cq))
+		n += cq_drain(cq, num - n, wc + n);
 	if (!n && num) {
 		/* nothing yet: make progress here rather than wait for the engine */
 		sv_engine_progress(cq->ctx->eng);

@@ -4,6 +4,8 @@
  * ibv_poll_cq: the CQ lock is held from start_poll to end_poll.
  */
 #include "verbs/verbs.h"
+#include "engine/direct_recv.h"
+#include "engine/engine.h"
 
 #include <errno.h>
 #include <time.h>
@@ -33,8 +35,18 @@ static int start_poll(struct ibv_cq_ex *ex, struct ibv_poll_cq_attr *attr)
 
 	if (attr && attr->comp_mask)
 		return EINVAL;
+	sv_engine_poll_begins(cq->ctx->eng);
 	sv_mutex_lock(&cq->lock);
 	ret = pop_current(cq);
+	if (ret) {
+		/* nothing yet: as ibv_poll_cq, what peers of this host placed,
+		 * then progress here (neither under the CQ's lock) */
+		sv_mutex_unlock(&cq->lock);
+		sv_xrq_poll_cq(cq);
+		sv_engine_progress(cq->ctx->eng);
+		sv_mutex_lock(&cq->lock);
+		ret = pop_current(cq);
+	}
 	if (ret)
 		sv_mutex_unlock(&cq->lock); /* ENOENT: end_poll must not be called */
 	return ret;

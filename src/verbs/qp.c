@@ -259,6 +259,7 @@ static struct ibv_qp *qp_create(struct ibv_context *context, struct ibv_qp_init_
 	}
 	init_base(qp, context, ia, idx);
 	hold_objects(qp);
+	sv_xrq_cq_hold(qp, true);
 	sv_stats_qp_create(qp);
 	ia->cap = qp->cap;
 	return &qp->ex.qp_base;
@@ -646,6 +647,7 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 	sv_stats_qp_destroy(qp);
 	if (qp->conn)
 		sv_conn_put(qp->conn);
+	sv_xrq_cq_hold(qp, false);
 	if (qp->xrcd) {
 		/* pd, rcq and srq were the current XRC SRQ's, not held */
 		sv_ref_put(&qp->xrcd->users);
@@ -831,6 +833,12 @@ int sv_post_recv(struct ibv_qp *ibqp, struct ibv_recv_wr *wr, struct ibv_recv_wr
 	}
 	for (; wr; wr = wr->next) {
 		err = (wr->num_sge && !wr->sg_list) ? EINVAL : sv_rq_post(&qp->rq, wr);
+		if (err == ENOMEM && qp->rq.xl) {
+			/* receives peers of this host completed free their
+			 * places, as a NIC's do, polled or not */
+			sv_xrq_drain(qp);
+			err = sv_rq_post(&qp->rq, wr);
+		}
 		if (err) {
 			*bad_wr = wr;
 			break;

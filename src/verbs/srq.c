@@ -267,14 +267,23 @@ int sv_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr, struct ibv_r
 	struct sv_srq *srq = to_sv_srq(ibsrq);
 	int err = 0;
 
+	bool limit = false;
+
 	sv_mutex_lock(&srq->lock);
 	for (; wr; wr = wr->next) {
 		err = (wr->num_sge && !wr->sg_list) ? EINVAL : sv_rq_post(&srq->rq, wr);
+		if (err == ENOMEM && srq->rq.xl) {
+			/* (as sv_post_recv: what peers completed frees places) */
+			sv_xrq_srq_drain(srq, &limit);
+			err = sv_rq_post(&srq->rq, wr);
+		}
 		if (err) {
 			*bad_wr = wr;
 			break;
 		}
 	}
 	sv_mutex_unlock(&srq->lock);
+	if (limit)
+		sv_srq_limit_event(srq);
 	return err;
 }

@@ -7,7 +7,8 @@
  * arrives on the context (ibv_get_async_event), as on Soft-RoCE, whose
  * rxe_cq_post raises it when the queue is full.
  *
- * The same holds for a receive CQ overflowed by incoming SENDs.
+ * The same holds for a receive CQ overflowed by incoming SENDs, also when
+ * it was resized smaller after its queue began to take them.
  */
 #include "err_util.h"
 
@@ -96,10 +97,45 @@ static void overrun_recv_cq(void)
 	svt_pair_destroy(&p);
 }
 
+/*
+ * The receive CQ large enough for its queue when the queue began to take
+ * SENDs, then made small (ibv_resize_cq): the SENDs that overflow it,
+ * never polled, must still be reported.  (Between processes of one host
+ * the sender places SENDs itself, and a CQ that cannot overrun is left to
+ * its polls: a resize must change that.)
+ */
+static void overrun_recv_cq_resized(void)
+{
+	struct svt_pair p;
+	struct ibv_wc wc;
+	int cqe;
+
+	errt_rc_pair(&p, 255, 128);
+	SVT_CHECK_GE(p.b.recv_cq->cqe, 128);
+	SVT_CHECK_OK(svt_post_recv(p.b.qp, 1000, p.b.buf, MSG, p.b.mr->lkey));
+	SVT_CHECK_OK(svt_post_send(p.a.qp, 1000, IBV_WR_SEND, 0, p.a.buf, MSG, p.a.mr->lkey, 0,
+				   0, 0));
+	svt_poll_ok(p.b.recv_cq, 1, &wc, 5000);
+	SVT_CHECK_EQ(wc.wr_id, 1000);
+	SVT_CHECK_OK(ibv_resize_cq(p.b.recv_cq, 4));
+	cqe = p.b.recv_cq->cqe;
+	SVT_CHECK(cqe + 4 <= 127);
+	for (int i = 0; i < cqe + 4; i++)
+		SVT_CHECK_OK(svt_post_recv(p.b.qp, i, (uint8_t *)p.b.buf + i * MSG, MSG,
+					   p.b.mr->lkey));
+	for (int i = 0; i < cqe + 4; i++)
+		SVT_CHECK_OK(svt_post_send(p.a.qp, i, IBV_WR_SEND, 0, p.a.buf, MSG, p.a.mr->lkey,
+					   0, 0, 0));
+	expect_cq_err_event(p.b.ctx, p.b.recv_cq, 5000);
+	svt_log("ok: recv CQ resized to %d entries overflowed -> IBV_EVENT_CQ_ERR", cqe);
+	svt_pair_destroy(&p);
+}
+
 int main(void)
 {
 	svt_watchdog(50);
 	overrun_send_cq();
 	overrun_recv_cq();
+	overrun_recv_cq_resized();
 	return 0;
 }

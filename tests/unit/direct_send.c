@@ -79,6 +79,13 @@
  *     held back for good.  Without userfaultfd (a container's seccomp
  *     profile) this part is logged and not tried.
  *
+ *   - polled only: the receiver's CQ an extended CQ without a channel, its
+ *     QP's queue of 4 receives (as many as it takes: posted until ENOMEM)
+ *     after a first SEND; two SENDs complete at the sender, then two more
+ *     receives are posted, unpolled, and must fit (the two completed left
+ *     room, as on a NIC); ibv_start_poll finds the two completions, and a
+ *     third SEND's (nothing but the poll takes it in), each with its data
+ *
  * SVT_DSEND_NO_STOP=1 leaves the receiver running in the first part (no
  * SIGSTOP): the rest of the test, as SENDs by the wire pass it, checked
  * on its own.
@@ -1630,6 +1637,180 @@ static void send_part10(struct svt_dev *d, struct svt_child *c)
 	free(src);
 }
 
+/* ---- part 11: polled only, through an extended CQ, the queue full ---- */
+
+#define P11_LEN 300u
+#define P11_MAX 14 /* receives of 4 KiB in the 64 KiB buffer, the first apart */
+
+static uint32_t seed11(int i)
+{
+	return 0xb00 + (uint32_t)i;
+}
+
+/* A completion of cx, as a struct ibv_wc. */
+static struct ibv_wc read_ex(struct ibv_cq_ex *cx)
+{
+	struct ibv_wc wc;
+
+	memset(&wc, 0, sizeof(wc));
+	wc.wr_id = cx->wr_id;
+	wc.status = cx->status;
+	wc.opcode = ibv_wc_read_opcode(cx);
+	wc.byte_len = ibv_wc_read_byte_len(cx);
+	wc.qp_num = ibv_wc_read_qp_num(cx);
+	wc.src_qp = ibv_wc_read_src_qp(cx);
+	wc.wc_flags = ibv_wc_read_wc_flags(cx);
+	return wc;
+}
+
+/* n completions of cx within WC_MS, through ibv_start_poll alone. */
+static void expect_ex(struct ibv_cq_ex *cx, int n, struct ibv_wc *wc, const char *what)
+{
+	uint64_t deadline = svt_now_ms() + WC_MS;
+	int got = 0, rc;
+
+	while (got < n) {
+		while ((rc = ibv_start_poll(cx, NULL)) == ENOENT) {
+			struct timespec ts = { 0, 20000 };
+
+			if (svt_now_ms() > deadline)
+				SVT_FAIL("%s: ibv_start_poll found %d completions of %d within %d ms",
+					 what, got, n, WC_MS);
+			nanosleep(&ts, NULL);
+		}
+		SVT_CHECK_OK(rc);
+		do {
+			SVT_CHECK_MSG(got < n, "%s: more than %d completions", what, n);
+			wc[got++] = read_ex(cx);
+		} while ((rc = ibv_next_poll(cx)) == 0);
+		SVT_CHECK_EQ(rc, ENOENT);
+		ibv_end_poll(cx);
+	}
+}
+
+static void recv_part11(struct svt_dev *d, int rfd, int wfd)
+{
+	struct ibv_cq_init_attr_ex ca = { .cqe = 64, .wc_flags = IBV_WC_STANDARD_FLAGS };
+	uint8_t *buf = malloc(64u << 10);
+	struct ibv_qp_init_attr ia;
+	struct ibv_sge sge[P11_MAX + 2];
+	struct ibv_cq_ex *cx;
+	struct ibv_mr *mr;
+	struct ibv_wc wc[2];
+	struct end e;
+	int k, rc;
+
+	SVT_CHECK_PTR(buf);
+	mr = svt_reg_mr(d->pd, buf, 64u << 10, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	cx = ibv_create_cq_ex(d->ctx, &ca);
+	SVT_CHECK_PTR(cx);
+	memset(&e, 0, sizeof(e));
+	e.cq = ibv_cq_ex_to_cq(cx);
+	memset(&ia, 0, sizeof(ia));
+	ia.send_cq = ia.recv_cq = e.cq;
+	ia.qp_type = IBV_QPT_RC;
+	ia.cap.max_send_wr = 4;
+	ia.cap.max_recv_wr = 4;
+	ia.cap.max_send_sge = ia.cap.max_recv_sge = 1;
+	e.qp = ibv_create_qp(d->pd, &ia);
+	SVT_CHECK_PTR(e.qp);
+	end_link(&e, d, rfd, wfd, NULL, 0, NULL);
+	for (int i = 0; i < P11_MAX + 2; i++)
+		sge[i] = (struct ibv_sge){ (uintptr_t)(buf + 4096 * i + 7), 1024, mr->lkey };
+
+	/* the first SEND (by the wire) moves the queue to the arena */
+	post_recv_sgl(e.qp, 11000, &sge[0], 1);
+	svt_sync_send(wfd, 'R');
+	expect_ex(cx, 1, wc, "part 11, the first SEND");
+	check_recv_wc(&wc[0], &e, 11000, IBV_WC_RECV, P11_LEN, NULL, "part 11, the first SEND");
+	check_scattered(&sge[0], 1, P11_LEN, seed11(0), "part 11, the first SEND");
+
+	/* the queue filled: as many receives as it holds */
+	for (k = 0;; k++) {
+		struct ibv_recv_wr wr = { .wr_id = 11001 + (uint64_t)k, .sg_list = &sge[k + 1],
+					  .num_sge = 1 };
+		struct ibv_recv_wr *bad = NULL;
+
+		SVT_CHECK(k < P11_MAX);
+		rc = ibv_post_recv(e.qp, &wr, &bad);
+		if (rc == ENOMEM)
+			break;
+		SVT_CHECK_OK(rc);
+	}
+	SVT_CHECK(k >= 2);
+	svt_sync_send(wfd, 'F');
+	SVT_CHECK_EQ(svt_sync_recv(rfd, LONG_MS), 'S'); /* two SENDs completed */
+	/* not polled: the two receives they completed left room for two */
+	for (int j = 0; j < 2; j++) {
+		struct ibv_recv_wr wr = { .wr_id = 11001 + (uint64_t)(k + j), .sg_list = &sge[k + j + 1],
+					  .num_sge = 1 };
+		struct ibv_recv_wr *bad = NULL;
+
+		rc = ibv_post_recv(e.qp, &wr, &bad);
+		SVT_CHECK_MSG(rc == 0,
+			      "part 11: ibv_post_recv into a queue of %d receives, two of them "
+			      "completed by SENDs and not polled yet: %s",
+			      k, strerror(rc));
+	}
+	expect_ex(cx, 2, wc, "part 11, SENDs into a full queue");
+	for (int j = 1; j <= 2; j++) {
+		check_recv_wc(&wc[j - 1], &e, 11000 + (uint64_t)j, IBV_WC_RECV, P11_LEN, NULL,
+			      "part 11, a SEND into a full queue");
+		check_scattered(&sge[j], 1, P11_LEN, seed11(j), "part 11, a SEND into a full queue");
+	}
+	/* one more, found by ibv_start_poll alone (no channel: nothing else
+	 * takes it in) */
+	svt_sync_send(wfd, 'P');
+	SVT_CHECK_EQ(svt_sync_recv(rfd, LONG_MS), 'S');
+	expect_ex(cx, 1, wc, "part 11, the last SEND");
+	check_recv_wc(&wc[0], &e, 11003, IBV_WC_RECV, P11_LEN, NULL, "part 11, the last SEND");
+	check_scattered(&sge[3], 1, P11_LEN, seed11(3), "part 11, the last SEND");
+	SVT_CHECK_EQ(ibv_start_poll(cx, NULL), ENOENT);
+	svt_sync_send(wfd, 'D');
+
+	SVT_CHECK_OK(ibv_destroy_qp(e.qp));
+	SVT_CHECK_OK(ibv_destroy_cq(e.cq));
+	SVT_CHECK_OK(ibv_dereg_mr(mr));
+	free(buf);
+}
+
+static void send_part11(struct svt_dev *d, struct svt_child *c)
+{
+	uint8_t *src = svt_alloc(4 * 4096);
+	struct ibv_mr *mr = svt_reg_mr(d->pd, src, 4 * 4096, IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_wc wc[2];
+	struct end e;
+
+	end_open(&e, d, NULL);
+	end_link(&e, d, c->rfd, c->wfd, NULL, 0, NULL);
+	for (int i = 0; i < 4; i++)
+		svt_fill(src + 4096 * i, P11_LEN, seed11(i));
+	SVT_CHECK_EQ(svt_sync_recv(c->rfd, LONG_MS), 'R');
+	SVT_CHECK_OK(svt_post_send(e.qp, 110, IBV_WR_SEND, IBV_SEND_SIGNALED, src, P11_LEN,
+				   mr->lkey, 0, 0, 0));
+	expect_wc(e.cq, 110, IBV_WC_SUCCESS, "part 11, the first SEND");
+	SVT_CHECK_EQ(svt_sync_recv(c->rfd, LONG_MS), 'F');
+	for (int i = 1; i <= 2; i++)
+		SVT_CHECK_OK(svt_post_send(e.qp, 110 + (uint64_t)i, IBV_WR_SEND, IBV_SEND_SIGNALED,
+					   src + 4096 * i, P11_LEN, mr->lkey, 0, 0, 0));
+	svt_poll_ok(e.cq, 2, wc, WC_MS);
+	SVT_CHECK_EQ(wc[0].wr_id, 111);
+	SVT_CHECK_EQ(wc[1].wr_id, 112);
+	svt_sync_send(c->wfd, 'S');
+	SVT_CHECK_EQ(svt_sync_recv(c->rfd, LONG_MS), 'P');
+	SVT_CHECK_OK(svt_post_send(e.qp, 113, IBV_WR_SEND, IBV_SEND_SIGNALED, src + 3 * 4096,
+				   P11_LEN, mr->lkey, 0, 0, 0));
+	expect_wc(e.cq, 113, IBV_WC_SUCCESS, "part 11, the last SEND");
+	svt_sync_send(c->wfd, 'S');
+	SVT_CHECK_EQ(svt_sync_recv(c->rfd, LONG_MS), 'D');
+	svt_log("part 11: an extended CQ without a channel polled, and a full queue posted to "
+		"after two SENDs, unpolled");
+
+	end_close(&e);
+	SVT_CHECK_OK(ibv_dereg_mr(mr));
+	free(src);
+}
+
 /* ---- the two processes ---- */
 
 static int receiver(int rfd, int wfd, int argc, char **argv)
@@ -1654,6 +1835,7 @@ static int receiver(int rfd, int wfd, int argc, char **argv)
 	recv_part8(&d, rfd, wfd);
 	recv_part9(&d, rfd, wfd);
 	recv_part10(&d, rfd, wfd);
+	recv_part11(&d, rfd, wfd);
 	svt_dev_close(&d);
 	return 0;
 }
@@ -1690,6 +1872,7 @@ int main(int argc, char **argv)
 	send_part8(&d, &c);
 	send_part9(&d, &c);
 	send_part10(&d, &c);
+	send_part11(&d, &c);
 	SVT_CHECK_EQ(svt_child_wait(&c, LONG_MS), 0);
 	svt_dev_close(&d);
 	return 0;
