@@ -6,6 +6,7 @@
 #include "engine/direct_recv.h"
 #include "engine/mem_export.h"
 #include "engine/objects.h"
+#include "engine/stats.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -805,20 +806,53 @@ static void drain_ref(struct sv_qp *qp)
 	sv_qp_put(qp);
 }
 
-bool sv_xrq_poll_cq(struct sv_cq *cq)
+/*
+ * qp->lock held, its own queue: up to num of what peers completed, into
+ * the poll's array wc rather than through the CQ's ring (two fewer takes
+ * of the CQ's lock a message), while the ring is empty: every completion
+ * of the QP is produced under its lock, so none of its can be in the
+ * ring, older than these.  How many; the caller leaves the rest for the
+ * next poll if num ran out, else pushes them (sv_xrq_drain).
+ */
+static int drain_into(struct sv_qp *qp, struct ibv_wc *wc, int num)
 {
-	bool any = false;
+	struct sv_rq *rq = &qp->rq;
+	struct sv_xrecv *e;
+	uint32_t f;
+	int n = 0;
+
+	while (n < num && !atomic_load_explicit(&qp->rcq->avail, memory_order_relaxed) &&
+	       (e = done_head(rq, &f))) {
+		wc[n] = (struct ibv_wc){
+			.wr_id = rq->wqe[rq->head].wr_id,
+			.qp_num = qp->ex.qp_base.qp_num,
+			.src_qp = qp->attr.dest_qp_num,
+		};
+		xrecv_wc(&wc[n], e, f);
+		pop_head(rq);
+		sv_stat_cqe(qp->rcq, &wc[n], true);
+		n++;
+	}
+	return n;
+}
+
+int sv_xrq_poll_cq(struct sv_cq *cq, struct ibv_wc *wc, int num)
+{
+	/* into wc only where no event may be owed (no channel: a completion
+	 * the poll takes is never pushed, and so never arms an event) */
+	bool into = wc && !cq->ex.channel;
+	int got = 0;
 
 	if (!atomic_load_explicit(&cq->nxrq_any, memory_order_relaxed))
-		return false;
+		return 0;
 	/* one QP at a time: its lock comes before the CQ's */
-	for (uint32_t start = 0;; any = true) {
+	for (uint32_t start = 0;;) {
 		struct sv_qp *qp = NULL;
 
 		/* (the count as the list's last change left it: a QP listed
 		 * meanwhile is looked at by the next poll) */
 		if (start >= atomic_load_explicit(&cq->nxrq_any, memory_order_relaxed))
-			return any;
+			return got;
 		sv_mutex_lock(&cq->lock);
 		for (; start < cq->nxrq && !qp; start++)
 			if (xrq_moved(&cq->xrq[start])) {
@@ -827,8 +861,21 @@ bool sv_xrq_poll_cq(struct sv_cq *cq)
 			}
 		sv_mutex_unlock(&cq->lock);
 		if (!qp)
-			return any;
-		drain_ref(qp);
+			return got;
+		if (!into || qp->srq) {
+			drain_ref(qp);
+			continue;
+		}
+		sv_mutex_lock(&qp->lock);
+		if (got < num) {
+			int n = drain_into(qp, wc + got, num - got);
+
+			got += n;
+			if (got < num)
+				sv_xrq_drain(qp); /* (the ring was not empty) */
+		}
+		sv_mutex_unlock(&qp->lock);
+		sv_qp_put(qp);
 	}
 }
 

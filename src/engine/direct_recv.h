@@ -196,9 +196,11 @@ void sv_xrq_cq_resized(struct sv_cq *cq);
 int sv_xrq_attach(struct sv_qp *qp, struct sv_xrq_local *xl);
 void sv_xrq_detach(struct sv_qp *qp);
 /* A poll of cq found it empty, or short of what it asked for: the
- * receives peers completed for its QPs go into it (a load when there are
- * none); true if a QP's were looked at (some may have come). */
-bool sv_xrq_poll_cq(struct sv_cq *cq);
+ * receives peers completed for its QPs (a load when there are none),
+ * up to num of them straight into wc when the CQ has no channel and its
+ * ring is empty (how many: the poll's), the others into the CQ's ring;
+ * wc NULL: all into the ring. */
+int sv_xrq_poll_cq(struct sv_cq *cq, struct ibv_wc *wc, int num);
 
 /* A process of this host whose connection to us ended (engine thread, no
  * lock held): the WQEs of our queues it took and never marked done (it

@@ -248,9 +248,11 @@ int sv_poll_cq(struct ibv_cq *ibcq, int num, struct ibv_wc *wc)
 	/* receives peers of this host completed, also when the ring had
 	 * some: no engine thread takes them in unless the CQ has a channel
 	 * (direct_recv.c, own_notify) */
-	if (n < num && atomic_load_explicit(&cq->nxrq_any, memory_order_relaxed) &&
-	    sv_xrq_poll_cq(cq))
-		n += cq_drain(cq, num - n, wc + n);
+	if (n < num && atomic_load_explicit(&cq->nxrq_any, memory_order_relaxed)) {
+		n += sv_xrq_poll_cq(cq, wc + n, num - n);
+		if (n < num)
+			n += cq_drain(cq, num - n, wc + n); /* (those it pushed) */
+	}
 	if (!n && num) {
 		/* nothing yet: make progress here rather than wait for the engine */
 		sv_engine_progress(cq->ctx->eng);

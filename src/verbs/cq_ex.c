@@ -42,7 +42,7 @@ static int start_poll(struct ibv_cq_ex *ex, struct ibv_poll_cq_attr *attr)
 		/* nothing yet: as ibv_poll_cq, what peers of this host placed,
 		 * then progress here (neither under the CQ's lock) */
 		sv_mutex_unlock(&cq->lock);
-		sv_xrq_poll_cq(cq);
+		sv_xrq_poll_cq(cq, NULL, 0);
 		sv_engine_progress(cq->ctx->eng);
 		sv_mutex_lock(&cq->lock);
 		ret = pop_current(cq);
