@@ -850,8 +850,10 @@ int sv_xrq_poll_cq(struct sv_cq *cq, struct ibv_wc *wc, int num)
 		struct sv_qp *qp = NULL;
 
 		/* (the count as the list's last change left it: a QP listed
-		 * meanwhile is looked at by the next poll) */
-		if (start >= atomic_load_explicit(&cq->nxrq_any, memory_order_relaxed))
+		 * meanwhile is looked at by the next poll; and the array full,
+		 * what is left waits for the next) */
+		if (start >= atomic_load_explicit(&cq->nxrq_any, memory_order_relaxed) ||
+		    (into && got >= num))
 			return got;
 		sv_mutex_lock(&cq->lock);
 		for (; start < cq->nxrq && !qp; start++)
@@ -867,13 +869,9 @@ int sv_xrq_poll_cq(struct sv_cq *cq, struct ibv_wc *wc, int num)
 			continue;
 		}
 		sv_mutex_lock(&qp->lock);
-		if (got < num) {
-			int n = drain_into(qp, wc + got, num - got);
-
-			got += n;
-			if (got < num)
-				sv_xrq_drain(qp); /* (the ring was not empty) */
-		}
+		got += drain_into(qp, wc + got, num - got);
+		if (got < num)
+			sv_xrq_drain(qp); /* (the ring was not empty) */
 		sv_mutex_unlock(&qp->lock);
 		sv_qp_put(qp);
 	}

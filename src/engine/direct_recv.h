@@ -24,8 +24,9 @@
  * (each WQE starts a line: a peer's next WQE is not on the line the owner
  * just wrote), and `taken` is on one the owner's polls and posts do not
  * read, so a placement costs the peer no more lines than it must write
- * (and two of the ready map's, only where its record asks: SV_XRQ_NOTIFY).  The owner trusts none of it:
- * it completes only WQEs it posted, with wr_ids of its own.
+ * (and two of the ready map's, only where its record asks: SV_XRQ_NOTIFY).
+ * The owner trusts none of it: it completes only WQEs it posted, with
+ * wr_ids of its own.
  */
 #ifndef SV_DIRECT_RECV_H
 #define SV_DIRECT_RECV_H
