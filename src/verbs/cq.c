@@ -246,8 +246,8 @@ int sv_poll_cq(struct ibv_cq *ibcq, int num, struct ibv_wc *wc)
 	sv_engine_poll_begins(cq->ctx->eng);
 	n = cq_drain(cq, num, wc);
 	/* receives peers of this host completed, also when the ring had
-	 * some: no engine thread takes them in unless the CQ has a channel
-	 * (direct_recv.c, own_notify) */
+	 * some: the engine thread takes them in only where a completion is
+	 * owed without a poll (direct_recv.c, own_publish) */
 	if (n < num && atomic_load_explicit(&cq->nxrq_any, memory_order_relaxed)) {
 		n += sv_xrq_poll_cq(cq, wc + n, num - n);
 		if (n < num)

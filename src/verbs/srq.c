@@ -266,7 +266,6 @@ int sv_post_srq_recv(struct ibv_srq *ibsrq, struct ibv_recv_wr *wr, struct ibv_r
 {
 	struct sv_srq *srq = to_sv_srq(ibsrq);
 	int err = 0;
-
 	bool limit = false;
 
 	sv_mutex_lock(&srq->lock);
