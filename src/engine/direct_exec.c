@@ -910,3 +910,85 @@ out:
 		qp->req.xcache.miss_ns = sv_now_ns();
 	return r;
 }
+
+bool sv_direct_post_write(struct sv_qp *qp, const struct ibv_send_wr *wr)
+{
+	const struct sv_wr_opcode_info *op = sv_wr_opcode_info(IBV_WR_RDMA_WRITE);
+	const struct sv_sq *sq = &qp->sq;
+	uint32_t dq = qp->attr.dest_qp_num, len;
+	struct direct_target t;
+	struct sv_peer_mem *pm;
+	struct sv_xqp *q;
+	struct xmr_view m;
+	enum ibv_wc_status st = IBV_WC_SUCCESS;
+	uint64_t at_off;
+	uint8_t *src, *base;
+	sv_cu_ctx gpu = NULL;
+	bool inl, placed = false, wrlocked = false;
+
+	/* the conditions of sq_post_one and post_alone (requester.c) for this
+	 * one case; anything else, the usual way */
+	if (wr->opcode != IBV_WR_RDMA_WRITE || wr->next || wr->num_sge != 1 || !wr->sg_list ||
+	    qp->cap.max_send_sge < 1 || !sq->max_wr || sq->tail != sq->head ||
+	    sq->next != sq->head || sq->seg_off || qp->state != IBV_QPS_RTS ||
+	    !qp->req.direct_went || qp->req.rnr_until || !qp->ti->reliable ||
+	    !qp->ti->connected || !qp->conn)
+		return false;
+	len = wr->sg_list[0].length;
+	inl = wr->send_flags & IBV_SEND_INLINE;
+	if (!len || len > SV_DIRECT_INLINE_MAX || (inl && len > qp->cap.max_inline_data) ||
+	    !(pm = direct_peer(qp, qp->conn)) || (dq & ~(uint32_t)SV_QPN_LOW) != pm->qpn_base)
+		return false;
+	t = (struct direct_target){
+		.rkey = wr->wr.rdma.rkey,
+		.va = wr->wr.rdma.remote_addr,
+		.len = len,
+		.need = op->remote_access,
+	};
+	q = &pm->x->qp[peer_qp_slot(qp, pm, dq)];
+	/* inline data is read now, as sq_post_one would copy it: no lkey */
+	src = (uint8_t *)(uintptr_t)wr->sg_list[0].addr;
+	if (!inl) {
+		sv_mr_read_lock(qp->ctx);
+		if (sv_mr_translate(qp->ctx, wr->sg_list[0].lkey, qp->pd, wr->sg_list[0].addr, len,
+				    op->local_access, &src, &gpu) != SV_MEM_OK ||
+		    gpu) {
+			sv_mr_read_unlock(qp->ctx);
+			return false;
+		}
+	}
+	sv_xqp_enter(q);
+	if (check_target(qp, pm, q, &t, &m, &at_off)) {
+		sv_arwlock_rdlock(&pm->lock);
+		base = extent_base(qp, pm, &m, &wrlocked);
+		if (base) {
+			placed = true;
+			if (!sv_dma_write(base + at_off, src, len))
+				st = IBV_WC_LOC_PROT_ERR;
+		}
+		if (wrlocked)
+			sv_arwlock_wrunlock(&pm->lock);
+		else
+			sv_arwlock_rdunlock(&pm->lock);
+	}
+	sv_xqp_leave(q);
+	if (!inl)
+		sv_mr_read_unlock(qp->ctx);
+	if (!placed)
+		return false; /* the usual way finds the same, and sends it by the wire */
+	qp->req.xcache.miss = 0;
+	if (st != IBV_WC_SUCCESS || qp->sq_sig_all || (wr->send_flags & IBV_SEND_SIGNALED)) {
+		struct ibv_wc wc = {
+			.wr_id = wr->wr_id,
+			.status = st,
+			.opcode = op->wc_opcode,
+			.qp_num = qp->ex.qp_base.qp_num,
+			.vendor_err = st,
+		};
+
+		sv_cq_push(qp->scq, &wc, false);
+	}
+	if (st != IBV_WC_SUCCESS)
+		sv_qp_enter_error(qp); /* as sv_requester_retire after a failed WQE */
+	return true;
+}

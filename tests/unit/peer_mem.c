@@ -46,6 +46,18 @@
  *     through a QP of its own.  (That QP may have a connection, and so
  *     mappings, of its own: unit_arwlock shows a reader holding off a
  *     writer.)
+ *   - the post's shortcut for a lone WRITE (once one has run on the peer's
+ *     memory, executed from the WR, no WQE in the ring): 20 unsignaled
+ *     8 B WRITEs and a signaled one land, each on return from its post,
+ *     and bring exactly one completion (the signaled one's wr_id, opcode,
+ *     qp_num); with sq_sig_all, an unsignaled one completes too; an inline
+ *     WRITE (a bogus lkey, as inline data needs none) from a buffer
+ *     overwritten right after the post lands as posted; one longer than
+ *     max_inline_data is refused with EINVAL and bad_wr, nothing
+ *     completes and the QP still works; an rkey the target never issued
+ *     completes IBV_WC_REM_ACCESS_ERR, changes nothing, and what follows
+ *     is flushed; an lkey that names no MR completes IBV_WC_LOC_PROT_ERR
+ *     and moves the QP to the error state
  *   - a WRITE lands in address order, its last byte last, as a NIC's DMA
  *     does: a thread of the target spins on the last byte of its buffer,
  *     as dtest -D, perftest's ib_write_lat and MPI's eager RDMA do, and
@@ -1276,6 +1288,123 @@ static void hugepages_reserve(void)
 	}
 }
 
+/* A pair whose QPs have met (their memory is shared) and whose first
+ * WRITE ran on the peer's memory: the next lone one takes the shortcut. */
+static void shortcut_pair(struct svt_pair *p, int sq_sig_all)
+{
+	struct svt_pair_opts o;
+	struct ibv_wc wc;
+
+	svt_pair_opts_default(&o, IBV_QPT_RC);
+	o.qp.sq_sig_all = sq_sig_all;
+	svt_pair_create(p, IBV_QPT_RC, &o);
+	for (int i = 0; i < 2; i++) {
+		SVT_CHECK_OK(svt_post_send(p->a.qp, 1, IBV_WR_RDMA_WRITE, IBV_SEND_SIGNALED,
+					   p->a.buf, 64, p->a.mr->lkey, (uintptr_t)p->b.buf,
+					   p->b.mr->rkey, 0));
+		svt_poll_ok(p->a.send_cq, 1, &wc, 0);
+	}
+	SVT_CHECK(svt_shared_pages(p->b.buf));
+}
+
+static void test_post_shortcut(void)
+{
+	struct ibv_qp_attr attr;
+	struct ibv_qp_init_attr init;
+	struct svt_pair p;
+	struct ibv_wc wc;
+	uint8_t *a, *b;
+	uint8_t small[16];
+
+	shortcut_pair(&p, 0);
+	a = p.a.buf;
+	b = p.b.buf;
+	/* unsignaled ones complete silently, the signaled one once */
+	for (int i = 0; i <= 20; i++) {
+		svt_fill(a + 4096 + 8 * i, 8, 30 + i);
+		SVT_CHECK_OK(svt_post_send(p.a.qp, 100 + i, IBV_WR_RDMA_WRITE,
+					   i == 20 ? IBV_SEND_SIGNALED : 0, a + 4096 + 8 * i, 8,
+					   p.a.mr->lkey, (uintptr_t)(b + 4096 + 8 * i), p.b.mr->rkey,
+					   0));
+		SVT_CHECK_EQ(memcmp(b + 4096 + 8 * i, a + 4096 + 8 * i, 8), 0); /* on return */
+	}
+	wc = svt_poll_one(p.a.send_cq);
+	SVT_CHECK_WC_OK(wc);
+	SVT_CHECK_EQ(wc.wr_id, 120);
+	SVT_CHECK_EQ(wc.opcode, IBV_WC_RDMA_WRITE);
+	SVT_CHECK_EQ(wc.qp_num, p.a.qp->qp_num);
+	svt_expect_no_wc(p.a.send_cq, 100);
+
+	/* inline: read at the post, no lkey */
+	SVT_CHECK_OK(ibv_query_qp(p.a.qp, &attr, IBV_QP_CAP, &init));
+	SVT_CHECK(attr.cap.max_inline_data >= sizeof(small));
+	svt_fill(small, sizeof(small), 60);
+	SVT_CHECK_OK(svt_post_send(p.a.qp, 200, IBV_WR_RDMA_WRITE,
+				   IBV_SEND_SIGNALED | IBV_SEND_INLINE, small, sizeof(small),
+				   0xdeadbeef, (uintptr_t)(b + 8192), p.b.mr->rkey, 0));
+	memset(small, 0, sizeof(small));
+	svt_poll_ok(p.a.send_cq, 1, &wc, 0);
+	SVT_CHECK_EQ(wc.wr_id, 200);
+	for (size_t i = 0; i < sizeof(small); i++)
+		SVT_CHECK_EQ(b[8192 + i], svt_pattern_byte(60, i));
+
+	/* inline beyond the QP's cap: refused, nothing done */
+	{
+		struct ibv_sge sge = { (uintptr_t)a, attr.cap.max_inline_data + 1, 0 };
+		struct ibv_send_wr wr = { .wr_id = 201, .sg_list = &sge, .num_sge = 1,
+					  .opcode = IBV_WR_RDMA_WRITE,
+					  .send_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE },
+				   *bad = NULL;
+
+		wr.wr.rdma.remote_addr = (uintptr_t)(b + 16384);
+		wr.wr.rdma.rkey = p.b.mr->rkey;
+		SVT_CHECK_EQ(ibv_post_send(p.a.qp, &wr, &bad), EINVAL);
+		SVT_CHECK(bad == &wr);
+		svt_expect_no_wc(p.a.send_cq, 100);
+		SVT_CHECK_EQ(b[16384], 0);
+	}
+	svt_fill(a, 64, 61);
+	SVT_CHECK_OK(svt_post_send(p.a.qp, 202, IBV_WR_RDMA_WRITE, IBV_SEND_SIGNALED, a, 64,
+				   p.a.mr->lkey, (uintptr_t)(b + 16384), p.b.mr->rkey, 0));
+	svt_poll_ok(p.a.send_cq, 1, &wc, 0);
+	SVT_CHECK_EQ(memcmp(b + 16384, a, 64), 0);
+
+	/* an rkey never issued: the wire's responder answers, nothing lands */
+	svt_fill(a, 64, 62);
+	SVT_CHECK_OK(svt_post_send(p.a.qp, 203, IBV_WR_RDMA_WRITE, 0, a, 64, p.a.mr->lkey,
+				   (uintptr_t)(b + 20480), p.b.mr->rkey ^ 0x5a5a00, 0));
+	SVT_CHECK_OK(svt_post_send(p.a.qp, 204, IBV_WR_RDMA_WRITE, 0, a, 64, p.a.mr->lkey,
+				   (uintptr_t)(b + 20480), p.b.mr->rkey, 0));
+	wc = svt_poll_one(p.a.send_cq);
+	SVT_CHECK_EQ(wc.wr_id, 203);
+	SVT_CHECK_EQ(wc.status, IBV_WC_REM_ACCESS_ERR);
+	wc = svt_poll_one(p.a.send_cq);
+	SVT_CHECK_EQ(wc.wr_id, 204);
+	SVT_CHECK_EQ(wc.status, IBV_WC_WR_FLUSH_ERR);
+	for (int i = 0; i < 64; i++)
+		SVT_CHECK_EQ(b[20480 + i], 0);
+	svt_pair_destroy(&p);
+
+	/* sq_sig_all: every one completes */
+	shortcut_pair(&p, 1);
+	SVT_CHECK_OK(svt_post_send(p.a.qp, 300, IBV_WR_RDMA_WRITE, 0, p.a.buf, 8, p.a.mr->lkey,
+				   (uintptr_t)p.b.buf, p.b.mr->rkey, 0));
+	svt_poll_ok(p.a.send_cq, 1, &wc, 0);
+	SVT_CHECK_EQ(wc.wr_id, 300);
+
+	/* an lkey that names nothing: a local protection error, the QP in ERR */
+	SVT_CHECK_OK(svt_post_send(p.a.qp, 301, IBV_WR_RDMA_WRITE, 0, p.a.buf, 8,
+				   p.a.mr->lkey ^ 0x5a5a00, (uintptr_t)p.b.buf, p.b.mr->rkey, 0));
+	wc = svt_poll_one(p.a.send_cq);
+	SVT_CHECK_EQ(wc.wr_id, 301);
+	SVT_CHECK_EQ(wc.status, IBV_WC_LOC_PROT_ERR);
+	SVT_CHECK_OK(ibv_query_qp(p.a.qp, &attr, IBV_QP_STATE, &init));
+	SVT_CHECK_EQ(attr.qp_state, IBV_QPS_ERR);
+	svt_pair_destroy(&p);
+	svt_log("the post's shortcut: completions as asked, inline read at the post, "
+		"errors as the usual post gives them");
+}
+
 int main(int argc, char **argv)
 {
 	const char *tp = getenv("SOFTVERBS_TRANSPORT");
@@ -1300,6 +1429,7 @@ int main(int argc, char **argv)
 	test_mapping_churn();
 	hugepages_reserve();
 	test_stopped_target();
+	test_post_shortcut();
 	test_last_byte_last();
 	return 0;
 }
