@@ -71,7 +71,7 @@ void sv_arwlock_wrunlock_(struct sv_arwlock *l);
 void sv_arwlock_rdlock_slow(struct sv_arwlock *l);
 void sv_arwlock_rdunlock_slow(struct sv_arwlock *l);
 
-static inline void sv_arwlock_rdlock_(struct sv_arwlock *l)
+static inline __attribute__((always_inline)) void sv_arwlock_rdlock_(struct sv_arwlock *l)
 {
 	struct sv_arw_reader *r = sv_arw_me;
 
@@ -92,7 +92,7 @@ static inline void sv_arwlock_rdlock_(struct sv_arwlock *l)
 	sv_arwlock_rdlock_slow(l);
 }
 
-static inline void sv_arwlock_rdunlock_(struct sv_arwlock *l)
+static inline __attribute__((always_inline)) void sv_arwlock_rdunlock_(struct sv_arwlock *l)
 {
 	struct sv_arw_reader *r = sv_arw_me;
 

@@ -700,11 +700,14 @@ static int cma_flush(struct sv_shm *s, struct cma_batch *b)
 static ssize_t shm_readv(struct sv_conn *c, const struct iovec *iov, int iovcnt)
 {
 	struct sv_shm *s = to_shm(c);
-	struct cma_batch b = { .n = 0, .bytes = 0 };
+	struct cma_batch b; /* (not zeroed: 2 KiB of it, at every read) */
 	uint64_t tail, start = s->rpos;
 	size_t got = 0, off = 0;
 	bool fault = false;
 	int i = 0;
+
+	b.n = 0;
+	b.bytes = 0;
 
 	if (!shm_ready(s))
 		return s->eof ? 0 : -EAGAIN;
