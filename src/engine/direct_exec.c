@@ -911,9 +911,9 @@ out:
 	return r;
 }
 
-bool sv_direct_post_write(struct sv_qp *qp, const struct ibv_send_wr *wr)
+bool sv_direct_post_rdma(struct sv_qp *qp, const struct ibv_send_wr *wr)
 {
-	const struct sv_wr_opcode_info *op = sv_wr_opcode_info(IBV_WR_RDMA_WRITE);
+	const struct sv_wr_opcode_info *op;
 	const struct sv_sq *sq = &qp->sq;
 	uint32_t dq = qp->attr.dest_qp_num, len;
 	struct direct_target t;
@@ -922,20 +922,23 @@ bool sv_direct_post_write(struct sv_qp *qp, const struct ibv_send_wr *wr)
 	struct xmr_view m;
 	enum ibv_wc_status st = IBV_WC_SUCCESS;
 	uint64_t at_off;
-	uint8_t *src, *base;
+	uint8_t *local, *base;
 	sv_cu_ctx gpu = NULL;
-	bool inl, placed = false, wrlocked = false;
+	bool read, inl, placed = false, wrlocked = false;
 
 	/* the conditions of sq_post_one and post_alone (requester.c) for this
 	 * one case; anything else, the usual way */
-	if (wr->opcode != IBV_WR_RDMA_WRITE || wr->next || wr->num_sge != 1 || !wr->sg_list ||
+	if ((wr->opcode != IBV_WR_RDMA_WRITE && wr->opcode != IBV_WR_RDMA_READ) || wr->next ||
+	    wr->num_sge != 1 || !wr->sg_list ||
 	    qp->cap.max_send_sge < 1 || !sq->max_wr || sq->tail != sq->head ||
 	    sq->next != sq->head || sq->seg_off || qp->state != IBV_QPS_RTS ||
 	    !qp->req.direct_went || qp->req.rnr_until || !qp->ti->reliable ||
 	    !qp->ti->connected || !qp->conn)
 		return false;
+	op = sv_wr_opcode_info(wr->opcode);
+	read = wr->opcode == IBV_WR_RDMA_READ;
 	len = wr->sg_list[0].length;
-	inl = wr->send_flags & IBV_SEND_INLINE;
+	inl = !read && (wr->send_flags & IBV_SEND_INLINE); /* (a READ's flag is ignored) */
 	if (!len || len > SV_DIRECT_INLINE_MAX || (inl && len > qp->cap.max_inline_data) ||
 	    !(pm = direct_peer(qp, qp->conn)) || (dq & ~(uint32_t)SV_QPN_LOW) != pm->qpn_base)
 		return false;
@@ -948,11 +951,11 @@ bool sv_direct_post_write(struct sv_qp *qp, const struct ibv_send_wr *wr)
 	t.word = false;
 	q = &pm->x->qp[peer_qp_slot(qp, pm, dq)];
 	/* inline data is read now, as sq_post_one would copy it: no lkey */
-	src = (uint8_t *)(uintptr_t)wr->sg_list[0].addr;
+	local = (uint8_t *)(uintptr_t)wr->sg_list[0].addr;
 	if (!inl) {
 		sv_mr_read_lock(qp->ctx);
 		if (sv_mr_translate(qp->ctx, wr->sg_list[0].lkey, qp->pd, wr->sg_list[0].addr, len,
-				    op->local_access, &src, &gpu) != SV_MEM_OK ||
+				    op->local_access, &local, &gpu) != SV_MEM_OK ||
 		    gpu) {
 			sv_mr_read_unlock(qp->ctx);
 			return false;
@@ -964,7 +967,9 @@ bool sv_direct_post_write(struct sv_qp *qp, const struct ibv_send_wr *wr)
 		base = extent_base(qp, pm, &m, &wrlocked);
 		if (base) {
 			placed = true;
-			if (!sv_dma_write(base + at_off, src, len))
+			/* as execute() moves them */
+			if (read ? !sv_dma_copy(local, base + at_off, len)
+				 : !sv_dma_write(base + at_off, local, len))
 				st = IBV_WC_LOC_PROT_ERR;
 		}
 		if (wrlocked)
@@ -987,7 +992,7 @@ bool sv_direct_post_write(struct sv_qp *qp, const struct ibv_send_wr *wr)
 		wc.status = st;
 		wc.opcode = op->wc_opcode;
 		wc.vendor_err = st;
-		wc.byte_len = 0;
+		wc.byte_len = read && st == IBV_WC_SUCCESS ? len : 0;
 		wc.imm_data = 0;
 		wc.qp_num = qp->ex.qp_base.qp_num;
 		wc.src_qp = 0;

@@ -46,13 +46,17 @@
  *     through a QP of its own.  (That QP may have a connection, and so
  *     mappings, of its own: unit_arwlock shows a reader holding off a
  *     writer.)
- *   - the post's shortcut for a lone WRITE (once one has run on the peer's
- *     memory, executed from the WR, no WQE in the ring): 20 unsignaled
- *     8 B WRITEs and a signaled one land, each on return from its post,
- *     and bring exactly one completion (the signaled one's wr_id, opcode,
- *     qp_num); with sq_sig_all, an unsignaled one completes too; an inline
- *     WRITE (a bogus lkey, as inline data needs none) from a buffer
- *     overwritten right after the post lands as posted; one longer than
+ *   - the post's shortcut for a lone WRITE or READ (once one has run on
+ *     the peer's memory, executed from the WR, no WQE in the ring): 20
+ *     unsignaled 8 B WRITEs and a signaled one land, each on return from
+ *     its post, and bring exactly one completion (the signaled one's
+ *     wr_id, opcode, qp_num); so do 5 READs and a signaled one (its
+ *     byte_len), one of them flagged inline (ignored for a READ); a READ
+ *     into an MR without local write access completes
+ *     IBV_WC_LOC_PROT_ERR, and so does one flagged inline whose lkey
+ *     names no MR; with sq_sig_all, an unsignaled one completes too; an
+ *     inline WRITE (a bogus lkey, as inline data needs none) from a
+ *     buffer overwritten right after the post lands as posted; one longer than
  *     max_inline_data is refused with EINVAL and bad_wr, nothing
  *     completes and the QP still works; an rkey the target never issued
  *     completes IBV_WC_REM_ACCESS_ERR, changes nothing, and what follows
@@ -1335,6 +1339,23 @@ static void test_post_shortcut(void)
 	SVT_CHECK_EQ(wc.qp_num, p.a.qp->qp_num);
 	svt_expect_no_wc(p.a.send_cq, 100);
 
+	/* READs the same way, into the local buffer by the time the post returns */
+	for (int i = 0; i <= 5; i++) {
+		svt_fill(b + 12288 + 8 * i, 8, 40 + i);
+		SVT_CHECK_OK(svt_post_send(p.a.qp, 150 + i, IBV_WR_RDMA_READ,
+					   (i == 5 ? IBV_SEND_SIGNALED : 0) |
+						   (i == 2 ? IBV_SEND_INLINE : 0),
+					   a + 12288 + 8 * i, 8, p.a.mr->lkey,
+					   (uintptr_t)(b + 12288 + 8 * i), p.b.mr->rkey, 0));
+		SVT_CHECK_EQ(memcmp(a + 12288 + 8 * i, b + 12288 + 8 * i, 8), 0);
+	}
+	wc = svt_poll_one(p.a.send_cq);
+	SVT_CHECK_WC_OK(wc);
+	SVT_CHECK_EQ(wc.wr_id, 155);
+	SVT_CHECK_EQ(wc.opcode, IBV_WC_RDMA_READ);
+	SVT_CHECK_EQ(wc.byte_len, 8);
+	svt_expect_no_wc(p.a.send_cq, 100);
+
 	/* inline: read at the post, no lkey */
 	SVT_CHECK_OK(ibv_query_qp(p.a.qp, &attr, IBV_QP_CAP, &init));
 	SVT_CHECK(attr.cap.max_inline_data >= sizeof(small));
@@ -1392,6 +1413,21 @@ static void test_post_shortcut(void)
 	svt_poll_ok(p.a.send_cq, 1, &wc, 0);
 	SVT_CHECK_EQ(wc.wr_id, 300);
 
+	/* a READ into memory the MR does not let it write: a local protection error */
+	{
+		struct ibv_mr *ro = svt_reg_mr(p.a.pd, (uint8_t *)p.a.buf + 32768, 4096, 0);
+
+		SVT_CHECK_OK(svt_post_send(p.a.qp, 302, IBV_WR_RDMA_READ, 0,
+					   (uint8_t *)p.a.buf + 32768, 8, ro->lkey,
+					   (uintptr_t)p.b.buf, p.b.mr->rkey, 0));
+		wc = svt_poll_one(p.a.send_cq);
+		SVT_CHECK_EQ(wc.wr_id, 302);
+		SVT_CHECK_EQ(wc.status, IBV_WC_LOC_PROT_ERR);
+		SVT_CHECK_OK(ibv_dereg_mr(ro));
+	}
+	svt_pair_destroy(&p);
+	shortcut_pair(&p, 1);
+
 	/* an lkey that names nothing: a local protection error, the QP in ERR */
 	SVT_CHECK_OK(svt_post_send(p.a.qp, 301, IBV_WR_RDMA_WRITE, 0, p.a.buf, 8,
 				   p.a.mr->lkey ^ 0x5a5a00, (uintptr_t)p.b.buf, p.b.mr->rkey, 0));
@@ -1400,6 +1436,15 @@ static void test_post_shortcut(void)
 	SVT_CHECK_EQ(wc.status, IBV_WC_LOC_PROT_ERR);
 	SVT_CHECK_OK(ibv_query_qp(p.a.qp, &attr, IBV_QP_STATE, &init));
 	SVT_CHECK_EQ(attr.qp_state, IBV_QPS_ERR);
+	svt_pair_destroy(&p);
+
+	/* a READ's inline flag means nothing: its lkey is checked all the same */
+	shortcut_pair(&p, 0);
+	SVT_CHECK_OK(svt_post_send(p.a.qp, 303, IBV_WR_RDMA_READ, IBV_SEND_INLINE, p.a.buf, 8,
+				   p.a.mr->lkey ^ 0x5a5a00, (uintptr_t)p.b.buf, p.b.mr->rkey, 0));
+	wc = svt_poll_one(p.a.send_cq);
+	SVT_CHECK_EQ(wc.wr_id, 303);
+	SVT_CHECK_EQ(wc.status, IBV_WC_LOC_PROT_ERR);
 	svt_pair_destroy(&p);
 	svt_log("the post's shortcut: completions as asked, inline read at the post, "
 		"errors as the usual post gives them");
