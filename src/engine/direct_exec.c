@@ -954,9 +954,8 @@ bool sv_direct_post_rdma(struct sv_qp *qp, const struct ibv_send_wr *wr)
 	local = (uint8_t *)(uintptr_t)wr->sg_list[0].addr;
 	if (!inl) {
 		sv_mr_read_lock(qp->ctx);
-		if (sv_mr_translate_hinted(qp->ctx, &qp->req.lmr, wr->sg_list[0].lkey, qp->pd,
-					   wr->sg_list[0].addr, len, op->local_access, &local,
-					   &gpu) != SV_MEM_OK ||
+		if (sv_mr_translate(qp->ctx, wr->sg_list[0].lkey, qp->pd, wr->sg_list[0].addr, len,
+				    op->local_access, &local, &gpu) != SV_MEM_OK ||
 		    gpu) {
 			sv_mr_read_unlock(qp->ctx);
 			return false;

@@ -153,30 +153,6 @@ enum sv_mem_err sv_mr_translate(struct sv_context *ctx, uint32_t key, struct sv_
 	return r;
 }
 
-enum sv_mem_err sv_mr_translate_hinted(struct sv_context *ctx, struct sv_mr_hint *hint,
-				       uint32_t key, struct sv_pd *pd, uint64_t iova, uint64_t len,
-				       unsigned int need_access, uint8_t **ptr, sv_cu_ctx *gpu)
-{
-	struct sv_mr *e = hint->mr;
-	struct sv_key_view k;
-	enum sv_mem_err r;
-
-	/* an entry the table has not changed since it was found (its key, PD,
-	 * access, range, memory) is the one the lookup would find now */
-	if (!e || hint->gen != ctx->mrs.gen || e->ibmr.lkey != key) {
-		e = sv_key_entry(ctx, key);
-		if (!e || e->kind != SV_KEY_MR)
-			return SV_MEM_BAD_KEY;
-		hint->mr = e->gpu ? NULL : e;
-		hint->gen = ctx->mrs.gen;
-	}
-	k = key_view(e);
-	r = sv_key_allows_range(&k, want_pd(e, pd), need_access, iova, len);
-	if (r == SV_MEM_OK)
-		key_address(e, iova, ptr, gpu);
-	return r;
-}
-
 enum sv_mem_err sv_key_translate_remote(struct sv_context *ctx, uint32_t key, struct sv_pd *pd,
 					uint32_t qpn, uint64_t iova, uint64_t len,
 					unsigned int need_access, uint8_t **ptr, sv_cu_ctx *gpu)
@@ -250,7 +226,7 @@ enum ibv_wc_status sv_mw_bind(struct sv_qp *qp, struct sv_send_wqe *w)
 		}
 		mw->ibmr.lkey = mw->ibmr.rkey = new_key;
 	}
-	sv_mr_write_unlock(ctx);
+	sv_arwlock_wrunlock(&ctx->mrs.lock);
 	return ok ? IBV_WC_SUCCESS : IBV_WC_MW_BIND_ERR;
 }
 
@@ -267,6 +243,6 @@ enum ibv_wc_status sv_mw_local_inv(struct sv_qp *qp, uint32_t rkey)
 	     e->mw_qpn == qp->ex.qp_base.qp_num;
 	if (ok)
 		mw_unbind(e);
-	sv_mr_write_unlock(ctx);
+	sv_arwlock_wrunlock(&ctx->mrs.lock);
 	return ok ? IBV_WC_SUCCESS : IBV_WC_LOC_QP_OP_ERR;
 }

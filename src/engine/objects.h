@@ -89,17 +89,6 @@ struct sv_mr_table {
 	struct sv_mr **tab;
 	uint32_t size; /* a power of two, at least twice count (0: none yet) */
 	uint32_t count;
-	/* moves on at every release of the write lock: a struct sv_mr_hint
-	 * taken at another value may name an entry changed or freed since */
-	uint64_t gen;
-};
-
-/* The MR an lkey named last, while the table has not changed since
- * (sv_mr_translate_hinted): the next SGE in the same MR skips the table's
- * lookup, not a check. */
-struct sv_mr_hint {
-	struct sv_mr *mr;
-	uint64_t gen;
 };
 
 /* Multicast attachments of a context (engine/mcast.c) */
@@ -565,8 +554,6 @@ struct sv_qp_req {
 		uint64_t qslot_pm;
 		uint32_t qslot_qpn, qslot;
 	} xcache;
-	/* the local MR of the last WR the post's shortcut took (direct_exec.c) */
-	struct sv_mr_hint lmr;
 	/* what its SENDs placed on a peer of this host know (direct_exec.c);
 	 * NULL until one is tried */
 	struct sv_xsend *xs;
@@ -811,13 +798,6 @@ enum sv_mem_err sv_key_translate_remote(struct sv_context *ctx, uint32_t key, st
 enum ibv_wc_status sv_mw_bind(struct sv_qp *qp, struct sv_send_wqe *w);
 enum ibv_wc_status sv_mw_local_inv(struct sv_qp *qp, uint32_t rkey);
 
-/* sv_mr_translate through *hint (the read lock held): the same checks of
- * the same entry, found without the lookup while the hint names it; the
- * hint then names it (host memory only). */
-enum sv_mem_err sv_mr_translate_hinted(struct sv_context *ctx, struct sv_mr_hint *hint,
-				       uint32_t key, struct sv_pd *pd, uint64_t iova, uint64_t len,
-				       unsigned int need_access, uint8_t **ptr, sv_cu_ctx *gpu);
-
 static inline void sv_mr_read_lock(struct sv_context *ctx)
 {
 	sv_arwlock_rdlock(&ctx->mrs.lock);
@@ -827,15 +807,6 @@ static inline void sv_mr_read_unlock(struct sv_context *ctx)
 {
 	sv_arwlock_rdunlock(&ctx->mrs.lock);
 }
-
-/* The write lock's release: every change of the table goes through it, so
- * the hints taken before are stale from here on (a macro: the lock order
- * checker reports the caller's line). */
-#define sv_mr_write_unlock(ctx)                        \
-	do {                                           \
-		(ctx)->mrs.gen++;                      \
-		sv_arwlock_wrunlock(&(ctx)->mrs.lock); \
-	} while (0)
 
 
 

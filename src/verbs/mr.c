@@ -196,7 +196,7 @@ static struct sv_mr *mr_create(struct ibv_pd *ibpd, void *addr, size_t length, u
 
 	sv_arwlock_wrlock(&ctx->mrs.lock);
 	if (sv_key_insert(&ctx->mrs, mr)) {
-		sv_mr_write_unlock(ctx);
+		sv_arwlock_wrunlock(&ctx->mrs.lock);
 		sv_share_put(mr->ext);
 		free(mr->gx);
 		free(mr);
@@ -213,7 +213,7 @@ static struct sv_mr *mr_create(struct ibv_pd *ibpd, void *addr, size_t length, u
 	if (!mr->ext && !implicit_range(addr, length))
 		mr->ext = sv_export_share(ctx, addr, length, access, gpu.ctx);
 	sv_export_mr(ctx, mr);
-	sv_mr_write_unlock(ctx);
+	sv_arwlock_wrunlock(&ctx->mrs.lock);
 	sv_ref_get(&mr->pd->users);
 	return mr;
 }
@@ -314,12 +314,12 @@ int ibv_dereg_mr(struct ibv_mr *ibmr)
 	sv_arwlock_wrlock(&ctx->mrs.lock);
 	if (mr->nmw) {
 		/* memory windows are bound to it (ibv_dereg_mr(3)) */
-		sv_mr_write_unlock(ctx);
+		sv_arwlock_wrunlock(&ctx->mrs.lock);
 		return EBUSY;
 	}
 	exported = sv_export_mr_revoke(ctx, mr); /* peers first: they check no key table of ours */
 	sv_key_remove(&ctx->mrs, mr);
-	sv_mr_write_unlock(ctx);
+	sv_arwlock_wrunlock(&ctx->mrs.lock);
 	/* the accesses peers began before are over, the lock no longer held
 	 * (nothing of ours waits on them meanwhile) */
 	if (exported)
@@ -390,7 +390,7 @@ int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd, void *addr, 
 	sv_arwlock_wrlock(&ctx->mrs.lock);
 	if (mr->nmw) {
 		/* windows bound to it name its old range and PD (rxe refuses too) */
-		sv_mr_write_unlock(ctx);
+		sv_arwlock_wrunlock(&ctx->mrs.lock);
 		sv_share_put(next);
 		errno = EBUSY;
 		return IBV_REREG_MR_ERR_CMD;
@@ -416,7 +416,7 @@ int ibv_rereg_mr(struct ibv_mr *ibmr, int flags, struct ibv_pd *pd, void *addr, 
 		ibmr->length = nlen;
 	}
 	sv_export_mr(ctx, mr);
-	sv_mr_write_unlock(ctx);
+	sv_arwlock_wrunlock(&ctx->mrs.lock);
 	if (exported)
 		sv_export_quiesce(ctx); /* as at deregistration */
 	sv_share_put(prev);
@@ -500,12 +500,12 @@ struct ibv_mw *sv_alloc_mw(struct ibv_pd *ibpd, enum ibv_mw_type type)
 	mw->key.ibmw = &mw->ibmw;
 	sv_arwlock_wrlock(&ctx->mrs.lock);
 	if (sv_key_insert(&ctx->mrs, &mw->key)) {
-		sv_mr_write_unlock(ctx);
+		sv_arwlock_wrunlock(&ctx->mrs.lock);
 		free(mw);
 		errno = ENOMEM;
 		return NULL;
 	}
-	sv_mr_write_unlock(ctx);
+	sv_arwlock_wrunlock(&ctx->mrs.lock);
 	mw->ibmw.context = ibpd->context;
 	mw->ibmw.pd = ibpd;
 	mw->ibmw.rkey = mw->key.ibmr.rkey;
@@ -525,7 +525,7 @@ int sv_dealloc_mw(struct ibv_mw *ibmw)
 	if (mw->key.mw_mr)
 		mw->key.mw_mr->nmw--;
 	sv_key_remove(&ctx->mrs, &mw->key);
-	sv_mr_write_unlock(ctx);
+	sv_arwlock_wrunlock(&ctx->mrs.lock);
 	sv_ref_put(&mw->key.pd->users);
 	free(mw);
 	return 0;
