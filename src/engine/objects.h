@@ -522,7 +522,7 @@ struct sv_sq {
 
 /*
  * The requester's (requester.c; direct_exec.c, its direct execution on the
- * peer's memory, keeps xcache, xs and lmr).  The completer, ERR, RESET and destroy
+ * peer's memory, keeps xcache and xs).  The completer, ERR, RESET and destroy
  * change the timers and retry budgets through requester.c's functions.
  * Exception: modify_qp sets retries_left and rnr_retries_left from
  * IBV_QP_RETRY_CNT and IBV_QP_RNR_RETRY.
