@@ -40,19 +40,18 @@ bool sv_direct_soon(struct sv_qp *qp, struct sv_conn *conn, const struct sv_send
 
 /*
  * ibv_post_send's shortcut (qp->lock held): wr, the whole chain, an RDMA
- * WRITE (of one SGE or of inline data) or an RDMA READ (into one SGE) on
- * an RC QP whose send queue is empty and whose last operation ran on the
- * peer's memory, is executed from the WR itself, without a WQE in the
- * ring, and its completion pushed when one is asked for (or it failed);
- * true.  false: nothing changed (a check failed, or it is not that case),
- * and the post goes on as usual, where every check is made again and every
- * error given.  The ring and the pass (the WR's copy, the pass's
- * conditions, the retirement) were a third of an 8-byte WRITE's time.  (A
- * SEND taken the same way gained nothing measurable: its time is the lines
- * it moves between the processes.)
+ * WRITE, SEND, SEND with immediate or WRITE with immediate of one SGE or
+ * of inline data, or an RDMA READ into one SGE, on an RC QP whose send
+ * queue is empty and whose last operation ran on the peer's memory, is
+ * executed from the WR itself, without a WQE in the ring, and its
+ * completion pushed when one is asked for (or it failed); true.  false:
+ * nothing changed (a check failed, no receive is posted, or it is not that
+ * case), and the post goes on as usual, where every check is made again
+ * and every error given.  The ring and the pass (the WR's copy, the pass's
+ * conditions, the retirement) were a third of an 8-byte WRITE's time.
  */
 struct ibv_send_wr;
-bool sv_direct_post_rdma(struct sv_qp *qp, const struct ibv_send_wr *wr);
+bool sv_direct_post(struct sv_qp *qp, const struct ibv_send_wr *wr);
 
 /*
  * qp->lock held; w is an RC WQE about to start, every WQE before it

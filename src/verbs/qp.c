@@ -788,7 +788,7 @@ int sv_post_send(struct ibv_qp *ibqp, struct ibv_send_wr *wr, struct ibv_send_wr
 	int err;
 
 	sv_mutex_lock(&qp->lock);
-	err = sv_direct_post_rdma(qp, wr) ? 0 : post_chain(qp, wr, bad_wr, true);
+	err = sv_direct_post(qp, wr) ? 0 : post_chain(qp, wr, bad_wr, true);
 	sv_mutex_unlock(&qp->lock);
 	/* the answers owed since this thread's last poll follow its request */
 	sv_engine_posted(qp->ctx->eng);

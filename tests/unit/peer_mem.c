@@ -46,8 +46,9 @@
  *     through a QP of its own.  (That QP may have a connection, and so
  *     mappings, of its own: unit_arwlock shows a reader holding off a
  *     writer.)
- *   - the post's shortcut for a lone WRITE or READ (once one has run on
- *     the peer's memory, executed from the WR, no WQE in the ring): 20
+ *   - the post's shortcut for a lone WRITE, READ or SEND (once one has
+ *     run on the peer's memory, executed from the WR, no WQE in the
+ *     ring): 20
  *     unsignaled 8 B WRITEs and a signaled one land, each on return from
  *     its post, and bring exactly one completion (the signaled one's
  *     wr_id, opcode, qp_num); so do 5 READs and a signaled one (its
@@ -61,7 +62,12 @@
  *     completes and the QP still works; an rkey the target never issued
  *     completes IBV_WC_REM_ACCESS_ERR, changes nothing, and what follows
  *     is flushed; an lkey that names no MR completes IBV_WC_LOC_PROT_ERR
- *     and moves the QP to the error state
+ *     and moves the QP to the error state; once the peer's receive queue
+ *     has moved, 10 unsignaled SENDs of 8 B are each in their receive by
+ *     their post's return, and a SEND_WITH_IMM, an inline SEND (a bogus
+ *     lkey, its buffer overwritten after the post) and a
+ *     WRITE_WITH_IMM, signaled, complete on both sides (opcode, byte_len,
+ *     immediate data, nothing more), the data in place
  *   - a WRITE lands in address order, its last byte last, as a NIC's DMA
  *     does: a thread of the target spins on the last byte of its buffer,
  *     as dtest -D, perftest's ib_write_lat and MPI's eager RDMA do, and
@@ -73,6 +79,7 @@
  */
 #include "sv_test.h"
 
+#include <arpa/inet.h>
 #include <pthread.h>
 #include <sched.h>
 #include <signal.h>
@@ -1436,6 +1443,64 @@ static void test_post_shortcut(void)
 	SVT_CHECK_EQ(wc.status, IBV_WC_LOC_PROT_ERR);
 	SVT_CHECK_OK(ibv_query_qp(p.a.qp, &attr, IBV_QP_STATE, &init));
 	SVT_CHECK_EQ(attr.qp_state, IBV_QPS_ERR);
+	svt_pair_destroy(&p);
+
+	/* two-sided: SENDs placed into the peer's receives by the post, once
+	 * the peer's queue has moved (the first SENDs go by the wire) */
+	shortcut_pair(&p, 0);
+	a = p.a.buf;
+	b = p.b.buf;
+	for (int i = 0; i < 20; i++)
+		SVT_CHECK_OK(svt_post_recv(p.b.qp, 400 + i, b + 1024 * i, 64, p.b.mr->lkey));
+	for (int i = 0; i < 3; i++) {
+		svt_fill(a + 1024 * i, 8, 70 + i);
+		SVT_CHECK_OK(svt_post_send(p.a.qp, 500 + i, IBV_WR_SEND, IBV_SEND_SIGNALED,
+					   a + 1024 * i, 8, p.a.mr->lkey, 0, 0, 0));
+		svt_poll_ok(p.a.send_cq, 1, &wc, 0);
+		svt_poll_ok(p.b.recv_cq, 1, &wc, 0);
+		SVT_CHECK_EQ(wc.wr_id, 400 + i);
+	}
+	for (int i = 3; i < 13; i++) { /* unsignaled, each placed by its post's return */
+		svt_fill(a + 1024 * i, 8, 70 + i);
+		SVT_CHECK_OK(svt_post_send(p.a.qp, 500 + i, IBV_WR_SEND, 0, a + 1024 * i, 8,
+					   p.a.mr->lkey, 0, 0, 0));
+		SVT_CHECK_EQ(memcmp(b + 1024 * i, a + 1024 * i, 8), 0);
+	}
+	svt_fill(a + 1024 * 13, 24, 83);
+	SVT_CHECK_OK(svt_post_send(p.a.qp, 513, IBV_WR_SEND_WITH_IMM, IBV_SEND_SIGNALED,
+				   a + 1024 * 13, 24, p.a.mr->lkey, 0, 0, 0x1234567));
+	svt_fill(small, sizeof(small), 84);
+	SVT_CHECK_OK(svt_post_send(p.a.qp, 514, IBV_WR_SEND, IBV_SEND_SIGNALED | IBV_SEND_INLINE,
+				   small, sizeof(small), 0xdeadbeef, 0, 0, 0));
+	memset(small, 0, sizeof(small));
+	svt_fill(a + 1024 * 15, 32, 85);
+	SVT_CHECK_OK(svt_post_send(p.a.qp, 515, IBV_WR_RDMA_WRITE_WITH_IMM, IBV_SEND_SIGNALED,
+				   a + 1024 * 15, 32, p.a.mr->lkey, (uintptr_t)(b + 40000),
+				   p.b.mr->rkey, 0x89abcde));
+	for (int i = 513; i <= 515; i++) {
+		wc = svt_poll_one(p.a.send_cq);
+		SVT_CHECK_WC_OK(wc);
+		SVT_CHECK_EQ(wc.wr_id, i);
+		SVT_CHECK_EQ(wc.opcode, (i == 515 ? IBV_WC_RDMA_WRITE : IBV_WC_SEND));
+	}
+	svt_expect_no_wc(p.a.send_cq, 100);
+	for (int i = 3; i < 16; i++) {
+		wc = svt_poll_one(p.b.recv_cq);
+		SVT_CHECK_WC_OK(wc);
+		SVT_CHECK_EQ(wc.wr_id, 400 + i);
+		SVT_CHECK_EQ(wc.qp_num, p.b.qp->qp_num);
+		SVT_CHECK_EQ(wc.opcode, (i == 15 ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV));
+		SVT_CHECK_EQ(wc.byte_len, (i < 13 ? 8u : i == 13 ? 24u : i == 14 ? 16u : 32u));
+		SVT_CHECK_EQ(!!(wc.wc_flags & IBV_WC_WITH_IMM), (i == 13 || i == 15));
+		if (i == 13 || i == 15)
+			SVT_CHECK_EQ(ntohl(wc.imm_data), (i == 13 ? 0x1234567u : 0x89abcdeu));
+	}
+	for (int i = 3; i < 14; i++)
+		SVT_CHECK_EQ(memcmp(b + 1024 * i, a + 1024 * i, i == 13 ? 24 : 8), 0);
+	for (size_t i = 0; i < sizeof(small); i++)
+		SVT_CHECK_EQ(b[1024 * 14 + i], svt_pattern_byte(84, i));
+	SVT_CHECK_EQ(memcmp(b + 40000, a + 1024 * 15, 32), 0);
+	svt_expect_no_wc(p.b.recv_cq, 100);
 	svt_pair_destroy(&p);
 
 	/* a READ's inline flag means nothing: its lkey is checked all the same */
