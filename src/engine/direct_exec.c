@@ -999,7 +999,6 @@ static __attribute__((noinline)) bool post_send(struct sv_qp *qp, const struct i
 bool sv_direct_post(struct sv_qp *qp, const struct ibv_send_wr *wr)
 {
 	const struct sv_wr_opcode_info *op;
-	const struct sv_sq *sq = &qp->sq;
 	enum ibv_wc_status st = IBV_WC_SUCCESS;
 	struct sv_peer_mem *pm;
 	uint32_t len;
@@ -1011,9 +1010,7 @@ bool sv_direct_post(struct sv_qp *qp, const struct ibv_send_wr *wr)
 	     wr->opcode != IBV_WR_SEND && wr->opcode != IBV_WR_SEND_WITH_IMM &&
 	     wr->opcode != IBV_WR_RDMA_WRITE_WITH_IMM) ||
 	    wr->next || wr->num_sge != 1 || !wr->sg_list || qp->cap.max_send_sge < 1 ||
-	    !sq->max_wr || sq->tail != sq->head || sq->next != sq->head || sq->seg_off ||
-	    qp->state != IBV_QPS_RTS || !qp->req.direct_went || qp->req.rnr_until ||
-	    !qp->ti->reliable || !qp->ti->connected || !qp->conn)
+	    !qp->sq.max_wr || !sv_direct_alone(qp, 0))
 		return false;
 	op = sv_wr_opcode_info(wr->opcode);
 	len = wr->sg_list[0].length;

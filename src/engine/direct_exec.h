@@ -10,11 +10,10 @@
 #ifndef SV_DIRECT_EXEC_H
 #define SV_DIRECT_EXEC_H
 
-#include <stdbool.h>
+#include "engine/objects.h"
+#include "engine/wr_opcode.h"
 
-struct sv_qp;
-struct sv_conn;
-struct sv_send_wqe;
+#include <stdbool.h>
 
 enum sv_direct {
 	SV_DIRECT_WIRE,	 /* nothing happened: it goes by the wire */
@@ -39,6 +38,22 @@ enum sv_direct {
 bool sv_direct_soon(struct sv_qp *qp, struct sv_conn *conn, const struct sv_send_wqe *w);
 
 /*
+ * qp->lock held: the QP's send queue holds `queued` WQEs, none of them
+ * begun, the QP is an RTS RC QP with a connection, not paused by an RNR,
+ * and its last operation tried on the peer's memory ran there: what both
+ * of the post's ways around the pass ask first (post_alone, with the WQE
+ * just posted; sv_direct_post, with none).
+ */
+static inline bool sv_direct_alone(const struct sv_qp *qp, uint32_t queued)
+{
+	const struct sv_sq *sq = &qp->sq;
+
+	return qp->req.direct_went && sq->tail - sq->head == queued && sq->next == sq->head &&
+	       !sq->seg_off && qp->state == IBV_QPS_RTS && !qp->req.rnr_until &&
+	       qp->ti->reliable && qp->ti->connected && qp->conn;
+}
+
+/*
  * ibv_post_send's shortcut (qp->lock held): wr, the whole chain, an RDMA
  * WRITE, SEND, SEND with immediate or WRITE with immediate of one SGE or
  * of inline data, or an RDMA READ into one SGE, on an RC QP whose send
@@ -50,7 +65,6 @@ bool sv_direct_soon(struct sv_qp *qp, struct sv_conn *conn, const struct sv_send
  * and every error given.  The ring and the pass (the WR's copy, the pass's
  * conditions, the retirement) were a third of an 8-byte WRITE's time.
  */
-struct ibv_send_wr;
 bool sv_direct_post(struct sv_qp *qp, const struct ibv_send_wr *wr);
 
 /*

@@ -845,10 +845,8 @@ static bool post_alone(struct sv_qp *qp)
 	struct sv_send_wqe *w = &sq->wqe[sq->head & (sq->size - 1)];
 	enum sv_direct d;
 
-	if (!qp->req.direct_went || sq->tail - sq->head != 1 || sq->next != sq->head ||
-	    sq->seg_off || qp->state != IBV_QPS_RTS || qp->req.rnr_until || !qp->ti->reliable ||
-	    !qp->ti->connected || !qp->conn || w->state != SV_WQE_PENDING || w->npkts ||
-	    w->wired || !(w->op->flags & (SV_WRF_DIRECT | SV_WRF_DIRECT_RECV)) ||
+	if (!sv_direct_alone(qp, 1) || w->state != SV_WQE_PENDING || w->npkts || w->wired ||
+	    !(w->op->flags & (SV_WRF_DIRECT | SV_WRF_DIRECT_RECV)) ||
 	    check_len(w) != IBV_WC_SUCCESS)
 		return false;
 	/* (an empty queue has no READ or atomic outstanding: no fence holds) */
