@@ -27,6 +27,7 @@
  * completed).
  */
 #include "engine/direct_exec.h"
+#include "engine/engine.h"
 #include "engine/access_check.h"
 #include "engine/direct_recv.h"
 #include "engine/dma.h"
@@ -1026,26 +1027,7 @@ bool sv_direct_post(struct sv_qp *qp, const struct ibv_send_wr *wr)
 		       post_rdma(qp, pm, wr, op, len, inl, &st);
 	if (!done)
 		return false; /* the usual way finds the same, and sends it by the wire */
-	if (st != IBV_WC_SUCCESS || qp->sq_sig_all || (wr->send_flags & IBV_SEND_SIGNALED)) {
-		struct ibv_wc wc;
-
-		/* every field by itself: an initializer (or memset) is a rep
-		 * stos here, slow to start on the CPUs measured */
-		wc.wr_id = wr->wr_id;
-		wc.status = st;
-		wc.opcode = op->wc_opcode;
-		wc.vendor_err = st;
-		wc.byte_len = (op->flags & SV_WRF_READ) && st == IBV_WC_SUCCESS ? len : 0;
-		wc.imm_data = 0;
-		wc.qp_num = qp->ex.qp_base.qp_num;
-		wc.src_qp = 0;
-		wc.wc_flags = 0;
-		wc.pkey_index = 0;
-		wc.slid = 0;
-		wc.sl = 0;
-		wc.dlid_path_bits = 0;
-		sv_cq_push(qp->scq, &wc, false);
-	}
+	sv_requester_completion(qp, wr->wr_id, wr->send_flags, op, len, st);
 	if (st != IBV_WC_SUCCESS)
 		sv_qp_enter_error(qp); /* as sv_requester_retire after a failed WQE */
 	return true;

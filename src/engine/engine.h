@@ -248,6 +248,12 @@ void sv_requester_post(struct sv_qp *qp);
 void sv_requester_rewind(struct sv_qp *qp, uint32_t to_psn);
 /* qp->lock held: complete and retire finished WQEs in order. */
 void sv_requester_retire(struct sv_qp *qp);
+/* qp->lock held: the completion of a send WR (its wr_id, send_flags,
+ * opcode's row and length) that ended with st, pushed when it is owed one:
+ * it asked, the QP signals all, or it failed. */
+void sv_requester_completion(struct sv_qp *qp, uint64_t wr_id, unsigned int send_flags,
+			     const struct sv_wr_opcode_info *op, uint32_t length,
+			     enum ibv_wc_status st);
 /* qp->lock held: a timer of this QP expired. */
 void sv_requester_timeout(struct sv_qp *qp, uint64_t now);
 /* qp->lock held: no timer armed (ERR, RESET, destroy); the caller tells

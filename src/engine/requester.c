@@ -865,20 +865,22 @@ static bool post_alone(struct sv_qp *qp)
 	return true;
 }
 
-static void sv_requester_complete(struct sv_qp *qp, struct sv_send_wqe *w, enum ibv_wc_status st)
+void sv_requester_completion(struct sv_qp *qp, uint64_t wr_id, unsigned int send_flags,
+			     const struct sv_wr_opcode_info *op, uint32_t length,
+			     enum ibv_wc_status st)
 {
 	struct ibv_wc wc = {
-		.wr_id = w->wr.wr_id,
+		.wr_id = wr_id,
 		.status = st,
-		.opcode = w->op->wc_opcode,
+		.opcode = op->wc_opcode,
 		.qp_num = qp->ex.qp_base.qp_num,
 	};
 
-	if (st == IBV_WC_SUCCESS && !qp->sq_sig_all && !(w->wr.send_flags & IBV_SEND_SIGNALED))
+	if (st == IBV_WC_SUCCESS && !qp->sq_sig_all && !(send_flags & IBV_SEND_SIGNALED))
 		return;
-	if (st == IBV_WC_SUCCESS && (w->op->flags & SV_WRF_READ))
-		wc.byte_len = w->length;
-	else if (st == IBV_WC_SUCCESS && (w->op->flags & SV_WRF_ATOMIC))
+	if (st == IBV_WC_SUCCESS && (op->flags & SV_WRF_READ))
+		wc.byte_len = length;
+	else if (st == IBV_WC_SUCCESS && (op->flags & SV_WRF_ATOMIC))
 		wc.byte_len = 8;
 	if (st != IBV_WC_SUCCESS)
 		wc.vendor_err = st;
@@ -895,7 +897,8 @@ void sv_requester_retire(struct sv_qp *qp)
 		if (w->state != SV_WQE_DONE)
 			break;
 		sq->head++;
-		sv_requester_complete(qp, w, w->status);
+		sv_requester_completion(qp, w->wr.wr_id, w->wr.send_flags, w->op, w->length,
+					w->status);
 		if (qp->req.gpu_tx && qp->req.gpu_tx->owner == (uintptr_t)w)
 			sv_gpu_stage_forget(qp->req.gpu_tx); /* its slot's next WQE is another */
 		sv_wqe_release(w);
