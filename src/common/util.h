@@ -139,4 +139,20 @@ static inline void sv_fence(void)
 }
 #endif
 
+/*
+ * Ask for the line at p to be brought in owned, for a write soon after.
+ * A line another core last wrote, read and then written, otherwise comes
+ * over twice: shared for the load, then again to be owned for the store.
+ * (gcc emits PREFETCHW only with -mprfchw; every x86-64 CPU decodes it,
+ * those without it as a no-op.)
+ */
+static inline void sv_prefetch_for_write(const void *p)
+{
+#if defined(__x86_64__)
+	__asm__ volatile("prefetchw %0" : : "m"(*(const volatile char *)p));
+#else
+	__builtin_prefetch(p, 1, 3);
+#endif
+}
+
 #endif

@@ -745,6 +745,10 @@ static enum sv_direct place_send(struct sv_qp *qp, struct sv_peer_mem *pm, struc
 	}
 	idx = (uint32_t)(t % size);
 	e = sv_xrecv_at(base + off + sizeof(struct sv_xrq), msge, idx);
+	/* the owner's post wrote the WQE's line and the result goes into it:
+	 * asked for with intent to write, it comes over once, owned, rather
+	 * than shared for the reads and then again for the stores */
+	sv_prefetch_for_write(e);
 	nsge = e->num_sge;
 	if (nsge > msge)
 		goto out;
