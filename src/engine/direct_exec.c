@@ -577,18 +577,17 @@ struct recv_piece {
 };
 
 /*
- * The receive WQE e (its SGEs sge[0..n)) of the peer's QP q, checked as the
- * responder checks the WQE it takes (each SGE's lkey names an MR of the
- * QP's PD that allows local writes and covers it): where each of the len
+ * The SGEs sge[0..n) of a receive WQE of the peer's, checked as the
+ * responder checks the WQE it takes (each SGE's lkey names an MR of pd,
+ * the queue's: its QP's or its SRQ's, that allows local writes and covers
+ * it): where each of the len
  * bytes goes, in pieces; false if any check fails or the buffers hold less
  * than len (the wire's responder then answers as the IBA requires).
  */
-static bool recv_pieces(struct sv_qp *qp, struct sv_peer_mem *pm, const struct sv_xqp *q,
+static bool recv_pieces(struct sv_qp *qp, struct sv_peer_mem *pm, uintptr_t pd,
 			const struct ibv_sge *sge, uint32_t n, uint32_t len,
 			struct recv_piece *out, int *nout, bool *wrlocked)
 {
-	uintptr_t pd = atomic_load(&q->pd);
-
 	*nout = 0;
 	for (uint32_t i = 0; i < n && len; i++) {
 		uint32_t take = SV_MIN(sge[i].length, len);
@@ -762,7 +761,8 @@ static enum sv_direct place_send(struct sv_qp *qp, struct sv_peer_mem *pm, struc
 		 * the one SGE most receives have) */
 		for (uint32_t i = 0; i < nsge; i++)
 			sge[i] = sv_xrecv_sge(e)[i];
-		if (!recv_pieces(qp, pm, q, sge, nsge, w->length, to, &nto, &wrlocked))
+		if (!recv_pieces(qp, pm, atomic_load_explicit(&x->pd, memory_order_relaxed), sge,
+				 nsge, w->length, to, &nto, &wrlocked))
 			goto out;
 	}
 	/* the WQE is ours once taken: from here on it completes, here */

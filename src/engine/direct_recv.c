@@ -175,7 +175,8 @@ void sv_xrq_rewatch(struct sv_rq *rq)
  * part to fill again (a resize: polls may be reading it), or NULL for a
  * new one.
  */
-static bool xrq_move(struct sv_context *ctx, struct sv_rq *rq, struct sv_xrq_local *xl)
+static bool xrq_move(struct sv_context *ctx, struct sv_rq *rq, struct sv_xrq_local *xl,
+		     const struct sv_pd *pd)
 {
 	struct sv_xrq_local *n = xrq_alloc(ctx, rq->size, rq->max_sge);
 
@@ -191,6 +192,7 @@ static bool xrq_move(struct sv_context *ctx, struct sv_rq *rq, struct sv_xrq_loc
 	free(rq->sge_pool);
 	rq->sge_pool = NULL;
 	atomic_store(&n->x->gen, atomic_fetch_add(&ctx->arena_gen, 1) | 1);
+	atomic_store(&n->x->pd, pd->ibpd.handle);
 	n->numbered = true;
 	atomic_store(&n->x->taken, rq->head);
 	atomic_store(&n->x->posted, (uint64_t)rq->head + rq->count);
@@ -347,20 +349,19 @@ void sv_xrq_cq_resized(struct sv_cq *cq)
 }
 
 /* qp->lock held: the SRQ's queue moves to the arena if it is not there,
- * and qp's record names it.  Only a basic SRQ of the QP's own PD: a peer
- * checks a receive's lkeys against the PD in the QP's record, and the
- * responder against the SRQ's. */
+ * and qp's record names it.  A basic SRQ, of the QP's PD or another: a
+ * peer checks a receive's lkeys against the queue's PD (sv_xrq.pd, the
+ * SRQ's), as the responder does. */
 static void adopt_srq(struct sv_qp *qp)
 {
 	struct sv_srq *srq = qp->srq;
 	struct sv_xqp *q = rc_record(qp);
 
-	if (!q || atomic_load_explicit(&q->rq_off, memory_order_relaxed) || srq->xrcd ||
-	    srq->pd != qp->pd)
+	if (!q || atomic_load_explicit(&q->rq_off, memory_order_relaxed) || srq->xrcd)
 		return; /* (named already: a load) */
 	atomic_store(&q->rq_want, 0);
 	sv_mutex_lock(&srq->lock);
-	if (!srq->rq.xl && xrq_move(qp->ctx, &srq->rq, srq->xl_kept))
+	if (!srq->rq.xl && xrq_move(qp->ctx, &srq->rq, srq->xl_kept, srq->pd))
 		srq->xl_kept = NULL; /* (the SRQ's one record, in use again) */
 	if (srq->rq.xl && srq_list(srq, qp) && !sv_xrq_attach(qp, srq->rq.xl))
 		publish(q, &srq->rq, true);
@@ -380,7 +381,7 @@ void sv_xrq_adopt(struct sv_qp *qp)
 	if (!q)
 		return;
 	atomic_store(&q->rq_want, 0); /* asked again if it cannot move now */
-	if (!xrq_move(qp->ctx, rq, NULL))
+	if (!xrq_move(qp->ctx, rq, NULL, qp->pd))
 		return;
 	if (sv_xrq_attach(qp, rq->xl))
 		return; /* no room to list it on its CQ: never published */

@@ -50,6 +50,10 @@ struct sv_xrq {
 	 * a count of the context's (never 0 then): what a peer knew of posted
 	 * under another number is stale */
 	_Atomic uint64_t gen;
+	/* the handle of the PD its receives' lkeys belong to: the QP's, or
+	 * the SRQ's (as the responder checks them); written when the queue
+	 * moves in, before a record names it */
+	_Atomic uint32_t pd;
 };
 
 /* The result a peer writes for a WQE it placed a message into. */
@@ -98,8 +102,9 @@ void sv_xrq_arena_close(struct sv_context *ctx);
 
 /*
  * An SRQ's queue moves into the arena too, when a SEND from a process of
- * this host comes to one of its RC QPs (whose PD is the SRQ's), and from
- * then on its WQEs are taken as a QP's are.  The records of its QPs name
+ * this host comes to one of its RC QPs (of the SRQ's PD or another: a
+ * peer checks the receives' lkeys against the SRQ's, sv_xrq.pd), and
+ * from then on its WQEs are taken as a QP's are.  The records of its QPs name
  * it as they come to receive such SENDs (srq->xqps lists them): a peer
  * placing a SEND to QP n takes the SRQ's next WQE and writes n beside it,
  * and the owner completes it on n's CQ.  The owner completes the SRQ's

@@ -85,6 +85,11 @@
  *     receives are posted, unpolled, and must fit (the two completed left
  *     room, as on a NIC); ibv_start_poll finds the two completions, and a
  *     third SEND's (nothing but the poll takes it in), each with its data
+ *   - an SRQ of another PD than its QP's: after a first SEND, 8 SENDs
+ *     (0 B to 4 KiB) complete with the receiver stopped, each in its
+ *     receive (the receives' MR is of the SRQ's PD); a receive whose MR is
+ *     of the QP's PD fails: LOC_PROT_ERR at the receiver, nothing written,
+ *     REM_OP_ERR at the sender
  *
  * SVT_DSEND_NO_STOP=1 leaves the receiver running in the first part (no
  * SIGSTOP): the rest of the test, as SENDs by the wire pass it, checked
@@ -1811,6 +1816,159 @@ static void send_part11(struct svt_dev *d, struct svt_child *c)
 	free(src);
 }
 
+/* ---- part 12: an SRQ of another PD than its QP's ----
+ * The receives' lkeys belong to the SRQ's PD, as the responder checks
+ * them: the sender places into them with the receiver stopped; a receive
+ * whose MR is of the QP's PD (not the SRQ's) fails as by the wire. */
+
+#define P12_N 8
+#define P12_SLOT 4096
+
+static uint32_t len12(int k)
+{
+	static const uint32_t l[P12_N] = { 1, 4096, 0, 777, 64, 4000, 300, 2048 };
+
+	return l[k];
+}
+
+static void recv_part12(struct svt_dev *d, int rfd, int wfd)
+{
+	struct ibv_pd *pd2 = ibv_alloc_pd(d->ctx);
+	uint8_t *buf = malloc(P12_SLOT * P12_N), *warm = svt_alloc(4096), *img, *other;
+	struct ibv_srq_init_attr sa = { .attr = { .max_wr = 16, .max_sge = 1 } };
+	struct ibv_mr *mr, *wmr, *omr;
+	struct ibv_wc wc;
+	struct ibv_srq *srq;
+	struct end e;
+	uint64_t until;
+
+	SVT_CHECK_PTR(pd2);
+	SVT_CHECK_PTR(buf);
+	other = svt_alloc(4096);
+	img = guard_image(buf, P12_SLOT * P12_N);
+	mr = svt_reg_mr(pd2, buf, P12_SLOT * P12_N, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	wmr = svt_reg_mr(pd2, warm, 4096, IBV_ACCESS_LOCAL_WRITE);
+	/* of the QP's PD, not the SRQ's */
+	omr = svt_reg_mr(d->pd, other, 4096, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	srq = ibv_create_srq(pd2, &sa);
+	SVT_CHECK_PTR(srq);
+	end_open_srq(&e, d, NULL, srq);
+	SVT_CHECK(e.qp->pd != pd2);
+	end_link(&e, d, rfd, wfd, NULL, 0, NULL);
+	SVT_CHECK_OK(svt_post_srq_recv(srq, 1200, warm, 64, wmr->lkey));
+	svt_sync_send(wfd, 'R');
+	SVT_CHECK_EQ(svt_sync_recv(rfd, LONG_MS), 'W');
+	wc = expect_wc(e.cq, 1200, IBV_WC_SUCCESS, "part 12, warm-up");
+	check_recv_wc(&wc, &e, 1200, IBV_WC_RECV, 32, NULL, "part 12, warm-up");
+	for (until = svt_now_ms() + 5000;
+	     !pages_shared(buf, P12_SLOT * P12_N) && svt_now_ms() < until;)
+		svt_sleep_ms(1);
+	SVT_CHECK_MSG(pages_shared(buf, P12_SLOT * P12_N),
+		      "part 12: the buffer's pages are not shared");
+
+	for (int k = 0; k < P12_N; k++)
+		SVT_CHECK_OK(svt_post_srq_recv(srq, 1210 + (uint64_t)k, buf + (size_t)k * P12_SLOT,
+					       P12_SLOT, mr->lkey));
+	svt_sync_send(wfd, 'S');
+	/* stopped here by the sender, then continued */
+	SVT_CHECK_EQ(svt_sync_recv(rfd, 60000), 'C');
+	for (int k = 0; k < P12_N; k++) {
+		struct ibv_sge sge = { (uintptr_t)(buf + (size_t)k * P12_SLOT), P12_SLOT, mr->lkey };
+		char w[48];
+
+		snprintf(w, sizeof(w), "part 12, message %d", k);
+		wc = expect_wc(e.cq, 1210 + (uint64_t)k, IBV_WC_SUCCESS, w);
+		check_recv_wc(&wc, &e, 1210 + (uint64_t)k, IBV_WC_RECV, len12(k), NULL, w);
+		check_scattered(&sge, 1, len12(k), 0x1200u + (uint32_t)k, w);
+		scatter(img, buf, &sge, 1, len12(k), 0x1200u + (uint32_t)k);
+	}
+	check_image(buf, img, P12_SLOT * P12_N, "part 12");
+
+	/* a receive whose lkey is of the QP's PD: not the SRQ's, so it fails */
+	SVT_CHECK_OK(svt_post_srq_recv(srq, 1299, other, 4096, omr->lkey));
+	svt_sync_send(wfd, 'B');
+	wc = svt_poll_one(e.cq);
+	SVT_CHECK_EQ(wc.wr_id, 1299);
+	SVT_CHECK_WC_STATUS(wc, IBV_WC_LOC_PROT_ERR);
+	for (int i = 0; i < 4096; i++)
+		SVT_CHECK_MSG(!other[i], "part 12: byte %d of the failed receive written", i);
+	SVT_CHECK_EQ(svt_sync_recv(rfd, LONG_MS), 'D');
+
+	end_close(&e);
+	SVT_CHECK_OK(ibv_destroy_srq(srq));
+	SVT_CHECK_OK(ibv_dereg_mr(mr));
+	SVT_CHECK_OK(ibv_dereg_mr(wmr));
+	SVT_CHECK_OK(ibv_dereg_mr(omr));
+	SVT_CHECK_OK(ibv_dealloc_pd(pd2));
+	free(buf);
+	free(img);
+	free(warm);
+	free(other);
+}
+
+static void send_part12(struct svt_dev *d, struct svt_child *c)
+{
+	uint8_t *src = svt_alloc(P12_SLOT * P12_N);
+	struct ibv_mr *mr = svt_reg_mr(d->pd, src, P12_SLOT * P12_N, IBV_ACCESS_LOCAL_WRITE);
+	struct ibv_wc wc[P12_N];
+	bool stop = !no_stop();
+	int status, got;
+	struct end e;
+
+	end_open(&e, d, NULL);
+	end_link(&e, d, c->rfd, c->wfd, NULL, 0, NULL);
+	SVT_CHECK_EQ(svt_sync_recv(c->rfd, LONG_MS), 'R');
+	svt_fill(src, 32, 0x12);
+	SVT_CHECK_OK(svt_post_send(e.qp, 1200, IBV_WR_SEND, IBV_SEND_SIGNALED, src, 32, mr->lkey, 0,
+				   0, 0));
+	expect_wc(e.cq, 1200, IBV_WC_SUCCESS, "part 12, warm-up");
+	svt_sync_send(c->wfd, 'W');
+	SVT_CHECK_EQ(svt_sync_recv(c->rfd, LONG_MS), 'S');
+
+	if (stop) {
+		SVT_CHECK_OK(kill(c->pid, SIGSTOP));
+		SVT_CHECK_EQ(waitpid(c->pid, &status, WUNTRACED), c->pid);
+		SVT_CHECK(WIFSTOPPED(status));
+	}
+	for (int k = 0; k < P12_N; k++) {
+		uint8_t *at = src + (size_t)k * P12_SLOT;
+
+		fill_at(at, len12(k), 0x1200u + (uint32_t)k, 0);
+		SVT_CHECK_OK(svt_post_send(e.qp, 1210 + (uint64_t)k, IBV_WR_SEND, IBV_SEND_SIGNALED,
+					   at, len12(k), mr->lkey, 0, 0, 0));
+	}
+	got = poll_until(e.cq, P12_N, wc, svt_now_ms() + (stop ? STOPPED_MS : WC_MS));
+	for (int k = 0; k < got; k++) {
+		SVT_CHECK_WC_STATUS(wc[k], IBV_WC_SUCCESS);
+		SVT_CHECK_EQ(wc[k].wr_id, 1210 + (uint64_t)k);
+	}
+	if (got < P12_N && stop)
+		SVT_FAIL("part 12: SENDs into an SRQ of another PD did not complete while the "
+			 "receiver was stopped (not placed by the sender): %d of %d",
+			 got, P12_N);
+	SVT_CHECK_EQ(got, P12_N);
+	if (stop)
+		SVT_CHECK_OK(kill(c->pid, SIGCONT));
+	svt_sync_send(c->wfd, 'C');
+
+	SVT_CHECK_EQ(svt_sync_recv(c->rfd, LONG_MS), 'B');
+	svt_fill(src, 64, 0x13);
+	SVT_CHECK_OK(svt_post_send(e.qp, 1299, IBV_WR_SEND, IBV_SEND_SIGNALED, src, 64, mr->lkey, 0,
+				   0, 0));
+	wc[0] = svt_poll_one(e.cq);
+	SVT_CHECK_EQ(wc[0].wr_id, 1299);
+	SVT_CHECK_WC_STATUS(wc[0], IBV_WC_REM_OP_ERR);
+	check_state(e.qp, IBV_QPS_ERR, "part 12, after the failed receive");
+	svt_sync_send(c->wfd, 'D');
+	svt_log("part 12: %d SENDs into an SRQ of another PD than its QP's completed %s; a "
+		"receive of the QP's PD failed (LOC_PROT_ERR there, REM_OP_ERR here)",
+		P12_N, stop ? "with the receiver stopped" : "(receiver running)");
+
+	end_close(&e);
+	SVT_CHECK_OK(ibv_dereg_mr(mr));
+	free(src);
+}
+
 /* ---- the two processes ---- */
 
 static int receiver(int rfd, int wfd, int argc, char **argv)
@@ -1836,6 +1994,7 @@ static int receiver(int rfd, int wfd, int argc, char **argv)
 	recv_part9(&d, rfd, wfd);
 	recv_part10(&d, rfd, wfd);
 	recv_part11(&d, rfd, wfd);
+	recv_part12(&d, rfd, wfd);
 	svt_dev_close(&d);
 	return 0;
 }
@@ -1873,6 +2032,7 @@ int main(int argc, char **argv)
 	send_part9(&d, &c);
 	send_part10(&d, &c);
 	send_part11(&d, &c);
+	send_part12(&d, &c);
 	SVT_CHECK_EQ(svt_child_wait(&c, LONG_MS), 0);
 	svt_dev_close(&d);
 	return 0;
