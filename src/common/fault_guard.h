@@ -9,7 +9,10 @@
  * NAK), never the process.
  *
  * A guarded access arms a per-thread jump buffer; the fault handler, when a
- * fault hits an armed thread, jumps back and the access returns false.  A
+ * fault hits an armed thread, jumps back and the access returns false.  On
+ * x86-64 a copy of up to 64 bytes arms nothing: it is a routine whose
+ * instructions the handler knows by address, and a fault in it resumes at
+ * its fix-up, which returns false (fault_guard.c, sv_place_short).  A
  * fault anywhere else is passed on to the handler that was installed before
  * softverbs' (or the default action), so the application's own crashes and
  * handlers behave as without softverbs.  An application that installs its
