@@ -34,14 +34,6 @@
 
 #include "check.h"
 
-#if defined(__SANITIZE_THREAD__)
-#define TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define TSAN 1
-#endif
-#endif
-
 #define MiB (1u << 20)
 /* ThreadSanitizer checks each byte the test itself reads: fewer rounds */
 #ifdef TSAN

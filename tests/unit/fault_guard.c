@@ -30,14 +30,6 @@
 
 #include "check.h"
 
-#if defined(__SANITIZE_THREAD__)
-#define TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define TSAN 1
-#endif
-#endif
-
 #define MAXLEN 80
 #define AROUND 16 /* bytes either side that must stay as they were */
 
