@@ -384,14 +384,18 @@ int main(int argc, char **argv)
 	own_ns = svt_private_netns();
 	if (!own_ns)
 		svt_log("not root: in the host's registry; the reclaim part is skipped");
+	/* first, while this process holds no context: rdma_cm's (test_cm_psn)
+	 * stays open for the process's life, and drawn among the 1022 blocks
+	 * it was one of the reclaim part's 4 once in a few hundred runs (its
+	 * 4th process then found no block) */
+	if (own_ns)
+		test_reclaim();
 	test_fresh_contexts();
 	test_hundred();
 	test_limit();
 	test_cm_psn();
 	test_default_port();
-	if (own_ns) {
-		test_reclaim();
+	if (own_ns)
 		svt_private_netns_done();
-	}
 	return 0;
 }
