@@ -11,14 +11,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#if defined(__SANITIZE_THREAD__)
-#define SV_ARW_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define SV_ARW_TSAN 1
-#endif
-#endif
-
 __thread struct sv_arw_reader *sv_arw_me __attribute__((tls_model("initial-exec")));
 bool sv_arw_fast;
 
@@ -64,7 +56,7 @@ static void init_once(void)
 		return;
 	key_made = true;
 	pthread_atfork(NULL, NULL, after_fork_child);
-#ifndef SV_ARW_TSAN
+#ifndef SV_TSAN
 	{
 		int q = membarrier(MEMBARRIER_CMD_QUERY);
 
@@ -142,7 +134,7 @@ claimed:
 	 * writer that did not see the slot taken (others_read) has set it.
 	 * (Under ThreadSanitizer readers take the rwlock, and gcc refuses
 	 * the fence there.) */
-#ifndef SV_ARW_TSAN
+#ifndef SV_TSAN
 	atomic_thread_fence(memory_order_seq_cst);
 #endif
 	return r;

@@ -19,13 +19,8 @@
  * ThreadSanitizer, whose runtime wraps the handler (it is not protected
  * there anyway: fault_guard.h).
  */
-#if defined(__x86_64__) && !defined(__SANITIZE_THREAD__)
+#if defined(__x86_64__) && !defined(SV_TSAN)
 #define SV_SHORT_FIXUP 1
-#if defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#undef SV_SHORT_FIXUP
-#endif
-#endif
 #endif
 #define SV_SHORT_MAX 64 /* bytes: longer ones are memcpy's, faster */
 
@@ -406,7 +401,7 @@ void sv_fault_guard_fini(void)
 bool sv_copy_guarded(void *dst, const void *src, size_t len)
 {
 #ifdef SV_SHORT_FIXUP
-	if (len - 1 < SV_SHORT_MAX)
+	if (len && len <= SV_SHORT_MAX)
 		return sv_place_short(dst, src, len);
 #endif
 	GUARD_BEGIN();

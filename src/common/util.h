@@ -14,6 +14,15 @@
 #define SV_MAX(a, b) ((a) > (b) ? (a) : (b))
 #define SV_ARRAY_SIZE(a) (sizeof(a) / sizeof((a)[0]))
 
+/* SV_TSAN: built with ThreadSanitizer (gcc says so one way, clang another). */
+#if defined(__SANITIZE_THREAD__)
+#define SV_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define SV_TSAN 1
+#endif
+#endif
+
 enum sv_log_level { SV_LOG_ERROR, SV_LOG_WARN, SV_LOG_INFO, SV_LOG_DEBUG };
 
 void sv_log(enum sv_log_level level, const char *fmt, ...)
@@ -119,12 +128,8 @@ static inline bool sv_list_linked(const struct sv_list *n)
  * read-modify-write of one shared word stands for it (a total order all
  * such fences take part in, which ThreadSanitizer does see).
  */
-#if defined(__SANITIZE_THREAD__)
+#ifdef SV_TSAN
 #define SV_FENCE_BY_RMW 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define SV_FENCE_BY_RMW 1
-#endif
 #endif
 #ifdef SV_FENCE_BY_RMW
 extern _Atomic unsigned sv_fence_word;

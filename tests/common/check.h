@@ -17,13 +17,4 @@
 		}                                                                    \
 	} while (0)
 
-/* TSAN: built with ThreadSanitizer (gcc says so one way, clang another). */
-#if defined(__SANITIZE_THREAD__)
-#define TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define TSAN 1
-#endif
-#endif
-
 #endif

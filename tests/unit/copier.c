@@ -33,10 +33,11 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "common/util.h" /* SV_TSAN */
 
 #define MiB (1u << 20)
 /* ThreadSanitizer checks each byte the test itself reads: fewer rounds */
-#ifdef TSAN
+#ifdef SV_TSAN
 #define ROUNDS 4
 #define WATCHED (64u << 10)
 #else
@@ -178,7 +179,7 @@ static void threads(void)
 		pthread_join(t[i], NULL);
 }
 
-#ifndef TSAN
+#ifndef SV_TSAN
 /* A hole in the destination: at its start (the copier's part), or at its
  * end (the caller's). */
 static void holes(void)
@@ -298,7 +299,7 @@ int main(void)
 	threads();
 	if (two_cpus())
 		crowded_cpus();
-#ifndef TSAN
+#ifndef SV_TSAN
 	holes();
 	/* (ThreadSanitizer starts no thread in the child of a threaded fork) */
 	child(false);

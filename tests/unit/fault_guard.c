@@ -29,6 +29,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "common/util.h" /* SV_TSAN */
 
 #define MAXLEN 80
 #define AROUND 16 /* bytes either side that must stay as they were */
@@ -167,7 +168,7 @@ int main(void)
 	alarm(100);
 	sv_fault_guard_init();
 	whole_copies();
-#ifndef TSAN
+#ifndef SV_TSAN
 	unmapped();
 	past_file_end();
 	last_byte_last();
