@@ -542,6 +542,13 @@ int ibv_modify_qp(struct ibv_qp *ibqp, struct ibv_qp_attr *attr, int mask)
 			reset_qp(qp);
 			break;
 		case IBV_QPS_ERR:
+			/* a SEND a peer of this host is placing into a receive
+			 * ends before the flush, so that one completes as its
+			 * SEND does; flushed under the peer's copy, it would
+			 * fail here while the SEND succeeds there (a NIC's
+			 * responder in ERR answers nothing, and its requester
+			 * fails).  As at RESET (sv_xrq_reset) */
+			sv_export_qp_quiet(qp);
 			sv_qp_enter_error(qp);
 			break;
 		default:

@@ -90,6 +90,14 @@
  *     receive (the receives' MR is of the SRQ's PD); a receive whose MR is
  *     of the QP's PD fails: LOC_PROT_ERR at the receiver, nothing written,
  *     REM_OP_ERR at the sender
+ *   - ERR during a placement: the receiver moves its QP to ERR while the
+ *     sender's copy into receive 1302 waits on a source page a
+ *     userfaultfd supplies 150 ms after the receiver said it was calling
+ *     ibv_modify_qp; the call returns once the copy is over, receive 1302
+ *     completes successfully with the data (as its SEND does), 1303 is
+ *     flushed, nothing else of the buffer written.  (Before the call
+ *     waited: 1302 flushed, the SEND successful.)  Without userfaultfd,
+ *     not tried; where the wait gave up (1 s), not judged
  *
  * SVT_DSEND_NO_STOP=1 leaves the receiver running in the first part (no
  * SIGSTOP): the rest of the test, as SENDs by the wire pass it, checked
@@ -1051,25 +1059,41 @@ static void send_part6(struct svt_dev *d, struct svt_child *c)
 
 #define P7_LEN 1000u
 
+/* Parts 7 and 13: a QP with 4 receives of 1 KiB at buf + off + 2048 r
+ * (wr_id wr0 + r) of a 64 KiB buffer filled with the guard, whose image
+ * *img expects a message of len[r] bytes of pattern seed + r in receive
+ * r (none where len[r] is 0); its MR. */
+static struct ibv_mr *four_receives(struct svt_dev *d, int rfd, int wfd, struct end *e,
+				    uint8_t **buf, uint8_t **img, size_t off, uint64_t wr0,
+				    const uint32_t len[4], uint32_t seed)
+{
+	struct ibv_sge sge;
+	struct ibv_mr *mr;
+
+	*buf = malloc(64u << 10);
+	SVT_CHECK_PTR(*buf);
+	*img = guard_image(*buf, 64u << 10);
+	mr = svt_reg_mr(d->pd, *buf, 64u << 10, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	end_open(e, d, NULL);
+	end_link(e, d, rfd, wfd, NULL, 0, NULL);
+	for (int r = 0; r < 4; r++) {
+		sge = (struct ibv_sge){ (uintptr_t)(*buf + off + 2048 * r), 1024, mr->lkey };
+		if (len[r])
+			scatter(*img, *buf, &sge, 1, len[r], seed + (uint32_t)r);
+		post_recv_sgl(e->qp, wr0 + (uint64_t)r, &sge, 1);
+	}
+	return mr;
+}
+
 static void recv_part7(struct svt_dev *d, int rfd, int wfd)
 {
-	uint8_t *buf = malloc(64u << 10), *img;
-	struct ibv_sge sge[4];
+	static const uint32_t len[4] = { P7_LEN, P7_LEN, 0, 0 };
+	uint8_t *buf, *img;
 	struct ibv_wc wc[4];
 	struct ibv_mr *mr;
 	struct end e;
 
-	SVT_CHECK_PTR(buf);
-	img = guard_image(buf, 64u << 10);
-	mr = svt_reg_mr(d->pd, buf, 64u << 10, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
-	end_open(&e, d, NULL);
-	end_link(&e, d, rfd, wfd, NULL, 0, NULL);
-	for (int r = 0; r < 4; r++) {
-		sge[r] = (struct ibv_sge){ (uintptr_t)(buf + 5 + 2048 * r), 1024, mr->lkey };
-		if (r < 2)
-			scatter(img, buf, &sge[r], 1, P7_LEN, 0x700 + (uint32_t)r);
-		post_recv_sgl(e.qp, 7000 + (uint64_t)r, &sge[r], 1);
-	}
+	mr = four_receives(d, rfd, wfd, &e, &buf, &img, 5, 7000, len, 0x700);
 	svt_sync_send(wfd, 'R');
 	SVT_CHECK_EQ(svt_sync_recv(rfd, LONG_MS), 'S'); /* both SENDs completed */
 	SVT_CHECK_OK(svt_qp_to_state(e.qp, IBV_QPS_ERR));
@@ -1511,9 +1535,10 @@ static void *uffd_thread(void *arg)
 	return NULL;
 }
 
-/* A buffer of len bytes whose pages are missing and supplied by nobody:
- * NULL if this kernel or process has no userfaultfd. */
-static void *missing_pages(size_t len, struct uffd_watch *w)
+/* A buffer of len bytes whose pages are missing, supplied by nobody until
+ * the caller's thread reads *uffd: NULL if this kernel or process has no
+ * userfaultfd (what is then not tried). */
+static void *missing_pages(size_t len, int *uffd, const char *what)
 {
 	struct uffdio_api api = { .api = UFFD_API };
 	struct uffdio_register reg = { .mode = UFFDIO_REGISTER_MODE_MISSING };
@@ -1523,11 +1548,9 @@ static void *missing_pages(size_t len, struct uffd_watch *w)
 	reg.range.start = (uintptr_t)p;
 	reg.range.len = len;
 	/* (a container's seccomp profile may refuse it) */
-	w->uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC);
-	if (w->uffd < 0 || ioctl(w->uffd, UFFDIO_API, &api) ||
-	    ioctl(w->uffd, UFFDIO_REGISTER, &reg)) {
-		svt_log("part 10: no userfaultfd (%s): the killed sender is not tried",
-			strerror(errno));
+	*uffd = (int)syscall(SYS_userfaultfd, O_CLOEXEC);
+	if (*uffd < 0 || ioctl(*uffd, UFFDIO_API, &api) || ioctl(*uffd, UFFDIO_REGISTER, &reg)) {
+		svt_log("no userfaultfd (%s): %s is not tried", strerror(errno), what);
 		return NULL;
 	}
 	return p;
@@ -1556,7 +1579,7 @@ static int doomed(int rfd, int wfd, int argc, char **argv)
 	SVT_CHECK_OK(svt_post_send(e.qp, 900, IBV_WR_SEND, IBV_SEND_SIGNALED, warm, 32,
 				   wmr->lkey, 0, 0, 0));
 	expect_wc(e.cq, 900, IBV_WC_SUCCESS, "part 10, the doomed sender's warm-up");
-	src = missing_pages(2 * 4096, &w);
+	src = missing_pages(2 * 4096, &w.uffd, "part 10, the killed sender,");
 	if (!src) {
 		svt_sync_send(wfd, 'U');
 		SVT_CHECK_EQ(svt_sync_recv(rfd, LONG_MS), 'E');
@@ -1969,6 +1992,160 @@ static void send_part12(struct svt_dev *d, struct svt_child *c)
 	free(src);
 }
 
+/* ---- part 13: the receiver moves its QP to ERR while a SEND is placed ----
+ * The parent sends from a page a userfaultfd supplies only once the
+ * receiver is about to call ibv_modify_qp(ERR): the receive is taken and
+ * the copy waits in between.  The SEND and its receive must agree: both
+ * successful (the placement ended before the flush) or neither. */
+
+#define P13_LEN 1000u
+#define P13_HOLD_MS 150 /* the copy held after the receiver's 'M' */
+
+static void recv_part13(struct svt_dev *d, int rfd, int wfd)
+{
+	static const uint32_t len[4] = { 32, 32, P13_LEN, 0 };
+	uint8_t *buf, *img;
+	struct ibv_wc wc[2];
+	struct ibv_mr *mr;
+	uint64_t t0, took;
+	struct end e;
+	char go;
+
+	mr = four_receives(d, rfd, wfd, &e, &buf, &img, 3, 1300, len, 0x1300);
+	svt_sync_send(wfd, 'R');
+	/* the two warm-up SENDs (the first moves the queue) */
+	for (int r = 0; r < 2; r++) {
+		wc[0] = expect_wc(e.cq, 1300 + (uint64_t)r, IBV_WC_SUCCESS, "part 13, warm-up");
+		check_recv_wc(&wc[0], &e, 1300 + (uint64_t)r, IBV_WC_RECV, 32, NULL, "part 13");
+	}
+	svt_sync_send(wfd, 'W');
+	go = svt_sync_recv(rfd, LONG_MS);
+	if (go == 'U') { /* no userfaultfd there */
+		svt_sync_send(wfd, 'D');
+		goto out;
+	}
+	SVT_CHECK_EQ(go, 'G');
+	/* the SEND's copy waits on its source page, receive 1302 taken */
+	SVT_CHECK_EQ(svt_sync_recv(rfd, LONG_MS), 'B');
+	svt_sync_send(wfd, 'M');
+	t0 = svt_now_ms();
+	SVT_CHECK_OK(svt_qp_to_state(e.qp, IBV_QPS_ERR));
+	took = svt_now_ms() - t0;
+	if (poll_until(e.cq, 2, wc, svt_now_ms() + WC_MS) != 2)
+		SVT_FAIL("part 13: fewer than 2 receive completions within %d ms", WC_MS);
+	SVT_CHECK_EQ(wc[0].wr_id, 1302);
+	if (wc[0].status == IBV_WC_WR_FLUSH_ERR && took >= 1000) {
+		/* the wait for a peer's placement gave up (1 s): a machine
+		 * too busy to let the sender finish a 1000-byte copy */
+		svt_log("part 13: ibv_modify_qp waited %llu ms, the placement had not ended: "
+			"not judged", (unsigned long long)took);
+		SVT_CHECK_EQ(svt_sync_recv(rfd, LONG_MS), 'S');
+		svt_sync_send(wfd, 'X');
+		goto out;
+	}
+	if (wc[0].status != IBV_WC_SUCCESS)
+		SVT_FAIL("part 13: the receive a SEND was being placed into completed %s after "
+			 "ibv_modify_qp(ERR) (%llu ms), while its SEND completes successfully",
+			 ibv_wc_status_str(wc[0].status), (unsigned long long)took);
+	check_recv_wc(&wc[0], &e, 1302, IBV_WC_RECV, P13_LEN, NULL, "part 13");
+	SVT_CHECK_WC_STATUS(wc[1], IBV_WC_WR_FLUSH_ERR);
+	SVT_CHECK_EQ(wc[1].wr_id, 1303);
+	svt_expect_no_wc(e.cq, 50);
+	check_image(buf, img, 64u << 10, "part 13");
+	SVT_CHECK_EQ(svt_sync_recv(rfd, LONG_MS), 'S');
+	svt_sync_send(wfd, 'D');
+	svt_log("part 13: ibv_modify_qp(ERR) returned after %llu ms, once the SEND being placed "
+		"had ended: its receive completed with the data, the one behind flushed",
+		(unsigned long long)took);
+out:
+	end_close(&e);
+	SVT_CHECK_OK(ibv_dereg_mr(mr));
+	free(buf);
+	free(img);
+}
+
+/* The parent's fault thread: the fault of the SEND's copy is told to the
+ * receiver ('B'); once it says it moves its QP to ERR ('M'), the page is
+ * supplied a little later, with the message in it. */
+struct uffd_supply {
+	int uffd, rfd, wfd;
+	uint8_t *page;
+};
+
+static void *supply_thread(void *arg)
+{
+	struct uffd_supply *u = arg;
+	uint8_t *data = svt_alloc(4096);
+	struct uffdio_copy cp = { .dst = (uintptr_t)u->page, .src = (uintptr_t)data, .len = 4096 };
+	struct uffd_msg m;
+
+	fill_at(data, P13_LEN, 0x1302, 0);
+	while (read(u->uffd, &m, sizeof(m)) != (ssize_t)sizeof(m))
+		if (errno != EINTR && errno != EAGAIN)
+			return NULL;
+	SVT_CHECK_EQ(m.event, UFFD_EVENT_PAGEFAULT);
+	svt_sync_send(u->wfd, 'B');
+	SVT_CHECK_EQ(svt_sync_recv(u->rfd, LONG_MS), 'M');
+	svt_sleep_ms(P13_HOLD_MS); /* the receiver is in ibv_modify_qp by then */
+	SVT_CHECK(ioctl(u->uffd, UFFDIO_COPY, &cp) == 0);
+	free(data);
+	return NULL;
+}
+
+static void send_part13(struct svt_dev *d, struct svt_child *c)
+{
+	uint8_t *warm = svt_alloc(4096), *src;
+	struct ibv_mr *wmr = svt_reg_mr(d->pd, warm, 4096, IBV_ACCESS_LOCAL_WRITE), *mr;
+	struct uffd_supply u = { -1, c->rfd, c->wfd, NULL };
+	struct ibv_wc wc;
+	pthread_t t;
+	struct end e;
+	char how;
+
+	end_open(&e, d, NULL);
+	end_link(&e, d, c->rfd, c->wfd, NULL, 0, NULL);
+	SVT_CHECK_EQ(svt_sync_recv(c->rfd, LONG_MS), 'R');
+	for (int r = 0; r < 2; r++) {
+		fill_at(warm + 64 * r, 32, 0x1300u + (uint32_t)r, 0);
+		SVT_CHECK_OK(svt_post_send(e.qp, 130 + (uint64_t)r, IBV_WR_SEND, IBV_SEND_SIGNALED,
+					   warm + 64 * r, 32, wmr->lkey, 0, 0, 0));
+		expect_wc(e.cq, 130 + (uint64_t)r, IBV_WC_SUCCESS, "part 13, warm-up");
+	}
+	SVT_CHECK_EQ(svt_sync_recv(c->rfd, LONG_MS), 'W');
+	src = missing_pages(4096, &u.uffd, "part 13, ERR during a placement,");
+	if (!src) {
+		svt_sync_send(c->wfd, 'U');
+		SVT_CHECK_EQ(svt_sync_recv(c->rfd, LONG_MS), 'D');
+		goto out;
+	}
+	/* (no access flag: not shared, nothing touches the page before the
+	 * copy) */
+	mr = svt_reg_mr(d->pd, src, 4096, 0);
+	u.page = src;
+	svt_sync_send(c->wfd, 'G');
+	SVT_CHECK_OK(pthread_create(&t, NULL, supply_thread, &u));
+	/* blocks in the copy until the page comes (or, by the wire, returns
+	 * at once, its copy then in the engine's thread) */
+	SVT_CHECK_OK(svt_post_send(e.qp, 131, IBV_WR_SEND, IBV_SEND_SIGNALED, src, P13_LEN,
+				   mr->lkey, 0, 0, 0));
+	SVT_CHECK_OK(pthread_join(t, NULL));
+	wc = svt_poll_one(e.cq);
+	SVT_CHECK_EQ(wc.wr_id, 131);
+	svt_sync_send(c->wfd, 'S');
+	how = svt_sync_recv(c->rfd, LONG_MS);
+	if (how == 'D')
+		SVT_CHECK_WC_STATUS(wc, IBV_WC_SUCCESS); /* as its receive */
+	else
+		SVT_CHECK_EQ(how, 'X'); /* the receiver's wait gave up: not judged */
+	SVT_CHECK_OK(ibv_dereg_mr(mr));
+	close(u.uffd);
+	SVT_CHECK(munmap(src, 4096) == 0);
+out:
+	end_close(&e);
+	SVT_CHECK_OK(ibv_dereg_mr(wmr));
+	free(warm);
+}
+
 /* ---- the two processes ---- */
 
 static int receiver(int rfd, int wfd, int argc, char **argv)
@@ -1995,6 +2172,7 @@ static int receiver(int rfd, int wfd, int argc, char **argv)
 	recv_part10(&d, rfd, wfd);
 	recv_part11(&d, rfd, wfd);
 	recv_part12(&d, rfd, wfd);
+	recv_part13(&d, rfd, wfd);
 	svt_dev_close(&d);
 	return 0;
 }
@@ -2033,6 +2211,7 @@ int main(int argc, char **argv)
 	send_part10(&d, &c);
 	send_part11(&d, &c);
 	send_part12(&d, &c);
+	send_part13(&d, &c);
 	SVT_CHECK_EQ(svt_child_wait(&c, LONG_MS), 0);
 	svt_dev_close(&d);
 	return 0;
