@@ -476,6 +476,13 @@ static void xrecv_wc(struct ibv_wc *wc, const struct sv_xrecv *e, uint32_t f)
 	wc->status = IBV_WC_SUCCESS;
 	wc->opcode = (f & SV_XRECV_WRITE) ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV;
 	wc->byte_len = e->byte_len;
+	if (f & SV_XRECV_FLUSHED) {
+		wc->status = IBV_WC_WR_FLUSH_ERR;
+		wc->vendor_err = IBV_WC_WR_FLUSH_ERR;
+		wc->opcode = IBV_WC_RECV;
+		wc->byte_len = 0;
+		return;
+	}
 	if (f & SV_XRECV_ABORTED) {
 		wc->status = IBV_WC_REM_ABORT_ERR;
 		wc->vendor_err = IBV_WC_REM_ABORT_ERR;
@@ -502,10 +509,14 @@ static struct sv_xrecv *done_head(struct sv_rq *rq, uint32_t *f)
 }
 
 /* The owner's lock held: the head WQE is done with (its mark goes, so
- * that the poll's look at the head does not find it again). */
+ * that the poll's look at the head does not find it again; not one taken
+ * back, which its peer may still try to mark: that must fail). */
 static void pop_head(struct sv_rq *rq)
 {
-	atomic_store_explicit(&XE(rq, rq->head)->flags, 0, memory_order_relaxed);
+	_Atomic uint32_t *f = &XE(rq, rq->head)->flags;
+
+	if (!(atomic_load_explicit(f, memory_order_relaxed) & SV_XRECV_FLUSHED))
+		atomic_store_explicit(f, 0, memory_order_relaxed);
 	rq->head = (rq->head + 1) % rq->size;
 	rq->count--;
 	set_watch(rq);
@@ -629,6 +640,34 @@ void sv_xrq_drain(struct sv_qp *qp)
 		xrecv_wc(&wc, e, f);
 		pop_head(rq);
 		sv_cq_push(qp->rcq, &wc, f & SV_XRECV_SOLICITED);
+	}
+}
+
+void sv_xrq_drain_for_flush(struct sv_qp *qp)
+{
+	struct sv_rq *rq = &qp->rq;
+	struct sv_xrq *x;
+	uint64_t posted, t;
+
+	sv_xrq_drain(qp);
+	if (qp->srq || !rq->xl)
+		return;
+	x = rq->xl->x;
+	/* no peer takes another: the WQEs not taken are the flush's.  (The
+	 * record is closed, but a peer may be past its check) */
+	posted = atomic_load_explicit(&x->posted, memory_order_relaxed);
+	t = atomic_load(&x->taken);
+	while (t < posted && !atomic_compare_exchange_weak(&x->taken, &t, posted))
+		;
+	/* those taken before it, at the head, are being placed: each is
+	 * taken back unless its peer marks it done first, and then completes
+	 * as the mark says */
+	while (rq->count && completed(rq) < t) {
+		uint32_t zero = 0;
+
+		atomic_compare_exchange_strong(&XE(rq, rq->head)->flags, &zero,
+					       SV_XRECV_DONE | SV_XRECV_FLUSHED);
+		sv_xrq_drain(qp);
 	}
 }
 

@@ -18,8 +18,10 @@
  *   taken   the next WQE to consume: a peer that places a SEND takes it by
  *           compare-and-swap, and so does the owner's responder for a SEND
  *           that came by the wire.
- * A peer writes the WQE's result, SV_XRECV_DONE last (release), after the
- * bytes.  The owner completes, in order from its head, the WQEs marked
+ * A peer writes the WQE's result, SV_XRECV_DONE last, after the bytes, by
+ * compare-and-swap from 0: the owner whose QP enters ERR meanwhile takes
+ * the WQE back the same way (SV_XRECV_FLUSHED), and one of the two wins,
+ * so the receive and the SEND end alike.  The owner completes, in order from its head, the WQEs marked
  * done (sv_xrq_drain); the mark is on the line the peer writes anyway
  * (each WQE starts a line: a peer's next WQE is not on the line the owner
  * just wrote), and `taken` is on one the owner's polls and posts do not
@@ -74,6 +76,10 @@ struct sv_xrecv {
 #define SV_XRECV_SOLICITED 0x2  /* the SEND asked for a solicited event */
 #define SV_XRECV_WRITE 0x4      /* an RDMA WRITE with immediate's (no byte here) */
 #define SV_XRECV_ABORTED 0x8    /* the sender's buffer faulted: REM_ABORT_ERR */
+/* the owner's QP entered ERR while a peer placed into it: the owner took
+ * the WQE back (WR_FLUSH_ERR), and the peer, whose mark then fails, sends
+ * its message by the wire, where the responder in ERR answers nothing */
+#define SV_XRECV_FLUSHED 0x10
 #define SV_XRECV_DONE 0x80000000u /* the result is written (the last store) */
 
 /* A WQE in the arena: its result, then its SGEs, on as few lines as can
@@ -158,6 +164,11 @@ void sv_xrq_reset(struct sv_qp *qp);
 /* qp->lock held: the receives peers completed go to the CQ, in order
  * (an SRQ's: each to its QP's). */
 void sv_xrq_drain(struct sv_qp *qp);
+/* qp->lock held, the QP in ERR, its own queue: what peers completed goes
+ * to the CQ, and the receives they are still placing into are taken back
+ * (flushed, unless a peer's mark comes first), as is every WQE not taken
+ * yet: only the QP's flush completes the WQEs left (qp_ctx.c). */
+void sv_xrq_drain_for_flush(struct sv_qp *qp);
 /* qp->lock held, the queue drained and not empty: the head WQE is the
  * responder's (true), or a peer is placing into it (false: the message
  * that came by the wire finds no receive, as RNR). */

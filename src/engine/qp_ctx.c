@@ -73,8 +73,8 @@ void sv_qp_flush_recv(struct sv_qp *qp)
 {
 	sv_responder_flush_rwqe(qp);
 	/* what peers of this host completed, before the flush (an SRQ's: for
-	 * every QP of the SRQ) */
-	sv_xrq_drain(qp);
+	 * every QP of the SRQ), and what they are still placing, taken back */
+	sv_xrq_drain_for_flush(qp);
 	if (qp->srq)
 		return; /* SRQ WQEs belong to the SRQ, not to this QP */
 	for (; qp->rq.count; qp->rq.count--) {

@@ -90,14 +90,18 @@
  *     receive (the receives' MR is of the SRQ's PD); a receive whose MR is
  *     of the QP's PD fails: LOC_PROT_ERR at the receiver, nothing written,
  *     REM_OP_ERR at the sender
- *   - ERR during a placement: the receiver moves its QP to ERR while the
+ *   - ERR during a placement: the receiver's QP enters ERR while the
  *     sender's copy into receive 1302 waits on a source page a
- *     userfaultfd supplies 150 ms after the receiver said it was calling
- *     ibv_modify_qp; the call returns once the copy is over, receive 1302
- *     completes successfully with the data (as its SEND does), 1303 is
- *     flushed, nothing else of the buffer written.  (Before the call
- *     waited: 1302 flushed, the SEND successful.)  Without userfaultfd,
- *     not tried; where the wait gave up (1 s), not judged
+ *     userfaultfd supplies 150 ms after the receiver says it is about to:
+ *     by ibv_modify_qp, which returns once the copy is over, 1302 then
+ *     completing successfully with the data, as its SEND does (before the
+ *     call waited: 1302 flushed, the SEND successful); by a SEND of its
+ *     own with an lkey it does not have (LOC_PROT_ERR first), which does
+ *     not wait: 1302 is flushed and the SEND fails (RETRY_EXC_ERR, by the
+ *     wire to a QP in ERR; before the mark was a compare-and-swap: the
+ *     SEND successful).  Either way 1303 is flushed, nothing else of the
+ *     buffer written, and a SEND and its receive never end apart.
+ *     Without userfaultfd, not tried
  *
  * SVT_DSEND_NO_STOP=1 leaves the receiver running in the first part (no
  * SIGSTOP): the rest of the test, as SENDs by the wire pass it, checked
@@ -1062,10 +1066,11 @@ static void send_part6(struct svt_dev *d, struct svt_child *c)
 /* Parts 7 and 13: a QP with 4 receives of 1 KiB at buf + off + 2048 r
  * (wr_id wr0 + r) of a 64 KiB buffer filled with the guard, whose image
  * *img expects a message of len[r] bytes of pattern seed + r in receive
- * r (none where len[r] is 0); its MR. */
+ * r (none where len[r] is 0); its MR.  c: the connection's attributes
+ * (NULL: the defaults). */
 static struct ibv_mr *four_receives(struct svt_dev *d, int rfd, int wfd, struct end *e,
 				    uint8_t **buf, uint8_t **img, size_t off, uint64_t wr0,
-				    const uint32_t len[4], uint32_t seed)
+				    const uint32_t len[4], uint32_t seed, const struct svt_conn *c)
 {
 	struct ibv_sge sge;
 	struct ibv_mr *mr;
@@ -1075,7 +1080,7 @@ static struct ibv_mr *four_receives(struct svt_dev *d, int rfd, int wfd, struct 
 	*img = guard_image(*buf, 64u << 10);
 	mr = svt_reg_mr(d->pd, *buf, 64u << 10, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
 	end_open(e, d, NULL);
-	end_link(e, d, rfd, wfd, NULL, 0, NULL);
+	end_link(e, d, rfd, wfd, NULL, 0, c);
 	for (int r = 0; r < 4; r++) {
 		sge = (struct ibv_sge){ (uintptr_t)(*buf + off + 2048 * r), 1024, mr->lkey };
 		if (len[r])
@@ -1093,7 +1098,7 @@ static void recv_part7(struct svt_dev *d, int rfd, int wfd)
 	struct ibv_mr *mr;
 	struct end e;
 
-	mr = four_receives(d, rfd, wfd, &e, &buf, &img, 5, 7000, len, 0x700);
+	mr = four_receives(d, rfd, wfd, &e, &buf, &img, 5, 7000, len, 0x700, NULL);
 	svt_sync_send(wfd, 'R');
 	SVT_CHECK_EQ(svt_sync_recv(rfd, LONG_MS), 'S'); /* both SENDs completed */
 	SVT_CHECK_OK(svt_qp_to_state(e.qp, IBV_QPS_ERR));
@@ -1992,31 +1997,47 @@ static void send_part12(struct svt_dev *d, struct svt_child *c)
 	free(src);
 }
 
-/* ---- part 13: the receiver moves its QP to ERR while a SEND is placed ----
- * The parent sends from a page a userfaultfd supplies only once the
- * receiver is about to call ibv_modify_qp(ERR): the receive is taken and
- * the copy waits in between.  The SEND and its receive must agree: both
- * successful (the placement ended before the flush) or neither. */
+/* ---- parts 13 and 14: the receiver's QP enters ERR while a SEND is placed ----
+ * The parent sends from a page a userfaultfd supplies only a while after
+ * the receiver says its QP enters ERR: the receive is taken and the copy
+ * waits in between.  The SEND and its receive must end alike: both
+ * successful (the placement ended before the flush) or neither (the
+ * receive flushed, the SEND failing by the wire, where the responder in
+ * ERR answers nothing).  Part 13: ibv_modify_qp(ERR), which waits for the
+ * placement.  Part 14: a SEND of the receiver's with an lkey it does not
+ * have, whose local protection error takes the QP to ERR at once. */
 
 #define P13_LEN 1000u
 #define P13_HOLD_MS 150 /* the copy held after the receiver's 'M' */
 
-static void recv_part13(struct svt_dev *d, int rfd, int wfd)
+/* Part 14's connection: a SEND gone by the wire to a QP in ERR fails
+ * after 3 tries of 1 ms (timeout 8: 4.096 us << 8). */
+static void quick_conn(struct svt_conn *c)
+{
+	svt_conn_default(c, IBV_QPT_RC);
+	c->timeout = 8;
+	c->retry_cnt = 2;
+}
+
+static void recv_err_placing(struct svt_dev *d, int rfd, int wfd, int part)
 {
 	static const uint32_t len[4] = { 32, 32, P13_LEN, 0 };
+	const bool own = part == 14;
+	struct svt_conn qc;
 	uint8_t *buf, *img;
-	struct ibv_wc wc[2];
+	struct ibv_wc wc[3], *rwc = wc;
 	struct ibv_mr *mr;
 	uint64_t t0, took;
 	struct end e;
 	char go;
 
-	mr = four_receives(d, rfd, wfd, &e, &buf, &img, 3, 1300, len, 0x1300);
+	quick_conn(&qc);
+	mr = four_receives(d, rfd, wfd, &e, &buf, &img, 3, 1300, len, 0x1300, own ? &qc : NULL);
 	svt_sync_send(wfd, 'R');
 	/* the two warm-up SENDs (the first moves the queue) */
 	for (int r = 0; r < 2; r++) {
-		wc[0] = expect_wc(e.cq, 1300 + (uint64_t)r, IBV_WC_SUCCESS, "part 13, warm-up");
-		check_recv_wc(&wc[0], &e, 1300 + (uint64_t)r, IBV_WC_RECV, 32, NULL, "part 13");
+		wc[0] = expect_wc(e.cq, 1300 + (uint64_t)r, IBV_WC_SUCCESS, "parts 13-14, warm-up");
+		check_recv_wc(&wc[0], &e, 1300 + (uint64_t)r, IBV_WC_RECV, 32, NULL, "parts 13-14");
 	}
 	svt_sync_send(wfd, 'W');
 	go = svt_sync_recv(rfd, LONG_MS);
@@ -2029,34 +2050,46 @@ static void recv_part13(struct svt_dev *d, int rfd, int wfd)
 	SVT_CHECK_EQ(svt_sync_recv(rfd, LONG_MS), 'B');
 	svt_sync_send(wfd, 'M');
 	t0 = svt_now_ms();
-	SVT_CHECK_OK(svt_qp_to_state(e.qp, IBV_QPS_ERR));
+	if (own)
+		SVT_CHECK_OK(svt_post_send(e.qp, 1399, IBV_WR_SEND, IBV_SEND_SIGNALED, buf, 8,
+					   mr->lkey ^ 0x5a5a00, 0, 0, 0));
+	else
+		SVT_CHECK_OK(svt_qp_to_state(e.qp, IBV_QPS_ERR));
 	took = svt_now_ms() - t0;
-	if (poll_until(e.cq, 2, wc, svt_now_ms() + WC_MS) != 2)
-		SVT_FAIL("part 13: fewer than 2 receive completions within %d ms", WC_MS);
-	SVT_CHECK_EQ(wc[0].wr_id, 1302);
-	if (wc[0].status == IBV_WC_WR_FLUSH_ERR && took >= 1000) {
-		/* the wait for a peer's placement gave up (1 s): a machine
-		 * too busy to let the sender finish a 1000-byte copy */
-		svt_log("part 13: ibv_modify_qp waited %llu ms, the placement had not ended: "
-			"not judged", (unsigned long long)took);
-		SVT_CHECK_EQ(svt_sync_recv(rfd, LONG_MS), 'S');
-		svt_sync_send(wfd, 'X');
-		goto out;
+	if (poll_until(e.cq, own ? 3 : 2, wc, svt_now_ms() + WC_MS) != (own ? 3 : 2))
+		SVT_FAIL("part %d: fewer completions than WRs within %d ms", part, WC_MS);
+	if (own) {
+		/* its SEND's error comes before the flush */
+		SVT_CHECK_EQ(wc[0].wr_id, 1399);
+		SVT_CHECK_WC_STATUS(wc[0], IBV_WC_LOC_PROT_ERR);
+		check_state(e.qp, IBV_QPS_ERR, "part 14, after the failed SEND");
+		rwc = wc + 1;
 	}
-	if (wc[0].status != IBV_WC_SUCCESS)
-		SVT_FAIL("part 13: the receive a SEND was being placed into completed %s after "
-			 "ibv_modify_qp(ERR) (%llu ms), while its SEND completes successfully",
-			 ibv_wc_status_str(wc[0].status), (unsigned long long)took);
-	check_recv_wc(&wc[0], &e, 1302, IBV_WC_RECV, P13_LEN, NULL, "part 13");
-	SVT_CHECK_WC_STATUS(wc[1], IBV_WC_WR_FLUSH_ERR);
-	SVT_CHECK_EQ(wc[1].wr_id, 1303);
+	SVT_CHECK_EQ(rwc[0].wr_id, 1302);
+	SVT_CHECK_WC_STATUS(rwc[1], IBV_WC_WR_FLUSH_ERR);
+	SVT_CHECK_EQ(rwc[1].wr_id, 1303);
+	if (rwc[0].status == IBV_WC_SUCCESS)
+		check_recv_wc(&rwc[0], &e, 1302, IBV_WC_RECV, P13_LEN, NULL, "parts 13-14");
+	else
+		SVT_CHECK_WC_STATUS(rwc[0], IBV_WC_WR_FLUSH_ERR);
+	if (!own && rwc[0].status != IBV_WC_SUCCESS && took < 1000)
+		/* (where the wait gave up, 1 s, either end is right) */
+		SVT_FAIL("part 13: ibv_modify_qp(ERR) did not wait for the SEND being placed "
+			 "(%llu ms): its receive was flushed",
+			 (unsigned long long)took);
 	svt_expect_no_wc(e.cq, 50);
-	check_image(buf, img, 64u << 10, "part 13");
-	SVT_CHECK_EQ(svt_sync_recv(rfd, LONG_MS), 'S');
-	svt_sync_send(wfd, 'D');
-	svt_log("part 13: ibv_modify_qp(ERR) returned after %llu ms, once the SEND being placed "
-		"had ended: its receive completed with the data, the one behind flushed",
-		(unsigned long long)took);
+	/* the flushed receive's buffer may hold the message or not */
+	if (rwc[0].status != IBV_WC_SUCCESS)
+		memcpy(img + 3 + 2 * 2048, buf + 3 + 2 * 2048, P13_LEN);
+	check_image(buf, img, 64u << 10, part == 13 ? "part 13" : "part 14");
+	/* the SEND's end, as its receive's */
+	svt_sync_send(wfd, rwc[0].status == IBV_WC_SUCCESS ? 'Y' : 'N');
+	SVT_CHECK_EQ(svt_sync_recv(rfd, LONG_MS), 'D');
+	svt_log("part %d: the receiver's QP entered ERR (%s, %llu ms) while a SEND was placed "
+		"into its receive: the receive %s, the one behind flushed",
+		part, own ? "a SEND of its own failed" : "ibv_modify_qp", (unsigned long long)took,
+		rwc[0].status == IBV_WC_SUCCESS ? "completed with the data, as did the SEND"
+						 : "flushed, and the SEND failed");
 out:
 	end_close(&e);
 	SVT_CHECK_OK(ibv_dereg_mr(mr));
@@ -2065,7 +2098,7 @@ out:
 }
 
 /* The parent's fault thread: the fault of the SEND's copy is told to the
- * receiver ('B'); once it says it moves its QP to ERR ('M'), the page is
+ * receiver ('B'); once it says its QP enters ERR ('M'), the page is
  * supplied a little later, with the message in it. */
 struct uffd_supply {
 	int uffd, rfd, wfd;
@@ -2086,33 +2119,35 @@ static void *supply_thread(void *arg)
 	SVT_CHECK_EQ(m.event, UFFD_EVENT_PAGEFAULT);
 	svt_sync_send(u->wfd, 'B');
 	SVT_CHECK_EQ(svt_sync_recv(u->rfd, LONG_MS), 'M');
-	svt_sleep_ms(P13_HOLD_MS); /* the receiver is in ibv_modify_qp by then */
+	svt_sleep_ms(P13_HOLD_MS); /* the receiver's QP is in ERR by then */
 	SVT_CHECK(ioctl(u->uffd, UFFDIO_COPY, &cp) == 0);
 	free(data);
 	return NULL;
 }
 
-static void send_part13(struct svt_dev *d, struct svt_child *c)
+static void send_err_placing(struct svt_dev *d, struct svt_child *c, int part)
 {
 	uint8_t *warm = svt_alloc(4096), *src;
 	struct ibv_mr *wmr = svt_reg_mr(d->pd, warm, 4096, IBV_ACCESS_LOCAL_WRITE), *mr;
 	struct uffd_supply u = { -1, c->rfd, c->wfd, NULL };
+	struct svt_conn qc;
 	struct ibv_wc wc;
 	pthread_t t;
 	struct end e;
 	char how;
 
+	quick_conn(&qc);
 	end_open(&e, d, NULL);
-	end_link(&e, d, c->rfd, c->wfd, NULL, 0, NULL);
+	end_link(&e, d, c->rfd, c->wfd, NULL, 0, part == 14 ? &qc : NULL);
 	SVT_CHECK_EQ(svt_sync_recv(c->rfd, LONG_MS), 'R');
 	for (int r = 0; r < 2; r++) {
 		fill_at(warm + 64 * r, 32, 0x1300u + (uint32_t)r, 0);
 		SVT_CHECK_OK(svt_post_send(e.qp, 130 + (uint64_t)r, IBV_WR_SEND, IBV_SEND_SIGNALED,
 					   warm + 64 * r, 32, wmr->lkey, 0, 0, 0));
-		expect_wc(e.cq, 130 + (uint64_t)r, IBV_WC_SUCCESS, "part 13, warm-up");
+		expect_wc(e.cq, 130 + (uint64_t)r, IBV_WC_SUCCESS, "parts 13-14, warm-up");
 	}
 	SVT_CHECK_EQ(svt_sync_recv(c->rfd, LONG_MS), 'W');
-	src = missing_pages(4096, &u.uffd, "part 13, ERR during a placement,");
+	src = missing_pages(4096, &u.uffd, "parts 13-14, ERR during a placement,");
 	if (!src) {
 		svt_sync_send(c->wfd, 'U');
 		SVT_CHECK_EQ(svt_sync_recv(c->rfd, LONG_MS), 'D');
@@ -2124,19 +2159,25 @@ static void send_part13(struct svt_dev *d, struct svt_child *c)
 	u.page = src;
 	svt_sync_send(c->wfd, 'G');
 	SVT_CHECK_OK(pthread_create(&t, NULL, supply_thread, &u));
-	/* blocks in the copy until the page comes (or, by the wire, returns
-	 * at once, its copy then in the engine's thread) */
+	/* blocks in the copy until the page comes */
 	SVT_CHECK_OK(svt_post_send(e.qp, 131, IBV_WR_SEND, IBV_SEND_SIGNALED, src, P13_LEN,
 				   mr->lkey, 0, 0, 0));
 	SVT_CHECK_OK(pthread_join(t, NULL));
-	wc = svt_poll_one(e.cq);
+	if (poll_until(e.cq, 1, &wc, svt_now_ms() + WC_MS) != 1)
+		SVT_FAIL("part %d: the SEND did not complete within %d ms", part, WC_MS);
 	SVT_CHECK_EQ(wc.wr_id, 131);
-	svt_sync_send(c->wfd, 'S');
 	how = svt_sync_recv(c->rfd, LONG_MS);
-	if (how == 'D')
-		SVT_CHECK_WC_STATUS(wc, IBV_WC_SUCCESS); /* as its receive */
-	else
-		SVT_CHECK_EQ(how, 'X'); /* the receiver's wait gave up: not judged */
+	if (how == 'Y') {
+		SVT_CHECK_WC_STATUS(wc, IBV_WC_SUCCESS);
+	} else {
+		SVT_CHECK_EQ(how, 'N');
+		if (wc.status == IBV_WC_SUCCESS)
+			SVT_FAIL("part %d: the SEND completed successfully, its receive was flushed",
+				 part);
+		/* by the wire, to a responder in ERR: no answer */
+		SVT_CHECK_WC_STATUS(wc, IBV_WC_RETRY_EXC_ERR);
+	}
+	svt_sync_send(c->wfd, 'D');
 	SVT_CHECK_OK(ibv_dereg_mr(mr));
 	close(u.uffd);
 	SVT_CHECK(munmap(src, 4096) == 0);
@@ -2172,7 +2213,8 @@ static int receiver(int rfd, int wfd, int argc, char **argv)
 	recv_part10(&d, rfd, wfd);
 	recv_part11(&d, rfd, wfd);
 	recv_part12(&d, rfd, wfd);
-	recv_part13(&d, rfd, wfd);
+	recv_err_placing(&d, rfd, wfd, 13);
+	recv_err_placing(&d, rfd, wfd, 14);
 	svt_dev_close(&d);
 	return 0;
 }
@@ -2211,7 +2253,8 @@ int main(int argc, char **argv)
 	send_part10(&d, &c);
 	send_part11(&d, &c);
 	send_part12(&d, &c);
-	send_part13(&d, &c);
+	send_err_placing(&d, &c, 13);
+	send_err_placing(&d, &c, 14);
 	SVT_CHECK_EQ(svt_child_wait(&c, LONG_MS), 0);
 	svt_dev_close(&d);
 	return 0;
