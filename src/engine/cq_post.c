@@ -9,7 +9,7 @@
 
 #include <unistd.h>
 
-bool sv_cq_push(struct sv_cq *cq, const struct ibv_wc *wc, bool solicited)
+bool sv_cq_push(struct sv_cq *cq, struct sv_qp *qp, const struct ibv_wc *wc, bool solicited)
 {
 	bool notify = false, overrun = false, stored = false;
 	struct ibv_comp_channel *ch = cq->ex.channel;
@@ -30,7 +30,7 @@ bool sv_cq_push(struct sv_cq *cq, const struct ibv_wc *wc, bool solicited)
 		}
 	}
 	sv_mutex_unlock(&cq->lock);
-	sv_stat_cqe(cq, wc, stored);
+	sv_stat_cqe(cq, qp, wc, stored);
 	if (notify) {
 		struct sv_comp_channel *sch = SV_CONTAINER_OF(ch, struct sv_comp_channel, ibch);
 		struct sv_cq *p = cq;

@@ -588,7 +588,7 @@ static void srq_drain(struct sv_srq *srq, bool *limit)
 		wc.src_qp = q ? atomic_load(&q->dest_qpn) : 0;
 		xrecv_wc(&wc, e, f);
 		pop_head(rq);
-		sv_cq_push(to->rcq, &wc, f & SV_XRECV_SOLICITED);
+		sv_cq_push(to->rcq, to, &wc, f & SV_XRECV_SOLICITED);
 		took = true;
 	}
 	/* as the responder's take checks it: after WQEs were consumed (a
@@ -639,7 +639,7 @@ void sv_xrq_drain(struct sv_qp *qp)
 
 		xrecv_wc(&wc, e, f);
 		pop_head(rq);
-		sv_cq_push(qp->rcq, &wc, f & SV_XRECV_SOLICITED);
+		sv_cq_push(qp->rcq, qp, &wc, f & SV_XRECV_SOLICITED);
 	}
 }
 
@@ -870,7 +870,7 @@ static int drain_into(struct sv_qp *qp, struct ibv_wc *wc, int num)
 		};
 		xrecv_wc(&wc[n], e, f);
 		pop_head(rq);
-		sv_stat_cqe(qp->rcq, &wc[n], true);
+		sv_stat_cqe(qp->rcq, qp, &wc[n], true);
 		n++;
 	}
 	return n;

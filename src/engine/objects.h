@@ -733,8 +733,9 @@ void sv_qp_enter_error(struct sv_qp *qp);
 void sv_qp_flush_send(struct sv_qp *qp);
 void sv_qp_flush_recv(struct sv_qp *qp);
 
-/* Add a completion; returns false on CQ overrun (reported asynchronously). */
-bool sv_cq_push(struct sv_cq *cq, const struct ibv_wc *wc, bool solicited);
+/* Add a completion of qp's; returns false on CQ overrun (reported
+ * asynchronously). */
+bool sv_cq_push(struct sv_cq *cq, struct sv_qp *qp, const struct ibv_wc *wc, bool solicited);
 
 /*
  * Affiliated asynchronous events (async_event.c).  As with rdma-core, an

@@ -27,12 +27,12 @@ struct sv_qp *sv_qp_lookup(struct sv_context *ctx, uint32_t qpn)
 	return qp;
 }
 
-static void push_flush(struct sv_cq *cq, uint64_t wr_id, uint32_t qpn, enum ibv_wc_opcode op)
+static void push_flush(struct sv_cq *cq, struct sv_qp *qp, uint64_t wr_id, enum ibv_wc_opcode op)
 {
 	struct ibv_wc wc = { .wr_id = wr_id, .status = IBV_WC_WR_FLUSH_ERR, .opcode = op,
-			     .qp_num = qpn, .vendor_err = IBV_WC_WR_FLUSH_ERR };
+			     .qp_num = qp->ex.qp_base.qp_num, .vendor_err = IBV_WC_WR_FLUSH_ERR };
 
-	sv_cq_push(cq, &wc, false);
+	sv_cq_push(cq, qp, &wc, false);
 }
 
 void sv_ah_put(struct sv_ah *ah)
@@ -61,7 +61,7 @@ void sv_qp_flush_send(struct sv_qp *qp)
 	for (; sq->head != sq->tail; sq->head++) {
 		struct sv_send_wqe *w = &sq->wqe[sq->head & (sq->size - 1)];
 
-		push_flush(qp->scq, w->wr.wr_id, qp->ex.qp_base.qp_num, IBV_WC_SEND);
+		push_flush(qp->scq, qp, w->wr.wr_id, IBV_WC_SEND);
 		sv_wqe_release(w);
 	}
 	sq->next = sq->tail;
@@ -78,7 +78,7 @@ void sv_qp_flush_recv(struct sv_qp *qp)
 	if (qp->srq)
 		return; /* SRQ WQEs belong to the SRQ, not to this QP */
 	for (; qp->rq.count; qp->rq.count--) {
-		push_flush(qp->rcq, qp->rq.wqe[qp->rq.head].wr_id, qp->ex.qp_base.qp_num,
+		push_flush(qp->rcq, qp, qp->rq.wqe[qp->rq.head].wr_id,
 			   IBV_WC_RECV);
 		qp->rq.head = (qp->rq.head + 1) % qp->rq.size;
 	}

@@ -884,7 +884,7 @@ void sv_requester_completion(struct sv_qp *qp, uint64_t wr_id, unsigned int send
 		wc.byte_len = 8;
 	if (st != IBV_WC_SUCCESS)
 		wc.vendor_err = st;
-	sv_cq_push(qp->scq, &wc, false);
+	sv_cq_push(qp->scq, qp, &wc, false);
 }
 
 void sv_requester_retire(struct sv_qp *qp)

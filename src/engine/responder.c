@@ -127,7 +127,7 @@ static void complete_recv(struct sv_qp *qp, enum ibv_wc_status st, enum ibv_wc_o
 	}
 	if (st != IBV_WC_SUCCESS)
 		wc.vendor_err = st;
-	sv_cq_push(qp->rcq, &wc, solicited);
+	sv_cq_push(qp->rcq, qp, &wc, solicited);
 	rwqe_done(qp);
 }
 
@@ -1185,7 +1185,7 @@ void sv_responder_flush_rwqe(struct sv_qp *qp)
 
 	if (!qp->resp.have_rwqe)
 		return;
-	sv_cq_push(qp->rcq, &wc, false);
+	sv_cq_push(qp->rcq, qp, &wc, false);
 	rwqe_done(qp);
 }
 
