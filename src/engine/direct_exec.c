@@ -777,15 +777,17 @@ static enum sv_direct place_send(struct sv_qp *qp, struct sv_peer_mem *pm, struc
 	*st = place_pieces(w, iov, niov, to, nto) ? IBV_WC_SUCCESS : IBV_WC_LOC_PROT_ERR;
 	e->byte_len = *st == IBV_WC_SUCCESS ? w->length : 0;
 	e->imm = w->wr.imm_data;
-	/* (from 0: the owner, its QP gone to ERR meanwhile, may have taken
-	 * the WQE back, flushed; the message then goes by the wire, where
-	 * the responder in ERR answers nothing, as a NIC's) */
-	if (!atomic_compare_exchange_strong(
-		    &e->flags, &(uint32_t){ 0 },
-		    SV_XRECV_DONE | (*st != IBV_WC_SUCCESS ? SV_XRECV_ABORTED : 0) |
-			    ((w->op->flags & SV_WRF_IMM) ? SV_XRECV_IMM : 0) |
-			    ((w->op->flags & SV_WRF_WRITE) ? SV_XRECV_WRITE : 0) |
-			    ((w->wr.send_flags & IBV_SEND_SOLICITED) ? SV_XRECV_SOLICITED : 0))) {
+	/* (the owner, its QP gone to ERR meanwhile, may have taken the WQE
+	 * back, flushed: then the message goes by the wire, where the
+	 * responder in ERR answers nothing, as a NIC's.  The owner has
+	 * completed the WQE by then, and what this writes over its mark
+	 * completes nothing) */
+	if (atomic_exchange(&e->flags,
+			    SV_XRECV_DONE | (*st != IBV_WC_SUCCESS ? SV_XRECV_ABORTED : 0) |
+				    ((w->op->flags & SV_WRF_IMM) ? SV_XRECV_IMM : 0) |
+				    ((w->op->flags & SV_WRF_WRITE) ? SV_XRECV_WRITE : 0) |
+				    ((w->wr.send_flags & IBV_SEND_SOLICITED) ? SV_XRECV_SOLICITED : 0)) &
+	    SV_XRECV_FLUSHED) {
 		*st = IBV_WC_SUCCESS;
 		goto out;
 	}

@@ -510,7 +510,8 @@ static struct sv_xrecv *done_head(struct sv_rq *rq, uint32_t *f)
 
 /* The owner's lock held: the head WQE is done with (its mark goes, so
  * that the poll's look at the head does not find it again; not one taken
- * back, which its peer may still try to mark: that must fail). */
+ * back, whose peer may still mark it: what its exchange replaces must say
+ * so). */
 static void pop_head(struct sv_rq *rq)
 {
 	_Atomic uint32_t *f = &XE(rq, rq->head)->flags;
@@ -660,13 +661,27 @@ void sv_xrq_drain_for_flush(struct sv_qp *qp)
 	while (t < posted && !atomic_compare_exchange_weak(&x->taken, &t, posted))
 		;
 	/* those taken before it, at the head, are being placed: each is
-	 * taken back unless its peer marks it done first, and then completes
-	 * as the mark says */
+	 * taken back unless its peer marked it done first (then it completes
+	 * as the mark says) */
 	while (rq->count && completed(rq) < t) {
+		struct sv_xrecv *e = XE(rq, rq->head);
 		uint32_t zero = 0;
 
-		atomic_compare_exchange_strong(&XE(rq, rq->head)->flags, &zero,
-					       SV_XRECV_DONE | SV_XRECV_FLUSHED);
+		if (atomic_compare_exchange_strong(&e->flags, &zero,
+						   SV_XRECV_DONE | SV_XRECV_FLUSHED)) {
+			/* flushed now: the peer's exchange, which may write
+			 * its mark over this one, learns it from what it
+			 * replaced */
+			struct ibv_wc wc = {
+				.wr_id = rq->wqe[rq->head].wr_id,
+				.qp_num = qp->ex.qp_base.qp_num,
+				.src_qp = qp->attr.dest_qp_num,
+			};
+
+			xrecv_wc(&wc, e, SV_XRECV_DONE | SV_XRECV_FLUSHED);
+			pop_head(rq);
+			sv_cq_push(qp->rcq, qp, &wc, false);
+		}
 		sv_xrq_drain(qp);
 	}
 }

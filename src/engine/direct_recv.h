@@ -19,14 +19,16 @@
  *           compare-and-swap, and so does the owner's responder for a SEND
  *           that came by the wire.
  * A peer writes the WQE's result, SV_XRECV_DONE last, after the bytes, by
- * compare-and-swap from 0: the owner whose QP enters ERR meanwhile takes
- * the WQE back the same way (SV_XRECV_FLUSHED), and one of the two wins,
- * so the receive and the SEND end alike.  The owner completes, in order from its head, the WQEs marked
- * done (sv_xrq_drain); the mark is on the line the peer writes anyway
- * (each WQE starts a line: a peer's next WQE is not on the line the owner
- * just wrote), and `taken` is on one the owner's polls and posts do not
- * read, so a placement costs the peer no more lines than it must write
- * (and two of the ready map's, only where its record asks: SV_XRQ_NOTIFY).
+ * an exchange that returns the mark it replaced: the owner whose QP
+ * enters ERR meanwhile takes the WQE back by compare-and-swap from 0
+ * (SV_XRECV_FLUSHED, kept until the WQE is posted again), and the first
+ * wins, so the receive and the SEND end alike.  The owner completes, in
+ * order from its head, the WQEs marked done (sv_xrq_drain); the mark is
+ * on the line the peer writes anyway (each WQE starts a line: a peer's
+ * next WQE is not on the line the owner just wrote), and `taken` is on
+ * one the owner's polls and posts do not read, so a placement costs the
+ * peer no more lines than it must write (and two of the ready map's, only
+ * where its record asks: SV_XRQ_NOTIFY).
  * The owner trusts none of it: it completes only WQEs it posted, with
  * wr_ids of its own.
  */
