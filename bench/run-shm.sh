@@ -40,6 +40,8 @@
 #                    default 3 (1 with QUICK=1)
 #   BENCH_DEADLINE=S seconds after which remaining measurements are skipped
 #   UCX_TLS=LIST     UCX transports for ucx_perftest (default posix,cma,self)
+#   LINE_BENCH=PATH  the cache-line probe (default: softverbs-bench-line beside
+#                    SV_TOOL), run before and after the measurements
 #   REPORT_ONLY=1    measure nothing: re-print the table and re-draw the plot
 #                    from an existing shm.csv
 #
@@ -119,6 +121,7 @@ need_cmds "ib_write_bw ib_write_lat ib_send_lat ucx_perftest ss timeout gnuplot 
 	"ib_write_bw ib_write_lat ib_send_lat ucx_perftest ss timeout"
 build_softverbs
 MEMCPY_BW=${MEMCPY_BW:-$(dirname "$SV_TOOL")/softverbs-bench-memcpy}
+LINE_BENCH=${LINE_BENCH:-$(dirname "$SV_TOOL")/softverbs-bench-line}
 
 mkdir -p "$RESULTS"
 if [ "${REPORT_ONLY:-0}" != 1 ]; then
@@ -422,6 +425,18 @@ report() {
 	' "$CSV"
 }
 
+# line_ns: one cache line's trip between two CPUs now, in ns (bench/
+# line_pingpong.c), or "?" when the program is not built.  Every same-host
+# latency is a few of these; where the host moves a VM's vCPUs, it moves
+# with them, so the run's info gives it before and after.
+line_ns() {
+	if [ -x "$LINE_BENCH" ]; then
+		timeout 30 "$LINE_BENCH" 2>/dev/null || echo "?"
+	else
+		echo "?"
+	fi
+}
+
 # ---------------------------------------------------------------- main ---
 
 T0=$SECONDS
@@ -432,11 +447,23 @@ if [ "${REPORT_ONLY:-0}" != 1 ]; then
 		run_info
 		echo "perftest $(dpkg-query -W -f='${Version}' perftest 2>/dev/null || echo '?'), UCX $(ucx_info -v 2>/dev/null | sed -n 's/^# *Version *//p' | head -n1 || echo '?'), UCX_TLS=$UCX_TLS_SET"
 		echo "load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
+		LINE_BEFORE=$(line_ns)
+		echo "cache line between two CPUs before: $LINE_BEFORE ns one way"
 	} >"$INFO"
 	echo "source,size_bytes,column,repeat,value" >"$RAW_CSV"
 	DEADLINE=$((SECONDS + DEADLINE))
 	# the sizes of the targets REPEAT times, the median reported
 	each_point shm_point ""
+	LINE_AFTER=$(line_ns)
+	{
+		echo "cache line between two CPUs after:  $LINE_AFTER ns one way"
+		# (a latency and the peer's it is divided by may then lie on
+		# either side of the move)
+		awk -v a="$LINE_BEFORE" -v b="$LINE_AFTER" 'BEGIN {
+			if (a + 0 > 0 && b + 0 > 0 && (a / b > 1.5 || b / a > 1.5))
+				print "NOTE: the line time moved during the run: latency ratios are not comparable"
+		}'
+	} >>"$INFO"
 	echo "load average after:  $(cut -d' ' -f1-3 /proc/loadavg); run time $((SECONDS - T0)) s" >>"$INFO"
 	write_csv
 fi
