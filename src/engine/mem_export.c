@@ -12,6 +12,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <stdlib.h>
 #include <linux/futex.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -103,6 +104,8 @@ bool sv_export_open(struct sv_context *ctx)
 
 void sv_export_close(struct sv_context *ctx)
 {
+	free(atomic_load(&ctx->xqp_gone));
+	atomic_store(&ctx->xqp_gone, NULL);
 	if (!ctx->xseg)
 		return;
 	/* the registry's block was released with the engine: nobody finds the
@@ -155,7 +158,19 @@ static bool wait_idle(struct sv_xqp *q, uint64_t deadline)
 	}
 }
 
-/* Every peer access through a QP of the context that had begun has ended. */
+/* Slot i's QP was destroyed with a peer's access through its record not
+ * ended in the time given (sv_export_slot_give_up). */
+static bool slot_gone(const struct sv_context *ctx, uint32_t i)
+{
+	const uint64_t *gone = atomic_load_explicit(&ctx->xqp_gone, memory_order_acquire);
+
+	return gone && (__atomic_load_n(&gone[i / 64], __ATOMIC_RELAXED) >> (i % 64) & 1);
+}
+
+/* Every peer access through a QP of the context that had begun has ended
+ * (but those given up on when their QP was destroyed: a peer that died
+ * inside one leaves its count raised for good, and every revocation
+ * would wait for it again). */
 static void wait_quiet(struct sv_context *ctx)
 {
 	uint64_t deadline = sv_now_ns() + QUIET_WAIT_NS;
@@ -167,7 +182,7 @@ static void wait_quiet(struct sv_context *ctx)
 
 	sv_fence();
 	for (uint32_t i = 0; i < n; i++)
-		if (!wait_idle(&q[i], deadline))
+		if (!slot_gone(ctx, i) && !wait_idle(&q[i], deadline))
 			sv_warn_limited("a peer's access through QP %#x has not ended in 1 s; "
 					"going on",
 					sv_qpn_of_slot(ctx, i));
@@ -297,13 +312,44 @@ bool sv_export_qp(struct sv_qp *qp)
 }
 
 /* The record q of qp is closed: the accesses that passed its checks end
- * (at most QUIET_WAIT_NS). */
-static void qp_record_quiet(struct sv_xqp *q, const struct sv_qp *qp)
+ * (at most QUIET_WAIT_NS); false if one has not. */
+static bool qp_record_quiet(struct sv_xqp *q, const struct sv_qp *qp)
 {
 	sv_fence();
-	if (!wait_idle(q, sv_now_ns() + QUIET_WAIT_NS))
-		sv_warn_limited("a peer's access through QP %#x has not ended in 1 s; going on",
-				qp->ex.qp_base.qp_num);
+	if (wait_idle(q, sv_now_ns() + QUIET_WAIT_NS))
+		return true;
+	sv_warn_limited("a peer's access through QP %#x has not ended in 1 s; going on",
+			qp->ex.qp_base.qp_num);
+	return false;
+}
+
+void sv_export_slot_give_up(struct sv_context *ctx, uint32_t slot)
+{
+	uint64_t *gone = atomic_load(&ctx->xqp_gone);
+
+	if (slot >= SV_QPN_BLOCK)
+		return;
+	if (!gone) {
+		gone = calloc(SV_QPN_BLOCK / 64, sizeof(*gone));
+		if (!gone)
+			return; /* revocations keep waiting for it: slower, not wrong */
+		atomic_store_explicit(&ctx->xqp_gone, gone, memory_order_release);
+	}
+	__atomic_fetch_or(&gone[slot / 64], 1ull << (slot % 64), __ATOMIC_RELAXED);
+}
+
+bool sv_export_slot_free(struct sv_context *ctx, uint32_t slot)
+{
+	uint64_t *gone = atomic_load(&ctx->xqp_gone);
+
+	if (!ctx->xseg || slot >= SV_QPN_BLOCK)
+		return true;
+	if (atomic_load(&ctx->xseg->qp[slot].busy) & ~SV_XQP_WAITER)
+		return false;
+	/* (ended since: a peer stopped inside it went on) */
+	if (gone)
+		__atomic_fetch_and(&gone[slot / 64], ~(1ull << (slot % 64)), __ATOMIC_RELAXED);
+	return true;
 }
 
 void sv_export_qp_wait_peers(struct sv_qp *qp)
@@ -324,16 +370,17 @@ void sv_export_qp_quiet(struct sv_qp *qp)
 	qp_record_quiet(q, qp);
 }
 
-void sv_export_qp_settle(struct sv_qp *qp)
+bool sv_export_qp_settle(struct sv_qp *qp)
 {
 	struct sv_xqp *q = sv_export_qp_record(qp);
+	bool quiet;
 
 	if (!q)
-		return;
+		return true;
 	/* the record has been closed since before this began (sv_export_qp):
 	 * once the accesses in progress end, nobody is inside its checks, and
 	 * it can be filled and opened again without a peer reading half of it */
-	qp_record_quiet(q, qp);
+	quiet = qp_record_quiet(q, qp);
 	sv_mutex_lock(&qp->lock);
 	/* (the latest attributes: a change made meanwhile by another thread
 	 * found the record closed and settles it too) */
@@ -345,4 +392,5 @@ void sv_export_qp_settle(struct sv_qp *qp)
 		atomic_store(&q->open, 1);
 	}
 	sv_mutex_unlock(&qp->lock);
+	return quiet;
 }

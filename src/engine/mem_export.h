@@ -184,8 +184,18 @@ void sv_export_qp_quiet(struct sv_qp *qp);
  * was closed is in progress any more (a sleep on its busy count, at most
  * 1 s: a peer stopped inside an access is not waited for longer); then,
  * under qp->lock, the record shows the QP's present attributes again if
- * it executes requests. */
-void sv_export_qp_settle(struct sv_qp *qp);
+ * it executes requests.  False when the wait gave up. */
+bool sv_export_qp_settle(struct sv_qp *qp);
+/* ctx->lock held: the QP of slot was destroyed, and a peer's access
+ * through its record had not ended (sv_export_qp_settle false): a peer
+ * killed inside one never ends it, so revocations stop waiting for that
+ * record (sv_export_quiesce), and the slot is not given to a new QP while
+ * the count stays raised. */
+void sv_export_slot_give_up(struct sv_context *ctx, uint32_t slot);
+/* ctx->lock held: whether a new QP may take slot (no peer access through
+ * its record in progress: else a count a dead peer left raised would
+ * make every wait on the new QP's record last its full second). */
+bool sv_export_slot_free(struct sv_context *ctx, uint32_t slot);
 /* The record peers check for qp, or NULL (no shared table, or another
  * process's XRC receive QP, whose requests we execute, has none here). */
 struct sv_xqp *sv_export_qp_record(struct sv_qp *qp);

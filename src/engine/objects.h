@@ -157,6 +157,10 @@ struct sv_context {
 	 * NULL when not exported */
 	struct sv_xseg *xseg;
 	int xfd;
+	/* a bit per QP slot whose QP was destroyed while a peer's access
+	 * through its record had not ended in the time given (a peer killed
+	 * or stopped inside it: mem_export.c); NULL until one is */
+	uint64_t *_Atomic xqp_gone;
 	/* a peer of this host has connected (shm): the pages of MRs that peers
 	 * may reach are shared from then on (mem_export.c) */
 	atomic_bool xshare;

@@ -166,7 +166,8 @@ static int qpn_register(struct sv_context *ctx, struct sv_qp *qp, uint32_t *slot
 		sv_mutex_unlock(&ctx->lock);
 		return ENOMEM;
 	}
-	for (idx = ctx->qpt_hint; idx < ctx->qpt_size && ctx->qpt[idx]; idx++)
+	for (idx = ctx->qpt_hint;
+	     idx < ctx->qpt_size && (ctx->qpt[idx] || !sv_export_slot_free(ctx, idx)); idx++)
 		;
 	if (idx == ctx->qpt_size) {
 		uint32_t n = ctx->qpt_size ? ctx->qpt_size * 2 : 64;
@@ -643,8 +644,13 @@ int ibv_destroy_qp(struct ibv_qp *ibqp)
 	sv_responder_cancel(qp);
 	sv_requester_stop_timers(qp);
 	sv_mutex_unlock(&qp->lock);
-	if (settle_export) /* no peer's access through it is still in progress */
-		sv_export_qp_settle(qp);
+	/* no peer's access through it is still in progress; one that has not
+	 * ended in the time given is given up on */
+	if (settle_export && !sv_export_qp_settle(qp)) {
+		sv_mutex_lock(&ctx->lock);
+		sv_export_slot_give_up(ctx, ibqp->handle);
+		sv_mutex_unlock(&ctx->lock);
+	}
 	if (!qp->xrcd)
 		sv_xrq_srq_leave(qp); /* what peers placed for it completes first */
 	sv_xrq_detach(qp); /* a poll that holds it lets go before the wait below */

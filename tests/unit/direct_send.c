@@ -76,8 +76,11 @@
  *     then kills the third process: the receiver's first receive
  *     completes IBV_WC_REM_ABORT_ERR on that QP's CQ, and the parent's
  *     SEND completes on the other's, its data in place, rather than being
- *     held back for good.  Without userfaultfd (a container's seccomp
- *     profile) this part is logged and not tried.
+ *     held back for good; once that QP is destroyed (its wait for the
+ *     killed sender's access gives up after 1 s), an MR's deregistration
+ *     takes less than 900 ms (it does not wait for that access again) and
+ *     a new QP does not get the dead QP's number.  Without userfaultfd (a
+ *     container's seccomp profile) this part is logged and not tried.
  *
  *   - polled only: the receiver's CQ an extended CQ without a channel, its
  *     QP's queue of 4 receives (as many as it takes: posted until ENOMEM)
@@ -1481,6 +1484,35 @@ static void send_part9(struct svt_dev *d, struct svt_child *c)
 
 #define P10_LEN 8000
 
+/* The killed sender left the busy count of its QP's record raised for
+ * good, and that QP is destroyed (its wait gave up once): a revocation
+ * (an MR's deregistration) does not wait for that record again, and a new
+ * QP does not get its slot (its number) while the count stays raised. */
+static void after_dead_peer(struct svt_dev *d, uint32_t dead_qpn)
+{
+	uint8_t *b = svt_alloc(4096);
+	struct ibv_mr *m = svt_reg_mr(d->pd, b, 4096, IBV_ACCESS_LOCAL_WRITE |
+						       IBV_ACCESS_REMOTE_WRITE);
+	uint64_t t0 = svt_now_ms(), took;
+	struct end n[64];
+
+	SVT_CHECK_OK(ibv_dereg_mr(m));
+	took = svt_now_ms() - t0;
+	if (took >= 900)
+		SVT_FAIL("part 10: ibv_dereg_mr took %llu ms: it waited again for the access a "
+			 "killed peer never ended", (unsigned long long)took);
+	/* (slots are taken lowest first: 64 cover every one this test freed) */
+	for (int i = 0; i < 64; i++) {
+		end_open(&n[i], d, NULL);
+		SVT_CHECK_MSG(n[i].qp->qp_num != dead_qpn,
+			      "part 10: a new QP got the number (the record) the killed peer left "
+			      "busy");
+	}
+	for (int i = 0; i < 64; i++)
+		end_close(&n[i]);
+	free(b);
+}
+
 static void recv_part10(struct svt_dev *d, int rfd, int wfd)
 {
 	uint8_t *buf = svt_alloc(4 * P9_SLOT), *warm = svt_alloc(4096);
@@ -1489,6 +1521,7 @@ static void recv_part10(struct svt_dev *d, int rfd, int wfd)
 	struct ibv_srq *srq;
 	struct end e[2];
 	struct ibv_wc wc;
+	uint32_t dead_qpn;
 	char go;
 
 	mr = svt_reg_mr(d->pd, buf, 4 * P9_SLOT, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
@@ -1514,7 +1547,10 @@ static void recv_part10(struct svt_dev *d, int rfd, int wfd)
 		SVT_CHECK_EQ(go, 'U'); /* no userfaultfd here */
 	}
 	svt_sync_send(wfd, 'D');
+	dead_qpn = e[1].qp->qp_num;
 	srq_pair_close(e, srq, mr, wmr);
+	if (go == 'K')
+		after_dead_peer(d, dead_qpn);
 	free(buf);
 	free(warm);
 }
