@@ -665,10 +665,14 @@ void sv_xrq_drain_for_flush(struct sv_qp *qp)
 	 * as the mark says) */
 	while (rq->count && completed(rq) < t) {
 		struct sv_xrecv *e = XE(rq, rq->head);
-		uint32_t zero = 0;
+		uint32_t f = atomic_load(&e->flags);
 
-		if (atomic_compare_exchange_strong(&e->flags, &zero,
-						   SV_XRECV_DONE | SV_XRECV_FLUSHED)) {
+		/* (from whatever is there without the mark: a peer that wrote
+		 * something else must not keep this loop turning) */
+		while (!(f & SV_XRECV_DONE) &&
+		       !atomic_compare_exchange_weak(&e->flags, &f, SV_XRECV_DONE | SV_XRECV_FLUSHED))
+			;
+		if (!(f & SV_XRECV_DONE)) {
 			/* flushed now: the peer's exchange, which may write
 			 * its mark over this one, learns it from what it
 			 * replaced */
