@@ -104,7 +104,10 @@
  *     wire to a QP in ERR; before the mark was a compare-and-swap: the
  *     SEND successful).  Either way 1303 is flushed, nothing else of the
  *     buffer written, and a SEND and its receive never end apart.
- *     Without userfaultfd, not tried
+ *     The same through an SRQ's receive and ibv_modify_qp: its completion
+ *     is on the CQ when IBV_EVENT_QP_LAST_WQE_REACHED comes (a thread
+ *     polls once as the event arrives; before the wait, the event came
+ *     first).  Without userfaultfd, not tried
  *
  * SVT_DSEND_NO_STOP=1 leaves the receiver running in the first part (no
  * SIGSTOP): the rest of the test, as SENDs by the wire pass it, checked
@@ -2133,6 +2136,106 @@ out:
 	free(img);
 }
 
+/* Part 15's watcher: once IBV_EVENT_QP_LAST_WQE_REACHED comes (no WQE of
+ * the SRQ is the QP's after it), the CQ must hold the receive being placed
+ * when the QP entered ERR: one poll, at once. */
+struct last_wqe_watch {
+	struct svt_dev *d;
+	struct end *e;
+	int got, event;
+	struct ibv_wc wc;
+};
+
+static void *last_wqe_watcher(void *arg)
+{
+	struct last_wqe_watch *w = arg;
+	struct ibv_async_event ev;
+
+	if (svt_wait_async_event(w->d->ctx, WC_MS, &ev))
+		return NULL;
+	w->event = ev.event_type;
+	if (ev.event_type == IBV_EVENT_QP_LAST_WQE_REACHED && ev.element.qp == w->e->qp)
+		w->got = ibv_poll_cq(w->e->cq, 1, &w->wc);
+	ibv_ack_async_event(&ev);
+	return NULL;
+}
+
+/* Part 15: part 13 with the receive an SRQ's.  ibv_modify_qp(ERR) waits
+ * for the placement there too: the receive completes with its data, on
+ * the CQ before IBV_EVENT_QP_LAST_WQE_REACHED comes, and nothing follows. */
+static void recv_err_placing_srq(struct svt_dev *d, int rfd, int wfd)
+{
+	struct ibv_srq_init_attr sa = { .attr = { .max_wr = 8, .max_sge = 1 } };
+	uint8_t *buf = svt_alloc(4 * 2048), *img;
+	struct last_wqe_watch lw = { d, NULL, -1, -1, { 0 } };
+	struct ibv_srq *srq;
+	pthread_t t;
+	struct ibv_mr *mr;
+	struct ibv_wc wc;
+	uint64_t t0, took;
+	struct end e;
+	char go;
+
+	img = guard_image(buf, 4 * 2048);
+	mr = svt_reg_mr(d->pd, buf, 4 * 2048, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+	srq = ibv_create_srq(d->pd, &sa);
+	SVT_CHECK_PTR(srq);
+	end_open_srq(&e, d, NULL, srq);
+	end_link(&e, d, rfd, wfd, NULL, 0, NULL);
+	for (int r = 0; r < 3; r++) {
+		struct ibv_sge sge = { (uintptr_t)(buf + 3 + 2048 * r), 1024, mr->lkey };
+
+		scatter(img, buf, &sge, 1, r < 2 ? 32 : P13_LEN, 0x1300u + (uint32_t)r);
+		SVT_CHECK_OK(svt_post_srq_recv(srq, 1500 + (uint64_t)r, buf + 3 + 2048 * r, 1024,
+					       mr->lkey));
+	}
+	svt_sync_send(wfd, 'R');
+	for (int r = 0; r < 2; r++) {
+		wc = expect_wc(e.cq, 1500 + (uint64_t)r, IBV_WC_SUCCESS, "part 15, warm-up");
+		check_recv_wc(&wc, &e, 1500 + (uint64_t)r, IBV_WC_RECV, 32, NULL, "part 15");
+	}
+	svt_sync_send(wfd, 'W');
+	go = svt_sync_recv(rfd, LONG_MS);
+	if (go == 'U') {
+		svt_sync_send(wfd, 'D');
+		goto out;
+	}
+	SVT_CHECK_EQ(go, 'G');
+	SVT_CHECK_EQ(svt_sync_recv(rfd, LONG_MS), 'B');
+	lw.e = &e;
+	SVT_CHECK_OK(pthread_create(&t, NULL, last_wqe_watcher, &lw));
+	svt_sync_send(wfd, 'M');
+	t0 = svt_now_ms();
+	SVT_CHECK_OK(svt_qp_to_state(e.qp, IBV_QPS_ERR));
+	took = svt_now_ms() - t0;
+	SVT_CHECK_OK(pthread_join(t, NULL));
+	SVT_CHECK_MSG(lw.event == IBV_EVENT_QP_LAST_WQE_REACHED,
+		      "part 15: the event was %d, not IBV_EVENT_QP_LAST_WQE_REACHED", lw.event);
+	if (lw.got != 1 && took < 1000)
+		/* (where the wait gave up, 1 s, the placement may end later) */
+		SVT_FAIL("part 15: IBV_EVENT_QP_LAST_WQE_REACHED came (ibv_modify_qp: %llu ms) "
+			 "before the receive a SEND was being placed into had completed",
+			 (unsigned long long)took);
+	wc = lw.wc;
+	if (lw.got != 1)
+		SVT_CHECK_EQ(poll_until(e.cq, 1, &wc, svt_now_ms() + WC_MS), 1);
+	check_recv_wc(&wc, &e, 1502, IBV_WC_RECV, P13_LEN, NULL, "part 15");
+	svt_expect_no_wc(e.cq, 50);
+	check_image(buf, img, 4 * 2048, "part 15");
+	svt_sync_send(wfd, 'Y'); /* as the SEND must end */
+	SVT_CHECK_EQ(svt_sync_recv(rfd, LONG_MS), 'D');
+	svt_log("part 15: ibv_modify_qp(ERR) of a QP of an SRQ returned after %llu ms, once the "
+		"SEND being placed had ended: its receive completed with the data, before "
+		"IBV_EVENT_QP_LAST_WQE_REACHED",
+		(unsigned long long)took);
+out:
+	end_close(&e);
+	SVT_CHECK_OK(ibv_destroy_srq(srq));
+	SVT_CHECK_OK(ibv_dereg_mr(mr));
+	free(buf);
+	free(img);
+}
+
 /* The parent's fault thread: the fault of the SEND's copy is told to the
  * receiver ('B'); once it says its QP enters ERR ('M'), the page is
  * supplied a little later, with the message in it. */
@@ -2251,6 +2354,7 @@ static int receiver(int rfd, int wfd, int argc, char **argv)
 	recv_part12(&d, rfd, wfd);
 	recv_err_placing(&d, rfd, wfd, 13);
 	recv_err_placing(&d, rfd, wfd, 14);
+	recv_err_placing_srq(&d, rfd, wfd);
 	svt_dev_close(&d);
 	return 0;
 }
@@ -2291,6 +2395,7 @@ int main(int argc, char **argv)
 	send_part12(&d, &c);
 	send_err_placing(&d, &c, 13);
 	send_err_placing(&d, &c, 14);
+	send_err_placing(&d, &c, 15);
 	SVT_CHECK_EQ(svt_child_wait(&c, LONG_MS), 0);
 	svt_dev_close(&d);
 	return 0;
