@@ -618,6 +618,22 @@ static void srq_drain_now(struct sv_srq *srq)
 		sv_srq_limit_event(srq);
 }
 
+/* qp->lock held, its own queue: the head WQE e completes as its mark f
+ * says, into the CQ. */
+static void push_head(struct sv_qp *qp, const struct sv_xrecv *e, uint32_t f)
+{
+	struct sv_rq *rq = &qp->rq;
+	struct ibv_wc wc = {
+		.wr_id = rq->wqe[rq->head].wr_id,
+		.qp_num = qp->ex.qp_base.qp_num,
+		.src_qp = qp->attr.dest_qp_num,
+	};
+
+	xrecv_wc(&wc, e, f);
+	pop_head(rq);
+	sv_cq_push(qp->rcq, qp, &wc, f & SV_XRECV_SOLICITED);
+}
+
 void sv_xrq_drain(struct sv_qp *qp)
 {
 	struct sv_rq *rq = &qp->rq;
@@ -631,17 +647,8 @@ void sv_xrq_drain(struct sv_qp *qp)
 	}
 	if (!rq->xl)
 		return;
-	while ((e = done_head(rq, &f))) {
-		struct ibv_wc wc = {
-			.wr_id = rq->wqe[rq->head].wr_id,
-			.qp_num = qp->ex.qp_base.qp_num,
-			.src_qp = qp->attr.dest_qp_num,
-		};
-
-		xrecv_wc(&wc, e, f);
-		pop_head(rq);
-		sv_cq_push(qp->rcq, qp, &wc, f & SV_XRECV_SOLICITED);
-	}
+	while ((e = done_head(rq, &f)))
+		push_head(qp, e, f);
 }
 
 void sv_xrq_drain_for_flush(struct sv_qp *qp)
@@ -672,20 +679,10 @@ void sv_xrq_drain_for_flush(struct sv_qp *qp)
 		while (!(f & SV_XRECV_DONE) &&
 		       !atomic_compare_exchange_weak(&e->flags, &f, SV_XRECV_DONE | SV_XRECV_FLUSHED))
 			;
-		if (!(f & SV_XRECV_DONE)) {
-			/* flushed now: the peer's exchange, which may write
-			 * its mark over this one, learns it from what it
-			 * replaced */
-			struct ibv_wc wc = {
-				.wr_id = rq->wqe[rq->head].wr_id,
-				.qp_num = qp->ex.qp_base.qp_num,
-				.src_qp = qp->attr.dest_qp_num,
-			};
-
-			xrecv_wc(&wc, e, SV_XRECV_DONE | SV_XRECV_FLUSHED);
-			pop_head(rq);
-			sv_cq_push(qp->rcq, qp, &wc, false);
-		}
+		/* flushed now: the peer's exchange, which may write its mark
+		 * over this one, learns it from what it replaced */
+		if (!(f & SV_XRECV_DONE))
+			push_head(qp, e, SV_XRECV_DONE | SV_XRECV_FLUSHED);
 		sv_xrq_drain(qp);
 	}
 }

@@ -2058,6 +2058,30 @@ static void quick_conn(struct svt_conn *c)
 	c->retry_cnt = 2;
 }
 
+/* Parts 13-15, the receiver: the sender's two warm-up SENDs (the first
+ * moves the queue) complete in receives wr0 and wr0 + 1, and then its
+ * third is held in its copy, receive wr0 + 2 taken; false when the sender
+ * has no userfaultfd (nothing is tried: the part's end is said). */
+static bool placement_held(struct end *e, int rfd, int wfd, uint64_t wr0, const char *what)
+{
+	struct ibv_wc wc;
+	char go;
+
+	for (int r = 0; r < 2; r++) {
+		wc = expect_wc(e->cq, wr0 + (uint64_t)r, IBV_WC_SUCCESS, what);
+		check_recv_wc(&wc, e, wr0 + (uint64_t)r, IBV_WC_RECV, 32, NULL, what);
+	}
+	svt_sync_send(wfd, 'W');
+	go = svt_sync_recv(rfd, LONG_MS);
+	if (go == 'U') {
+		svt_sync_send(wfd, 'D');
+		return false;
+	}
+	SVT_CHECK_EQ(go, 'G');
+	SVT_CHECK_EQ(svt_sync_recv(rfd, LONG_MS), 'B');
+	return true;
+}
+
 static void recv_err_placing(struct svt_dev *d, int rfd, int wfd, int part)
 {
 	static const uint32_t len[4] = { 32, 32, P13_LEN, 0 };
@@ -2068,25 +2092,12 @@ static void recv_err_placing(struct svt_dev *d, int rfd, int wfd, int part)
 	struct ibv_mr *mr;
 	uint64_t t0, took;
 	struct end e;
-	char go;
 
 	quick_conn(&qc);
 	mr = four_receives(d, rfd, wfd, &e, &buf, &img, 3, 1300, len, 0x1300, own ? &qc : NULL);
 	svt_sync_send(wfd, 'R');
-	/* the two warm-up SENDs (the first moves the queue) */
-	for (int r = 0; r < 2; r++) {
-		wc[0] = expect_wc(e.cq, 1300 + (uint64_t)r, IBV_WC_SUCCESS, "parts 13-14, warm-up");
-		check_recv_wc(&wc[0], &e, 1300 + (uint64_t)r, IBV_WC_RECV, 32, NULL, "parts 13-14");
-	}
-	svt_sync_send(wfd, 'W');
-	go = svt_sync_recv(rfd, LONG_MS);
-	if (go == 'U') { /* no userfaultfd there */
-		svt_sync_send(wfd, 'D');
+	if (!placement_held(&e, rfd, wfd, 1300, "parts 13-14, warm-up"))
 		goto out;
-	}
-	SVT_CHECK_EQ(go, 'G');
-	/* the SEND's copy waits on its source page, receive 1302 taken */
-	SVT_CHECK_EQ(svt_sync_recv(rfd, LONG_MS), 'B');
 	svt_sync_send(wfd, 'M');
 	t0 = svt_now_ms();
 	if (own)
@@ -2174,7 +2185,6 @@ static void recv_err_placing_srq(struct svt_dev *d, int rfd, int wfd)
 	struct ibv_wc wc;
 	uint64_t t0, took;
 	struct end e;
-	char go;
 
 	img = guard_image(buf, 4 * 2048);
 	mr = svt_reg_mr(d->pd, buf, 4 * 2048, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
@@ -2190,18 +2200,8 @@ static void recv_err_placing_srq(struct svt_dev *d, int rfd, int wfd)
 					       mr->lkey));
 	}
 	svt_sync_send(wfd, 'R');
-	for (int r = 0; r < 2; r++) {
-		wc = expect_wc(e.cq, 1500 + (uint64_t)r, IBV_WC_SUCCESS, "part 15, warm-up");
-		check_recv_wc(&wc, &e, 1500 + (uint64_t)r, IBV_WC_RECV, 32, NULL, "part 15");
-	}
-	svt_sync_send(wfd, 'W');
-	go = svt_sync_recv(rfd, LONG_MS);
-	if (go == 'U') {
-		svt_sync_send(wfd, 'D');
+	if (!placement_held(&e, rfd, wfd, 1500, "part 15, warm-up"))
 		goto out;
-	}
-	SVT_CHECK_EQ(go, 'G');
-	SVT_CHECK_EQ(svt_sync_recv(rfd, LONG_MS), 'B');
 	lw.e = &e;
 	SVT_CHECK_OK(pthread_create(&t, NULL, last_wqe_watcher, &lw));
 	svt_sync_send(wfd, 'M');
@@ -2283,10 +2283,10 @@ static void send_err_placing(struct svt_dev *d, struct svt_child *c, int part)
 		fill_at(warm + 64 * r, 32, 0x1300u + (uint32_t)r, 0);
 		SVT_CHECK_OK(svt_post_send(e.qp, 130 + (uint64_t)r, IBV_WR_SEND, IBV_SEND_SIGNALED,
 					   warm + 64 * r, 32, wmr->lkey, 0, 0, 0));
-		expect_wc(e.cq, 130 + (uint64_t)r, IBV_WC_SUCCESS, "parts 13-14, warm-up");
+		expect_wc(e.cq, 130 + (uint64_t)r, IBV_WC_SUCCESS, "parts 13-15, warm-up");
 	}
 	SVT_CHECK_EQ(svt_sync_recv(c->rfd, LONG_MS), 'W');
-	src = missing_pages(4096, &u.uffd, "parts 13-14, ERR during a placement,");
+	src = missing_pages(4096, &u.uffd, "parts 13-15, ERR during a placement,");
 	if (!src) {
 		svt_sync_send(c->wfd, 'U');
 		SVT_CHECK_EQ(svt_sync_recv(c->rfd, LONG_MS), 'D');
