@@ -20,9 +20,10 @@
  *           that came by the wire.
  * A peer writes the WQE's result, SV_XRECV_DONE last, after the bytes, by
  * an exchange that returns the mark it replaced: the owner whose QP
- * enters ERR meanwhile takes the WQE back by compare-and-swap from 0
- * (SV_XRECV_FLUSHED, kept until the WQE is posted again), and the first
- * wins, so the receive and the SEND end alike.  The owner completes, in
+ * enters ERR meanwhile takes the WQE back by compare-and-swap of a mark
+ * still without SV_XRECV_DONE (to SV_XRECV_DONE | SV_XRECV_FLUSHED, kept
+ * until the WQE is posted again), and the first wins, so the receive and
+ * the SEND end alike.  The owner completes, in
  * order from its head, the WQEs marked done (sv_xrq_drain); the mark is
  * on the line the peer writes anyway (each WQE starts a line: a peer's
  * next WQE is not on the line the owner just wrote), and `taken` is on
