@@ -352,6 +352,16 @@ bool sv_export_slot_free(struct sv_context *ctx, uint32_t slot)
 	return true;
 }
 
+bool sv_export_qp_entered(struct sv_qp *qp)
+{
+	struct sv_xqp *q = sv_export_qp_record(qp);
+
+	if (!q)
+		return false;
+	sv_fence(); /* the record's closing, before the count is read */
+	return atomic_load(&q->busy) & ~SV_XQP_WAITER;
+}
+
 void sv_export_qp_wait_peers(struct sv_qp *qp)
 {
 	struct sv_xqp *q = sv_export_qp_record(qp);

@@ -196,6 +196,10 @@ void sv_export_slot_give_up(struct sv_context *ctx, uint32_t slot);
  * its record in progress: else a count a dead peer left raised would
  * make every wait on the new QP's record last its full second). */
 bool sv_export_slot_free(struct sv_context *ctx, uint32_t slot);
+/* qp->lock held, its record closed (sv_export_qp): whether a peer access
+ * through it is still in progress (its busy count raised).  A look, no
+ * wait: the engine asks it. */
+bool sv_export_qp_entered(struct sv_qp *qp);
 /* The record peers check for qp, or NULL (no shared table, or another
  * process's XRC receive QP, whose requests we execute, has none here). */
 struct sv_xqp *sv_export_qp_record(struct sv_qp *qp);

@@ -535,10 +535,18 @@ struct sv_qp_req {
 	/* the engine's timers, deadlines in ns, 0 = not armed; read without
 	 * the lock by the engine (sv_engine_timer_update, run_timers) */
 	_Atomic uint64_t rnr_until;    /* paused after an RNR NAK */
-	_Atomic uint64_t ack_deadline; /* oldest unacked WQE times out */
+	/* (in ERR the requester has no timer: there the two words are an
+	 * owed IBV_EVENT_QP_LAST_WQE_REACHED's, qp_ctx.c; no memory more) */
+	union {
+		_Atomic uint64_t ack_deadline; /* oldest unacked WQE times out */
+		_Atomic uint64_t last_wqe_look; /* ERR: the owed event looks again */
+	};
 	/* when the requester began waiting for an answer: the ack timer armed
 	 * with none armed, or progress (sv_requester_timeout's patience) */
-	uint64_t ack_wait_since;
+	union {
+		uint64_t ack_wait_since;
+		uint64_t last_wqe_owed_since; /* ERR: when the event became owed */
+	};
 	uint32_t retries_left, rnr_retries_left;
 	/* a host window onto GPU memory being sent: a send WQE's payload
 	 * (engine/gpu.h); NULL until first used */
@@ -675,6 +683,10 @@ struct sv_qp {
 	 * without eng->lock by sv_engine_timer_update, which has nothing to
 	 * do for a QP with no deadline that is not linked */
 	atomic_bool timer_linked;
+	/* a QP of an SRQ that entered ERR by itself while a peer of this host
+	 * was placing a SEND for it: IBV_EVENT_QP_LAST_WQE_REACHED waits for
+	 * that placement to end (qp_ctx.c, sv_qp_last_wqe_look) */
+	bool last_wqe_owed;
 
 	struct sv_sq sq;
 	struct sv_rq rq;
@@ -733,6 +745,10 @@ static inline bool sv_qp_state_receives(enum ibv_qp_state s)
 
 /* qp->lock held: move to ERR, flush everything outstanding */
 void sv_qp_enter_error(struct sv_qp *qp);
+/* qp->lock held, qp->last_wqe_owed: the QP's IBV_EVENT_QP_LAST_WQE_REACHED
+ * comes once no peer of this host is placing for it any more (at most
+ * 1 s), else it is looked at again later (its timer, re-armed). */
+void sv_qp_last_wqe_look(struct sv_qp *qp, uint64_t now);
 /* qp->lock held: complete every outstanding send / receive WQE with WR_FLUSH_ERR */
 void sv_qp_flush_send(struct sv_qp *qp);
 void sv_qp_flush_recv(struct sv_qp *qp);

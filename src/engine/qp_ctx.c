@@ -104,9 +104,53 @@ void sv_qp_enter_error(struct sv_qp *qp)
 	sv_qp_flush_recv(qp);
 	sv_responder_halt(qp);
 	sv_requester_stop_timers(qp);
-	sv_engine_timer_update(qp->ctx->eng, qp);
 	/* (not for an XRC receive QP whose creator's handle is gone: an
 	 * event names it by that handle) */
-	if (!was_err && qp->srq && !(qp->xrc && qp->xrc->no_events))
+	if (!was_err && qp->srq && !(qp->xrc && qp->xrc->no_events)) {
+		/*
+		 * After the event, no WQE of the SRQ is the QP's: a program
+		 * polls its CQ once more and destroys the QP.  A peer of this
+		 * host placing a SEND into one of the SRQ's WQEs for this QP
+		 * is not taken back (the owner cannot tell which WQE is the
+		 * QP's before the peer writes it), so the event waits for it
+		 * to end, as ibv_modify_qp waits before it comes here.  The
+		 * engine may be the caller: it looks again later, not waits.
+		 */
+		uint64_t now = sv_now_ns();
+
+		qp->last_wqe_owed = true;
+		qp->req.last_wqe_owed_since = now;
+		atomic_store_explicit(&qp->req.last_wqe_look, now, memory_order_relaxed);
+		sv_qp_last_wqe_look(qp, now);
+	}
+	sv_engine_timer_update(qp->ctx->eng, qp);
+}
+
+/* How often an owed IBV_EVENT_QP_LAST_WQE_REACHED looks again (the
+ * engine's tick is a millisecond), and how long it waits at most, as
+ * ibv_modify_qp waits for a placement (sv_export_qp_quiet). */
+#define LAST_WQE_LOOK_NS 1000000ull
+#define LAST_WQE_WAIT_NS 1000000000ull
+
+void sv_qp_last_wqe_look(struct sv_qp *qp, uint64_t now)
+{
+	bool placing;
+
+	if (!qp->last_wqe_owed ||
+	    now < atomic_load_explicit(&qp->req.last_wqe_look, memory_order_relaxed))
+		return;
+	placing = sv_export_qp_entered(qp);
+	if (placing && now - qp->req.last_wqe_owed_since < LAST_WQE_WAIT_NS) {
+		atomic_store_explicit(&qp->req.last_wqe_look, now + LAST_WQE_LOOK_NS,
+				      memory_order_relaxed);
+		return;
+	}
+	if (placing)
+		sv_warn_limited("a peer's access through QP %#x has not ended in 1 s; "
+				"IBV_EVENT_QP_LAST_WQE_REACHED goes on",
+				qp->ex.qp_base.qp_num);
+	qp->last_wqe_owed = false;
+	atomic_store_explicit(&qp->req.last_wqe_look, 0, memory_order_relaxed);
+	if (qp->state == IBV_QPS_ERR)
 		sv_async_event(qp->ctx, IBV_EVENT_QP_LAST_WQE_REACHED, qp, &qp->async, 0);
 }

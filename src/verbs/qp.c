@@ -358,6 +358,7 @@ static void reset_qp(struct sv_qp *qp)
 	sv_responder_reset(qp);
 	sv_completer_reset(qp);
 	sv_requester_reset(qp);
+	qp->last_wqe_owed = false; /* (its previous life's, as its completions) */
 	sv_engine_timer_update(qp->ctx->eng, qp);
 	if (qp->conn) {
 		sv_engine_forget_qp(qp->ctx->eng, qp);

@@ -104,10 +104,11 @@
  *     wire to a QP in ERR; before the mark was a compare-and-swap: the
  *     SEND successful).  Either way 1303 is flushed, nothing else of the
  *     buffer written, and a SEND and its receive never end apart.
- *     The same through an SRQ's receive and ibv_modify_qp: its completion
- *     is on the CQ when IBV_EVENT_QP_LAST_WQE_REACHED comes (a thread
- *     polls once as the event arrives; before the wait, the event came
- *     first).  Without userfaultfd, not tried
+ *     The same through an SRQ's receive, by ibv_modify_qp and by the
+ *     failed SEND: its completion is on the CQ when
+ *     IBV_EVENT_QP_LAST_WQE_REACHED comes (a thread polls once as the
+ *     event arrives; before the wait, and before the event owed to the
+ *     placement, the event came first).  Without userfaultfd, not tried
  *
  * SVT_DSEND_NO_STOP=1 leaves the receiver running in the first part (no
  * SIGSTOP): the rest of the test, as SENDs by the wire pass it, checked
@@ -2058,7 +2059,7 @@ static void quick_conn(struct svt_conn *c)
 	c->retry_cnt = 2;
 }
 
-/* Parts 13-15, the receiver: the sender's two warm-up SENDs (the first
+/* Parts 13-16, the receiver: the sender's two warm-up SENDs (the first
  * moves the queue) complete in receives wr0 and wr0 + 1, and then its
  * third is held in its copy, receive wr0 + 2 taken; false when the sender
  * has no userfaultfd (nothing is tried: the part's end is said). */
@@ -2147,14 +2148,14 @@ out:
 	free(img);
 }
 
-/* Part 15's watcher: once IBV_EVENT_QP_LAST_WQE_REACHED comes (no WQE of
- * the SRQ is the QP's after it), the CQ must hold the receive being placed
- * when the QP entered ERR: one poll, at once. */
+/* Parts 15-16's watcher: once IBV_EVENT_QP_LAST_WQE_REACHED comes (no WQE
+ * of the SRQ is the QP's after it), the CQ must hold the receive being
+ * placed when the QP entered ERR: one poll, at once. */
 struct last_wqe_watch {
 	struct svt_dev *d;
 	struct end *e;
 	int got, event;
-	struct ibv_wc wc;
+	struct ibv_wc wc[4];
 };
 
 static void *last_wqe_watcher(void *arg)
@@ -2166,24 +2167,30 @@ static void *last_wqe_watcher(void *arg)
 		return NULL;
 	w->event = ev.event_type;
 	if (ev.event_type == IBV_EVENT_QP_LAST_WQE_REACHED && ev.element.qp == w->e->qp)
-		w->got = ibv_poll_cq(w->e->cq, 1, &w->wc);
+		w->got = ibv_poll_cq(w->e->cq, 4, w->wc);
 	ibv_ack_async_event(&ev);
 	return NULL;
 }
 
-/* Part 15: part 13 with the receive an SRQ's.  ibv_modify_qp(ERR) waits
- * for the placement there too: the receive completes with its data, on
- * the CQ before IBV_EVENT_QP_LAST_WQE_REACHED comes, and nothing follows. */
-static void recv_err_placing_srq(struct svt_dev *d, int rfd, int wfd)
+/* Parts 15 and 16: parts 13 and 14 with the receive an SRQ's.  Part 15:
+ * ibv_modify_qp(ERR) waits for the placement there too.  Part 16: the
+ * QP's own SEND fails (a local protection error), and its ERR, which is
+ * not waited for, does not take an SRQ's WQE back: the event waits for the
+ * placement instead.  Both: the receive completes with its data, on the
+ * CQ before IBV_EVENT_QP_LAST_WQE_REACHED comes, and nothing follows. */
+static void recv_err_placing_srq(struct svt_dev *d, int rfd, int wfd, int part)
 {
 	struct ibv_srq_init_attr sa = { .attr = { .max_wr = 8, .max_sge = 1 } };
+	const bool own = part == 16;
+	const uint64_t wr0 = own ? 1600 : 1500;
 	uint8_t *buf = svt_alloc(4 * 2048), *img;
-	struct last_wqe_watch lw = { d, NULL, -1, -1, { 0 } };
+	struct last_wqe_watch lw = { d, NULL, -1, -1, { { 0 } } };
 	struct ibv_srq *srq;
 	pthread_t t;
 	struct ibv_mr *mr;
-	struct ibv_wc wc;
+	struct ibv_wc wc[4], *rwc = NULL;
 	uint64_t t0, took;
+	int n = 0;
 	struct end e;
 
 	img = guard_image(buf, 4 * 2048);
@@ -2196,37 +2203,57 @@ static void recv_err_placing_srq(struct svt_dev *d, int rfd, int wfd)
 		struct ibv_sge sge = { (uintptr_t)(buf + 3 + 2048 * r), 1024, mr->lkey };
 
 		scatter(img, buf, &sge, 1, r < 2 ? 32 : P13_LEN, 0x1300u + (uint32_t)r);
-		SVT_CHECK_OK(svt_post_srq_recv(srq, 1500 + (uint64_t)r, buf + 3 + 2048 * r, 1024,
+		SVT_CHECK_OK(svt_post_srq_recv(srq, wr0 + (uint64_t)r, buf + 3 + 2048 * r, 1024,
 					       mr->lkey));
 	}
 	svt_sync_send(wfd, 'R');
-	if (!placement_held(&e, rfd, wfd, 1500, "part 15, warm-up"))
+	if (!placement_held(&e, rfd, wfd, wr0, own ? "part 16, warm-up" : "part 15, warm-up"))
 		goto out;
 	lw.e = &e;
 	SVT_CHECK_OK(pthread_create(&t, NULL, last_wqe_watcher, &lw));
 	svt_sync_send(wfd, 'M');
 	t0 = svt_now_ms();
-	SVT_CHECK_OK(svt_qp_to_state(e.qp, IBV_QPS_ERR));
+	if (own)
+		SVT_CHECK_OK(svt_post_send(e.qp, wr0 + 99, IBV_WR_SEND, IBV_SEND_SIGNALED, buf, 8,
+					   mr->lkey ^ 0x5a5a00, 0, 0, 0));
+	else
+		SVT_CHECK_OK(svt_qp_to_state(e.qp, IBV_QPS_ERR));
 	took = svt_now_ms() - t0;
 	SVT_CHECK_OK(pthread_join(t, NULL));
 	SVT_CHECK_MSG(lw.event == IBV_EVENT_QP_LAST_WQE_REACHED,
-		      "part 15: the event was %d, not IBV_EVENT_QP_LAST_WQE_REACHED", lw.event);
-	if (lw.got != 1 && took < 1000)
+		      "part %d: the event was %d, not IBV_EVENT_QP_LAST_WQE_REACHED", part, lw.event);
+	/* what the watcher's one poll found: the failed SEND's completion
+	 * (part 16), then the receive */
+	for (int k = 0; k < lw.got; k++)
+		wc[n++] = lw.wc[k];
+	if (own && n >= 1) {
+		SVT_CHECK_EQ(wc[0].wr_id, wr0 + 99);
+		SVT_CHECK_WC_STATUS(wc[0], IBV_WC_LOC_PROT_ERR);
+	}
+	if (n == (own ? 2 : 1))
+		rwc = &wc[n - 1];
+	else if (took < 1000)
 		/* (where the wait gave up, 1 s, the placement may end later) */
-		SVT_FAIL("part 15: IBV_EVENT_QP_LAST_WQE_REACHED came (ibv_modify_qp: %llu ms) "
-			 "before the receive a SEND was being placed into had completed",
-			 (unsigned long long)took);
-	wc = lw.wc;
-	if (lw.got != 1)
-		SVT_CHECK_EQ(poll_until(e.cq, 1, &wc, svt_now_ms() + WC_MS), 1);
-	check_recv_wc(&wc, &e, 1502, IBV_WC_RECV, P13_LEN, NULL, "part 15");
+		SVT_FAIL("part %d: IBV_EVENT_QP_LAST_WQE_REACHED came (%s: %llu ms) before the "
+			 "receive a SEND was being placed into had completed (%d completions)",
+			 part, own ? "the QP's SEND failed" : "ibv_modify_qp",
+			 (unsigned long long)took, lw.got);
+	if (!rwc) {
+		if (own && n == 0)
+			SVT_CHECK_EQ(poll_until(e.cq, 1, &wc[n++], svt_now_ms() + WC_MS), 1);
+		SVT_CHECK_EQ(poll_until(e.cq, 1, &wc[n], svt_now_ms() + WC_MS), 1);
+		rwc = &wc[n];
+	}
+	check_recv_wc(rwc, &e, wr0 + 2, IBV_WC_RECV, P13_LEN, NULL, own ? "part 16" : "part 15");
+	if (own)
+		check_state(e.qp, IBV_QPS_ERR, "part 16, after the failed SEND");
 	svt_expect_no_wc(e.cq, 50);
-	check_image(buf, img, 4 * 2048, "part 15");
+	check_image(buf, img, 4 * 2048, own ? "part 16" : "part 15");
 	svt_sync_send(wfd, 'Y'); /* as the SEND must end */
 	SVT_CHECK_EQ(svt_sync_recv(rfd, LONG_MS), 'D');
-	svt_log("part 15: ibv_modify_qp(ERR) of a QP of an SRQ returned after %llu ms, once the "
-		"SEND being placed had ended: its receive completed with the data, before "
-		"IBV_EVENT_QP_LAST_WQE_REACHED",
+	svt_log("part %d: a QP of an SRQ entered ERR (%s, %llu ms) while a SEND was placed for it: "
+		"its receive completed with the data, before IBV_EVENT_QP_LAST_WQE_REACHED",
+		part, own ? "a SEND of its own failed" : "ibv_modify_qp, which waited",
 		(unsigned long long)took);
 out:
 	end_close(&e);
@@ -2283,10 +2310,10 @@ static void send_err_placing(struct svt_dev *d, struct svt_child *c, int part)
 		fill_at(warm + 64 * r, 32, 0x1300u + (uint32_t)r, 0);
 		SVT_CHECK_OK(svt_post_send(e.qp, 130 + (uint64_t)r, IBV_WR_SEND, IBV_SEND_SIGNALED,
 					   warm + 64 * r, 32, wmr->lkey, 0, 0, 0));
-		expect_wc(e.cq, 130 + (uint64_t)r, IBV_WC_SUCCESS, "parts 13-15, warm-up");
+		expect_wc(e.cq, 130 + (uint64_t)r, IBV_WC_SUCCESS, "parts 13-16, warm-up");
 	}
 	SVT_CHECK_EQ(svt_sync_recv(c->rfd, LONG_MS), 'W');
-	src = missing_pages(4096, &u.uffd, "parts 13-15, ERR during a placement,");
+	src = missing_pages(4096, &u.uffd, "parts 13-16, ERR during a placement,");
 	if (!src) {
 		svt_sync_send(c->wfd, 'U');
 		SVT_CHECK_EQ(svt_sync_recv(c->rfd, LONG_MS), 'D');
@@ -2354,7 +2381,8 @@ static int receiver(int rfd, int wfd, int argc, char **argv)
 	recv_part12(&d, rfd, wfd);
 	recv_err_placing(&d, rfd, wfd, 13);
 	recv_err_placing(&d, rfd, wfd, 14);
-	recv_err_placing_srq(&d, rfd, wfd);
+	recv_err_placing_srq(&d, rfd, wfd, 15);
+	recv_err_placing_srq(&d, rfd, wfd, 16);
 	svt_dev_close(&d);
 	return 0;
 }
@@ -2396,6 +2424,7 @@ int main(int argc, char **argv)
 	send_err_placing(&d, &c, 13);
 	send_err_placing(&d, &c, 14);
 	send_err_placing(&d, &c, 15);
+	send_err_placing(&d, &c, 16);
 	SVT_CHECK_EQ(svt_child_wait(&c, LONG_MS), 0);
 	svt_dev_close(&d);
 	return 0;
