@@ -213,27 +213,34 @@ static void on_rnr_nak(struct sv_qp *qp, struct sv_send_wqe *w, uint32_t psn, ui
 /*
  * Is a READ response packet, the one awaited (w->resp_psn), what its
  * place in the READ calls for: MIDDLE or LAST only after the first, LAST
- * (or ONLY) exactly at the last, a full MTU but for the last?  A peer that
+ * (or ONLY) exactly at the last, a full MTU but for the last (on a stream,
+ * a run of packets, psn to psn_last: whole ones but for the READ's last,
+ * as many as the stream's frame holds)?  A peer that
  * ends a READ early (LAST too soon, short packets) would otherwise complete
  * it with bytes never written.  A READ asked for again from a later
  * response on (sv_requester_rewind) is answered from there with FIRST (or
  * ONLY), as a READ of the rest, or with MIDDLE (or LAST), as a replay of
  * the first (rxe): either takes its place.
  */
-static bool resp_fits(const struct sv_qp *qp, const struct sv_send_wqe *w,
-		      const struct sv_opcode_info *op, uint32_t psn, uint64_t off, uint32_t plen)
+static bool resp_fits(const struct sv_qp *qp, struct sv_conn *conn, const struct sv_send_wqe *w,
+		      const struct sv_opcode_info *op, uint32_t psn, uint32_t psn_last,
+		      uint64_t off, uint32_t plen)
 {
-	bool first = psn == w->first_psn, last = psn == w->last_psn;
+	bool first = psn == w->first_psn, last = psn_last == w->last_psn;
+	uint64_t run = (uint64_t)((psn_last - psn) & SV_PSN_MASK) * qp->mtu + qp->mtu;
 
 	return (op->mask & SV_OPF_FIRST || !first) && !(op->mask & SV_OPF_LAST) == !last &&
-	       plen == SV_MIN((uint64_t)qp->mtu, w->length - off);
+	       (run == qp->mtu || run <= sv_conn_run(conn, qp->mtu)) &&
+	       plen == SV_MIN(run, w->length - off);
 }
 
-void sv_completer_rx(struct sv_qp *qp, const struct sv_opcode_info *op, uint8_t *pkt,
-		     const uint8_t *payload, uint32_t plen, sv_cu_ctx src_gpu)
+void sv_completer_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opcode_info *op,
+		     uint8_t *pkt, const uint8_t *payload, uint32_t plen, sv_cu_ctx src_gpu)
 {
 	const struct sv_bth *bth = (const void *)pkt;
 	uint32_t psn = ntohl(bth->psn) & SV_PSN_MASK;
+	/* a READ response's frame on a stream: a run of packets (resp_fits) */
+	uint32_t psn_last = plen > qp->mtu ? sv_psn_add(psn, (plen - 1) / qp->mtu) : psn;
 	uint8_t low = bth->opcode & 0x1f;
 	uint8_t syn = 0;
 	struct sv_send_wqe *w;
@@ -277,7 +284,7 @@ void sv_completer_rx(struct sv_qp *qp, const struct sv_opcode_info *op, uint8_t 
 	}
 
 	w = ack_before(qp, psn, false, false);
-	if (!w || sv_psn_cmp(w->first_psn, psn) > 0 || sv_psn_cmp(w->last_psn, psn) < 0)
+	if (!w || sv_psn_cmp(w->first_psn, psn) > 0 || sv_psn_cmp(w->last_psn, psn_last) < 0)
 		goto out; /* duplicate or stale response */
 
 	if (op->mask & SV_OPF_RDRESP) {
@@ -297,10 +304,11 @@ void sv_completer_rx(struct sv_qp *qp, const struct sv_opcode_info *op, uint8_t 
 			 * timer asks for the READ again and its responses fill it in
 			 * order */
 			goto out;
-		} else if (off + plen > w->length || !resp_fits(qp, w, op, psn, off, plen)) {
+		} else if (off + plen > w->length ||
+			   !resp_fits(qp, conn, w, op, psn, psn_last, off, plen)) {
 			finish(qp, w, IBV_WC_BAD_RESP_ERR);
 		} else {
-			w->resp_psn = sv_psn_add(psn, 1);
+			w->resp_psn = sv_psn_add(psn_last, 1);
 			enum sv_mem_err e = sv_sgl_copy_in(qp->ctx, qp->pd, w->sge, w->num_sge, off,
 							   payload, plen, &qp->comp.gpu_rd_in, src_gpu);
 			if (e)
@@ -321,7 +329,7 @@ void sv_completer_rx(struct sv_qp *qp, const struct sv_opcode_info *op, uint8_t 
 			finish(qp, w, e ? IBV_WC_LOC_PROT_ERR : IBV_WC_SUCCESS);
 		}
 	}
-	acked_to(qp, sv_psn_add(psn, 1)); /* the response for psn, taken in order */
+	acked_to(qp, sv_psn_add(psn_last, 1)); /* the response for psn, taken in order */
 	/* an ACK of a later PSN that came before this READ or atomic was
 	 * answered (a response lost, or overtaken) moved una past the SENDs
 	 * and WRITEs after it, which ack_before left for it: they are done

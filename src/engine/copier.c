@@ -442,20 +442,40 @@ __attribute__((constructor)) static void copier_load(void)
 	pthread_atfork(NULL, NULL, copier_after_fork);
 }
 
-/* Not left running in unmapped code when the library is unloaded
- * (verbs/device.c, stop_engines_at_unload, says why that happens). */
-__attribute__((destructor)) static void copier_unload(void)
+/* The thread, if this process runs one, stops (at most a second); the
+ * copier is then `after`: never again (unloaded), or started by the next
+ * long copy. */
+static void copier_stop(int after)
 {
 	struct timespec until;
-	int r = atomic_exchange(&cp.run, COPIER_NEVER);
+	int r = atomic_exchange(&cp.run, COPIER_NEVER); /* no offer is made now */
 
-	if (r != COPIER_RUNNING || cp.pid != getpid())
+	if (r != COPIER_RUNNING || cp.pid != getpid()) {
+		atomic_store(&cp.run, r == COPIER_RUNNING || after == COPIER_NEVER ? after : r);
 		return;
+	}
 	atomic_store(&cp.stop, true);
 	atomic_store(&cp.asleep, 1); /* so that ring() wakes it whatever it is doing */
 	ring();
 	clock_gettime(CLOCK_REALTIME, &until);
 	until.tv_sec += 1;
-	if (pthread_timedjoin_np(cp.thread, NULL, &until))
+	if (pthread_timedjoin_np(cp.thread, NULL, &until)) {
 		sv_warn("copier thread did not stop");
+		return; /* (never started again: it may still be in an offer) */
+	}
+	atomic_store(&cp.stop, false);
+	atomic_store(&cp.asleep, 0);
+	atomic_store(&cp.run, after);
+}
+
+void sv_copier_idle(void)
+{
+	copier_stop(COPIER_UNSTARTED);
+}
+
+/* Not left running in unmapped code when the library is unloaded
+ * (verbs/device.c, stop_engines_at_unload, says why that happens). */
+__attribute__((destructor)) static void copier_unload(void)
+{
+	copier_stop(COPIER_NEVER);
 }

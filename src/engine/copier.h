@@ -46,6 +46,12 @@
  */
 bool sv_copier_copy(void *dst, const void *src, size_t len, bool last_last);
 
+/* No context of the process is open (ibv_close_device of the last one):
+ * the copier's thread stops, as the engines' have, so that a process with
+ * no device open runs no thread of ours; the next long copy starts it
+ * again.  Nothing may be copying meanwhile. */
+void sv_copier_idle(void);
+
 /* For unit_copier: the chunks the copier has copied in this process, the
  * times callers were sent away to copy alone (crowded CPUs), and a copier
  * that is never sent away (a test on a busy machine still sees it work). */

@@ -82,7 +82,7 @@ static void dispatch(struct sv_conn *conn, const struct sv_opcode_info *op, uint
 		if (bth->flags & SV_BTH_CE)
 			sv_flow_marked(qp, conn, hdr, op);
 	} else if (qp->ti->sends) { /* not an XRC receive QP */
-		sv_completer_rx(qp, op, hdr, payload, plen, src_gpu);
+		sv_completer_rx(qp, conn, op, hdr, payload, plen, src_gpu);
 	}
 out:
 	sv_mutex_unlock(&qp->lock);

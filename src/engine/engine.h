@@ -308,8 +308,8 @@ void sv_responder_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opc
  * *dst is where its payload goes and *msg_left the bytes of the message
  * from there on, contiguous in one MR (direct receive: direct.c, src/transport/stream.c).
  */
-bool sv_responder_direct(struct sv_qp *qp, const struct sv_opcode_info *op, const uint8_t *pkt,
-			 uint32_t plen, uint8_t **dst, uint32_t *msg_left);
+bool sv_responder_direct(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opcode_info *op,
+			 const uint8_t *pkt, uint32_t plen, uint8_t **dst, uint32_t *msg_left);
 /* qp->lock held: send what is left of a READ that waited for room (a
  * scheduled run of the QP); sv_responder_cancel forgets it (destroy, reset,
  * error). */
@@ -333,9 +333,9 @@ void sv_responder_srq_gone(struct sv_qp *qp, bool end_msg);
  * where packets may be lost (responder.c) */
 void sv_responder_farewell(struct sv_qp *qp);
 /* UD requests name no QP context on the connection beyond dqpn. */
-/* engine thread, qp->lock held: an incoming response packet */
-void sv_completer_rx(struct sv_qp *qp, const struct sv_opcode_info *op, uint8_t *pkt,
-		     const uint8_t *payload, uint32_t plen, sv_cu_ctx src_gpu);
+/* engine thread, qp->lock held: an incoming response packet (from conn) */
+void sv_completer_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opcode_info *op,
+		     uint8_t *pkt, const uint8_t *payload, uint32_t plen, sv_cu_ctx src_gpu);
 /* qp->lock held: RESET.  Nothing of the completer's previous life stays. */
 void sv_completer_reset(struct sv_qp *qp);
 

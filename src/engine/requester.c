@@ -166,11 +166,21 @@ static bool wants_ack(const struct sv_qp *qp, const struct sv_send_wqe *w, uint3
 	return !((psn + 1) & (every - 1));
 }
 
-/* Build the headers of packet k of WQE w into hdr; returns header length. */
+/* The last packet of the run from packet k that carries plen bytes (a
+ * stream's frame: sv_conn_run): k itself for one packet. */
+static inline uint32_t run_last(const struct sv_qp *qp, uint32_t k, uint32_t plen)
+{
+	return plen > qp->mtu ? k + (plen - 1) / qp->mtu : k;
+}
+
+/* Build the headers of packet k of WQE w into hdr (a run of packets from k,
+ * plen bytes, under one header: the opcode says where the run ends, the PSN
+ * where it begins); returns header length. */
 static size_t build_headers(struct sv_qp *qp, struct sv_send_wqe *w, uint32_t k, uint32_t plen,
 			    uint8_t *hdr)
 {
-	bool first = k == 0, last = k + 1 == w->npkts;
+	uint32_t kl = run_last(qp, k, plen);
+	bool first = k == 0, last = kl + 1 == w->npkts;
 	const struct sv_wr_opcode_info *wo = w->op;
 	uint8_t opcode = qp->ti->wire_class | (first && last ? wo->wire_only
 					      : first	      ? wo->wire_first
@@ -180,13 +190,12 @@ static size_t build_headers(struct sv_qp *qp, struct sv_send_wqe *w, uint32_t k,
 	struct sv_bth *bth = (void *)hdr;
 	uint32_t dqpn = qp->ti->connected ? qp->attr.dest_qp_num : w->wr.wr.ud.remote_qpn;
 
-	(void)plen;
 	memset(hdr, 0, op->hdr_len);
 	bth->opcode = opcode;
 	bth->flags = 0;
 	if (last && (w->wr.send_flags & IBV_SEND_SOLICITED))
 		bth->flags |= SV_BTH_SE;
-	if (wants_ack(qp, w, k))
+	if (wants_ack(qp, w, kl))
 		bth->flags |= SV_BTH_ACKREQ;
 	bth->pkey = 0xffff;
 	bth->dqpn = htonl(dqpn & SV_PSN_MASK);
@@ -313,8 +322,9 @@ static bool gpu_ref(struct sv_qp *qp, struct sv_conn *conn, const struct sv_send
 }
 
 static enum ibv_wc_status send_packet(struct sv_qp *qp, struct req_pass *p, struct sv_conn *conn,
-				      struct sv_send_wqe *w, uint32_t k, uint32_t off, uint32_t plen)
+				      struct sv_send_wqe *w, uint32_t k, uint32_t off, uint32_t *plenp)
 {
+	uint32_t plen = *plenp;
 	struct iovec iov[SV_FRAME_MAX_IOV];
 	sv_cu_ctx gpu[SV_FRAME_MAX_IOV];
 	enum sv_mem_err e = SV_MEM_OK;
@@ -335,6 +345,13 @@ static enum ibv_wc_status send_packet(struct sv_qp *qp, struct req_pass *p, stru
 		}
 		n = sv_sgl_iov(qp->ctx, qp->pd, w->sge, w->num_sge, off, plen, 0, iov, gpu,
 			       SV_FRAME_MAX_IOV - 1, &e);
+		if (n > 0 && plen > qp->mtu && sv_gpu_any(gpu, n)) {
+			/* GPU memory goes a packet at a time, through its
+			 * windows and references (gpu.h), as over a datagram */
+			*plenp = plen = qp->mtu;
+			n = sv_sgl_iov(qp->ctx, qp->pd, w->sge, w->num_sge, off, plen, 0, iov, gpu,
+				       SV_FRAME_MAX_IOV - 1, &e);
+		}
 		if (n < 0)
 			return sv_mem_err_to_local_status(e);
 		/* read later, by the kernel or the peer: memory the application
@@ -749,8 +766,13 @@ static enum req_step send_segment(struct sv_qp *qp, struct req_run *r, struct sv
 {
 	struct sv_sq *sq = &qp->sq;
 	uint32_t k = sq->seg_off / qp->mtu;
-	/* a request that carries no payload has none */
-	uint32_t plen = sv_wr_sends_payload(w->op) ? SV_MIN(qp->mtu, w->length - sq->seg_off) : 0;
+	/* a request that carries no payload has none; on a stream, a frame
+	 * carries as many whole packets as it holds (not an XRC QP's, whose
+	 * packets may be relayed to another process packet by packet) */
+	uint32_t plen = sv_wr_sends_payload(w->op)
+				? SV_MIN(qp->ti->xrc ? qp->mtu : sv_conn_run(conn, qp->mtu),
+					 w->length - sq->seg_off)
+				: 0;
 	enum ibv_wc_status st;
 
 	if (qp->ti->connected && sv_flow_probing(qp) &&
@@ -764,9 +786,9 @@ static enum req_step send_segment(struct sv_qp *qp, struct req_run *r, struct sv
 	}
 	r->on_wire = true;
 	w->wired = true;
-	st = send_packet(qp, &r->pass, conn, w, k, sq->seg_off, plen);
+	st = send_packet(qp, &r->pass, conn, w, k, sq->seg_off, &plen);
 	if (st == IBV_WC_SUCCESS && qp->ti->reliable)
-		packet_sent(qp, w, k);
+		packet_sent(qp, w, run_last(qp, k, plen));
 	if (!qp->ti->connected)
 		sv_conn_put(conn); /* the batch holds its own reference */
 	if (st != IBV_WC_SUCCESS) {

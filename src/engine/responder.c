@@ -298,6 +298,9 @@ struct resp_pkt {
 	uint32_t plen;
 	sv_cu_ctx src_gpu; /* payload in a peer's GPU memory, opened here (gpu.h) */
 	uint32_t psn;
+	/* a stream's frame carries a run of whole packets (check_length): its
+	 * last packet's PSN; psn for one packet */
+	uint32_t psn_last;
 	uint8_t low; /* opcode within its class */
 	const struct sv_immdt *imm;
 	bool solicited;
@@ -393,10 +396,29 @@ static enum resp_result check_state(const struct resp_pkt *p)
 	return sv_qp_state_receives(p->qp->state) ? RESP_OK : RESP_DROP;
 }
 
-/* Step: a packet carries at most one path MTU. */
+/* The last PSN of a frame of plen payload bytes from psn: a stream's frame
+ * carries a run of whole packets of one message (sv_conn_run). */
+static inline uint32_t run_last_psn(const struct sv_qp *qp, uint32_t psn, uint32_t plen)
+{
+	return plen > qp->mtu ? sv_psn_add(psn, (plen - 1) / qp->mtu) : psn;
+}
+
+/*
+ * Step: a packet carries at most one path MTU.  A frame of a stream may
+ * carry a run of a SEND's or WRITE's packets, as many as the stream's
+ * frame holds, each of them whole but the message's last (and never an
+ * XRC QP's: those go packet by packet, since they may be relayed).
+ */
 static enum resp_result check_length(const struct resp_pkt *p)
 {
-	return p->plen > p->qp->mtu ? RESP_ERR_LENGTH : RESP_OK;
+	const struct sv_qp *qp = p->qp;
+
+	if (p->plen <= qp->mtu)
+		return RESP_OK;
+	if (qp->ti->xrc || qp->ti->ud || !(p->op->mask & (SV_OPF_SEND | SV_OPF_WRITE)) ||
+	    p->plen > sv_conn_run(p->conn, qp->mtu))
+		return RESP_ERR_LENGTH;
+	return (p->op->mask & SV_OPF_LAST) || !(p->plen % qp->mtu) ? RESP_OK : RESP_ERR_LENGTH;
 }
 
 /* Step (UD): the Q_Key must match; a wrong one is dropped, as the IBA requires. */
@@ -435,7 +457,7 @@ static enum resp_result check_psn(const struct resp_pkt *p)
 		sv_stat_count(qp, SV_QPC_SEQ_ERR);
 		qp->resp.drop_msg = true;
 	}
-	qp->resp.epsn = sv_psn_add(p->psn, 1);
+	qp->resp.epsn = sv_psn_add(p->psn_last, 1);
 	return qp->resp.drop_msg ? RESP_DROP : RESP_OK;
 }
 
@@ -605,7 +627,7 @@ static void read_left(struct sv_qp *qp, struct sv_conn *conn, uint64_t va, uint3
 static enum resp_result do_read(struct sv_qp *qp, struct sv_conn *conn, uint32_t psn,
 				uint64_t va, uint32_t rkey, uint32_t dma_len, uint32_t from)
 {
-	uint32_t npkts = read_npkts(qp, dma_len);
+	uint32_t npkts = read_npkts(qp, dma_len), run;
 	uint8_t *mem = NULL;
 	sv_cu_ctx gpu = NULL;
 	struct resp_pkt p = { .qp = qp };
@@ -628,20 +650,26 @@ static enum resp_result do_read(struct sv_qp *qp, struct sv_conn *conn, uint32_t
 		sv_mr_read_unlock(qp->ctx);
 		return r;
 	}
-	/* responses leave in batches, one write for many packets */
+	/* responses leave in batches, one write for many packets; on a
+	 * stream, a frame carries a run of them (not GPU memory's, which is
+	 * answered a packet at a time through its windows and references, nor
+	 * an XRC QP's, as its requests come) */
+	run = gpu || qp->ti->xrc || is_proxy(qp) ? qp->mtu : sv_conn_run(conn, qp->mtu);
 	sv_txbatch_init(&b);
-	for (uint32_t k = from; k < npkts; k++) {
-		uint8_t low = npkts == 1	  ? SV_OP_READ_RESP_ONLY
-			      : k == 0		  ? SV_OP_READ_RESP_FIRST
-			      : k + 1 == npkts ? SV_OP_READ_RESP_LAST
-					       : SV_OP_READ_RESP_MIDDLE;
-		uint32_t off = k * qp->mtu;
-		struct iovec iov = { dma_len ? mem + off : NULL, SV_MIN(qp->mtu, dma_len - off) };
+	for (uint32_t k = from, n; k < npkts; k += n) {
+		uint32_t off = k * qp->mtu, plen = SV_MIN(run, dma_len - off);
+		struct iovec iov = { dma_len ? mem + off : NULL, plen };
 		struct sv_gpu_ref ref;
 		bool by_ref;
-		uint8_t *hdr;
+		uint8_t *hdr, low;
 		struct sv_bth *bth;
 		size_t hl = sizeof(*bth);
+
+		n = plen > qp->mtu ? (plen + qp->mtu - 1) / qp->mtu : 1;
+		low = n == npkts	   ? SV_OP_READ_RESP_ONLY
+		      : k == 0		   ? SV_OP_READ_RESP_FIRST
+		      : k + n == npkts ? SV_OP_READ_RESP_LAST
+				       : SV_OP_READ_RESP_MIDDLE;
 
 		if (conn->lossy && k > from && !((k - from) % SV_DGRAM_READ_BURST) &&
 		    !is_proxy(qp)) {
@@ -1024,7 +1052,7 @@ static enum resp_result exec_send(const struct resp_pkt *p)
 			return RESP_ERR_INVALIDATE;
 		}
 	}
-	if (packet_done(qp, p->conn, p->op, p->psn, p->ackreq)) {
+	if (packet_done(qp, p->conn, p->op, p->psn_last, p->ackreq)) {
 		sv_eng_answers_for_completion(p->conn);
 		complete_recv(qp, IBV_WC_SUCCESS, IBV_WC_RECV, qp->resp.rwqe_off, p->imm,
 			      src_qpn(qp), p->op->off_ieth ? IBV_WC_WITH_INV : 0, inv,
@@ -1314,7 +1342,7 @@ static enum resp_result exec_write(const struct resp_pkt *p)
 	}
 	qp->resp.wr_va += p->plen;
 	qp->resp.wr_left -= p->plen;
-	if (packet_done(qp, p->conn, p->op, p->psn, p->ackreq) && p->imm) {
+	if (packet_done(qp, p->conn, p->op, p->psn_last, p->ackreq) && p->imm) {
 		sv_eng_answers_for_completion(p->conn);
 		qp->resp.rwqe_off = 0;
 		complete_recv(qp, IBV_WC_SUCCESS, IBV_WC_RECV_RDMA_WITH_IMM, qp->resp.wr_total, p->imm,
@@ -1405,6 +1433,7 @@ void sv_responder_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opc
 		.plen = plen,
 		.src_gpu = src_gpu,
 		.psn = ntohl(bth->psn) & SV_PSN_MASK,
+		.psn_last = run_last_psn(qp, ntohl(bth->psn) & SV_PSN_MASK, plen),
 		.low = bth->opcode & 0x1f,
 		.imm = op->off_immdt ? (const void *)(pkt + op->off_immdt) : NULL,
 		.solicited = bth->flags & SV_BTH_SE,
@@ -1465,11 +1494,11 @@ void sv_responder_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opc
  * passes here is placed where the responder would copy it, and
  * sv_responder_rx still runs for it.  The MR read lock is held by the caller.
  */
-bool sv_responder_direct(struct sv_qp *qp, const struct sv_opcode_info *op, const uint8_t *pkt,
-			 uint32_t plen, uint8_t **dst, uint32_t *msg_left)
+bool sv_responder_direct(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opcode_info *op,
+			 const uint8_t *pkt, uint32_t plen, uint8_t **dst, uint32_t *msg_left)
 {
 	const struct sv_bth *bth = (const void *)pkt;
-	struct resp_pkt p = { .qp = qp, .op = op, .hdr = (uint8_t *)pkt, .plen = plen };
+	struct resp_pkt p = { .qp = qp, .conn = conn, .op = op, .hdr = (uint8_t *)pkt, .plen = plen };
 	uint64_t va;
 	uint32_t rkey, left;
 	sv_cu_ctx gpu = NULL;

@@ -433,7 +433,7 @@ int sv_conn_send(struct sv_conn *conn, const struct iovec *iov, int iovcnt)
 		return -EINVAL;
 	for (int i = 0; i < iovcnt; i++)
 		flen += (uint32_t)iov[i].iov_len;
-	if (flen > SV_MAX_FRAME)
+	if (flen > sv_conn_frame_max(conn))
 		return -EMSGSIZE;
 	flen = htonl(flen);
 	v[cnt].iov_base = &flen;

@@ -65,7 +65,7 @@
 struct sv_stream {
 	/* send: the rest of a frame the transport took only part of */
 	size_t held_len, held_off;
-	uint8_t held[SV_FRAME_HEAD + SV_MAX_FRAME];
+	uint8_t held[SV_FRAME_HEAD + SV_STREAM_FRAME_MAX];
 	/* receive (the holder of the engine's progress_lock) */
 	size_t rx_len, rx_cap;
 	bool rx_direct;  /* the stream is in direct receive */
@@ -104,7 +104,7 @@ static bool parse_frames(struct sv_conn *c)
 
 		memcpy(&flen, st->rxbuf + off, 4);
 		flen = ntohl(flen);
-		if (flen > SV_MAX_FRAME || flen == 0) {
+		if (flen > SV_STREAM_FRAME_MAX || flen == 0) {
 			sv_warn_limited("bad frame length %u; closing connection", flen);
 			c->host->fail(c);
 			return false;
@@ -185,7 +185,7 @@ static enum rx_direct rx_direct(struct sv_conn *c, const struct sv_stream_io *io
 	struct iovec iov[2 + 2 * SV_RX_PREDICT];
 	struct sv_rx_plan plan;
 	uint32_t flen, hl, plen, have, need, off, slot;
-	size_t avail_left;
+	size_t avail_left, pred;
 	ssize_t avail, n;
 	int niov = 0, npred = 0, cls;
 
@@ -195,7 +195,7 @@ static enum rx_direct rx_direct(struct sv_conn *c, const struct sv_stream_io *io
 		return authed && host->rx_classify ? RX_NOT_NOW : RX_NO;
 	memcpy(&flen, st->rxbuf, 4);
 	flen = ntohl(flen);
-	if (flen > SV_MAX_FRAME)
+	if (flen > SV_STREAM_FRAME_MAX)
 		return RX_NO; /* the plain parser deals with it */
 	cls = host->rx_classify(c, st->rxbuf + 4, st->rx_len - 4, flen, &hl);
 	if (cls < 0)
@@ -228,11 +228,16 @@ static enum rx_direct rx_direct(struct sv_conn *c, const struct sv_stream_io *io
 	iov[niov++].iov_len = need;
 	off = plen;
 	avail_left = (size_t)avail - need;
+	/* what a read takes beyond the first payload goes back into the
+	 * buffer where it is not what was predicted (rx_gather): no more than
+	 * the buffer holds, the tail's bytes included */
+	pred = RX_TAIL_LEN;
 	while (npred < SV_RX_PREDICT && off < plan.msg_left && slot <= RX_SLOT_MAX) {
 		uint32_t pl = SV_MIN(plan.seg, plan.msg_left - off);
 
-		if (avail_left < slot + pl)
+		if (avail_left < slot + pl || pred + slot + pl > st->rx_cap)
 			break;
+		pred += slot + pl;
 		iov[niov].iov_base = slots[npred];
 		iov[niov++].iov_len = slot;
 		iov[niov].iov_base = plan.dst + off;
@@ -303,7 +308,7 @@ static size_t direct_read_len(const struct sv_stream *st)
 		return RX_TAIL_LEN - st->rx_len;
 	memcpy(&flen, st->rxbuf, 4);
 	flen = ntohl(flen);
-	if (flen > SV_MAX_FRAME)
+	if (flen > SV_STREAM_FRAME_MAX)
 		return 1; /* the parser rejects it */
 	return 4 + flen - st->rx_len + RX_TAIL_LEN;
 }

@@ -121,8 +121,16 @@ struct sv_txbuf {
 	uint8_t data[];
 };
 
-/* Largest frame a transport carries: a max-MTU packet with room for headers. */
+/* Largest frame a datagram transport carries: a max-MTU packet with room
+ * for headers. */
 #define SV_MAX_FRAME (4096 + 256)
+/* A stream transport's frame carries a run of whole path-MTU packets of one
+ * message (their headers once, the first packet's PSN; the engine's
+ * sv_conn_run): up to this much payload.  A 1 MiB WRITE over tcp is 16
+ * frames, not 256, each dispatched, checked and read once. */
+#define SV_STREAM_RUN_MAX (64u << 10)
+/* Largest frame a stream transport carries. */
+#define SV_STREAM_FRAME_MAX (SV_STREAM_RUN_MAX + 256)
 /* The length word before each frame handed to a transport (struct sv_frames). */
 #define SV_FRAME_HEAD 4u
 
@@ -225,7 +233,9 @@ struct sv_conn_host {
  * sv_conn_take_hello and sv_conn_take_auth.
  */
 #define SV_WIRE_MAGIC 0x53565242u /* "SVRB" */
-#define SV_WIRE_VERSION 4 /* 3: the nonce and AUTH; 4: the PAKE, connector proves first */
+/* 3: the nonce and AUTH; 4: the PAKE, connector proves first; 5: a stream's
+ * frame carries a run of packets (SV_STREAM_RUN_MAX) */
+#define SV_WIRE_VERSION 5
 
 /* HELLO flags: the sender opens GPU memory exported to it (CUDA IPC), so a
  * packet may name such memory instead of carrying its bytes (wire.h). */
@@ -449,6 +459,12 @@ struct sv_iface_at {
 
 struct sv_transport_ops {
 	const char *name;
+	/* The most payload bytes one of its frames carries: a stream's
+	 * SV_STREAM_RUN_MAX, a run of packets; 0, one packet of the path MTU
+	 * (a datagram's, which the wire's other end may be a NIC's). */
+	uint32_t run_max;
+	/* Its largest frame (0: SV_MAX_FRAME). */
+	uint32_t frame_max;
 	/* Start a connection to conn->peer; completes asynchronously. */
 	int (*connect)(struct sv_conn *conn);
 	/* The owner takes the connection (conn->hello_gid set), once its
@@ -517,6 +533,21 @@ struct sv_transport_ops {
 	/* Closing: what is queued goes out and the stream ends, by deadline_ns. */
 	void (*drain)(struct sv_conn *conn, uint64_t deadline_ns);
 };
+
+/* The largest frame conn carries (sv_conn_send's bound). */
+static inline uint32_t sv_conn_frame_max(const struct sv_conn *conn)
+{
+	return conn->ops && conn->ops->frame_max ? conn->ops->frame_max : SV_MAX_FRAME;
+}
+
+/* The payload bytes one frame of conn carries for a QP of path MTU mtu: a
+ * run of whole packets of one message on a stream, one packet elsewhere. */
+static inline uint32_t sv_conn_run(const struct sv_conn *conn, uint32_t mtu)
+{
+	uint32_t r = conn && conn->ops ? conn->ops->run_max : 0;
+
+	return r > mtu ? r - r % mtu : mtu;
+}
 
 /*
  * Multicast groups: a context's connection for one group (mcast.c) sends

@@ -21,6 +21,7 @@
 #include "verbs/verbs.h"
 #include "engine/xrc_relay.h"
 #include "engine/engine.h"
+#include "engine/copier.h"
 #include "engine/stats.h"
 #include "engine/mem_export.h"
 #include "engine/mem_share.h"
@@ -504,11 +505,17 @@ fail:
 int ibv_close_device(struct ibv_context *context)
 {
 	struct sv_context *ctx = to_sv_ctx(context);
+	bool last;
 
 	sv_mutex_lock(&open_lock);
 	sv_list_del(&ctx->open_link);
+	last = sv_list_empty(&open_contexts);
 	sv_mutex_unlock(&open_lock);
 	sv_engine_stop(ctx->eng);
+	/* the last context: the process runs no thread of ours any more, the
+	 * copier's included (a long copy started it; the next starts it again) */
+	if (last)
+		sv_copier_idle();
 	sv_export_close(ctx); /* after the engine, which released its registry block */
 	sv_mcg_table_fini(ctx); /* after the engine: nothing delivers any more */
 	sv_xrc_proxies_free(ctx);

@@ -27,7 +27,7 @@ static uint32_t rnd(void)
 
 /* The "wire": what the sending side wrote, read back by the receiving side. */
 static uint8_t *wire;
-static size_t wire_len, wire_off, wire_cap = 64u << 20;
+static size_t wire_len, wire_off, wire_cap = 160u << 20;
 static size_t write_budget; /* bytes the next writev takes at most */
 
 static ssize_t fake_writev(struct sv_conn *c, const struct iovec *iov, int n, bool ref)
@@ -111,6 +111,8 @@ static void fake_close(struct sv_conn *c)
 
 static const struct sv_transport_ops fake_ops = {
 	.name = "fake",
+	.run_max = SV_STREAM_RUN_MAX, /* a stream's frames, runs of packets */
+	.frame_max = SV_STREAM_FRAME_MAX,
 	.send = fake_send,
 	.input = fake_input,
 	.unsent = fake_unsent,
@@ -123,9 +125,13 @@ static uint32_t frame_len(uint32_t k)
 {
 	uint32_t x = k * 2654435761u;
 
+	if (x % 32 == 1)
+		return SV_STREAM_FRAME_MAX; /* a stream's largest: a run of packets */
+	if (x % 32 == 2)
+		return 1 + (x >> 8) % SV_STREAM_FRAME_MAX;
 	switch (x % 4) {
 	case 0: return 1 + x % 64;         /* ACK-sized */
-	case 1: return SV_MAX_FRAME;       /* the largest */
+	case 1: return SV_MAX_FRAME;       /* a packet of the largest MTU */
 	default: return 1 + (x >> 8) % SV_MAX_FRAME;
 	}
 }
@@ -206,7 +212,7 @@ static int frame_iov(uint32_t k, uint8_t *buf, struct iovec *iov)
 
 int main(void)
 {
-	static uint8_t bufs[SV_TXBATCH_FRAMES][SV_MAX_FRAME];
+	static uint8_t bufs[SV_TXBATCH_FRAMES][SV_STREAM_FRAME_MAX];
 	static struct sv_txbatch batch;
 	struct sv_conn *tx, *rx;
 	union ibv_gid gid = { .raw = { 0xfe, 0x80 } };
@@ -270,14 +276,14 @@ int main(void)
 
 	/* A frame longer than any transport carries fails the connection. */
 	{
-		uint32_t bad = htonl(SV_MAX_FRAME + 1);
+		uint32_t bad = htonl(SV_STREAM_FRAME_MAX + 1);
 
 		memcpy(wire + wire_len, &bad, 4);
 		wire_len += 4;
 		rx->ops->input(rx, false);
 		CHECK(failures == 1);
 		/* and sv_conn_send refuses to make one */
-		uint8_t big[SV_MAX_FRAME + 1] = { 0 };
+		static uint8_t big[SV_STREAM_FRAME_MAX + 1];
 		struct iovec v = { big, sizeof(big) };
 
 		CHECK(sv_conn_send(tx, &v, 1) == -EMSGSIZE);

@@ -4,8 +4,8 @@
  * from a seed: every wire opcode of RC, UC and UD and some unknown ones,
  * aimed at the victim's real QP numbers or not, PSNs near the expected one
  * or anywhere, the victim's real rkey or another, addresses in, around and
- * far from its MR, lengths beyond the path MTU, headers cut short, frame
- * lengths no transport carries.  Whatever softverbs does with them (NAK,
+ * far from its MR, lengths beyond the path MTU (runs of packets, whole or
+ * not), headers cut short, frame lengths no transport carries.  Whatever softverbs does with them (NAK,
  * drop, error state, closing the connection, which sends the peer back to
  * connecting), it must not touch memory outside the MR, crash (this runs
  * under AddressSanitizer in CI), or stop serving: afterwards a fresh pair of
@@ -119,7 +119,7 @@ static size_t gen_frame(const struct victim *v, uint8_t *buf)
 
 	if (rnd() % 400 == 0) {
 		/* a length word no transport carries (or 0) */
-		flen = rnd() % 2 ? 0 : SV_MAX_FRAME + 1 + rnd() % 100000;
+		flen = rnd() % 2 ? 0 : SV_STREAM_FRAME_MAX + 1 + rnd() % 100000;
 		flen = htonl(flen);
 		memcpy(buf, &flen, 4);
 		return 4;
@@ -151,8 +151,12 @@ static size_t gen_frame(const struct victim *v, uint8_t *buf)
 		d->qkey = htonl(rnd() % 4 ? 0x11111111 : rnd());
 	}
 	plen = op && (op->mask & SV_OPF_PAYLOAD) ? rnd() % 5000 : rnd() % 8;
-	if (len + plen > SV_MAX_FRAME)
-		plen = SV_MAX_FRAME - len;
+	/* a stream's frame may carry a run of packets: whole ones or not,
+	 * within what a frame holds or past it */
+	if (op && (op->mask & SV_OPF_PAYLOAD) && rnd() % 16 == 0)
+		plen = rnd() % 2 ? (1 + rnd() % 17) * 4096 : rnd() % (SV_STREAM_RUN_MAX + 8192);
+	if (len + plen > SV_STREAM_FRAME_MAX)
+		plen = SV_STREAM_FRAME_MAX - len;
 	for (uint32_t i = 0; i < plen; i++)
 		pkt[len + i] = (uint8_t)rnd();
 	len += plen;
@@ -165,7 +169,7 @@ static size_t gen_frame(const struct victim *v, uint8_t *buf)
 
 int main(void)
 {
-	static uint8_t frame[4 + SV_MAX_FRAME + 64];
+	static uint8_t frame[4 + SV_STREAM_FRAME_MAX + 64];
 	const char *s = getenv("SOFTVERBS_FUZZ_SEED");
 	const char *nf = getenv("SOFTVERBS_FUZZ_FRAMES");
 	long nframes = nf ? atol(nf) : 20000;

@@ -24,6 +24,7 @@
 #include "wire_peer.h"
 #include "common/util.h"
 #include "transport/registry.h"
+#include "transport/transport.h"
 
 #include <arpa/inet.h>
 #include <endian.h>
@@ -44,7 +45,7 @@
 /* what X may cost the device, at most, while it does not read */
 #define MAX_GROWTH (16u << 20)
 
-static uint8_t pkt[SV_MAX_PACKET_LEN];
+static uint8_t pkt[SV_STREAM_FRAME_MAX]; /* a stream's frame: a run of packets */
 
 /* Under AddressSanitizer, freed memory is kept from reuse for a while (its
  * quarantine), which the resident size would count as held: freed is
@@ -263,22 +264,25 @@ int main(void)
 	       NREADS * (READ_LEN >> 20), grown >> 10);
 	SVT_CHECK_LT(grown, (size_t)MAX_GROWTH);
 
-	/* X reads every READ response, in order */
-	for (uint32_t k = 0; k < NREADS * READ_PKTS; k++) {
+	/* X reads every READ response, in order: a frame of the stream is a run
+	 * of them (SV_STREAM_RUN_MAX), each PSN the one after the run before */
+	for (uint32_t k = 0; k < NREADS * READ_PKTS;) {
 		uint32_t r = k / READ_PKTS, j = k % READ_PKTS;
+		uint32_t plen = SV_MIN(SV_STREAM_RUN_MAX, (READ_PKTS - j) * MTU), npk = plen / MTU;
 		uint8_t low = j == 0 ? SV_OP_READ_RESP_FIRST
-			      : j + 1 == READ_PKTS ? SV_OP_READ_RESP_LAST
-						    : SV_OP_READ_RESP_MIDDLE;
+			      : j + npk == READ_PKTS ? SV_OP_READ_RESP_LAST
+						      : SV_OP_READ_RESP_MIDDLE;
 		long n = svt_wire_recv(x, pkt, sizeof(pkt), 10000);
 		const struct sv_bth *bth = (const void *)pkt;
 		size_t hl = sizeof(*bth) + (low == SV_OP_READ_RESP_MIDDLE ? 0 : sizeof(struct sv_aeth));
 
 		SVT_CHECK_MSG(bth->opcode == (SV_OP_RC | low) &&
 				      (ntohl(bth->psn) & SV_PSN_MASK) == psn0 + k &&
-				      n == (long)(hl + MTU),
+				      n == (long)(hl + plen),
 			      "response %u: opcode 0x%02x psn 0x%x len %ld", k, bth->opcode,
 			      ntohl(bth->psn) & SV_PSN_MASK, n);
-		SVT_CHECK_MEM(pkt + hl, mem + (size_t)r * READ_LEN + (size_t)j * MTU, MTU);
+		SVT_CHECK_MEM(pkt + hl, mem + (size_t)r * READ_LEN + (size_t)j * MTU, plen);
+		k += npk;
 	}
 	struct ibv_qp_attr attr;
 	struct ibv_qp_init_attr ia;
