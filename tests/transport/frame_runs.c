@@ -4,11 +4,11 @@
  * where a datagram carries one packet of the path MTU.  A peer that speaks
  * the wire format itself checks both ends over tcp:
  *
- *   - as a fake responder of a real RC QP: a 1 MiB WRITE arrives as 16
- *     frames of 64 KiB (not 256 of 4 KiB), FIRST, MIDDLE..., LAST, each
+ *   - as a fake responder of a real RC QP: a 1 MiB WRITE arrives as 64
+ *     frames of 16 KiB (not 256 of 4 KiB), FIRST, MIDDLE..., LAST, each
  *     PSN the one after the run before it, every byte the source's, and
- *     64 KiB + 100 bytes as a run and a LAST of 100; a READ answered in
- *     runs (64, 64, 64 and 8 KiB, FIRST, MIDDLE, MIDDLE, LAST) completes
+ *     a run + 100 bytes as a run and a LAST of 100; a READ answered in
+ *     runs (three of 16 KiB and one of 8, FIRST, MIDDLE, MIDDLE, LAST) completes
  *     with every byte, and one whose MIDDLE run is not whole packets fails
  *     IBV_WC_BAD_RESP_ERR without a success of bytes never written;
  *   - as the peer of a real QP that it sends to: a WRITE in two runs lands

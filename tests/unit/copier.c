@@ -13,7 +13,9 @@
  *  - a forked child copies with a copier of its own, and with
  *    SOFTVERBS_COPIER=0 a process copies alone;
  *  - with more threads spinning than there are CPUs, callers are sent
- *    away to copy alone (the copier would take a CPU from one of them).
+ *    away to copy alone (the copier would take a CPU from one of them);
+ *  - once idle (the process's last device closed), the copier's thread
+ *    stops, and the next long copy starts one that copies parts again.
  *
  * All but the last with the copier told never to back off
  * (sv_copier_insist): on a busy machine it would, and copy nothing.
@@ -21,6 +23,7 @@
 #include "common/fault_guard.h"
 #include "engine/copier.h"
 
+#include <dirent.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -104,6 +107,35 @@ static void parts_taken(void)
 	CHECK(sv_copier_parts() - before >= 50);
 	free(src);
 	free(dst);
+}
+
+/* The threads of this process. */
+static int nthreads(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	int n = 0;
+
+	CHECK(d != NULL);
+	while ((e = readdir(d)))
+		n += e->d_name[0] != '.';
+	closedir(d);
+	return n;
+}
+
+/* sv_copier_idle (the last device closed): the copier's thread is gone, and
+ * the next long copy has one again, which takes parts. */
+static void idle_and_back(void)
+{
+	int before = nthreads();
+
+	sv_copier_idle();
+	CHECK(nthreads() == before - 1);
+	sv_copier_idle(); /* (none running: nothing happens) */
+	CHECK(nthreads() == before - 1);
+	parts_taken();
+	CHECK(nthreads() == before);
+	printf("copier: its thread stopped when idle, and came back with the next copy\n");
 }
 
 /* The last byte seen means the whole placement is seen. */
@@ -291,10 +323,12 @@ int main(void)
 	child(true);
 	sv_copier_insist(true);
 	lengths();
-	if (two_cpus())
+	if (two_cpus()) {
 		parts_taken();
-	else
+		idle_and_back();
+	} else {
 		printf("copier: one CPU, no copier\n");
+	}
 	last_byte_last();
 	threads();
 	if (two_cpus())
