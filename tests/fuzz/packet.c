@@ -25,6 +25,7 @@
 #include "sv_test.h"
 #include "wire_peer.h"
 #include "common/util.h"
+#include "transport/transport.h"
 
 #include <arpa/inet.h>
 #include <endian.h>
@@ -44,7 +45,8 @@ static struct ibv_qp *qp[3]; /* RC, UC, UD: the inputs' targets */
 static struct ibv_qp *sync_qp;
 static int fd = -1;
 static uint32_t sync_psn, sync_sq_psn;
-static uint8_t rx[SV_MAX_PACKET_LEN];
+/* a frame of the stream: a packet, or a run of them (READ responses too) */
+static uint8_t rx[SV_STREAM_FRAME_MAX];
 
 static const enum ibv_qp_type types[3] = { IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD };
 
@@ -162,7 +164,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		setup();
 		ready = true;
 	}
-	if (size < 1 + sizeof(*b) || size > 1 + SV_MAX_PACKET_LEN)
+	if (size < 1 + sizeof(*b) || size > 1 + SV_STREAM_FRAME_MAX)
 		return -1;
 	t = data[0] % 3;
 	memcpy(rx, data + 1, size - 1);
