@@ -230,7 +230,7 @@ static bool resp_fits(const struct sv_qp *qp, struct sv_conn *conn, const struct
 	uint64_t run = (uint64_t)((psn_last - psn) & SV_PSN_MASK) * qp->mtu + qp->mtu;
 
 	return (op->mask & SV_OPF_FIRST || !first) && !(op->mask & SV_OPF_LAST) == !last &&
-	       (run == qp->mtu || run <= sv_conn_run(conn, qp->mtu)) &&
+	       run <= sv_conn_run(conn, qp->mtu) &&
 	       plen == SV_MIN(run, w->length - off);
 }
 
@@ -240,7 +240,7 @@ void sv_completer_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opc
 	const struct sv_bth *bth = (const void *)pkt;
 	uint32_t psn = ntohl(bth->psn) & SV_PSN_MASK;
 	/* a READ response's frame on a stream: a run of packets (resp_fits) */
-	uint32_t psn_last = plen > qp->mtu ? sv_psn_add(psn, (plen - 1) / qp->mtu) : psn;
+	uint32_t psn_last = sv_psn_add(psn, sv_qp_npkts(qp, plen) - 1);
 	uint8_t low = bth->opcode & 0x1f;
 	uint8_t syn = 0;
 	struct sv_send_wqe *w;

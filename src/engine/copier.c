@@ -448,10 +448,16 @@ __attribute__((constructor)) static void copier_load(void)
 static void copier_stop(int after)
 {
 	struct timespec until;
-	int r = atomic_exchange(&cp.run, COPIER_NEVER); /* no offer is made now */
+	int r = COPIER_RUNNING;
 
-	if (r != COPIER_RUNNING || cp.pid != getpid()) {
-		atomic_store(&cp.run, r == COPIER_RUNNING || after == COPIER_NEVER ? after : r);
+	/* from here no offer is made (copier_ready wants it running) */
+	if (!atomic_compare_exchange_strong(&cp.run, &r, COPIER_NEVER)) {
+		if (after == COPIER_NEVER)
+			atomic_store(&cp.run, COPIER_NEVER);
+		return;
+	}
+	if (cp.pid != getpid()) {
+		atomic_store(&cp.run, after); /* (a forked child's: no thread here) */
 		return;
 	}
 	atomic_store(&cp.stop, true);

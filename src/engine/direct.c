@@ -40,7 +40,7 @@ bool sv_engine_rx_plan(struct sv_conn *c, const uint8_t *f, uint32_t plen, uint3
 	struct sv_context *ctx = c->eng->ctx;
 	const struct sv_bth *bth = (const void *)f;
 	const struct sv_opcode_info *op = sv_opcode_info(bth->opcode);
-	uint32_t qpn = ntohl(bth->dqpn) & SV_PSN_MASK, msg_left = 0, mtu, seg;
+	uint32_t qpn = ntohl(bth->dqpn) & SV_PSN_MASK, msg_left = 0, mtu, seg, npkts;
 	struct sv_qp *qp = sv_qp_lookup(ctx, qpn);
 	uint8_t *dst = NULL;
 	bool ok;
@@ -53,6 +53,7 @@ bool sv_engine_rx_plan(struct sv_conn *c, const uint8_t *f, uint32_t plen, uint3
 	sv_mr_read_lock(ctx);
 	ok = sv_responder_direct(qp, c, op, f, plen, &dst, &msg_left);
 	mtu = qp->mtu;
+	npkts = sv_qp_npkts(qp, plen);
 	/* the frames that follow carry runs of packets as this one's sender
 	 * cuts them (requester.c): a guess that a mismatch only makes the
 	 * plain way's (sv_engine_rx_match) */
@@ -75,8 +76,7 @@ bool sv_engine_rx_plan(struct sv_conn *c, const uint8_t *f, uint32_t plen, uint3
 	plan->next_hdr_len = sizeof(struct sv_bth); /* WRITE MIDDLE and LAST */
 	plan->cookie[PLAN_QPN] = qpn;
 	/* the PSN of the frame after this one, and how many each covers */
-	plan->cookie[PLAN_PSN] = sv_psn_add(ntohl(bth->psn) & SV_PSN_MASK,
-					    plen > mtu ? (plen + mtu - 1) / mtu : 1);
+	plan->cookie[PLAN_PSN] = sv_psn_add(ntohl(bth->psn) & SV_PSN_MASK, npkts);
 	plan->cookie[PLAN_CLASS] = bth->opcode & 0xe0;
 	plan->cookie[PLAN_STEP] = seg / mtu;
 	return true;

@@ -721,6 +721,12 @@ static inline struct sv_qp *to_sv_qp(struct ibv_qp *q)
 {
 	return SV_CONTAINER_OF((struct ibv_qp_ex *)q, struct sv_qp, ex);
 }
+/* The packets of qp's path MTU that bytes of payload make, one for none: a
+ * message's PSNs, or a stream frame's run of packets (sv_conn_run). */
+static inline uint32_t sv_qp_npkts(const struct sv_qp *qp, uint32_t bytes)
+{
+	return bytes > qp->mtu ? (bytes + qp->mtu - 1) / qp->mtu : 1;
+}
 
 /* ---- the HCA's services (src/engine): the roles use them, the verbs too ---- */
 

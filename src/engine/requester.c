@@ -33,9 +33,7 @@
 static uint32_t wqe_npkts(const struct sv_qp *qp, const struct sv_send_wqe *w)
 {
 	/* a READ request is one packet but reserves a PSN per response packet */
-	if ((w->op->flags & SV_WRF_ATOMIC) || !w->length)
-		return 1;
-	return (w->length + qp->mtu - 1) / qp->mtu;
+	return (w->op->flags & SV_WRF_ATOMIC) ? 1 : sv_qp_npkts(qp, w->length);
 }
 
 /* A live connection to use, or false: dead, or silent too long (abandoned;
@@ -166,20 +164,13 @@ static bool wants_ack(const struct sv_qp *qp, const struct sv_send_wqe *w, uint3
 	return !((psn + 1) & (every - 1));
 }
 
-/* The last packet of the run from packet k that carries plen bytes (a
- * stream's frame: sv_conn_run): k itself for one packet. */
-static inline uint32_t run_last(const struct sv_qp *qp, uint32_t k, uint32_t plen)
-{
-	return plen > qp->mtu ? k + (plen - 1) / qp->mtu : k;
-}
-
 /* Build the headers of packet k of WQE w into hdr (a run of packets from k,
  * plen bytes, under one header: the opcode says where the run ends, the PSN
  * where it begins); returns header length. */
 static size_t build_headers(struct sv_qp *qp, struct sv_send_wqe *w, uint32_t k, uint32_t plen,
 			    uint8_t *hdr)
 {
-	uint32_t kl = run_last(qp, k, plen);
+	uint32_t kl = k + sv_qp_npkts(qp, plen) - 1; /* the run's last packet */
 	bool first = k == 0, last = kl + 1 == w->npkts;
 	const struct sv_wr_opcode_info *wo = w->op;
 	uint8_t opcode = qp->ti->wire_class | (first && last ? wo->wire_only
@@ -788,7 +779,7 @@ static enum req_step send_segment(struct sv_qp *qp, struct req_run *r, struct sv
 	w->wired = true;
 	st = send_packet(qp, &r->pass, conn, w, k, sq->seg_off, &plen);
 	if (st == IBV_WC_SUCCESS && qp->ti->reliable)
-		packet_sent(qp, w, run_last(qp, k, plen));
+		packet_sent(qp, w, k + sv_qp_npkts(qp, plen) - 1);
 	if (!qp->ti->connected)
 		sv_conn_put(conn); /* the batch holds its own reference */
 	if (st != IBV_WC_SUCCESS) {

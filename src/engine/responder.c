@@ -396,13 +396,6 @@ static enum resp_result check_state(const struct resp_pkt *p)
 	return sv_qp_state_receives(p->qp->state) ? RESP_OK : RESP_DROP;
 }
 
-/* The last PSN of a frame of plen payload bytes from psn: a stream's frame
- * carries a run of whole packets of one message (sv_conn_run). */
-static inline uint32_t run_last_psn(const struct sv_qp *qp, uint32_t psn, uint32_t plen)
-{
-	return plen > qp->mtu ? sv_psn_add(psn, (plen - 1) / qp->mtu) : psn;
-}
-
 /*
  * Step: a packet carries at most one path MTU.  A frame of a stream may
  * carry a run of a SEND's or WRITE's packets, as many as the stream's
@@ -564,12 +557,6 @@ static enum resp_result check_recv(struct sv_qp *qp)
 	return qp->resp.have_rwqe || take_recv(qp) ? RESP_OK : RESP_NO_RECV;
 }
 
-/* The response packets of a READ of dma_len bytes (one for none). */
-static inline uint32_t read_npkts(const struct sv_qp *qp, uint32_t dma_len)
-{
-	return dma_len ? (dma_len + qp->mtu - 1) / qp->mtu : 1;
-}
-
 /* Bytes from off of a READ from GPU memory at mem, staged (up to the MTU). */
 static uint8_t *stage_read(struct sv_qp *qp, struct sv_txbatch *b, sv_cu_ctx gpu, uint32_t psn,
 			   const uint8_t *mem, uint32_t off, uint32_t dma_len)
@@ -627,7 +614,7 @@ static void read_left(struct sv_qp *qp, struct sv_conn *conn, uint64_t va, uint3
 static enum resp_result do_read(struct sv_qp *qp, struct sv_conn *conn, uint32_t psn,
 				uint64_t va, uint32_t rkey, uint32_t dma_len, uint32_t from)
 {
-	uint32_t npkts = read_npkts(qp, dma_len), run;
+	uint32_t npkts = sv_qp_npkts(qp, dma_len), run;
 	uint8_t *mem = NULL;
 	sv_cu_ctx gpu = NULL;
 	struct resp_pkt p = { .qp = qp };
@@ -665,7 +652,7 @@ static enum resp_result do_read(struct sv_qp *qp, struct sv_conn *conn, uint32_t
 		struct sv_bth *bth;
 		size_t hl = sizeof(*bth);
 
-		n = plen > qp->mtu ? (plen + qp->mtu - 1) / qp->mtu : 1;
+		n = sv_qp_npkts(qp, plen);
 		low = n == npkts	   ? SV_OP_READ_RESP_ONLY
 		      : k == 0		   ? SV_OP_READ_RESP_FIRST
 		      : k + n == npkts ? SV_OP_READ_RESP_LAST
@@ -936,7 +923,7 @@ static enum resp_result exec_read(const struct resp_pkt *p)
 	struct sv_qp *qp = p->qp;
 	const struct sv_reth *r = (const void *)(p->hdr + p->op->off_reth);
 	uint32_t dma_len = ntohl(r->dma_len);
-	uint32_t npkts = read_npkts(qp, dma_len);
+	uint32_t npkts = sv_qp_npkts(qp, dma_len);
 
 	qp->resp.epsn = sv_psn_add(p->psn, npkts);
 	qp->resp.msn++;
@@ -1083,7 +1070,7 @@ static enum resp_result exec_relay(struct resp_pkt *p)
 	if (op->mask & SV_OPF_READ) {
 		const struct sv_reth *reth = (const void *)(p->hdr + op->off_reth);
 
-		npkts = read_npkts(qp, ntohl(reth->dma_len));
+		npkts = sv_qp_npkts(qp, ntohl(reth->dma_len));
 	}
 	if (!qp->xrc && !(qp->xrc = calloc(1, sizeof(*qp->xrc))))
 		return RESP_NO_RECV; /* no memory now: RNR NAK, it comes again */
@@ -1433,7 +1420,7 @@ void sv_responder_rx(struct sv_qp *qp, struct sv_conn *conn, const struct sv_opc
 		.plen = plen,
 		.src_gpu = src_gpu,
 		.psn = ntohl(bth->psn) & SV_PSN_MASK,
-		.psn_last = run_last_psn(qp, ntohl(bth->psn) & SV_PSN_MASK, plen),
+		.psn_last = sv_psn_add(ntohl(bth->psn) & SV_PSN_MASK, sv_qp_npkts(qp, plen) - 1),
 		.low = bth->opcode & 0x1f,
 		.imm = op->off_immdt ? (const void *)(pkt + op->off_immdt) : NULL,
 		.solicited = bth->flags & SV_BTH_SE,

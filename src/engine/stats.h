@@ -90,19 +90,14 @@ static inline void sv_stat_ctx_count(struct sv_context *ctx, enum sv_stat_ctx_co
 	sv_stat_add(&ctx->stats->ctx_c[c], 1);
 }
 
-/* A response or ACK packet of qp, carrying bytes of payload, went out. */
-/* The packets a frame of qp's with this payload is: on a stream, a run of
- * them (one per path MTU), as a NIC would count them on its wire. */
-static inline uint32_t sv_stat_npkts(const struct sv_qp *qp, uint32_t bytes)
-{
-	return bytes > qp->mtu ? (bytes + qp->mtu - 1) / qp->mtu : 1;
-}
-
+/* A response or ACK packet of qp, carrying bytes of payload, went out.
+ * (Packets are counted one per path MTU, as a NIC's wire would carry them:
+ * a stream's frame with a run of them counts as the run, sv_qp_npkts.) */
 static inline void sv_stat_tx(struct sv_qp *qp, uint32_t bytes)
 {
 	struct sv_stat_qp *s = sv_stat_qp(qp);
 
-	sv_stat_add_locked(&s->c[SV_QPC_TX_PKTS], sv_stat_npkts(qp, bytes));
+	sv_stat_add_locked(&s->c[SV_QPC_TX_PKTS], sv_qp_npkts(qp, bytes));
 	sv_stat_add_locked(&s->c[SV_QPC_TX_BYTES], bytes);
 }
 
@@ -115,7 +110,7 @@ static inline void sv_stat_tx(struct sv_qp *qp, uint32_t bytes)
 static inline void sv_stat_req_tx(struct sv_qp *qp, uint32_t psn, uint32_t bytes)
 {
 	struct sv_stat_qp *s = sv_stat_qp(qp);
-	uint32_t n = sv_stat_npkts(qp, bytes);
+	uint32_t n = sv_qp_npkts(qp, bytes);
 
 	sv_stat_add_locked(&s->c[SV_QPC_TX_PKTS], n);
 	sv_stat_add_locked(&s->c[SV_QPC_TX_BYTES], bytes);
@@ -163,7 +158,7 @@ static inline void sv_stat_rx(struct sv_context *ctx, struct sv_qp *qp, uint32_t
 	}
 	struct sv_stat_qp *s = sv_stat_qp(qp);
 
-	sv_stat_add_locked(&s->c[SV_QPC_RX_PKTS], sv_stat_npkts(qp, bytes));
+	sv_stat_add_locked(&s->c[SV_QPC_RX_PKTS], sv_qp_npkts(qp, bytes));
 	sv_stat_add_locked(&s->c[SV_QPC_RX_BYTES], bytes);
 }
 

@@ -334,12 +334,14 @@ int sv_eng_run_timers(struct sv_engine *eng)
 	sv_mutex_unlock(&eng->lock);
 	for (int i = 0; i < ndue; i++) {
 		sv_mutex_lock(&due[i]->lock);
-		if (!due[i]->destroyed && due[i]->last_wqe_owed) {
-			/* (in ERR, where the requester has no timer) */
-			sv_qp_last_wqe_look(due[i], now);
-			sv_engine_timer_update(eng, due[i]);
-		} else if (!due[i]->destroyed) {
-			sv_requester_timeout(due[i], now);
+		if (!due[i]->destroyed) {
+			if (due[i]->last_wqe_owed) {
+				/* in ERR, where the requester has no timer */
+				sv_qp_last_wqe_look(due[i], now);
+				sv_engine_timer_update(eng, due[i]);
+			} else {
+				sv_requester_timeout(due[i], now);
+			}
 		}
 		sv_mutex_unlock(&due[i]->lock);
 		sv_qp_put(due[i]);

@@ -976,7 +976,6 @@ static void shm_input(struct sv_conn *c, bool closing)
 const struct sv_transport_ops sv_shm_ops = {
 	.name = "shm",
 	.run_max = SV_STREAM_RUN_MAX,
-	.frame_max = SV_STREAM_FRAME_MAX,
 	.watch = shm_watch,
 	.wake = shm_wake,
 	.iface_open = shm_iface,

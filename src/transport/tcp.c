@@ -604,7 +604,6 @@ const struct sv_transport_ops sv_tcp_handoff_ops = {
 const struct sv_transport_ops sv_tcp_ops = {
 	.name = "tcp",
 	.run_max = SV_STREAM_RUN_MAX,
-	.frame_max = SV_STREAM_FRAME_MAX,
 	.iface_open = own_iface,
 	.iface_close = sv_iface_stream_close,
 	.finish_connect = tcp_finish_connect,

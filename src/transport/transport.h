@@ -129,9 +129,9 @@ struct sv_txbuf {
  * sv_conn_run): up to this much payload.  A 1 MiB WRITE over tcp is 64
  * frames, not 256, each dispatched, checked and read once.  Longer runs
  * move no more bytes a second but cost latency: a SEND's frame is copied
- * out only once it has all arrived (a 64 KiB SEND's ping-pong over tcp,
- * 28.5 us a way with 4 KiB frames, took 32 with 16 KiB runs, 36 with 32
- * and 45 with 64). */
+ * out only once all of it has arrived, so the copy of a long run does not
+ * overlap the transfer of what follows (docs/PERFORMANCE.md, "Runs of
+ * packets in a stream's frame"). */
 #define SV_STREAM_RUN_MAX (16u << 10)
 /* Largest frame a stream transport carries. */
 #define SV_STREAM_FRAME_MAX (SV_STREAM_RUN_MAX + 256)
@@ -465,10 +465,9 @@ struct sv_transport_ops {
 	const char *name;
 	/* The most payload bytes one of its frames carries: a stream's
 	 * SV_STREAM_RUN_MAX, a run of packets; 0, one packet of the path MTU
-	 * (a datagram's, which the wire's other end may be a NIC's). */
+	 * (a datagram's, which the wire's other end may be a NIC's).  Its
+	 * largest frame follows (sv_conn_frame_max). */
 	uint32_t run_max;
-	/* Its largest frame (0: SV_MAX_FRAME). */
-	uint32_t frame_max;
 	/* Start a connection to conn->peer; completes asynchronously. */
 	int (*connect)(struct sv_conn *conn);
 	/* The owner takes the connection (conn->hello_gid set), once its
@@ -538,10 +537,11 @@ struct sv_transport_ops {
 	void (*drain)(struct sv_conn *conn, uint64_t deadline_ns);
 };
 
-/* The largest frame conn carries (sv_conn_send's bound). */
+/* The largest frame conn carries (sv_conn_send's bound): a stream's run
+ * with its headers, else a packet of the largest MTU with its. */
 static inline uint32_t sv_conn_frame_max(const struct sv_conn *conn)
 {
-	return conn->ops && conn->ops->frame_max ? conn->ops->frame_max : SV_MAX_FRAME;
+	return conn->ops && conn->ops->run_max ? SV_STREAM_FRAME_MAX : SV_MAX_FRAME;
 }
 
 /* The payload bytes one frame of conn carries for a QP of path MTU mtu: a

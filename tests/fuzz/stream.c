@@ -92,7 +92,6 @@ static const struct sv_transport_ops ops = {
 	.name = "fuzz",
 	/* a stream's: its frames may carry runs of packets */
 	.run_max = SV_STREAM_RUN_MAX,
-	.frame_max = SV_STREAM_FRAME_MAX,
 	.send = fz_send,
 	.input = fz_input,
 	.unsent = fz_unsent,

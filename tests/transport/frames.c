@@ -112,7 +112,6 @@ static void fake_close(struct sv_conn *c)
 static const struct sv_transport_ops fake_ops = {
 	.name = "fake",
 	.run_max = SV_STREAM_RUN_MAX, /* a stream's frames, runs of packets */
-	.frame_max = SV_STREAM_FRAME_MAX,
 	.send = fake_send,
 	.input = fake_input,
 	.unsent = fake_unsent,
