@@ -76,6 +76,7 @@ static int conn_arm(struct sv_conn *c, bool out)
 				  .data.ptr = c };
 
 	sv_lock_assert_may_block("epoll_ctl");
+	atomic_store_explicit(&to_ec(c)->out_armed, out, memory_order_relaxed);
 	return epoll_ctl(c->eng->epfd, EPOLL_CTL_MOD, c->fd, &ev);
 }
 
@@ -118,6 +119,7 @@ static int conn_register(struct sv_engine *eng, struct sv_conn *c)
 		return 0;
 	}
 	ev.events = sv_conn_watch(c, true, true);
+	atomic_store_explicit(&to_ec(c)->out_armed, true, memory_order_relaxed);
 	/* on the list before epoll can report it: the engine thread may fail
 	 * it at once (a refused connect), and a failed connection must leave
 	 * the list, not join it afterwards */
@@ -257,11 +259,16 @@ out:
 	return c;
 }
 
-/* Any thread, tx_lock held: flush conn when it has room (EPOLLOUT). */
+/* Any thread, tx_lock held: flush conn when it has room (EPOLLOUT).  The
+ * engine thread watches for it at once, not at the end of a lease in
+ * which it waits on its doorbell alone (loop.c, socket_lease): the poster
+ * may not make progress before then. */
 static void want_output(struct sv_conn *conn)
 {
-	if (conn->fd >= 0)
+	if (conn->fd >= 0) {
 		conn_arm(conn, true);
+		sv_engine_end_lease(conn->eng);
+	}
 }
 
 

@@ -61,6 +61,9 @@ struct sv_engine_conn {
 	struct sv_list owed_link;
 	int redials;              /* connections before this one that carried its queue */
 	bool polled;              /* eng->lock: counted in eng->nconns_polled */
+	/* its socket is watched for room (EPOLLOUT): the engine thread must
+	 * watch the sockets then, not its doorbell alone (loop.c, socket_lease) */
+	atomic_bool out_armed;
 	/* its data waits in memory, looked at thus (sv_conn_host.in_memory;
 	 * set before it is listed) */
 	const struct sv_mem_poll *mem;
@@ -137,6 +140,10 @@ struct sv_engine {
 	bool listeners_resting; /* out of descriptors: not polled for now */
 	atomic_int nconns_polled;      /* connections only epoll can look at (tcp) */
 	_Atomic uint64_t last_poll_ns; /* an application thread last made progress */
+	/* an application thread last posted to a QP whose peer is behind a
+	 * socket: it polls for what it posted, the sockets' lease holds
+	 * (loop.c, socket_lease) */
+	_Atomic uint64_t last_post_ns;
 	/* a one-sided request came by the wire (set by the responder, taken by
 	 * the engine thread), and when the engine thread last saw that one had
 	 * (0: never; loop.c, one_sided_within) */
@@ -176,6 +183,10 @@ void sv_engine_progress(struct sv_engine *eng);
  * (connections.c, sv_eng_answers_for_completion). */
 void sv_engine_poll_begins(struct sv_engine *eng);
 void sv_engine_posted(struct sv_engine *eng);
+/* ibv_post_send ran the requester of a QP whose peer is behind conn: if
+ * that is a socket (tcp, rocev2), the posting thread holds the sockets'
+ * lease as its polls do (loop.c, socket_lease). */
+void sv_engine_posted_to(struct sv_engine *eng, struct sv_conn *conn);
 /* The responder is about to make a receive completion visible: the
  * answers corked on conn (its ACK) go before, or, in a pass of the polling
  * thread, right after the application had its turn (connections.c). */

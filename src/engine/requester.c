@@ -521,6 +521,7 @@ void sv_requester_post(struct sv_qp *qp)
 	if (!post_alone(qp))
 		sv_requester_run(qp);
 	posting = false;
+	sv_engine_posted_to(qp->ctx->eng, qp->conn);
 }
 
 /*
