@@ -575,8 +575,9 @@ static bool room_wanted(struct sv_engine *eng)
  * A thread that arms a completion channel ends the lease
  * (sv_engine_end_lease), so that what it sleeps for is not left to a tick.
  *
- * A post to a QP behind a socket holds the lease too, while its thread
- * polls (socket_active): it will poll for what it posted, and the answers
+ * A post of 256 bytes or more (SV_POST_LEASE_MIN, requester.c) to a QP
+ * behind a socket holds the lease too, while its thread polls
+ * (socket_active): it will poll for what it posted, and the answers
  * are what its polls take in.  A thread that streams requests polls a CQ
  * that is seldom empty, and so seldom makes progress; with only its polls
  * counted the lease lapsed, and the engine thread took every ACK itself,
